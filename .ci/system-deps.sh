@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs, non-interactively, the Debian packages amqpscope's tests need: RabbitMQ (a real broker
+# for the live captures), tcpdump (to capture) and tshark (the reference decoder). Idempotent.
+set -euo pipefail
+need=()
+command -v rabbitmq-server >/dev/null 2>&1 || need+=(rabbitmq-server)
+command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)
+command -v tshark >/dev/null 2>&1 || need+=(tshark)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+[ ${#need[@]} -eq 0 ] && exit 0
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+echo "wireshark-common wireshark-common/install-setuid boolean false" | $sudo debconf-set-selections
+$sudo apt-get update -q
+# policy-rc.d keeps the packaged RabbitMQ service from starting: tests run their own private broker.
+$sudo apt-get install -y -q --no-install-recommends "${need[@]}"

@@ -1,0 +1,32 @@
+# One-command entry points. `make demo` and `make test` each set up everything they need first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SAMPLE ?= samples/amqp091-qos-confirms.pcap
+LAKE ?= out/lake
+
+.PHONY: setup system-deps demo test captures bench clean
+
+$(BIN)/amqpscope: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+setup: $(BIN)/amqpscope
+
+# System packages the live tests and the reference decoder need (root or sudo; skipped when present).
+system-deps:
+	bash .ci/system-deps.sh
+
+demo: setup
+	$(BIN)/amqpscope analyze $(SAMPLE) --lake $(LAKE) --report out/report.html
+
+test: setup system-deps
+	$(BIN)/python -m pytest
+
+captures: setup system-deps
+	$(BIN)/amqpscope capture --out samples
+
+clean:
+	rm -rf out build *.egg-info

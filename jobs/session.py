@@ -1,0 +1,44 @@
+"""The one place a SparkSession is built (entry points and the tests' fixture call it)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+# Spark's defaults that would make our tables unreadable or our runs slow on a laptop-sized box.
+_BASE_CONF = {
+    # delta-rs and every Parquet reader other than Spark expect TIMESTAMP_MICROS, not INT96.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.session.timeZone": "UTC",
+    # Captures decode to modest row counts per capture; 200 shuffle partitions is pure overhead.
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.ui.enabled": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def build_session(master: str = "local[2]", app_name: str = "amqpscope", conf: dict[str, str] | None = None) -> SparkSession:
+    """Build (or reuse) the SparkSession for an amqpscope job."""
+    # Executors must run the interpreter that has amqpscope installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, no interface guessing
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**_BASE_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def jvm_has_delta(spark: SparkSession) -> bool:
+    """True when the JVM can load Delta Lake's Spark integration (Databricks, delta-spark jars)."""
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
+    except Exception:  # Py4JJavaError (ClassNotFoundException) or no JVM gateway at all
+        return False
+    return True

@@ -1,0 +1,1 @@
+"""Every table's schema, declared once."""

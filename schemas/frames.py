@@ -1,0 +1,165 @@
+"""The frames table: one row per AMQP frame (or protocol header) seen on the wire.
+
+Typed columns carry every field that flow state and rules use, named as in the specs
+(AMQP 1.0 transport.xml, RabbitMQ's 0-9-1 JSON) and snake_cased. Every other argument of the
+frame is kept, rendered as text, in the ``arguments`` map, so nothing decoded is thrown away.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+# Identity and position of the frame: which capture, which TCP connection, which direction,
+# where in the byte stream and in which packet it completed.
+FRAME_KEY_FIELDS = [
+    StructField("capture_id", StringType(), False),
+    StructField("connection_id", StringType(), False),
+    StructField("direction", StringType(), False),  # "c2s" client to server, "s2c" server to client
+    StructField("frame_index", LongType(), False),  # order within the connection, both directions
+    StructField("ts", TimestampType(), False),  # capture time of the packet completing the frame
+    StructField("ts_us", LongType(), False),  # the same, microseconds since the epoch
+    StructField("packet_number", LongType(), False),  # 1-based record number, as tshark's frame.number
+    StructField("stream_offset", LongType(), False),  # first byte of the frame in its direction's stream
+    StructField("frame_size", LongType(), False),  # bytes on the wire, header and frame-end included
+]
+
+FRAME_KIND_FIELDS = [
+    StructField("protocol", StringType(), False),  # "amqp-0-9-1" or "amqp-1.0"
+    # 0-9-1: protocol-header, method, header, body, heartbeat.
+    # 1.0: protocol-header, amqp, sasl, empty (a heartbeat).
+    StructField("frame_type", StringType(), False),
+    StructField("channel", IntegerType(), True),
+    # 0-9-1 "class.method" (basic.publish); 1.0 performative or SASL frame (flow, sasl-init).
+    StructField("method", StringType(), True),
+    StructField("class_id", IntegerType(), True),
+    StructField("method_id", IntegerType(), True),
+]
+
+# AMQP 1.0 fields used by session / link flow state and rules (transport.xml).
+AMQP10_FIELDS = [
+    StructField("container_id", StringType(), True),
+    StructField("max_frame_size", LongType(), True),
+    StructField("channel_max", IntegerType(), True),  # also 0-9-1 connection.tune(-ok)
+    StructField("idle_time_out", LongType(), True),
+    StructField("remote_channel", IntegerType(), True),
+    StructField("next_incoming_id", LongType(), True),
+    StructField("incoming_window", LongType(), True),
+    StructField("next_outgoing_id", LongType(), True),
+    StructField("outgoing_window", LongType(), True),
+    StructField("handle_max", LongType(), True),
+    StructField("name", StringType(), True),
+    StructField("handle", LongType(), True),
+    StructField("role", StringType(), True),  # "sender" / "receiver"
+    StructField("snd_settle_mode", StringType(), True),
+    StructField("rcv_settle_mode", StringType(), True),
+    StructField("source_address", StringType(), True),
+    StructField("target_address", StringType(), True),
+    StructField("initial_delivery_count", LongType(), True),
+    StructField("max_message_size", LongType(), True),
+    StructField("delivery_count", LongType(), True),
+    StructField("link_credit", LongType(), True),
+    StructField("available", LongType(), True),
+    StructField("drain", BooleanType(), True),
+    StructField("echo", BooleanType(), True),
+    StructField("delivery_id", LongType(), True),
+    StructField("delivery_tag_bytes", BinaryType(), True),  # 1.0 delivery-tag is binary
+    StructField("message_format", LongType(), True),
+    StructField("settled", BooleanType(), True),
+    StructField("more", BooleanType(), True),
+    StructField("aborted", BooleanType(), True),
+    StructField("first", LongType(), True),
+    StructField("last", LongType(), True),
+    StructField("state", StringType(), True),  # delivery state descriptor name, e.g. "accepted"
+    StructField("closed", BooleanType(), True),
+    StructField("error_condition", StringType(), True),
+    StructField("error_description", StringType(), True),
+    StructField("mechanism", StringType(), True),  # SASL; the initial response is never kept
+    StructField("sasl_code", IntegerType(), True),
+    StructField("payload_size", LongType(), True),  # transfer payload bytes after the performative
+]
+
+# AMQP 0-9-1 arguments used by channel / consumer flow state and rules (amqp-rabbitmq-0.9.1.json).
+AMQP091_FIELDS = [
+    StructField("frame_max", LongType(), True),
+    StructField("heartbeat", IntegerType(), True),
+    StructField("delivery_tag", LongType(), True),
+    StructField("multiple", BooleanType(), True),
+    StructField("requeue", BooleanType(), True),
+    StructField("prefetch_size", LongType(), True),
+    StructField("prefetch_count", IntegerType(), True),
+    StructField("global", BooleanType(), True),
+    StructField("active", BooleanType(), True),
+    StructField("reason", StringType(), True),
+    StructField("exchange", StringType(), True),
+    StructField("routing_key", StringType(), True),
+    StructField("queue", StringType(), True),
+    StructField("consumer_tag", StringType(), True),
+    StructField("no_ack", BooleanType(), True),
+    StructField("reply_code", IntegerType(), True),
+    StructField("reply_text", StringType(), True),
+    StructField("body_size", LongType(), True),  # content header
+]
+
+FRAMES_SCHEMA = StructType(
+    FRAME_KEY_FIELDS
+    + FRAME_KIND_FIELDS
+    + AMQP10_FIELDS
+    + AMQP091_FIELDS
+    + [StructField("arguments", MapType(StringType(), StringType()), True)]
+)
+
+FRAMES_COLUMNS = tuple(FRAMES_SCHEMA.fieldNames())
+
+# The connections table: one row per TCP connection carrying AMQP.
+CONNECTIONS_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("connection_id", StringType(), False),
+        StructField("client_address", StringType(), False),
+        StructField("client_port", IntegerType(), False),
+        StructField("server_address", StringType(), False),
+        StructField("server_port", IntegerType(), False),
+        StructField("protocol", StringType(), True),
+        StructField("first_ts", TimestampType(), True),
+        StructField("last_ts", TimestampType(), True),
+        StructField("frames", LongType(), False),
+        StructField("c2s_bytes", LongType(), False),  # TCP payload bytes client to server
+        StructField("s2c_bytes", LongType(), False),
+    ]
+)
+
+# Bytes that could not be decoded, with the reason: nothing is lost silently.
+QUARANTINE_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("connection_id", StringType(), True),
+        StructField("direction", StringType(), True),
+        StructField("stream_offset", LongType(), True),
+        StructField("byte_count", LongType(), False),
+        StructField("packet_number", LongType(), True),
+        StructField("reason", StringType(), False),
+    ]
+)
+
+# One row per capture file ingested.
+CAPTURES_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("file_name", StringType(), False),
+        StructField("file_size", LongType(), False),
+        StructField("packets", LongType(), False),
+        StructField("first_ts", TimestampType(), True),
+        StructField("last_ts", TimestampType(), True),
+        StructField("link_types", StringType(), True),
+    ]
+)
