@@ -130,11 +130,15 @@ CONNECTIONS_SCHEMA = StructType(
         StructField("server_address", StringType(), False),
         StructField("server_port", IntegerType(), False),
         StructField("protocol", StringType(), True),
+        StructField("protocol_inferred", BooleanType(), False),  # no protocol header in the capture
         StructField("first_ts", TimestampType(), True),
         StructField("last_ts", TimestampType(), True),
         StructField("frames", LongType(), False),
-        StructField("c2s_bytes", LongType(), False),  # TCP payload bytes client to server
+        StructField("c2s_bytes", LongType(), False),  # TCP payload bytes client to server (each once)
         StructField("s2c_bytes", LongType(), False),
+        StructField("c2s_missing_bytes", LongType(), False),  # lost by the capture (gaps)
+        StructField("s2c_missing_bytes", LongType(), False),
+        StructField("retransmitted_bytes", LongType(), False),
     ]
 )
 
@@ -147,6 +151,7 @@ QUARANTINE_SCHEMA = StructType(
         StructField("stream_offset", LongType(), True),
         StructField("byte_count", LongType(), False),
         StructField("packet_number", LongType(), True),
+        StructField("missing", BooleanType(), False),  # true: a capture gap, the bytes never seen
         StructField("reason", StringType(), False),
     ]
 )

@@ -1,0 +1,333 @@
+"""A capture file to rows: packets, TCP connections, AMQP frames, and what could not be decoded.
+
+``decode_capture`` is plain Python (no Spark): the ingest job runs it on executors, one capture per
+task, and turns its rows into Arrow batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from amqpscope.ingest import amqp10, amqp091
+from amqpscope.ingest.amqp10_types import DecodeError
+from amqpscope.ingest.framing import FrameFormat, FrameSplitter, RawFrame, Unframed
+from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_FIN, TCP_RST, TCP_SYN, TCP_ACK, parse_tcp
+from amqpscope.ingest.pcap import read_records
+from amqpscope.ingest.rows import frame_row
+from amqpscope.ingest.tcp import Data, DirectionStream, Gap
+
+DEFAULT_PORTS = (5672,)
+C2S, S2C = "c2s", "s2c"
+_HEADER_PROTOCOLS = {
+    amqp091.PROTOCOL_HEADER: (amqp091.PROTOCOL, "amqp-0-9-1"),
+    **{header: (amqp10.PROTOCOL, name) for header, name in amqp10.PROTOCOL_HEADERS.items()},
+}
+_FORMATS: dict[str, FrameFormat] = {amqp091.PROTOCOL: amqp091.Amqp091Format(), amqp10.PROTOCOL: amqp10.Amqp10Format()}
+_DECODERS = {amqp091.PROTOCOL: amqp091.decode_frame, amqp10.PROTOCOL: amqp10.decode_frame}
+# Bytes of a stream examined before giving up on recognising AMQP in it.
+_DETECT_BYTES = 64
+
+Row = dict[str, Any]
+
+
+@dataclass
+class _Direction:
+    stream: DirectionStream = field(default_factory=DirectionStream)
+    splitter: FrameSplitter | None = None
+    held: list[Data] = field(default_factory=list)  # data seen before the protocol was known
+    held_bytes: int = 0
+    payload_bytes: int = 0
+    missing_bytes: int = 0
+
+
+@dataclass
+class _Connection:
+    connection_id: str
+    client: tuple[str, int]
+    server: tuple[str, int]
+    directions: dict[str, _Direction] = field(default_factory=lambda: {C2S: _Direction(), S2C: _Direction()})
+    protocol: str | None = None
+    protocol_inferred: bool = False
+    not_amqp: bool = False
+    frames: int = 0
+    first_ts: int | None = None
+    last_ts: int | None = None
+    fin: set[str] = field(default_factory=set)
+    reset: bool = False
+
+
+class CaptureDecoder:
+    """Streams one capture's packets through TCP reassembly and the AMQP frame decoders."""
+
+    def __init__(self, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS) -> None:
+        self.capture_id = capture_id
+        self.ports = frozenset(ports)
+        self._live: dict[tuple[str, int, str, int], _Connection] = {}
+        self._finished: list[_Connection] = []
+        self._seen_ids: dict[str, int] = {}
+        self.packets = 0
+        self.first_ts: int | None = None
+        self.last_ts: int | None = None
+        self.link_types: set[int] = set()
+        self._last_packet = 0
+
+    # --- connection tracking ------------------------------------------------------------------
+
+    def _new_connection(self, client: tuple[str, int], server: tuple[str, int]) -> _Connection:
+        base = f"{client[0]}:{client[1]}-{server[0]}:{server[1]}"
+        n = self._seen_ids.get(base, 0) + 1
+        self._seen_ids[base] = n
+        conn = _Connection(base if n == 1 else f"{base}#{n}", client, server)
+        key = (*client, *server)
+        self._live[key] = conn
+        return conn
+
+    def _locate(self, seg: Any) -> tuple[_Connection, str] | None:
+        a, b = (seg.src, seg.sport), (seg.dst, seg.dport)
+        for key, direction in (((*a, *b), C2S), ((*b, *a), S2C)):
+            conn = self._live.get(key)
+            if conn is not None:
+                if seg.flags & TCP_SYN and not seg.flags & TCP_ACK and (conn.fin or conn.reset):
+                    # Port reuse: a new connection on the same four-tuple.
+                    self._finished.append(self._live.pop(key))
+                    break
+                return conn, direction
+        if seg.flags & TCP_SYN:
+            # SYN comes from the client, SYN-ACK from the server.
+            client, server = (a, b) if not seg.flags & TCP_ACK else (b, a)
+        elif seg.dport in self.ports or (seg.sport not in self.ports and seg.dport < seg.sport):
+            client, server = a, b
+        else:
+            client, server = b, a
+        conn = self._new_connection(client, server)
+        return conn, (C2S if client == a else S2C)
+
+    # --- packets to rows ------------------------------------------------------------------------
+
+    def packet(self, number: int, ts_us: int, linktype: int, data: bytes, wirelen: int) -> Iterator[tuple[str, Row]]:
+        self.packets += 1
+        self._last_packet = number
+        self.link_types.add(linktype)
+        self.first_ts = ts_us if self.first_ts is None else min(self.first_ts, ts_us)
+        self.last_ts = ts_us if self.last_ts is None else max(self.last_ts, ts_us)
+        seg = parse_tcp(linktype, data, wirelen)
+        if seg is None:
+            return
+        located = self._locate(seg)
+        if located is None:
+            return
+        conn, direction = located
+        if conn.not_amqp:
+            return
+        side = conn.directions[direction]
+        if seg.flags & TCP_SYN:
+            side.stream.syn(seg.seq)
+        if seg.payload:
+            conn.first_ts = ts_us if conn.first_ts is None else conn.first_ts
+            conn.last_ts = ts_us
+            if seg.truncated:
+                # The missing tail is a gap the reassembler will find when the next segment comes.
+                pass
+            for event in side.stream.segment(seg.seq, seg.payload, number, ts_us):
+                yield from self._deliver(conn, direction, event)
+        if seg.flags & TCP_FIN:
+            conn.fin.add(direction)
+        if seg.flags & TCP_RST:
+            conn.reset = True
+
+    def _deliver(self, conn: _Connection, direction: str, event: Data | Gap) -> Iterator[tuple[str, Row]]:
+        side = conn.directions[direction]
+        if isinstance(event, Gap):
+            side.missing_bytes += event.size
+            yield "quarantine", self._quarantine(conn, direction, event.offset, event.size, event.packet_number,
+                                                 "capture gap: bytes missing from the capture", missing=True)
+            if side.splitter is not None:
+                left = side.splitter.skip(event.size, event.packet_number, "capture gap")
+                if left is not None:
+                    yield "quarantine", self._unframed(conn, direction, left)
+            elif side.held:
+                side.held.append(Data(event.offset, b"", event.packet_number, 0))
+            return
+        side.payload_bytes += len(event.payload)
+        if conn.protocol is None:
+            side.held.append(event)
+            side.held_bytes += len(event.payload)
+            yield from self._detect(conn, direction)
+            return
+        yield from self._split(conn, direction, event)
+
+    def _detect(self, conn: _Connection, direction: str, final: bool = False) -> Iterator[tuple[str, Row]]:
+        """Pick the protocol from the client's protocol header, else from frame shapes."""
+        c2s = conn.directions[C2S]
+        head = b"".join(d.payload for d in c2s.held)[:_DETECT_BYTES]
+        protocol = None
+        if c2s.held and c2s.held[0].offset == 0 and head.startswith(b"AMQP"):
+            if len(head) < 8 and not final:
+                return
+            protocol = _HEADER_PROTOCOLS.get(head[:8], (None, None))[0]
+        elif len(head) >= _DETECT_BYTES or final or (direction == S2C and not c2s.held):
+            protocol = self._infer(conn)
+            conn.protocol_inferred = protocol is not None
+        else:
+            return
+        if protocol is None:
+            conn.not_amqp = True
+            if conn.server[1] in self.ports or head.startswith(b"AMQP"):
+                for d, side in conn.directions.items():
+                    if side.held_bytes:
+                        yield "quarantine", self._quarantine(conn, d, side.held[0].offset, side.held_bytes,
+                                                             side.held[-1].packet_number, _not_amqp_reason(head))
+            conn.directions = {C2S: _Direction(), S2C: _Direction()}
+            return
+        conn.protocol = protocol
+        for d, side in conn.directions.items():
+            held, side.held, side.held_bytes = side.held, [], 0
+            for event in held:
+                yield from self._split(conn, d, event)
+
+    def _infer(self, conn: _Connection) -> str | None:
+        """Mid-stream pickup: the version whose frame shapes fit the bytes seen."""
+        if conn.server[1] not in self.ports:
+            return None  # shapes alone are no evidence on a port not known to carry AMQP
+        for side in (conn.directions[C2S], conn.directions[S2C]):
+            head = memoryview(b"".join(d.payload for d in side.held)[:_DETECT_BYTES * 4])
+            if len(head) < 8:
+                continue
+            for protocol, fmt in _FORMATS.items():
+                if fmt.plausible(head, 0) and _chain_plausible(fmt, head):
+                    return protocol
+        return None
+
+    def _split(self, conn: _Connection, direction: str, event: Data) -> Iterator[tuple[str, Row]]:
+        side = conn.directions[direction]
+        if side.splitter is None:
+            side.splitter = FrameSplitter(_FORMATS[conn.protocol], start_offset=event.offset)
+        if not event.payload:
+            return
+        for item in side.splitter.feed(event.payload, event.packet_number, event.ts_us):
+            if isinstance(item, Unframed):
+                yield "quarantine", self._unframed(conn, direction, item)
+            else:
+                yield from self._frame(conn, direction, item)
+
+    def _frame(self, conn: _Connection, direction: str, raw: RawFrame) -> Iterator[tuple[str, Row]]:
+        protocol = conn.protocol
+        if raw.is_protocol_header:
+            name = _HEADER_PROTOCOLS.get(raw.data, (protocol, raw.data.hex()))[1]
+            decoded = {"frame_type": "protocol-header", "method": name,
+                       "arguments": {"protocol-id": raw.data[4], "version": ".".join(map(str, raw.data[5:8]))}}
+        else:
+            try:
+                decoded = _DECODERS[protocol](raw.data)
+            except (DecodeError, ValueError, KeyError, IndexError) as exc:
+                offset = raw.offset + getattr(exc, "offset", 0)
+                reason = getattr(exc, "reason", str(exc))
+                yield "quarantine", self._quarantine(conn, direction, raw.offset, len(raw.data), raw.packet_number,
+                                                     f"undecodable {protocol} frame: {reason} (byte {offset})")
+                return
+        key = {
+            "capture_id": self.capture_id,
+            "connection_id": conn.connection_id,
+            "direction": direction,
+            "frame_index": conn.frames,
+            "ts": raw.ts_us,
+            "ts_us": raw.ts_us,
+            "packet_number": raw.packet_number,
+            "stream_offset": raw.offset,
+            "frame_size": len(raw.data),
+        }
+        conn.frames += 1
+        yield "frames", frame_row(protocol, decoded, key)
+
+    def _quarantine(self, conn: _Connection, direction: str, offset: int, size: int, packet: int, reason: str,
+                    missing: bool = False) -> Row:
+        return {"capture_id": self.capture_id, "connection_id": conn.connection_id, "direction": direction,
+                "stream_offset": offset, "byte_count": size, "packet_number": packet, "missing": missing,
+                "reason": reason}
+
+    def _unframed(self, conn: _Connection, direction: str, item: Unframed) -> Row:
+        return self._quarantine(conn, direction, item.offset, item.size, item.packet_number,
+                                f"unframeable bytes: {item.reason}")
+
+    # --- end of capture -------------------------------------------------------------------------
+
+    def finish(self) -> Iterator[tuple[str, Row]]:
+        """Flush every connection: open holes become gaps, partial frames go to the quarantine."""
+        for conn in [*self._finished, *self._live.values()]:
+            for direction, side in conn.directions.items():
+                for event in side.stream.finish(self._last_packet):
+                    yield from self._deliver(conn, direction, event)
+            if conn.protocol is None and not conn.not_amqp and any(s.held for s in conn.directions.values()):
+                yield from self._detect(conn, C2S, final=True)
+            if conn.not_amqp or conn.protocol is None:
+                continue
+            for direction, side in conn.directions.items():
+                if side.splitter is not None:
+                    left = side.splitter.close(self._last_packet)
+                    if left is not None:
+                        yield "quarantine", self._unframed(conn, direction, left)
+            yield "connections", self._connection_row(conn)
+
+    def _connection_row(self, conn: _Connection) -> Row:
+        c2s, s2c = conn.directions[C2S], conn.directions[S2C]
+        return {
+            "capture_id": self.capture_id,
+            "connection_id": conn.connection_id,
+            "client_address": conn.client[0],
+            "client_port": conn.client[1],
+            "server_address": conn.server[0],
+            "server_port": conn.server[1],
+            "protocol": conn.protocol,
+            "protocol_inferred": conn.protocol_inferred,
+            "first_ts": conn.first_ts,
+            "last_ts": conn.last_ts,
+            "frames": conn.frames,
+            "c2s_bytes": c2s.payload_bytes,
+            "s2c_bytes": s2c.payload_bytes,
+            "c2s_missing_bytes": c2s.missing_bytes,
+            "s2c_missing_bytes": s2c.missing_bytes,
+            "retransmitted_bytes": c2s.stream.retransmitted_bytes + s2c.stream.retransmitted_bytes,
+        }
+
+    def capture_row(self, path: str | Path, file_size: int) -> Row:
+        return {
+            "capture_id": self.capture_id,
+            "file_name": Path(path).name,
+            "file_size": file_size,
+            "packets": self.packets,
+            "first_ts": self.first_ts,
+            "last_ts": self.last_ts,
+            "link_types": ",".join(sorted(LINK_TYPE_NAMES.get(t, str(t)) for t in self.link_types)),
+        }
+
+
+def _chain_plausible(fmt: FrameFormat, head: memoryview) -> bool:
+    """A second frame boundary right after the first one makes a shape match convincing."""
+    try:
+        length = fmt.frame_length(head, 0)
+    except ValueError:
+        return False
+    if length is None or length >= len(head):
+        return True
+    return fmt.plausible(head, length)
+
+
+def _not_amqp_reason(head: bytes) -> str:
+    if head.startswith(b"AMQP\x02"):
+        return "not decoded: AMQP over TLS"
+    if head[:1] == b"\x16":
+        return "not decoded: TLS handshake"
+    if head.startswith(b"AMQP"):
+        return f"not decoded: unsupported protocol header {head[:8].hex()}"
+    return "not decoded: not AMQP"
+
+
+def decode_capture(path: str | Path, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS) -> Iterator[tuple[str, Row]]:
+    """Every row of one capture: ("frames" | "connections" | "quarantine" | "captures", row)."""
+    decoder = CaptureDecoder(capture_id, ports)
+    for record in read_records(path):
+        yield from decoder.packet(record.number, record.ts_us, record.linktype, record.data, record.wirelen)
+    yield from decoder.finish()
+    yield "captures", decoder.capture_row(path, Path(path).stat().st_size)
