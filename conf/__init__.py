@@ -1,1 +1,1 @@
-"""amqpscope.conf."""
+"""Typed configuration."""

@@ -1,1 +1,1 @@
-"""amqpscope.pipelines."""
+"""DataFrame to DataFrame transformations: flow state and its building blocks."""

@@ -1,0 +1,105 @@
+"""The ``amqpscope`` command: thin argument parsing over the jobs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from amqpscope.conf.settings import STORAGE_BACKENDS, AnalyzeConfig, load_yaml
+from amqpscope.ingest.pcap import CaptureError
+
+
+def _ports(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in text.split(",") if p)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"ports are comma-separated numbers, got {text!r}") from None
+
+
+def _add_analyze(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "analyze",
+        help="decode captures into Delta tables, rebuild flow state, run the verdict suites, write a report",
+        description="Decode pcap/pcapng captures of AMQP 0-9-1 and 1.0 into Delta tables under --lake "
+        "(captures, connections, frames, quarantine), rebuild flow state (link_credit, channel_unacked), "
+        "run the Great Expectations suites (violations table, Data Docs) and write an HTML report. "
+        "Re-running on the same captures replaces their rows: the lake ends up the same.",
+    )
+    p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
+    p.add_argument("--lake", help="root directory of the Delta tables (required unless set in --config)")
+    p.add_argument("--config", type=Path, help="YAML settings (see conf/analyze.yml); flags win over it")
+    p.add_argument("--master", help="Spark master URL (default local[2])")
+    p.add_argument("--storage", choices=STORAGE_BACKENDS, help="Delta writer (default auto: delta-spark when the JVM has Delta, else delta-rs)")
+    p.add_argument("--ports", type=_ports, help="comma-separated TCP ports carrying AMQP (default 5672)")
+    p.add_argument("--report", type=Path, help="HTML report path (default <lake>/report.html)")
+    p.add_argument("--data-docs", type=Path, help="Great Expectations Data Docs directory (default <lake>/_data_docs)")
+    p.set_defaults(run=_run_analyze)
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    from amqpscope.jobs import analyze  # Spark is imported only when a job runs
+
+    settings = load_yaml(args.config) if args.config else {}
+    for key in ("lake", "master", "storage", "ports", "report", "data_docs"):
+        value = getattr(args, key)
+        if value is not None:
+            settings[key] = value
+    if "lake" not in settings:
+        raise SystemExit("amqpscope analyze: --lake is required (or lake: in --config)")
+    config = AnalyzeConfig(**settings)
+    result = analyze.main(args.captures, config)
+    print(json.dumps({
+        "captures": list(result.capture_ids),
+        "lake": str(config.lake),
+        "tables": result.row_counts,
+        "suites_passed": result.suites_passed,
+        "report": str(result.report),
+        "data_docs": str(result.data_docs_index) if result.data_docs_index else None,
+        "seconds": {k: round(v, 2) for k, v in result.stage_seconds.items()},
+    }, indent=2))
+    return 0
+
+
+def _add_capture(sub: argparse._SubParsersAction) -> None:
+    from amqpscope.testbed import capture
+
+    p = sub.add_parser(
+        "capture",
+        help="record real AMQP traffic: private RabbitMQ, real clients, tcpdump on loopback",
+        description="Start a private RabbitMQ (Debian's rabbitmq-server, amqp1_0 plugin) on loopback, run "
+        "real pika / qpid-proton clients, capture with tcpdump, and write NAME.pcap with NAME.truth.json "
+        "(what the clients did). Needs root for tcpdump; every process started is stopped.",
+    )
+    capture.configure_parser(p)
+    p.set_defaults(run=capture.run_from_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="amqpscope",
+        description="AMQP 0-9-1 / 1.0 packet captures to a Delta lakehouse, flow-control timelines and bottleneck verdicts.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress of each stage")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_analyze(sub)
+    _add_capture(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    try:
+        return args.run(args)
+    except (CaptureError, ValueError) as exc:
+        print(f"amqpscope {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
