@@ -13,7 +13,7 @@ Unacked after an event is then a running sum of +1 per delivery and -1 per settl
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA
@@ -23,15 +23,28 @@ _SETTLEMENTS = ("basic.ack", "basic.nack", "basic.reject")
 _EVENTS = (*_DELIVERIES, *_SETTLEMENTS, "basic.qos", "channel.open")
 
 _CHANNEL = ("capture_id", "connection_id", "channel", "incarnation")
-# A channel's frames in order: everything here is a running aggregate over it.
-_channel_so_far = Window.partitionBy(*_CHANNEL).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-# A channel number's frames in order, across re-opens: counts channel.open to tell incarnations apart.
-_channel_number = Window.partitionBy("capture_id", "connection_id", "channel").orderBy("frame_index")
-# Deliveries and multiple-settlement marks of a channel by tag, marks after deliveries of the
-# same tag: the first mark at or above a delivery's tag is the one that settles it.
-_by_tag_onwards = (
-    Window.partitionBy(*_CHANNEL).orderBy("tag", "is_mark").rowsBetween(Window.currentRow, Window.unboundedFollowing)
-)
+
+# Window specifications are built per call: PySpark needs an active session to build one.
+
+
+def _channel_so_far() -> WindowSpec:
+    """A channel's frames in order: everything here is a running aggregate over it."""
+    return Window.partitionBy(*_CHANNEL).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+
+
+def _channel_number_so_far() -> WindowSpec:
+    """A channel number's frames in order, across re-opens: counts channel.open to tell incarnations apart."""
+    return (
+        Window.partitionBy("capture_id", "connection_id", "channel")
+        .orderBy("frame_index")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+
+
+def _by_tag_onwards() -> WindowSpec:
+    """Deliveries and multiple-settlement marks of a channel by tag, marks after deliveries of the
+    same tag: the first mark at or above a delivery's tag is the one that settles it."""
+    return Window.partitionBy(*_CHANNEL).orderBy("tag", "is_mark").rowsBetween(Window.currentRow, Window.unboundedFollowing)
 
 
 def channel_unacked_timeline(frames: DataFrame) -> DataFrame:
@@ -39,12 +52,12 @@ def channel_unacked_timeline(frames: DataFrame) -> DataFrame:
     is_open = F.col("method") == "channel.open"
     events = (
         frames.filter((F.col("protocol") == "amqp-0-9-1") & F.col("method").isin(*_EVENTS))
-        .withColumn("incarnation", F.sum(is_open.cast("int")).over(_channel_number.rowsBetween(Window.unboundedPreceding, 0)))
+        .withColumn("incarnation", F.sum(is_open.cast("int")).over(_channel_number_so_far()))
     )
     is_delivery = F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")
     # Consumer acks travel client to server; broker acks on the same channel are publisher confirms.
     is_settlement = F.col("method").isin(*_SETTLEMENTS) & (F.col("direction") == "c2s")
-    events = events.withColumn("_delivered", F.sum(is_delivery.cast("long")).over(_channel_so_far))
+    events = events.withColumn("_delivered", F.sum(is_delivery.cast("long")).over(_channel_so_far()))
 
     deliveries = events.filter(is_delivery).select(*_CHANNEL, F.col("delivery_tag").alias("tag"), F.col("frame_index").alias("delivered_at"))
     settlements = events.filter(is_settlement)
@@ -62,7 +75,7 @@ def channel_unacked_timeline(frames: DataFrame) -> DataFrame:
     by_tag = (
         deliveries.withColumn("is_mark", F.lit(0)).withColumn("mark_at", F.lit(None).cast("long"))
         .unionByName(marks.withColumn("is_mark", F.lit(1)).withColumn("delivered_at", F.lit(None).cast("long")))
-        .withColumn("multiple_at", F.min("mark_at").over(_by_tag_onwards))
+        .withColumn("multiple_at", F.min("mark_at").over(_by_tag_onwards()))
         .filter(F.col("is_mark") == 0)
         .join(singles, on=[*_CHANNEL, "tag"], how="left")
     )
@@ -79,9 +92,9 @@ def channel_unacked_timeline(frames: DataFrame) -> DataFrame:
     is_qos = (F.col("method") == "basic.qos") & (F.col("direction") == "c2s")
     timeline = (
         events.join(delta_at, on=[*_CHANNEL, "frame_index"], how="left")
-        .withColumn("unacked", F.sum(F.coalesce(F.col("delta"), F.lit(0))).over(_channel_so_far))
-        .withColumn("prefetch_count", F.last(F.when(is_qos, F.col("prefetch_count")), True).over(_channel_so_far))
-        .withColumn("prefetch_global", F.last(F.when(is_qos, F.col("global")), True).over(_channel_so_far))
+        .withColumn("unacked", F.sum(F.coalesce(F.col("delta"), F.lit(0))).over(_channel_so_far()))
+        .withColumn("prefetch_count", F.last(F.when(is_qos, F.col("prefetch_count")), True).over(_channel_so_far()))
+        .withColumn("prefetch_global", F.last(F.when(is_qos, F.col("global")), True).over(_channel_so_far()))
         .filter(is_delivery | is_settlement | is_qos)
     )
     return timeline.select(*[F.col(f.name).cast(f.dataType) for f in CHANNEL_UNACKED_SCHEMA.fields])

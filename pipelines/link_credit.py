@@ -13,7 +13,7 @@ using the receiver's last flow; serial arithmetic throughout.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.serial import serial, serial_diff
@@ -21,24 +21,38 @@ from amqpscope.schemas.flow import LINK_CREDIT_SCHEMA
 
 _LINK_METHODS = ("attach", "flow", "transfer")
 
-# One endpoint's handle on one channel, in frame order: resolves a frame to the latest attach
-# that bound the handle (handles are reused after detach).
-_endpoint_handle = (
-    Window.partitionBy("capture_id", "connection_id", "direction", "channel", "handle")
-    .orderBy("frame_index")
-    .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-)
-# One link (both endpoints' frames), in frame order: running sender/receiver state.
-_link_key = ("capture_id", "connection_id", "link_name", "sender_direction")
-_link_so_far = Window.partitionBy(*_link_key).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-# The same, excluding the current frame: the state a transfer finds when it arrives.
-_link_before = Window.partitionBy(*_link_key).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, -1)
-# The whole link: attributes that belong to the link, not to a moment (addresses, initial count).
-_link_all = Window.partitionBy(*_link_key)
+_LINK = ("capture_id", "connection_id", "link_name", "sender_direction")
+
+# Window specifications are built per call: PySpark needs an active session to build one.
 
 
-def _last(col, window=_link_so_far):
-    return F.last(col, ignorenulls=True).over(window)
+def _endpoint_handle() -> WindowSpec:
+    """One endpoint's handle on one channel, in frame order: resolves a frame to the latest attach
+    that bound the handle (handles are reused after detach)."""
+    return (
+        Window.partitionBy("capture_id", "connection_id", "direction", "channel", "handle")
+        .orderBy("frame_index")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+
+
+def _link_so_far() -> WindowSpec:
+    """One link (both endpoints' frames) in frame order: the running sender/receiver state."""
+    return Window.partitionBy(*_LINK).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+
+
+def _link_before() -> WindowSpec:
+    """The same, excluding the current frame: the state a transfer finds when it arrives."""
+    return Window.partitionBy(*_LINK).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, -1)
+
+
+def _link_all() -> WindowSpec:
+    """The whole link: attributes of the link rather than of a moment (addresses, initial count)."""
+    return Window.partitionBy(*_LINK)
+
+
+def _last(col: Column, window: WindowSpec | None = None) -> Column:
+    return F.last(col, ignorenulls=True).over(window if window is not None else _link_so_far())
 
 
 def link_credit_timeline(frames: DataFrame) -> DataFrame:
@@ -47,8 +61,8 @@ def link_credit_timeline(frames: DataFrame) -> DataFrame:
         (F.col("protocol") == "amqp-1.0") & F.col("method").isin(*_LINK_METHODS) & F.col("handle").isNotNull()
     )
     is_attach = F.col("method") == "attach"
-    bound = events.withColumn("link_name", _last(F.when(is_attach, F.col("name")), _endpoint_handle)).withColumn(
-        "endpoint_role", _last(F.when(is_attach, F.col("role")), _endpoint_handle)
+    bound = events.withColumn("link_name", _last(F.when(is_attach, F.col("name")), _endpoint_handle())).withColumn(
+        "endpoint_role", _last(F.when(is_attach, F.col("role")), _endpoint_handle())
     )
     flipped = F.when(F.col("direction") == "c2s", "s2c").otherwise("c2s")
     linked = bound.filter(F.col("link_name").isNotNull()).withColumn(
@@ -62,13 +76,13 @@ def link_credit_timeline(frames: DataFrame) -> DataFrame:
     sender_flow = (F.col("method") == "flow") & from_sender & F.col("delivery_count").isNotNull()
 
     state = (
-        linked.withColumn("initial_delivery_count", F.first(F.when(sender_attach, F.col("initial_delivery_count")), True).over(_link_all))
-        .withColumn("target_address", F.first(F.when(is_attach, F.col("target_address")), True).over(_link_all))
-        .withColumn("source_address", F.first(F.when(is_attach, F.col("source_address")), True).over(_link_all))
+        linked.withColumn("initial_delivery_count", F.first(F.when(sender_attach, F.col("initial_delivery_count")), True).over(_link_all()))
+        .withColumn("target_address", F.first(F.when(is_attach, F.col("target_address")), True).over(_link_all()))
+        .withColumn("source_address", F.first(F.when(is_attach, F.col("source_address")), True).over(_link_all()))
         # A delivery starts with a transfer whose predecessor on the link did not say more=true.
-        .withColumn("_prev_more", _last(F.when(is_transfer, F.coalesce(F.col("more"), F.lit(False))), _link_before))
+        .withColumn("_prev_more", _last(F.when(is_transfer, F.coalesce(F.col("more"), F.lit(False))), _link_before()))
         .withColumn("is_new_delivery", is_transfer & ~F.coalesce(F.col("_prev_more"), F.lit(False)))
-        .withColumn("_deliveries", F.sum(F.col("is_new_delivery").cast("long")).over(_link_so_far))
+        .withColumn("_deliveries", F.sum(F.col("is_new_delivery").cast("long")).over(_link_so_far()))
         # The sender's own flows (e.g. after a drain) restate its delivery-count.
         .withColumn("_base_count", _last(F.when(sender_flow, F.col("delivery_count"))))
         .withColumn("_base_deliveries", _last(F.when(sender_flow, F.col("_deliveries"))))
