@@ -1,0 +1,377 @@
+"""The lake: every amqpscope table, one Delta table per name under one root directory.
+
+Tables are partitioned by ``capture_id`` and written capture by capture: a write replaces the
+partitions of the captures it (re)processed, in one Delta commit, so re-running a job on a
+capture is idempotent and leaves every other capture's rows alone.
+
+Two backends behind one interface:
+
+- ``delta-spark``: Delta Lake's own Spark integration (Databricks, or a JVM with the
+  delta-spark jars). ``replaceWhere`` gives the partition replacement.
+- ``delta-rs``: for a JVM without Delta. Spark computes and writes plain Parquet into a
+  staging directory inside the table; the files are moved into the table's Hive-style
+  partition directories and delta-rs commits the add actions (and, through the overwrite's
+  partition filter, the removes). Only file metadata passes through the driver. Local
+  filesystem only.
+
+Concurrency: each write is a single Delta commit, so readers see all of it or none of it.
+Concurrent writers are left to each engine's conflict detection: delta-spark's optimistic
+concurrency, and delta-rs's commit (which fails or retries on a conflicting version; two
+writers creating the same table at once can make one of them fail). There is no lock, and
+vacuum with a zero retention period may delete a delta-rs write's files between their move
+and their commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date
+from functools import reduce
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pyspark.sql.functions as F
+from deltalake import DeltaTable, Schema
+from deltalake.transaction import AddAction, create_table_with_add_actions
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DateType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+)
+
+from amqpscope.jobs.session import jvm_has_delta
+
+BACKENDS = ("auto", "delta-spark", "delta-rs")
+CAPTURE_ID = "capture_id"
+
+# Partition values travel as directory names and as strings in the Delta log; for these types
+# Spark's directory rendering and Delta's partition value serialization are the same text.
+_PARTITION_TYPES = (StringType, BooleanType, ByteType, ShortType, IntegerType, LongType, DateType)
+# How Spark (and Hive, and Delta writers) spell a null partition value in a directory name.
+_NULL_PARTITION_DIR = "__HIVE_DEFAULT_PARTITION__"
+_STAGING_DIR = "_staging"
+_TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
+
+
+class Lake:
+    """The amqpscope tables under one root, written and read with one of two Delta backends."""
+
+    def __init__(self, spark: SparkSession, root: str | Path, backend: str = "auto") -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        has_delta = jvm_has_delta(spark)
+        if backend == "delta-spark" and not has_delta:
+            raise ValueError("backend 'delta-spark' needs Delta Lake's jars in the JVM (io.delta.tables)")
+        self.spark = spark
+        self.backend: str = backend if backend != "auto" else ("delta-spark" if has_delta else "delta-rs")
+        if self.backend == "delta-rs":
+            if "://" in str(root):
+                raise ValueError(f"the delta-rs backend writes through the local filesystem; got root {root!s}")
+            self.root = os.path.abspath(root)
+        else:
+            self.root = str(root).rstrip("/")
+
+    def table_path(self, table: str) -> str:
+        """Where `table` lives: ``<root>/<table>``."""
+        if not _TABLE_NAME.fullmatch(table):
+            raise ValueError(f"table names are letters, digits and '_', not starting with '_'; "
+                             f"got {table!r}")
+        return f"{self.root}/{table}"
+
+    def exists(self, table: str) -> bool:
+        """True when `table` is a Delta table (it has a commit)."""
+        path = self.table_path(table)
+        if self.backend == "delta-spark":
+            from delta.tables import DeltaTable as SparkDeltaTable  # the delta-spark pip package
+
+            return bool(SparkDeltaTable.isDeltaTable(self.spark, path))
+        return DeltaTable.is_deltatable(path)
+
+    def write(
+        self,
+        df: DataFrame,
+        table: str,
+        *,
+        replace_capture_ids: Sequence[str],
+        partition_by: Sequence[str] = (CAPTURE_ID,),
+    ) -> None:
+        """Replace the rows of `replace_capture_ids` in `table` by `df`'s rows, in one commit.
+
+        Every row of `df` must belong to one of `replace_capture_ids`; an empty `df` deletes
+        those captures' rows (and creates the table with `df`'s schema if it is new).
+        """
+        path = self.table_path(table)
+        capture_ids = _checked_capture_ids(replace_capture_ids)
+        partition_columns = _checked_partition_columns(df.schema, partition_by)
+        if self.backend == "delta-spark":
+            _write_delta_spark(df, path, capture_ids, partition_columns)
+        else:
+            _write_delta_rs(self.spark, df, path, capture_ids, partition_columns)
+
+    def read(self, table: str, schema: StructType | None = None) -> DataFrame:
+        """The current snapshot of `table`; with `schema`, exactly its columns in its order."""
+        path = self.table_path(table)
+        if not self.exists(table):
+            raise FileNotFoundError(f"no Delta table at {path}")
+        if self.backend == "delta-spark":
+            df = self.spark.read.format("delta").load(path)
+            return df if schema is None else df.select(*schema.fieldNames())
+        return _read_delta_rs(self.spark, path, schema)
+
+
+def _checked_capture_ids(capture_ids: Sequence[str]) -> list[str]:
+    if isinstance(capture_ids, str):  # a lone string is a sequence of one-letter capture ids
+        raise TypeError("replace_capture_ids must be a sequence of capture ids, not a string")
+    ids = sorted(set(capture_ids))
+    if not ids or not all(isinstance(i, str) and i for i in ids):
+        raise ValueError("replace_capture_ids must name at least one capture, each a non-empty string; "
+                         f"got {capture_ids!r}")
+    return ids
+
+
+def _checked_partition_columns(schema: StructType, partition_by: Sequence[str]) -> list[str]:
+    columns = list(partition_by)
+    if CAPTURE_ID not in columns:
+        raise ValueError("tables are replaced capture by capture, so partition_by must include "
+                         f"{CAPTURE_ID!r}; got {columns}")
+    fields = {f.name: f for f in schema.fields}
+    for name in columns:
+        if name not in fields:
+            raise ValueError(f"partition column {name!r} is not a column of the DataFrame")
+        if not isinstance(fields[name].dataType, _PARTITION_TYPES):
+            raise ValueError(f"partition column {name!r} has type {fields[name].dataType.simpleString()}; "
+                             "supported: string, boolean, integral, date")
+    return columns
+
+
+def _sql_string(value: str) -> str:
+    # Spark SQL string literals treat backslash as an escape character by default.
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _write_delta_spark(df: DataFrame, path: str, capture_ids: list[str], partition_columns: list[str]) -> None:
+    predicate = f"`{CAPTURE_ID}` IN ({', '.join(_sql_string(i) for i in capture_ids)})"
+    # replaceWhere also checks that every written row matches the predicate (Delta's default).
+    (df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+        .partitionBy(*partition_columns).save(path))
+
+
+# --- delta-rs backend: Spark writes Parquet, delta-rs commits the log ----------------------------
+
+
+@dataclass(frozen=True)
+class _StagedFile:
+    """One Parquet file Spark wrote into the staging directory."""
+
+    relative_dir: str  # Hive-style partition directories, e.g. "capture_id=a%3Ab"
+    name: str
+    partition_values: dict[str, str | None]
+    num_records: int
+    size: int
+
+
+def _delta_schema_json(schema: StructType) -> str:
+    """`schema` as a Delta schema string, every field nullable.
+
+    Delta's schema serialization is Spark's StructType JSON, so the conversion is lossless
+    (timestamps stay microsecond UTC, maps, binaries and nested structs as they are). Like
+    delta-spark, the table's columns are nullable: Spark writes every Parquet column optional.
+    """
+
+    def nullable(node: Any) -> Any:
+        if isinstance(node, list):
+            return [nullable(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        return {
+            key: True if key in ("nullable", "containsNull", "valueContainsNull")
+            else value if key == "metadata" else nullable(value)
+            for key, value in node.items()
+        }
+
+    return json.dumps(nullable(schema.jsonValue()))
+
+
+def _partition_values_of(relative_dir: str, partition_columns: list[str]) -> dict[str, str | None]:
+    """Partition values from Spark's ``col=value/...`` directories (values path-escaped)."""
+    values: dict[str, str | None] = {}
+    for segment in relative_dir.split("/"):
+        name, _, escaped = segment.partition("=")
+        values[name] = None if escaped == _NULL_PARTITION_DIR else _spark_unescape(escaped)
+    if list(values) != partition_columns:
+        raise RuntimeError(f"unexpected partition directories {relative_dir!r} for {partition_columns}")
+    return values
+
+
+def _staged_files(staging: str, partition_columns: list[str]) -> list[_StagedFile]:
+    files = []
+    for directory, _, names in os.walk(staging):
+        for name in names:
+            # Spark's side files (_SUCCESS, .crc checksums) are not data.
+            if name.startswith(("_", ".")) or not name.endswith(".parquet"):
+                continue
+            file_path = os.path.join(directory, name)
+            relative_dir = os.path.relpath(directory, staging).replace(os.sep, "/")
+            files.append(_StagedFile(
+                relative_dir=relative_dir,
+                name=name,
+                partition_values=_partition_values_of(relative_dir, partition_columns),
+                num_records=pq.read_metadata(file_path).num_rows,  # the footer only
+                size=os.path.getsize(file_path),
+            ))
+    return files
+
+
+def _write_delta_rs(
+    spark: SparkSession, df: DataFrame, path: str, capture_ids: list[str], partition_columns: list[str]
+) -> None:
+    # delta-rs and every non-Spark Parquet reader need TIMESTAMP_MICROS (INT96 is legacy).
+    timestamp_type = spark.conf.get("spark.sql.parquet.outputTimestampType")
+    if timestamp_type != "TIMESTAMP_MICROS":
+        raise ValueError("spark.sql.parquet.outputTimestampType must be TIMESTAMP_MICROS, "
+                         f"not {timestamp_type} (jobs/session.py sets it)")
+    schema = Schema.from_json(_delta_schema_json(df.schema))
+    table = DeltaTable(path) if DeltaTable.is_deltatable(path) else None
+    if table is not None:
+        # delta-rs would silently replace the table's schema with the new one; the other
+        # captures' files would then no longer match it.
+        if table.schema().to_json() != schema.to_json():
+            raise ValueError(f"schema of the rows differs from table {path}'s:\n"
+                             f"{schema.to_json()}\n{table.schema().to_json()}")
+        if table.metadata().partition_columns != partition_columns:
+            raise ValueError(f"table {path} is partitioned by {table.metadata().partition_columns}, "
+                             f"not {partition_columns}")
+
+    staging = os.path.join(path, _STAGING_DIR, uuid.uuid4().hex)
+    moved: list[str] = []
+    committed = False
+    try:
+        df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging)
+        staged = [f for f in _staged_files(staging, partition_columns) if f.num_records > 0]
+        strays = sorted({f.partition_values[CAPTURE_ID] or "" for f in staged} - set(capture_ids))
+        if strays:
+            raise ValueError(f"rows of captures {strays} are not in replace_capture_ids {capture_ids}")
+        adds = []
+        for f in staged:
+            # Into the table's own partition directories: the layout every Delta reader expects
+            # and that vacuum cleans (it skips "_" directories such as the staging one).
+            relative_path = f"{f.relative_dir}/{f.name}"
+            target = os.path.join(path, relative_path)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if os.path.exists(target):  # Spark's file names carry the write job's UUID
+                raise FileExistsError(target)
+            os.rename(os.path.join(staging, relative_path), target)
+            moved.append(target)
+            adds.append(AddAction(
+                path=relative_path,  # the file's own name: delta-rs URI-encodes it for the log
+                size=f.size,
+                partition_values=f.partition_values,
+                modification_time=int(os.path.getmtime(target) * 1000),
+                data_change=True,
+                stats=json.dumps({"numRecords": f.num_records}),
+            ))
+        if table is None:
+            create_table_with_add_actions(path, schema, adds, mode="error", partition_by=partition_columns)
+        else:
+            table.create_write_transaction(
+                adds, mode="overwrite", schema=schema, partition_by=partition_columns,
+                partition_filters=[(CAPTURE_ID, "in", capture_ids)],
+            )
+        committed = True
+    finally:
+        if not committed:
+            for target in moved:  # referenced by no commit: not worth keeping for vacuum
+                os.remove(target)
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            os.rmdir(os.path.dirname(staging))
+        except OSError:
+            pass  # another write is staging too
+
+
+def _spark_unescape(value: str) -> str:
+    # Spark's partition discovery decodes each %XX to one char (Latin-1), not UTF-8 bytes.
+    return unquote(value, encoding="latin-1")
+
+
+def _partition_string(value: Any) -> str | None:
+    """A typed partition value from `get_add_actions` back in its directory / log text form."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, date):
+        return value.isoformat()
+    return str(value)
+
+
+def _hive_layout_matches(
+    relative_paths: list[str], partitions: list[Mapping[str, Any]], partition_columns: list[str]
+) -> bool:
+    """True when Spark's partition discovery on these paths yields the log's partition values."""
+    for relative_path, values in zip(relative_paths, partitions):
+        if relative_path.startswith("/") or "://" in relative_path:
+            return False
+        segments = relative_path.split("/")[:-1]
+        if len(segments) != len(partition_columns):
+            return False
+        for segment, column in zip(segments, partition_columns):
+            name, eq, escaped = segment.partition("=")
+            found = None if escaped == _NULL_PARTITION_DIR else _spark_unescape(escaped)
+            if name != column or not eq or found != _partition_string(values[column]):
+                return False
+    return True
+
+
+def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) -> DataFrame:
+    table = DeltaTable(path)
+    table_schema = StructType.fromJson(json.loads(table.schema().to_json()))
+    schema = table_schema if schema is None else schema
+    partition_columns = table.metadata().partition_columns
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    if not actions["path"]:
+        return spark.createDataFrame([], schema)
+    relative_paths = [unquote(p) for p in actions["path"]]
+    files = [os.path.join(path, p) for p in relative_paths]
+    partitions = [{c: actions[f"partition.{c}"][i] for c in partition_columns} for i in range(len(files))]
+    # Partition columns are in the log, not in the files.
+    read_schema = StructType([f for f in schema.fields if f.name not in partition_columns]
+                             + [f for f in table_schema.fields if f.name in partition_columns])
+    if _hive_layout_matches(relative_paths, partitions, partition_columns):
+        # One scan; Spark's partition discovery from the directories gives the same values
+        # as the log, typed by the schema.
+        df = spark.read.schema(read_schema).option("basePath", path).parquet(*files)
+    else:
+        df = _read_by_partition(spark, read_schema, files, partitions, partition_columns)
+    return df.select(*schema.fieldNames())
+
+
+def _read_by_partition(spark: SparkSession, read_schema: StructType, files: list[str],
+                       partitions: list[Mapping[str, Any]], partition_columns: list[str]) -> DataFrame:
+    """One scan per partition, its values from the log: for layouts Spark can't discover."""
+    data_schema = StructType([f for f in read_schema.fields if f.name not in partition_columns])
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for file, values in zip(files, partitions):
+        groups.setdefault(tuple(values[c] for c in partition_columns), []).append(file)
+    types = {f.name: f.dataType for f in read_schema.fields}
+    scans = [
+        spark.read.schema(data_schema).parquet(*group_files).select(
+            "*", *[F.lit(value).cast(types[c]).alias(c) for c, value in zip(partition_columns, key)])
+        for key, group_files in groups.items()
+    ]
+    return reduce(DataFrame.unionByName, scans)

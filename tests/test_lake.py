@@ -1,0 +1,243 @@
+"""The lake's storage contract, on the delta-rs backend (this JVM has no Delta jars)."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from pyspark.testing import assertDataFrameEqual
+
+from amqpscope.jobs.lake import Lake
+
+SCHEMA = "capture_id string, n long, ts timestamp, m map<string,string>, b binary, s struct<x:int,tags:array<string>>"
+TS = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=timezone.utc)
+TS2 = datetime(2024, 5, 6, 7, 8, 9, 654321, tzinfo=timezone.utc)
+
+
+def rows_a() -> list[tuple]:
+    return [
+        ("cap-a", 1, TS, {"k": "v"}, b"\x00\x01", (7, ["x", "y"])),
+        ("cap-a", 2, TS2, None, None, None),
+    ]
+
+
+def rows_b() -> list[tuple]:
+    return [("cap-b", 10, TS, {}, b"", (None, []))]
+
+
+@pytest.fixture()
+def lake(spark, tmp_path) -> Lake:
+    return Lake(spark, tmp_path / "lake")
+
+
+def table_rows(lake: Lake, table: str) -> list[dict]:
+    """The table as delta-rs reads it, sorted, for comparing with plain Python values."""
+    rows = DeltaTable(lake.table_path(table)).to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda r: (r["capture_id"], r["n"]))
+
+
+def log_files(lake: Lake, table: str) -> list[str]:
+    return sorted(DeltaTable(lake.table_path(table)).file_uris())
+
+
+def test_auto_backend_is_delta_rs_without_delta_jars(spark, tmp_path):
+    assert Lake(spark, tmp_path, backend="auto").backend == "delta-rs"
+    assert Lake(spark, tmp_path).backend == "delta-rs"
+
+
+def test_bad_backend_names_the_allowed_ones(spark, tmp_path):
+    with pytest.raises(ValueError, match="auto, delta-spark, delta-rs.*'parquet'"):
+        Lake(spark, tmp_path, backend="parquet")
+
+
+def test_delta_spark_backend_needs_delta_jars(spark, tmp_path):
+    with pytest.raises(ValueError, match="delta-spark"):
+        Lake(spark, tmp_path, backend="delta-spark")
+
+
+def test_table_path_is_under_the_root(lake, tmp_path):
+    assert lake.table_path("frames") == str(tmp_path / "lake" / "frames")
+    with pytest.raises(ValueError, match="table names"):
+        lake.table_path("../frames")
+
+
+def test_write_then_read_roundtrip(spark, lake):
+    df = spark.createDataFrame(rows_a() + rows_b(), SCHEMA)
+    lake.write(df, "frames", replace_capture_ids=["cap-a", "cap-b"])
+
+    assert lake.exists("frames")
+    actual = lake.read("frames")
+    assertDataFrameEqual(actual, df)
+    assert actual.schema.fieldNames() == df.schema.fieldNames()
+
+    dt = DeltaTable(lake.table_path("frames"))
+    assert dt.metadata().partition_columns == ["capture_id"]
+    arrow_schema = dt.to_pyarrow_table().schema
+    assert arrow_schema.field("ts").type == pa.timestamp("us", tz="UTC")
+    assert arrow_schema.field("b").type == pa.binary()
+    assert table_rows(lake, "frames") == [
+        {"capture_id": "cap-a", "n": 1, "ts": TS, "m": [("k", "v")], "b": b"\x00\x01",
+         "s": {"x": 7, "tags": ["x", "y"]}},
+        {"capture_id": "cap-a", "n": 2, "ts": TS2, "m": None, "b": None, "s": None},
+        {"capture_id": "cap-b", "n": 10, "ts": TS, "m": [], "b": b"", "s": {"x": None, "tags": []}},
+    ]
+
+
+def test_rewriting_a_capture_is_idempotent_and_one_commit_each(spark, lake):
+    df = spark.createDataFrame(rows_a(), SCHEMA)
+    lake.write(df, "frames", replace_capture_ids=["cap-a"])
+    first_files = log_files(lake, "frames")
+    lake.write(df, "frames", replace_capture_ids=["cap-a"])
+
+    assertDataFrameEqual(lake.read("frames"), df)
+    dt = DeltaTable(lake.table_path("frames"))
+    assert dt.version() == 1
+    assert len(dt.file_uris()) == len(first_files)
+    assert set(dt.file_uris()).isdisjoint(first_files)  # the second write's files replaced the first's
+
+
+def test_writing_capture_b_leaves_capture_a_untouched(spark, lake):
+    df_a = spark.createDataFrame(rows_a(), SCHEMA)
+    lake.write(df_a, "frames", replace_capture_ids=["cap-a"])
+    files_a = log_files(lake, "frames")
+    df_b = spark.createDataFrame(rows_b(), SCHEMA)
+    lake.write(df_b, "frames", replace_capture_ids=["cap-b"])
+
+    assertDataFrameEqual(lake.read("frames"), df_a.unionByName(df_b))
+    assert set(files_a) <= set(log_files(lake, "frames"))
+
+
+def test_replacing_a_capture_with_fewer_rows_removes_the_old_ones(spark, lake):
+    lake.write(spark.createDataFrame(rows_a() + rows_b(), SCHEMA), "frames", replace_capture_ids=["cap-a", "cap-b"])
+    fewer = spark.createDataFrame(rows_a()[1:], SCHEMA)
+    lake.write(fewer, "frames", replace_capture_ids=["cap-a"])
+
+    expected = spark.createDataFrame(rows_a()[1:] + rows_b(), SCHEMA)
+    assertDataFrameEqual(lake.read("frames"), expected)
+    assert [(r["capture_id"], r["n"]) for r in table_rows(lake, "frames")] == [("cap-a", 2), ("cap-b", 10)]
+
+
+def test_empty_write_creates_a_readable_empty_table(spark, lake):
+    empty = spark.createDataFrame([], SCHEMA)
+    lake.write(empty, "frames", replace_capture_ids=["cap-a"])
+
+    actual = lake.read("frames")
+    assert actual.count() == 0
+    assert actual.schema == empty.schema
+    arrow = DeltaTable(lake.table_path("frames")).to_pyarrow_table()
+    assert arrow.num_rows == 0
+    assert arrow.column_names == empty.schema.fieldNames()
+
+
+def test_empty_write_removes_the_capture(spark, lake):
+    lake.write(spark.createDataFrame(rows_a() + rows_b(), SCHEMA), "frames", replace_capture_ids=["cap-a", "cap-b"])
+    lake.write(spark.createDataFrame([], SCHEMA), "frames", replace_capture_ids=["cap-a"])
+
+    assertDataFrameEqual(lake.read("frames"), spark.createDataFrame(rows_b(), SCHEMA))
+    assert DeltaTable(lake.table_path("frames")).version() == 1
+
+
+def test_rows_of_other_captures_are_rejected_and_nothing_is_committed(spark, lake):
+    lake.write(spark.createDataFrame(rows_a(), SCHEMA), "frames", replace_capture_ids=["cap-a"])
+    table_dir = lake.table_path("frames")
+    files_before = sorted(os.path.join(d, f) for d, _, fs in os.walk(table_dir) for f in fs)
+
+    with pytest.raises(ValueError, match="cap-b"):
+        lake.write(spark.createDataFrame(rows_a() + rows_b(), SCHEMA), "frames", replace_capture_ids=["cap-a"])
+
+    assert DeltaTable(table_dir).version() == 0
+    assert sorted(os.path.join(d, f) for d, _, fs in os.walk(table_dir) for f in fs) == files_before
+
+
+def test_a_different_schema_is_rejected(spark, lake):
+    lake.write(spark.createDataFrame(rows_a(), SCHEMA), "frames", replace_capture_ids=["cap-a"])
+    wider = spark.createDataFrame([("cap-a", 1, "x")], "capture_id string, n long, extra string")
+    with pytest.raises(ValueError, match="schema"):
+        lake.write(wider, "frames", replace_capture_ids=["cap-a"])
+    assert DeltaTable(lake.table_path("frames")).version() == 0
+
+
+@pytest.mark.parametrize(
+    ("replace_capture_ids", "partition_by", "error"),
+    [
+        ([], ("capture_id",), ValueError),
+        ("cap-a", ("capture_id",), TypeError),
+        (["cap-a"], ("n",), ValueError),
+        (["cap-a"], ("capture_id", "ts"), ValueError),
+    ],
+)
+def test_bad_write_arguments_are_rejected(spark, lake, replace_capture_ids, partition_by, error):
+    with pytest.raises(error):
+        lake.write(spark.createDataFrame(rows_a(), SCHEMA), "frames",
+                   replace_capture_ids=replace_capture_ids, partition_by=partition_by)
+    assert not lake.exists("frames")
+
+
+def test_files_are_in_partition_directories_and_staging_is_cleaned(spark, lake):
+    lake.write(spark.createDataFrame(rows_a() + rows_b(), SCHEMA), "frames", replace_capture_ids=["cap-a", "cap-b"])
+    table_dir = lake.table_path("frames")
+    dirs = sorted({os.path.relpath(os.path.dirname(f), table_dir) for f in log_files(lake, "frames")})
+    assert dirs == ["capture_id=cap-a", "capture_id=cap-b"]
+    assert sorted(os.listdir(table_dir)) == ["_delta_log", "capture_id=cap-a", "capture_id=cap-b"]
+
+
+def test_capture_ids_that_need_escaping_roundtrip(spark, lake):
+    ids = ["a b", "x:y%z/w", "it's", "ü"]
+    df = spark.createDataFrame([(cid, i) for i, cid in enumerate(ids)], "capture_id string, n long")
+    lake.write(df, "odd", replace_capture_ids=ids)
+    lake.write(df.where("n = 1"), "odd", replace_capture_ids=["x:y%z/w"])
+
+    assertDataFrameEqual(lake.read("odd"), df)
+    assert [(r["capture_id"], r["n"]) for r in table_rows(lake, "odd")] == sorted((c, i) for i, c in enumerate(ids))
+
+
+def test_reads_a_table_whose_directories_spark_cannot_decode(spark, lake):
+    # delta-rs escapes non-ASCII directory names as UTF-8 bytes, which Spark's partition
+    # discovery would decode as Latin-1; the log's partition values must win.
+    path = lake.table_path("foreign")
+    write_deltalake(path, pa.table({"capture_id": ["ü", "plain"], "n": [1, 2]}), partition_by=["capture_id"])
+
+    expected = spark.createDataFrame([("ü", 1), ("plain", 2)], "capture_id string, n long")
+    assertDataFrameEqual(lake.read("foreign"), expected)
+
+
+def test_read_with_a_schema_gives_its_columns_in_its_order(spark, lake):
+    lake.write(spark.createDataFrame(rows_a(), SCHEMA), "frames", replace_capture_ids=["cap-a"])
+    actual = lake.read("frames", schema=spark.createDataFrame([], "n long, capture_id string").schema)
+    assertDataFrameEqual(actual, spark.createDataFrame([(1, "cap-a"), (2, "cap-a")], "n long, capture_id string"))
+
+
+def test_reading_a_missing_table_raises(lake):
+    assert not lake.exists("frames")
+    with pytest.raises(FileNotFoundError, match="frames"):
+        lake.read("frames")
+
+
+def test_table_columns_are_nullable_like_delta_spark(spark, lake):
+    strict = spark.createDataFrame([("cap-a", 1)], "capture_id string not null, n long not null")
+    lake.write(strict, "counts", replace_capture_ids=["cap-a"])
+    loose = spark.createDataFrame([("cap-a", 2)], "capture_id string, n long")
+    lake.write(loose, "counts", replace_capture_ids=["cap-a"])
+
+    actual = lake.read("counts")
+    assert [f.nullable for f in actual.schema.fields] == [True, True]
+    assertDataFrameEqual(actual, loose)
+
+
+def test_a_failed_commit_leaves_no_files_behind(spark, lake, monkeypatch):
+    lake.write(spark.createDataFrame(rows_a(), SCHEMA), "frames", replace_capture_ids=["cap-a"])
+    table_dir = lake.table_path("frames")
+    files_before = sorted(os.path.join(d, f) for d, _, fs in os.walk(table_dir) for f in fs)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("commit refused")
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", refuse)
+    with pytest.raises(RuntimeError, match="commit refused"):
+        lake.write(spark.createDataFrame(rows_a(), SCHEMA), "frames", replace_capture_ids=["cap-a"])
+
+    assert sorted(os.path.join(d, f) for d, _, fs in os.walk(table_dir) for f in fs) == files_before
+    assert sorted(os.listdir(table_dir)) == ["_delta_log", "capture_id=cap-a"]
