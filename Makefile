@@ -25,8 +25,10 @@ demo: setup
 test: setup system-deps
 	$(BIN)/python -m pytest
 
+# Regenerates the bundled samples (root: tcpdump on lo). See samples/README.md.
 captures: setup system-deps
-	$(BIN)/amqpscope capture --out samples
+	$(BIN)/amqpscope capture --out samples --scenario amqp091_qos_confirms --scenario amqp10_credit
+	$(BIN)/amqpscope capture --out samples --scenario mixed --pcapng
 
 clean:
 	rm -rf out build *.egg-info

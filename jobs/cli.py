@@ -94,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    # Progress is ours to report; the libraries' INFO chatter is not.
+    for noisy in ("great_expectations", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return args.run(args)
     except (CaptureError, ValueError) as exc:

@@ -84,7 +84,7 @@ AMQP10_FIELDS = [
     StructField("error_condition", StringType(), True),
     StructField("error_description", StringType(), True),
     StructField("mechanism", StringType(), True),  # SASL; the initial response is never kept
-    StructField("sasl_code", IntegerType(), True),
+    StructField("sasl_code", StringType(), True),  # sasl-outcome code by its spec choice name (ok, auth, ...)
     StructField("payload_size", LongType(), True),  # transfer payload bytes after the performative
 ]
 

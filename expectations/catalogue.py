@@ -1,0 +1,156 @@
+"""The rule catalogue: rules.yml loaded into validated, frozen rules, and the violations they find.
+
+A rule is a row-level Spark SQL predicate over one input table (DOMAIN.md section 6). The same
+predicate text drives both :func:`violations` (the rows written to the violations table) and the
+Great Expectations suites in :mod:`amqpscope.expectations.suite`, so the two always agree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import pyspark.sql.functions as F
+import yaml
+from pyspark.sql import Column, DataFrame
+from pyspark.sql.types import ArrayType, BinaryType, DataType, MapType, StructType
+
+from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA, LINK_CREDIT_SCHEMA
+from amqpscope.schemas.frames import CONNECTIONS_SCHEMA, FRAMES_SCHEMA
+from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
+
+Severity = Literal["error", "warning", "capture"]
+SEVERITIES: tuple[str, ...] = get_args(Severity)
+
+# The tables a rule can be written against, with the schema its evidence columns are checked on.
+TABLE_SCHEMAS: Mapping[str, StructType] = {
+    "frames": FRAMES_SCHEMA,
+    "connections": CONNECTIONS_SCHEMA,
+    "link_credit": LINK_CREDIT_SCHEMA,
+    "channel_unacked": CHANNEL_UNACKED_SCHEMA,
+}
+
+CATALOGUE_PATH = Path(__file__).with_name("rules.yml")
+
+# Dotted, lower-case and stable: reports, Data Docs and stored violations refer to rules by it.
+_RULE_ID = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
+
+_RULE_KEYS = ("id", "severity", "description", "table", "violation", "evidence")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One catalogue rule: a row of `table` breaks it when `violation` is true."""
+
+    id: str
+    severity: Severity
+    description: str
+    table: str
+    violation: str  # Spark SQL boolean expression over the table's columns
+    evidence: tuple[str, ...]
+    source: str = field(default="<inline>", compare=False)  # file the rule came from, for errors
+
+    def __post_init__(self) -> None:
+        def fail(problem: str) -> ValueError:
+            return ValueError(f"{self.source}: rule {self.id!r}: {problem}")
+
+        if not isinstance(self.id, str) or not _RULE_ID.fullmatch(self.id):
+            raise fail("id must be dotted lower-case words, e.g. amqp10.link.credit_exceeded")
+        if self.severity not in SEVERITIES:
+            raise fail(f"unknown severity {self.severity!r} (one of {', '.join(SEVERITIES)})")
+        for name in ("description", "violation"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise fail(f"{name} must be a non-empty string")
+        if not isinstance(self.table, str) or self.table not in TABLE_SCHEMAS:
+            raise fail(f"unknown table {self.table!r} (one of {', '.join(TABLE_SCHEMAS)})")
+        if not (isinstance(self.evidence, tuple) and all(isinstance(c, str) for c in self.evidence)):
+            raise fail("evidence must be a list of column names")
+        unknown = [c for c in self.evidence if c not in TABLE_SCHEMAS[self.table].fieldNames()]
+        if unknown:
+            raise fail(f"evidence columns not in table {self.table}: {', '.join(unknown)}")
+
+
+def rule_from_mapping(entry: Mapping[str, Any], source: str = "<inline>") -> Rule:
+    """A Rule from one YAML entry; a missing or unknown key is a ValueError naming the rule."""
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{source}: every rule must be a mapping, got {entry!r}")
+    rule_id = entry.get("id", "<no id>")
+    missing = [k for k in _RULE_KEYS if k not in entry]
+    unknown = sorted(set(entry) - set(_RULE_KEYS))
+    if missing or unknown:
+        problems = [f"missing {', '.join(missing)}"] if missing else []
+        problems += [f"unknown keys {', '.join(map(str, unknown))}"] if unknown else []
+        raise ValueError(f"{source}: rule {rule_id!r}: {'; '.join(problems)}")
+    evidence = entry["evidence"]
+    return Rule(
+        id=entry["id"],
+        severity=entry["severity"],
+        description=entry["description"],
+        table=entry["table"],
+        violation=entry["violation"],
+        evidence=tuple(evidence) if isinstance(evidence, list) else evidence,
+        source=source,
+    )
+
+
+def load_rules(path: Path = CATALOGUE_PATH) -> tuple[Rule, ...]:
+    """Load and validate a rule file (rules.yml by default); rule ids must be unique."""
+    path = Path(path)
+    document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(document, Mapping) or not isinstance(document.get("rules"), list):
+        raise ValueError(f"{path}: expected a top-level 'rules' list")
+    rules = tuple(rule_from_mapping(entry, source=str(path)) for entry in document["rules"])
+    seen: set[str] = set()
+    for rule in rules:
+        if rule.id in seen:
+            raise ValueError(f"{path}: rule {rule.id!r}: duplicate id")
+        seen.add(rule.id)
+    return rules
+
+
+def rules_for(table: str, rules: Iterable[Rule] | None = None) -> tuple[Rule, ...]:
+    """The rules checked on `table`, from `rules` or the shipped catalogue, in catalogue order."""
+    return tuple(r for r in (load_rules() if rules is None else rules) if r.table == table)
+
+
+def _as_text(column: Column, data_type: DataType) -> Column:
+    # Evidence is map<string,string>: binary delivery tags read best as hex, nested values as JSON.
+    if isinstance(data_type, BinaryType):
+        return F.hex(column)
+    if isinstance(data_type, (ArrayType, MapType, StructType)):
+        return F.to_json(column)
+    return column.cast("string")
+
+
+def violations(df: DataFrame, rule: Rule) -> DataFrame:
+    """The rows of `df` that break `rule`, as VIOLATIONS_SCHEMA rows carrying their evidence.
+
+    Key columns the table lacks (handle on a 0-9-1 table, channel on connections) are null.
+    """
+    column_types = {f.name: f.dataType for f in df.schema.fields}
+    evidence = F.create_map(
+        *chain.from_iterable(
+            (F.lit(name), _as_text(F.col(name), column_types[name])) for name in rule.evidence
+        )
+    )
+    constants = {
+        "rule_id": F.lit(rule.id),
+        "severity": F.lit(rule.severity),
+        "description": F.lit(rule.description),
+        "evidence": evidence,
+    }
+    columns = []
+    for target in VIOLATIONS_SCHEMA.fields:
+        if target.name in constants:
+            value = constants[target.name]
+        elif target.name in column_types:  # the row's own key: capture, connection, channel, ...
+            value = F.col(target.name)
+        else:
+            value = F.lit(None)
+        columns.append(value.cast(target.dataType).alias(target.name))
+    return df.where(F.expr(rule.violation)).select(*columns)
