@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-SAMPLE ?= samples/amqp091-qos-confirms.pcap
+SAMPLE ?= samples/mixed.pcapng
 LAKE ?= out/lake
 
 .PHONY: setup system-deps demo test captures bench clean

@@ -20,7 +20,11 @@ from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA
 
 _DELIVERIES = ("basic.deliver", "basic.get-ok")
 _SETTLEMENTS = ("basic.ack", "basic.nack", "basic.reject")
-_EVENTS = (*_DELIVERIES, *_SETTLEMENTS, "basic.qos", "channel.open")
+# Requests and their synchronous replies, paired in order on a channel to learn which deliveries
+# need no ack: a consumer or a basic.get with no-ack=true.
+_NO_ACK_REQUESTS = {"basic.consume": ("basic.consume-ok",), "basic.get": ("basic.get-ok", "basic.get-empty")}
+_EVENTS = (*_DELIVERIES, *_SETTLEMENTS, "basic.qos", "channel.open", *_NO_ACK_REQUESTS,
+           *(r for replies in _NO_ACK_REQUESTS.values() for r in replies))
 
 _CHANNEL = ("capture_id", "connection_id", "channel", "incarnation")
 
@@ -47,6 +51,33 @@ def _by_tag_onwards() -> WindowSpec:
     return Window.partitionBy(*_CHANNEL).orderBy("tag", "is_mark").rowsBetween(Window.currentRow, Window.unboundedFollowing)
 
 
+def _nth_on_channel() -> WindowSpec:
+    """Requests (or replies) of one kind on a channel in order: the n-th reply answers the n-th request."""
+    return Window.partitionBy(*_CHANNEL, "_kind").orderBy("frame_index")
+
+
+def _no_ack_marks(events: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(no-ack consumer tags, frame indexes of get-ok replies to no-ack gets) per channel."""
+    paired = []
+    for request, replies in _NO_ACK_REQUESTS.items():
+        asked = (
+            events.filter((F.col("method") == request) & (F.col("direction") == "c2s"))
+            .withColumn("_kind", F.lit(request))
+            .withColumn("_n", F.row_number().over(_nth_on_channel()))
+            .select(*_CHANNEL, "_n", F.coalesce(F.col("no_ack"), F.lit(False)).alias("_no_ack"))
+        )
+        answered = (
+            events.filter(F.col("method").isin(*replies) & (F.col("direction") == "s2c"))
+            .withColumn("_kind", F.lit(request))
+            .withColumn("_n", F.row_number().over(_nth_on_channel()))
+            .select(*_CHANNEL, "_n", "method", "consumer_tag", "frame_index")
+        )
+        paired.append(asked.join(answered, on=[*_CHANNEL, "_n"]).filter(F.col("_no_ack")))
+    consumers = paired[0].select(*_CHANNEL, "consumer_tag", F.lit(True).alias("_no_ack_consumer"))
+    gets = paired[1].filter(F.col("method") == "basic.get-ok").select(*_CHANNEL, "frame_index", F.lit(True).alias("_no_ack_get"))
+    return consumers, gets
+
+
 def channel_unacked_timeline(frames: DataFrame) -> DataFrame:
     """The channel_unacked table (``schemas.flow.CHANNEL_UNACKED_SCHEMA``) from the frames table."""
     is_open = F.col("method") == "channel.open"
@@ -54,10 +85,16 @@ def channel_unacked_timeline(frames: DataFrame) -> DataFrame:
         frames.filter((F.col("protocol") == "amqp-0-9-1") & F.col("method").isin(*_EVENTS))
         .withColumn("incarnation", F.sum(is_open.cast("int")).over(_channel_number_so_far()))
     )
-    is_delivery = F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")
+    consumers, gets = _no_ack_marks(events)
+    events = events.join(consumers, on=[*_CHANNEL, "consumer_tag"], how="left").join(gets, on=[*_CHANNEL, "frame_index"], how="left")
+    any_delivery = F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")
+    no_ack = F.coalesce(F.col("_no_ack_consumer"), F.col("_no_ack_get"), F.lit(False))
+    # Deliveries to no-ack consumers or gets take a tag but are never acknowledged.
+    is_delivery = any_delivery & ~no_ack
     # Consumer acks travel client to server; broker acks on the same channel are publisher confirms.
     is_settlement = F.col("method").isin(*_SETTLEMENTS) & (F.col("direction") == "c2s")
-    events = events.withColumn("_delivered", F.sum(is_delivery.cast("long")).over(_channel_so_far()))
+    # Highest tag delivered so far: what a multiple settlement with tag 0 reaches.
+    events = events.withColumn("_delivered", F.max(F.when(any_delivery, F.col("delivery_tag"))).over(_channel_so_far()))
 
     deliveries = events.filter(is_delivery).select(*_CHANNEL, F.col("delivery_tag").alias("tag"), F.col("frame_index").alias("delivered_at"))
     settlements = events.filter(is_settlement)
@@ -95,6 +132,6 @@ def channel_unacked_timeline(frames: DataFrame) -> DataFrame:
         .withColumn("unacked", F.sum(F.coalesce(F.col("delta"), F.lit(0))).over(_channel_so_far()))
         .withColumn("prefetch_count", F.last(F.when(is_qos, F.col("prefetch_count")), True).over(_channel_so_far()))
         .withColumn("prefetch_global", F.last(F.when(is_qos, F.col("global")), True).over(_channel_so_far()))
-        .filter(is_delivery | is_settlement | is_qos)
+        .filter(any_delivery | is_settlement | is_qos)
     )
     return timeline.select(*[F.col(f.name).cast(f.dataType) for f in CHANNEL_UNACKED_SCHEMA.fields])

@@ -119,3 +119,22 @@ def test_multiple_ack_with_tag_zero_settles_everything_delivered(spark):
     actual = channel_unacked_timeline(frames_df(spark, "amqp-0-9-1", events)).select("frame_index", "unacked")
     expected = spark.createDataFrame([(0, 1), (1, 2), (2, 0), (3, 1)], "frame_index long, unacked long")
     assertDataFrameEqual(actual, expected)
+
+
+def test_no_ack_deliveries_are_never_unacked(spark):
+    events = [
+        dict(direction="c2s", method="basic.consume", channel=1, consumer_tag="", no_ack=True),
+        dict(direction="s2c", method="basic.consume-ok", channel=1, consumer_tag="amq.ctag-1"),
+        dict(direction="c2s", method="basic.consume", channel=1, consumer_tag="acking", no_ack=False),
+        dict(direction="s2c", method="basic.consume-ok", channel=1, consumer_tag="acking"),
+        dict(direction="s2c", method="basic.deliver", channel=1, delivery_tag=1, consumer_tag="amq.ctag-1"),
+        dict(direction="s2c", method="basic.deliver", channel=1, delivery_tag=2, consumer_tag="acking"),
+        dict(direction="c2s", method="basic.get", channel=1, no_ack=True),
+        dict(direction="s2c", method="basic.get-ok", channel=1, delivery_tag=3),
+        dict(direction="c2s", method="basic.get", channel=1, no_ack=False),
+        dict(direction="s2c", method="basic.get-ok", channel=1, delivery_tag=4),
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=0, multiple=True),
+    ]
+    actual = channel_unacked_timeline(frames_df(spark, "amqp-0-9-1", events)).select("frame_index", "unacked")
+    expected = spark.createDataFrame([(4, 0), (5, 1), (7, 1), (9, 2), (10, 0)], "frame_index long, unacked long")
+    assertDataFrameEqual(actual, expected)

@@ -203,9 +203,23 @@ def test_tshark_decodes_what_the_clients_did(
 def test_captures_leave_no_process_behind(
     captures: dict[str, Path], broker: PrivateBroker
 ) -> None:
-    # Only the broker's own processes may still run (tcpdump, editcap, clients are gone).
-    leftovers = descendants(os.getpid()) - broker.started_processes
+    # Only the broker's own processes may still run (tcpdump, editcap, clients are gone). Other
+    # fixtures of the same pytest run (Spark's JVM and Python workers) are not the testbed's.
+    leftovers = {
+        ref for ref in descendants(os.getpid()) - broker.started_processes if _command(ref.pid) in TESTBED_COMMANDS
+    }
     assert leftovers == set()
+
+
+# Every program the testbed starts, by kernel command name (/proc/PID/comm).
+TESTBED_COMMANDS = frozenset({"tcpdump", "editcap", "beam.smp", "epmd", "erl_child_setup", "inet_gethost", "rabbitmq-server"})
+
+
+def _command(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
 
 
 def test_private_broker_config_control_and_stop() -> None:
@@ -222,3 +236,34 @@ def test_private_broker_config_control_and_stop() -> None:
     assert base_dir is not None and not base_dir.exists()
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+# -- amqpscope on what was just captured -------------------------------------------------------
+
+
+def test_analyze_live_captures(spark, captures: dict[str, Path], broker: PrivateBroker, tmp_path: Path) -> None:
+    """The captures of this run go through the whole chain; the tables hold the ground truth."""
+    from pyspark.sql import functions as F
+
+    from amqpscope.conf.settings import AnalyzeConfig
+    from amqpscope.jobs.analyze import analyze
+    from amqpscope.jobs.lake import Lake
+
+    config = AnalyzeConfig(lake=tmp_path / "lake", ports=(broker.port,))
+    result = analyze(spark, [str(p) for p in captures.values()], config)
+    assert result.suites_passed
+    assert result.row_counts["quarantine"] == 0 and result.row_counts["violations"] == 0
+    frames = Lake(spark, config.lake).read("frames")
+    counts = {(r.direction, r.method): r["count"] for r in frames.groupBy("direction", "method").count().collect()}
+    runs = {name: truth_of(path)["ground_truth"] for name, path in captures.items()}
+    published = sum(t["messages_published"] for gt in runs.values() for t in gt.values() if "messages_published" in t)
+    delivered = sum(t["deliveries_received"] for gt in runs.values() for t in gt.values() if "deliveries_received" in t)
+    sent = sum(t["messages_sent"] for gt in runs.values() for t in gt.values() if "messages_sent" in t)
+    received = sum(t["messages_received"] for gt in runs.values() for t in gt.values() if "messages_received" in t)
+    assert counts[("c2s", "basic.publish")] == published
+    assert counts[("s2c", "basic.deliver")] == delivered
+    assert counts[("c2s", "transfer")] == sent
+    assert counts[("s2c", "transfer")] == received
+    connections = Lake(spark, config.lake).read("connections")
+    assert connections.filter(F.col("server_port") != broker.port).count() == 0
+    assert connections.agg(F.sum("c2s_missing_bytes") + F.sum("s2c_missing_bytes")).first()[0] == 0
