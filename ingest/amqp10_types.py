@@ -133,9 +133,11 @@ def _variable(enc: Encoding) -> Decoder:
     return decode
 
 
-def _compound(enc: Encoding) -> Decoder:
+def _sequence(enc: Encoding) -> Decoder:
+    """list, map and array encodings: size, count, then the elements (an array's share one constructor)."""
     read_size = _size_reader(enc.width)
     is_map = enc.type_name == "map"
+    is_array = enc.category == "array"
 
     def decode(buf: memoryview, pos: int) -> tuple[Any, int]:
         size, pos = read_size(buf, pos)
@@ -143,9 +145,12 @@ def _compound(enc: Encoding) -> Decoder:
         if end > len(buf) or size < enc.width:
             raise DecodeError(f"{enc.name} of {size} bytes overruns the frame", pos)
         count, pos = read_size(buf, pos)
+        element: Decoder = decode_value
+        if is_array:
+            element, pos = _constructor(buf, pos)
         items = []
         for _ in range(count):
-            value, pos = decode_value(buf, pos)
+            value, pos = element(buf, pos)
             items.append(value)
         if pos != end:
             raise DecodeError(f"{enc.name} size {size} disagrees with its {count} elements", pos)
@@ -153,27 +158,6 @@ def _compound(enc: Encoding) -> Decoder:
             if count % 2:
                 raise DecodeError(f"{enc.name} has an odd number ({count}) of elements", pos)
             return dict(zip(map(_hashable, items[0::2]), items[1::2])), pos
-        return items, pos
-
-    return decode
-
-
-def _array(enc: Encoding) -> Decoder:
-    read_size = _size_reader(enc.width)
-
-    def decode(buf: memoryview, pos: int) -> tuple[Any, int]:
-        size, pos = read_size(buf, pos)
-        end = pos + size
-        if end > len(buf) or size < enc.width:
-            raise DecodeError(f"{enc.name} of {size} bytes overruns the frame", pos)
-        count, pos = read_size(buf, pos)
-        element, pos = _constructor(buf, pos)
-        items = []
-        for _ in range(count):
-            value, pos = element(buf, pos)
-            items.append(value)
-        if pos != end:
-            raise DecodeError(f"{enc.name} size {size} disagrees with its {count} elements", pos)
         return items, pos
 
     return decode
@@ -187,7 +171,7 @@ def _hashable(key: Any) -> Any:
     return key
 
 
-_CATEGORY = {"fixed": _fixed, "variable": _variable, "compound": _compound, "array": _array}
+_CATEGORY = {"fixed": _fixed, "variable": _variable, "compound": _sequence, "array": _sequence}
 PRIMITIVE_DECODERS: dict[int, Decoder] = {code: _CATEGORY[e.category](e) for code, e in amqp10().encodings.items()}
 
 def _constructor(buf: memoryview, pos: int) -> tuple[Decoder, int]:
