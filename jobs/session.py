@@ -25,6 +25,8 @@ def build_session(master: str = "local[2]", app_name: str = "amqpscope", conf: d
     # Executors must run the interpreter that has amqpscope installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # pandas-on-Spark (used by pyspark.testing) asks for this on both driver and executors.
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, no interface guessing
     builder = SparkSession.builder.master(master).appName(app_name)
