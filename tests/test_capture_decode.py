@@ -18,6 +18,9 @@ from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.pcap import CaptureError
 from tests import amqp_bytes as b
 
+# Explicit addresses: a bare Ether() makes Scapy resolve the destination MAC (ARP, with timeouts).
+ETHER = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+
 CLIENT, SERVER = ("10.0.0.1", 40000), ("10.0.0.2", 5672)
 
 
@@ -27,8 +30,8 @@ def segments(stream: bytes, size: int) -> list[tuple[int, bytes]]:
 
 def packets(c2s: list[tuple[int, bytes]], s2c: list[tuple[int, bytes]], isn_c=1000, isn_s=5000, syn=True):
     """Ethernet/IPv4/TCP packets: handshake, then c2s and s2c segments interleaved in the given order."""
-    ip_c = Ether() / IP(src=CLIENT[0], dst=SERVER[0])
-    ip_s = Ether() / IP(src=SERVER[0], dst=CLIENT[0])
+    ip_c = ETHER / IP(src=CLIENT[0], dst=SERVER[0])
+    ip_s = ETHER / IP(src=SERVER[0], dst=CLIENT[0])
     out = []
     if syn:
         out += [
