@@ -1,0 +1,179 @@
+"""Decoding big captures in parallel: byte ranges, then a shuffle by TCP connection.
+
+1. Each capture is cut into byte ranges on record boundaries (``ingest.ranges``); one task a range
+   reads its packets and keys each TCP packet by its connection's endpoints.
+2. Packet numbers (tshark's ``frame.number``) come from per-range counts: a prefix sum over the
+   ranges of a capture, computed from a tiny aggregate.
+3. Packets are shuffled by (capture, connection) and sorted by packet number, so every
+   connection's packets meet in one task, in capture order, whichever range they came from; that
+   task runs reassembly and the AMQP decoders (``ingest.capture.CaptureDecoder``).
+
+No task ever holds a whole capture, and nothing but per-range counts reaches the driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StringType, StructField, StructType
+
+from amqpscope.ingest.capture import CaptureDecoder
+from amqpscope.ingest.packets import LINK_TYPE_NAMES, parse_tcp
+from amqpscope.ingest.ranges import read_container, read_range, split
+from amqpscope.jobs.ingest import BRONZE_SCHEMAS, CaptureFile
+from amqpscope.schemas.packets import PACKETS_SCHEMA
+
+DEFAULT_RANGE_BYTES = 64 << 20
+_BATCH_ROWS = 8192
+
+_DECODED_KINDS = tuple(kind for kind in BRONZE_SCHEMAS if kind != "captures")
+_MUX_SCHEMA = StructType(
+    [StructField("kind", StringType(), False)] + [StructField(kind, BRONZE_SCHEMAS[kind], True) for kind in _DECODED_KINDS]
+)
+
+
+@dataclass(frozen=True)
+class CaptureRange:
+    path: str
+    capture_id: str
+    range_index: int
+    start: int
+    end: int
+
+
+def plan_ranges(captures: Sequence[CaptureFile], range_bytes: int = DEFAULT_RANGE_BYTES) -> list[CaptureRange]:
+    """Every capture's byte ranges (boundary finding reads a few KiB around each cut, on the driver)."""
+    return [
+        CaptureRange(c.path, c.capture_id, index, start, end)
+        for c in captures
+        for index, (start, end) in enumerate(split(c.path, range_bytes))
+    ]
+
+
+def _flow_key(linktype: int, data: bytes, wirelen: int) -> str | None:
+    seg = parse_tcp(linktype, data, wirelen)
+    if seg is None:
+        return None
+    a, b = f"{seg.src}|{seg.sport}", f"{seg.dst}|{seg.dport}"
+    return f"{a}~{b}" if a < b else f"{b}~{a}"
+
+
+def _read_ranges(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    schema = to_arrow_schema(PACKETS_SCHEMA)
+    for batch in batches:
+        for r in batch.to_pylist():
+            container = read_container(r["path"])
+            rows = []
+            for item in read_range(r["path"], container, r["start"], r["end"]):
+                rec = item.record
+                rows.append({
+                    "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": item.offset,
+                    "index_in_range": rec.number, "ts_us": rec.ts_us, "linktype": rec.linktype,
+                    "wirelen": rec.wirelen, "data": rec.data, "flow": _flow_key(rec.linktype, rec.data, rec.wirelen),
+                })  # fmt: skip
+                if len(rows) >= _BATCH_ROWS:
+                    yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                    rows = []
+            if rows:
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _decode_connections(ports: tuple[int, ...]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    arrow_schema = to_arrow_schema(_MUX_SCHEMA)
+
+    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        decoders: dict[str, CaptureDecoder] = {}
+        rows: list[dict] = []
+
+        def emit(kind: str, row: dict) -> Iterator[pa.RecordBatch]:
+            rows.append({"kind": kind, kind: row})
+            if len(rows) >= _BATCH_ROWS:
+                yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+                rows.clear()
+
+        for batch in batches:
+            columns = batch.to_pydict()
+            for cid, number, ts, linktype, data, wirelen in zip(
+                columns["capture_id"], columns["packet_number"], columns["ts_us"], columns["linktype"],
+                columns["data"], columns["wirelen"],
+            ):  # fmt: skip
+                decoder = decoders.get(cid)
+                if decoder is None:
+                    decoder = decoders[cid] = CaptureDecoder(cid, ports, segments=True)
+                for kind, row in decoder.packet(number, ts, linktype, data, wirelen):
+                    yield from emit(kind, row)
+        for decoder in decoders.values():
+            for kind, row in decoder.finish():
+                yield from emit(kind, row)
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+
+    return decode
+
+
+def _range_bases(spark: SparkSession, packets: DataFrame) -> DataFrame:
+    """First packet number of every range: a prefix sum over the ranges of each capture."""
+    counts = packets.groupBy("capture_id", "range_index").agg(F.count(F.lit(1)).alias("n"))
+    # Ranges of one capture in file order: the packets before a range are those of the ranges before it.
+    earlier_ranges = Window.partitionBy("capture_id").orderBy("range_index").rowsBetween(Window.unboundedPreceding, -1)
+    return counts.withColumn("base", F.coalesce(F.sum("n").over(earlier_ranges), F.lit(0))).drop("n")
+
+
+def decode_tables(
+    spark: SparkSession,
+    captures: Sequence[CaptureFile],
+    ports: tuple[int, ...],
+    range_bytes: int = DEFAULT_RANGE_BYTES,
+    connection_partitions: int | None = None,
+) -> tuple[dict[str, DataFrame], tuple[DataFrame, ...]]:
+    """The bronze tables of ``captures``, decoded range- and connection-parallel, and the persisted
+    intermediates to release once the tables are written."""
+    ranges = plan_ranges(captures, range_bytes)
+    plan = spark.createDataFrame(
+        [(r.path, r.capture_id, r.range_index, r.start, r.end) for r in ranges],
+        "path string, capture_id string, range_index int, start long, end long",
+    )
+    raw = plan.repartition(max(1, len(ranges))).mapInArrow(_read_ranges, PACKETS_SCHEMA)
+    packets = (
+        raw.join(F.broadcast(_range_bases(spark, raw)), on=["capture_id", "range_index"])
+        .withColumn("packet_number", F.col("base") + F.col("index_in_range"))
+        .drop("base")
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    partitions = connection_partitions or max(spark.sparkContext.defaultParallelism, len(ranges))
+    mux = (
+        packets.filter(F.col("flow").isNotNull())
+        .repartition(partitions, "capture_id", "flow")
+        .sortWithinPartitions("capture_id", "flow", "packet_number")
+        .select("capture_id", "packet_number", "ts_us", "linktype", "data", "wirelen")
+        .mapInArrow(_decode_connections(tuple(ports)), _MUX_SCHEMA)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    tables = {kind: mux.filter(F.col("kind") == kind).select(f"{kind}.*") for kind in _DECODED_KINDS}
+    tables["captures"] = _captures_table(spark, captures, packets)
+    return tables, (packets, mux)
+
+
+def _captures_table(spark: SparkSession, captures: Sequence[CaptureFile], packets: DataFrame) -> DataFrame:
+    files = spark.createDataFrame(
+        [(c.capture_id, Path(c.path).name, Path(c.path).stat().st_size) for c in captures],
+        "capture_id string, file_name string, file_size long",
+    )
+    names = F.create_map(*[x for code, name in LINK_TYPE_NAMES.items() for x in (F.lit(code), F.lit(name))])
+    stats = packets.groupBy("capture_id").agg(
+        F.count(F.lit(1)).alias("packets"),
+        F.timestamp_micros(F.min("ts_us")).alias("first_ts"),
+        F.timestamp_micros(F.max("ts_us")).alias("last_ts"),
+        F.array_join(
+            F.array_sort(F.collect_set(F.coalesce(names[F.col("linktype")], F.col("linktype").cast("string")))), ","
+        ).alias("link_types"),
+    )
+    joined = files.join(stats, on="capture_id", how="left").fillna(0, subset=["packets"])
+    return joined.select(*[F.col(f.name).cast(f.dataType) for f in BRONZE_SCHEMAS["captures"].fields])
