@@ -1,18 +1,25 @@
 """AMQP 0-9-1 frames: framing (spec section 4.2.3), methods, content headers, bodies, heartbeats.
 
-Method ids and argument types come from RabbitMQ's JSON definition (``specs.amqp091()``); field
+Method ids and argument types come from RabbitMQ's JSON definition (``specs.amqp091()``): at import
+each method's argument list is compiled into one Python function (``method_decoder``), so the
+fixed-width arguments and packed bits of a method are read with a single ``struct`` call. Field
 table value types are RabbitMQ's (its ``rabbit_binary_parser``), which differ from the 0-9-1 PDF in
 a few letters (``s`` is a signed short, ``l`` a signed 64-bit integer, ``x`` a byte array).
+
+Every decoder reads the whole frame (``data``) between ``pos`` and ``end`` and reports errors as a
+``DecodeError`` with the offset from the start of the frame.
 """
 
 from __future__ import annotations
 
 import struct
 from datetime import datetime, timezone
+from decimal import Decimal
+from functools import cache
 from typing import Any, Callable
 
 from amqpscope.ingest.amqp10_types import DecodeError
-from amqpscope.ingest.specs import amqp091
+from amqpscope.ingest.specs import MethodSpec, amqp091
 
 PROTOCOL = "amqp-0-9-1"
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -24,12 +31,17 @@ FRAME_TYPES = {
     _SPEC.constants["FRAME-BODY"]: "body",
     _SPEC.constants["FRAME-HEARTBEAT"]: "heartbeat",
 }
+FRAME_METHOD = _SPEC.constants["FRAME-METHOD"]
+FRAME_HEADER = _SPEC.constants["FRAME-HEADER"]
+FRAME_BODY = _SPEC.constants["FRAME-BODY"]
 FRAME_END = _SPEC.constants["FRAME-END"]
 FRAME_HEADER_SIZE = 7  # type(1) channel(2) size(4)
 # Upper bound used only to tell a plausible frame from garbage when resynchronising.
 _PLAUSIBLE_MAX_SIZE = 1 << 27
 
 _HEADER = struct.Struct(">BHI")
+_CLASS_METHOD = struct.Struct(">HH")
+_CONTENT_HEADER = struct.Struct(">HHQ")  # class-id, weight, body-size (spec 4.2.6.1)
 
 # Arguments that carry credentials: never decoded into a row (the mechanism is kept).
 SECRET_ARGUMENTS = frozenset(
@@ -54,10 +66,9 @@ class Amqp091Format:
             raise ValueError(f"unknown 0-9-1 frame type {frame_type}")
         return FRAME_HEADER_SIZE + size + 1
 
-    def validate(self, frame: memoryview) -> str | None:
-        if frame[-1] != FRAME_END:
-            return f"frame-end is 0x{frame[-1]:02x}, not 0xce"
-        return None
+    def validate(self, buf: bytes, pos: int, length: int) -> str | None:
+        end = buf[pos + length - 1]
+        return None if end == FRAME_END else f"frame-end is 0x{end:02x}, not 0xce"
 
     def plausible(self, buf: memoryview, pos: int) -> bool | None:
         if len(buf) - pos < FRAME_HEADER_SIZE:
@@ -70,108 +81,135 @@ class Amqp091Format:
         return None if end >= len(buf) else buf[end] == FRAME_END
 
 
-# --- primitive readers: (buf, pos) -> (value, new pos) ------------------------------------------
+# --- primitive readers: (data, pos, end) -> (value, new pos) ------------------------------------
 
-Reader = Callable[[memoryview, int], tuple[Any, int]]
+Reader = Callable[[bytes, int, int], tuple[Any, int]]
 
 
-def _need(buf: memoryview, pos: int, n: int) -> None:
-    if pos + n > len(buf):
-        raise DecodeError(f"value needs {n} bytes, {len(buf) - pos} left", pos)
+def short_of(n: int, pos: int, end: int) -> DecodeError:
+    """The error for a value of ``n`` bytes at ``pos`` that the frame (ending at ``end``) cannot hold."""
+    return DecodeError(f"value needs {n} bytes, {max(end - pos, 0)} left", pos)
 
 
 def _struct_reader(fmt: str) -> Reader:
     s = struct.Struct(fmt)
+    size, unpack = s.size, s.unpack_from
 
-    def read(buf: memoryview, pos: int) -> tuple[Any, int]:
-        _need(buf, pos, s.size)
-        return s.unpack_from(buf, pos)[0], pos + s.size
+    def read(data: bytes, pos: int, end: int) -> tuple[Any, int]:
+        if pos + size > end:
+            raise short_of(size, pos, end)
+        return unpack(data, pos)[0], pos + size
 
     return read
 
 
 _octet = _struct_reader(">B")
-_short = _struct_reader(">H")
 _long = _struct_reader(">I")
-_longlong = _struct_reader(">Q")
+_unpack_long = struct.Struct(">I").unpack_from
 
 
-def _shortstr(buf: memoryview, pos: int) -> tuple[str, int]:
-    n, pos = _octet(buf, pos)
-    _need(buf, pos, n)
-    return bytes(buf[pos : pos + n]).decode("utf-8", errors="replace"), pos + n
+def _shortstr(data: bytes, pos: int, end: int) -> tuple[str, int]:
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    return data[pos + 1 : stop].decode("utf-8", "replace"), stop
 
 
-def _longstr_bytes(buf: memoryview, pos: int) -> tuple[bytes, int]:
-    n, pos = _long(buf, pos)
-    _need(buf, pos, n)
-    return bytes(buf[pos : pos + n]), pos + n
+def _longstr_bytes(data: bytes, pos: int, end: int) -> tuple[bytes, int]:
+    if pos + 4 > end:
+        raise short_of(4, pos, end)
+    stop = pos + 4 + _unpack_long(data, pos)[0]
+    if stop > end:
+        raise short_of(stop - pos - 4, pos + 4, end)
+    return data[pos + 4 : stop], stop
 
 
-def _longstr(buf: memoryview, pos: int) -> tuple[Any, int]:
-    raw, pos = _longstr_bytes(buf, pos)
+def _longstr(data: bytes, pos: int, end: int) -> tuple[Any, int]:
+    """A long string: text when it is UTF-8, else its bytes (e.g. a binary consumer argument)."""
+    raw, pos = _longstr_bytes(data, pos, end)
     try:
         return raw.decode("utf-8"), pos
     except UnicodeDecodeError:
         return raw, pos
 
 
-def _timestamp(buf: memoryview, pos: int) -> tuple[datetime, int]:
-    seconds, pos = _longlong(buf, pos)
+def _skip_longstr(data: bytes, pos: int, end: int) -> tuple[None, int]:
+    _raw, pos = _longstr_bytes(data, pos, end)
+    return None, pos
+
+
+def timestamp(seconds: int, offset: int) -> datetime:
+    """A 0-9-1 timestamp (POSIX seconds, spec 4.2.5.4) as an aware datetime."""
     try:
-        return datetime.fromtimestamp(seconds, tz=timezone.utc), pos
+        return datetime.fromtimestamp(seconds, tz=timezone.utc)
     except (OverflowError, OSError, ValueError):
-        raise DecodeError(f"timestamp {seconds} out of range", pos - 8) from None
+        raise DecodeError(f"timestamp {seconds} out of range", offset) from None
 
 
-def _decimal(buf: memoryview, pos: int) -> tuple[str, int]:
-    scale, pos = _octet(buf, pos)
-    value, pos = _struct_reader(">i")(buf, pos)
-    return f"{value}e-{scale}", pos
+def _timestamp(data: bytes, pos: int, end: int) -> tuple[datetime, int]:
+    seconds, stop = _longlong(data, pos, end)
+    return timestamp(seconds, pos), stop
 
 
-def _table(buf: memoryview, pos: int) -> tuple[dict[str, Any], int]:
-    raw_size, pos = _long(buf, pos)
-    end = pos + raw_size
-    if end > len(buf):
-        raise DecodeError(f"field table of {raw_size} bytes overruns the frame", pos)
+_longlong = _struct_reader(">Q")
+_decimal_parts = struct.Struct(">Bi")
+
+
+def _decimal(data: bytes, pos: int, end: int) -> tuple[Decimal, int]:
+    """A decimal: scale octet then a signed 32-bit value, value * 10^-scale."""
+    if pos + 5 > end:
+        raise short_of(5, pos, end)
+    scale, value = _decimal_parts.unpack_from(data, pos)
+    return Decimal(value).scaleb(-scale), pos + 5
+
+
+def _table(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
+    """A field table (spec 4.2.5.5): size, then (shortstr name, typed value) pairs."""
+    if pos + 4 > end:
+        raise short_of(4, pos, end)
+    stop = pos + 4 + _unpack_long(data, pos)[0]
+    if stop > end:
+        raise DecodeError(f"field table of {stop - pos - 4} bytes overruns the frame", pos)
+    pos += 4
     table: dict[str, Any] = {}
-    with buf[:end] as inner:
-        while pos < end:
-            key, pos = _shortstr(inner, pos)
-            table[key], pos = _field_value(inner, pos)
+    while pos < stop:
+        key, pos = _shortstr(data, pos, stop)
+        table[key], pos = _field_value(data, pos, stop)
     return table, pos
 
 
-def _array(buf: memoryview, pos: int) -> tuple[list[Any], int]:
-    raw_size, pos = _long(buf, pos)
-    end = pos + raw_size
-    if end > len(buf):
-        raise DecodeError(f"field array of {raw_size} bytes overruns the frame", pos)
+def _array(data: bytes, pos: int, end: int) -> tuple[list[Any], int]:
+    if pos + 4 > end:
+        raise short_of(4, pos, end)
+    stop = pos + 4 + _unpack_long(data, pos)[0]
+    if stop > end:
+        raise DecodeError(f"field array of {stop - pos - 4} bytes overruns the frame", pos)
+    pos += 4
     items = []
-    with buf[:end] as inner:
-        while pos < end:
-            value, pos = _field_value(inner, pos)
-            items.append(value)
+    while pos < stop:
+        value, pos = _field_value(data, pos, stop)
+        items.append(value)
     return items, pos
 
 
-def _boolean(buf: memoryview, pos: int) -> tuple[bool, int]:
-    value, pos = _octet(buf, pos)
+def _boolean(data: bytes, pos: int, end: int) -> tuple[bool, int]:
+    value, pos = _octet(data, pos, end)
     return value != 0, pos
 
 
-def _void(buf: memoryview, pos: int) -> tuple[None, int]:
+def _void(data: bytes, pos: int, end: int) -> tuple[None, int]:
     return None, pos
 
 
 # RabbitMQ's field value types (rabbit_binary_parser:parse_field_value).
-_FIELD_READERS: dict[int, Reader] = {
+FIELD_VALUE_READERS: dict[int, Reader] = {
     ord("t"): _boolean,
     ord("b"): _struct_reader(">b"),
     ord("B"): _octet,
     ord("s"): _struct_reader(">h"),
-    ord("u"): _short,
+    ord("u"): _struct_reader(">H"),
     ord("I"): _struct_reader(">i"),
     ord("i"): _long,
     ord("l"): _struct_reader(">q"),
@@ -187,96 +225,135 @@ _FIELD_READERS: dict[int, Reader] = {
 }
 
 
-def _field_value(buf: memoryview, pos: int) -> tuple[Any, int]:
-    kind, pos = _octet(buf, pos)
-    reader = _FIELD_READERS.get(kind)
+def _field_value(data: bytes, pos: int, end: int) -> tuple[Any, int]:
+    if pos >= end:
+        raise short_of(1, pos, end)
+    reader = FIELD_VALUE_READERS.get(data[pos])
     if reader is None:
-        raise DecodeError(f"unknown field value type {chr(kind)!r}", pos - 1)
-    return reader(buf, pos)
+        raise DecodeError(f"unknown field value type {chr(data[pos])!r}", pos)
+    return reader(data, pos + 1, end)
 
 
-# Domain primitive types of the JSON spec to readers; "bit" is packed and handled by the caller.
-_ARGUMENT_READERS: dict[str, Reader] = {
-    "octet": _octet,
-    "short": _short,
-    "long": _long,
-    "longlong": _longlong,
-    "shortstr": _shortstr,
-    "longstr": _longstr,
-    "table": _table,
-    "timestamp": _timestamp,
+# --- argument lists compiled from the spec ---------------------------------------------------------
+
+# Fixed-width domain types as struct codes; "bit" is packed eight to an octet (spec 4.2.5.2).
+_FIXED_CODES = {"octet": "B", "short": "H", "long": "I", "longlong": "Q", "timestamp": "Q"}
+_VARIABLE_READERS: dict[str, Reader] = {"shortstr": _shortstr, "longstr": _longstr, "table": _table}
+
+ArgumentsDecoder = Callable[[bytes, int, int], dict[str, Any]]
+
+
+def compile_arguments(name: str, arguments: tuple[tuple[str, str], ...]) -> ArgumentsDecoder:
+    """One function decoding an argument list (method arguments or basic properties) in spec order.
+
+    Consecutive fixed-width arguments and bit octets become one ``struct`` format, read with one
+    bounds check; strings and tables go through their readers. Secrets are skipped unread.
+    """
+    namespace: dict[str, Any] = {
+        "short_of": short_of, "timestamp": timestamp, "DecodeError": DecodeError, "skip": _skip_longstr,
+        **{f"read_{kind}": reader for kind, reader in _VARIABLE_READERS.items()},
+    }  # fmt: skip
+    lines = ["def decode(data, pos, end):", "    out = {}"]
+    run: list[tuple[str, str | None, list[str]]] = []  # (struct code, argument or None for bits, bit names)
+
+    def flush() -> None:
+        if not run:
+            return
+        fmt = ">" + "".join(code for code, _arg, _bits in run)
+        size = struct.calcsize(fmt)
+        unpack = f"unpack_{len(namespace)}"
+        namespace[unpack] = struct.Struct(fmt).unpack_from
+        targets = [f"v{i}" for i in range(len(run))]
+        lines.append(f"    if pos + {size} > end: raise short_of({size}, pos, end)")
+        lines.append(f"    {', '.join(targets)}, = {unpack}(data, pos)")
+        for index, (target, (code, arg, bits)) in enumerate(zip(targets, run)):
+            if arg is None:
+                lines.extend(f"    out[{bit!r}] = {target} & {1 << i} != 0" for i, bit in enumerate(bits))
+            elif dict(arguments)[arg] == "timestamp":
+                at = struct.calcsize(">" + "".join(c for c, _a, _b in run[:index]))
+                lines.append(f"    out[{arg!r}] = timestamp({target}, pos + {at})")
+            else:
+                lines.append(f"    out[{arg!r}] = {target}")
+        lines.append(f"    pos += {size}")
+        run.clear()
+
+    for arg, kind in arguments:
+        if kind == "bit":
+            if run and run[-1][1] is None and len(run[-1][2]) < 8:
+                run[-1][2].append(arg)
+            else:
+                run.append(("B", None, [arg]))
+        elif kind in _FIXED_CODES:
+            run.append((_FIXED_CODES[kind], arg, []))
+        else:
+            flush()
+            if (name, arg) in SECRET_ARGUMENTS:
+                lines.append("    _, pos = skip(data, pos, end)")
+            else:
+                lines.append(f"    out[{arg!r}], pos = read_{kind}(data, pos, end)")
+    flush()
+    lines.append("    if pos != end:")
+    lines.append(f"        raise DecodeError(f'{{end - pos}} bytes after the arguments of {name}', pos)")
+    lines.append("    return out")
+    exec("\n".join(lines), namespace)  # noqa: S102 - source generated above from the spec tables
+    decoder = namespace["decode"]
+    decoder.__qualname__ = decoder.__name__ = f"decode_{name.replace('.', '_').replace('-', '_')}"
+    return decoder
+
+
+METHOD_DECODERS: dict[tuple[int, int], tuple[MethodSpec, ArgumentsDecoder]] = {
+    key: (spec, compile_arguments(spec.name, spec.arguments)) for key, spec in _SPEC.methods.items()
 }
 
 
-def _skip_longstr(buf: memoryview, pos: int) -> tuple[None, int]:
-    n, pos = _long(buf, pos)
-    _need(buf, pos, n)
-    return None, pos + n
+@cache
+def properties_decoder(flags: tuple[bool, ...]) -> ArgumentsDecoder:
+    """The decoder of the basic properties present in one flag combination (cached: few occur)."""
+    present = tuple(p for p, on in zip(_SPEC.basic_properties, flags) if on)
+    return compile_arguments("basic.properties", present)
 
 
-def decode_arguments(buf: memoryview, pos: int, arguments: tuple[tuple[str, str], ...], method: str) -> dict[str, Any]:
-    """Decode a method's arguments in spec order; consecutive bits share octets (spec 4.2.5.2)."""
-    values: dict[str, Any] = {}
-    bit_octet, bit_index = 0, 8
-    for name, kind in arguments:
-        if kind == "bit":
-            if bit_index == 8:
-                bit_octet, pos = _octet(buf, pos)
-                bit_index = 0
-            values[name] = bool(bit_octet >> bit_index & 1)
-            bit_index += 1
-            continue
-        bit_index = 8
-        if (method, name) in SECRET_ARGUMENTS:
-            _, pos = _skip_longstr(buf, pos)
-            continue
-        values[name], pos = _ARGUMENT_READERS[kind](buf, pos)
-    return values
-
-
-def decode_properties(buf: memoryview, pos: int) -> dict[str, Any]:
+def decode_properties(data: bytes, pos: int, end: int) -> dict[str, Any]:
     """Basic content properties: 15-bit flag words (bit 0 = another word follows), then values."""
     flags: list[bool] = []
     while True:
-        word, pos = _short(buf, pos)
-        flags.extend(bool(word >> (15 - i) & 1) for i in range(15))
+        if pos + 2 > end:
+            raise short_of(2, pos, end)
+        word = data[pos] << 8 | data[pos + 1]
+        pos += 2
+        flags.extend(word >> (15 - i) & 1 == 1 for i in range(15))
         if not word & 1:
             break
-    values: dict[str, Any] = {}
-    for present, (name, kind) in zip(flags, _SPEC.basic_properties):
-        if present:
-            values[name], pos = _ARGUMENT_READERS[kind](buf, pos)
-    return values
+    if any(flags[len(_SPEC.basic_properties) :]):
+        raise DecodeError("property flags name a property basic does not have", pos - 2)
+    return properties_decoder(tuple(flags[: len(_SPEC.basic_properties)]))(data, pos, end)
 
 
 def decode_frame(data: bytes) -> dict[str, Any]:
     """Decode a complete 0-9-1 frame into its kind and named arguments (spec names, unsnaked)."""
     frame_type, channel, size = _HEADER.unpack_from(data, 0)
-    kind = FRAME_TYPES[frame_type]
-    decoded: dict[str, Any] = {"frame_type": kind, "channel": channel, "arguments": {}}
-    with memoryview(data)[FRAME_HEADER_SIZE : FRAME_HEADER_SIZE + size] as payload:
-        if kind == "method":
-            class_id, method_id = struct.unpack_from(">HH", payload, 0) if size >= 4 else (None, None)
-            spec = _SPEC.methods.get((class_id, method_id))
-            if spec is None:
-                raise DecodeError(f"unknown method {class_id}.{method_id}", FRAME_HEADER_SIZE)
-            decoded.update(class_id=class_id, method_id=method_id, method=spec.name)
-            decoded["arguments"] = _offset(decode_arguments, payload, 4, spec.arguments, spec.name)
-        elif kind == "header":
-            _need(payload, 0, 14)
-            class_id, _weight, body_size = struct.unpack_from(">HHQ", payload, 0)
-            decoded.update(class_id=class_id, method=f"{_SPEC.class_names.get(class_id, class_id)}.header")
-            decoded["arguments"] = {"body-size": body_size, **_offset(decode_properties, payload, 12)}
-        elif kind == "body":
-            decoded["arguments"] = {"body-length": size}
-        elif size:
-            raise DecodeError(f"heartbeat frame with a {size}-byte payload", FRAME_HEADER_SIZE)
-    return decoded
-
-
-def _offset(decode: Callable[..., Any], payload: memoryview, pos: int, *args: Any) -> Any:
-    """Run a payload decoder, turning its payload-relative error offsets into frame offsets."""
-    try:
-        return decode(payload, pos, *args)
-    except DecodeError as exc:
-        raise DecodeError(exc.reason, exc.offset + FRAME_HEADER_SIZE) from None
+    end = FRAME_HEADER_SIZE + size
+    if frame_type == FRAME_METHOD:
+        if size < 4:
+            raise short_of(4, FRAME_HEADER_SIZE, end)
+        class_id, method_id = _CLASS_METHOD.unpack_from(data, FRAME_HEADER_SIZE)
+        known = METHOD_DECODERS.get((class_id, method_id))
+        if known is None:
+            raise DecodeError(f"unknown method {class_id}.{method_id}", FRAME_HEADER_SIZE)
+        spec, decode_arguments = known
+        return {"frame_type": "method", "channel": channel, "class_id": class_id, "method_id": method_id,
+                "method": spec.name, "arguments": decode_arguments(data, FRAME_HEADER_SIZE + 4, end)}
+    if frame_type == FRAME_BODY:
+        return {"frame_type": "body", "channel": channel, "arguments": {"body-length": size}}
+    if frame_type == FRAME_HEADER:
+        if size < 14:
+            raise short_of(14, FRAME_HEADER_SIZE, end)
+        class_id, weight, body_size = _CONTENT_HEADER.unpack_from(data, FRAME_HEADER_SIZE)
+        if weight:
+            raise DecodeError(f"content header weight is {weight}, not 0", FRAME_HEADER_SIZE + 2)
+        arguments = {"body-size": body_size, **decode_properties(data, FRAME_HEADER_SIZE + 12, end)}
+        return {"frame_type": "header", "channel": channel, "class_id": class_id,
+                "method": f"{_SPEC.class_names.get(class_id, class_id)}.header", "arguments": arguments}
+    if size:
+        raise DecodeError(f"heartbeat frame with a {size}-byte payload", FRAME_HEADER_SIZE)
+    return {"frame_type": "heartbeat", "channel": channel, "arguments": {}}

@@ -1,16 +1,20 @@
-"""AMQP 1.0 frames (transport spec section 2.3): performatives, SASL frames, empty frames.
+"""AMQP 1.0 frames (transport spec section 2.3): performatives, SASL frames, empty frames, messages.
 
-Performatives, SASL frames, delivery states, termini and errors are described lists whose field
-names and order come from the spec XML (``specs.amqp10().described``); restricted types with
-choices (role, settle modes, SASL codes) are rendered by the choice names of the same files.
+Performatives, SASL frames, delivery states, termini, errors and message sections are described
+types whose field names and order come from the spec XML (``specs.amqp10().described``);
+restricted types with choices (role, settle modes, SASL codes) are rendered by the choice names of
+the same files. A transfer's payload is returned as bytes: a message can span several transfers,
+so its sections are decoded once the delivery is whole (``decode_message``, used by
+``ingest.messages``).
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any
 
-from amqpscope.ingest.amqp10_types import DecodeError, Described, Symbol, decode_value
+from amqpscope.ingest.amqp10_types import DecodeError, Described, decode_value
 from amqpscope.ingest.specs import Composite, amqp10
 
 PROTOCOL = "amqp-1.0"
@@ -28,6 +32,9 @@ _SPEC = amqp10()
 
 # Fields that carry credentials (SASL PLAIN puts the password in the initial response).
 SECRET_FIELDS = frozenset({("sasl-init", "initial-response"), ("sasl-response", "response")})
+# Message sections in their spec order (messaging 3.2); the body is one of the three in the middle.
+SECTIONS = tuple(c.name for c in sorted(_SPEC.described.values(), key=lambda c: c.code) if "section" in c.provides)
+BODY_SECTIONS = ("data", "amqp-sequence", "amqp-value")
 
 
 class Amqp10Format:
@@ -45,7 +52,7 @@ class Amqp10Format:
             raise ValueError(f"unknown 1.0 frame type {frame_type}")
         return size
 
-    def validate(self, frame: memoryview) -> str | None:
+    def validate(self, buf: bytes, pos: int, length: int) -> str | None:
         return None
 
     def plausible(self, buf: memoryview, pos: int) -> bool | None:
@@ -77,16 +84,28 @@ def _composite_of(value: Described) -> Composite | None:
     return _SPEC.described.get(d) if isinstance(d, int) else _SPEC.described_by_symbol.get(str(d))
 
 
-def _choice(type_name: str, value: Any) -> Any:
-    choices = _SPEC.choices.get(type_name)
-    if choices is None or value is None:
-        return value
-    key = str(value).lower() if isinstance(value, bool) else str(value)
-    return choices.get(key, value)
+@dataclass(frozen=True)
+class _FieldPlan:
+    name: str
+    choices: dict[str, str] | None  # restricted type's value -> choice name
+    secret: bool
+
+
+def _plan(composite: Composite) -> tuple[_FieldPlan, ...]:
+    return tuple(
+        _FieldPlan(f.name, _SPEC.choices.get(f.type), (composite.name, f.name) in SECRET_FIELDS)
+        for f in composite.fields
+    )
+
+
+_PLANS = {code: _plan(composite) for code, composite in _SPEC.described.items()}
+_PLAIN = frozenset({type(None), bool, int, str, bytes, float})
 
 
 def present(value: Any) -> Any:
     """Turn decoded values into plain Python: described lists become dicts keyed by field name."""
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, Described):
         composite = _composite_of(value)
         if composite is None:
@@ -102,13 +121,24 @@ def present(value: Any) -> Any:
 
 
 def composite_fields(composite: Composite, items: list[Any]) -> dict[str, Any]:
-    """Name a described list's elements by the spec's field list; absent trailing fields are null."""
+    """Name a described list's elements by the spec's field list; absent trailing fields are null.
+
+    Elements beyond the spec's fields are kept under ``$extra`` (a peer of a later version).
+    """
     fields: dict[str, Any] = {}
-    for index, field in enumerate(composite.fields):
-        if (composite.name, field.name) in SECRET_FIELDS:
+    count = len(items)
+    for index, plan in enumerate(_PLANS[composite.code]):
+        if plan.secret:
             continue
-        value = items[index] if index < len(items) else None
-        fields[field.name] = _choice(field.type, present(value))
+        value = items[index] if index < count else None
+        if type(value) not in _PLAIN:
+            value = present(value)
+        if plan.choices is not None and value is not None:
+            key = ("true" if value else "false") if type(value) is bool else str(value)
+            value = plan.choices.get(key, value)
+        fields[plan.name] = value
+    if count > len(composite.fields):
+        fields["$extra"] = present(items[len(composite.fields) :])
     return fields
 
 
@@ -119,48 +149,79 @@ def decode_frame(data: bytes) -> dict[str, Any]:
     kind = FRAME_TYPES[frame_type]
     if size == body_start:
         return {"frame_type": "empty", "channel": channel, "arguments": {}}
-    with memoryview(data) as buf:
-        performative, end = decode_value(buf, body_start)
+    performative, end = decode_value(data, body_start)
     if not isinstance(performative, Described):
         raise DecodeError("frame body is not a described performative", body_start)
     composite = _composite_of(performative)
     expected = "sasl-frame" if kind == "sasl" else "frame"
     if composite is None or expected not in composite.provides or not isinstance(performative.value, list):
-        raise DecodeError(f"{descriptor_name(performative.descriptor)} is not a {kind} performative", body_start)
-    arguments = composite_fields(composite, performative.value)
+        raise DecodeError(f"{descriptor_name(performative.descriptor)} cannot be the body of a {kind} frame", body_start)
     decoded = {
         "frame_type": kind,
         "channel": channel if kind == "amqp" else None,
         "method": composite.name,
-        "arguments": arguments,
+        "arguments": composite_fields(composite, performative.value),
     }
     if composite.name == "transfer":
         decoded["payload"] = data[end:]
+    elif end != size:
+        raise DecodeError(f"{size - end} bytes after the {composite.name} performative", end)
     return decoded
 
 
-def decode_sections(payload: bytes) -> list[dict[str, Any]]:
-    """Split a complete message into its sections (messaging spec 3.2), each with its byte size."""
-    sections = []
+@dataclass(frozen=True)
+class Section:
+    """One section of a message (messaging 3.2): its spec name, encoded size and decoded value."""
+
+    name: str
+    size: int
+    value: Any  # fields by name for header / properties, a map for annotations, the body as decoded
+
+
+def decode_message(payload: bytes) -> list[Section]:
+    """Split a whole message (the payloads of a delivery's transfers, joined) into its sections.
+
+    Offsets in errors are from the start of the message.
+    """
+    sections: list[Section] = []
     pos = 0
-    with memoryview(payload) as buf:
-        while pos < len(buf):
-            start = pos
-            value, pos = decode_value(buf, pos)
-            name = descriptor_name(value.descriptor) if isinstance(value, Described) else type(value).__name__
-            sections.append({"section": name, "size": pos - start, "value": present(value)})
+    order = -1
+    body: str | None = None
+    while pos < len(payload):
+        start = pos
+        value, pos = decode_value(payload, pos)
+        composite = _composite_of(value) if isinstance(value, Described) else None
+        if composite is None or "section" not in composite.provides:
+            raise DecodeError("message data is not a message section", start)
+        rank = SECTIONS.index(composite.name)
+        # Sections come in spec order, and only body sections repeat (data, amqp-sequence).
+        if rank < order or (rank == order and composite.name not in BODY_SECTIONS[:2]):
+            raise DecodeError(f"{composite.name} section out of order", start)
+        if composite.name in BODY_SECTIONS:
+            if body is not None and body != composite.name:
+                raise DecodeError(f"{composite.name} section after a {body} body", start)
+            body = composite.name
+        order = rank
+        inner = value.value
+        if composite.source == "list" and isinstance(inner, list):
+            inner = composite_fields(composite, inner)
+        else:
+            inner = present(inner)
+        sections.append(Section(composite.name, pos - start, inner))
     return sections
 
 
 __all__ = [
     "Amqp10Format",
+    "BODY_SECTIONS",
     "DecodeError",
     "FRAME_TYPES",
     "PROTOCOL",
     "PROTOCOL_HEADERS",
-    "Symbol",
+    "SECTIONS",
+    "Section",
     "decode_frame",
-    "decode_sections",
+    "decode_message",
     "descriptor_name",
     "present",
 ]

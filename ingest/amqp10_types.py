@@ -2,7 +2,17 @@
 
 The constructor table is built from ``specs.amqp10().encodings``; what a category means
 (fixed / variable / compound / array, section 1.2) and how a primitive maps to Python is the only
-logic written here.
+logic written here:
+
+| AMQP | Python |
+|---|---|
+| null, boolean, integers, float, double | None, bool, int, float |
+| decimal32 / 64 / 128 | ``decimal.Decimal`` (IEEE 754-2008, binary integer decimal encoding) |
+| char, string, symbol | str (UTF-32 code point), str, ``Symbol`` |
+| timestamp | ``Timestamp`` (int milliseconds since the Unix epoch, with ``.datetime``) |
+| uuid, binary | ``uuid.UUID``, bytes |
+| list, map, array | list, dict (hashable keys), list |
+| described | ``Described(descriptor, value)`` |
 """
 
 from __future__ import annotations
@@ -10,6 +20,8 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Callable
 
 from amqpscope.ingest.specs import Encoding, amqp10
@@ -28,6 +40,21 @@ class Symbol(str):
     """An AMQP symbol (ASCII), kept distinct from strings so maps render faithfully."""
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class Timestamp(int):
+    """An AMQP timestamp: milliseconds since the Unix epoch (types section 1.6.20), signed 64-bit."""
+
+    @property
+    def datetime(self) -> datetime | None:
+        """The moment as an aware datetime; None beyond the years Python can represent."""
+        try:
+            return _EPOCH + timedelta(milliseconds=int(self))
+        except OverflowError:
+            return None
+
+
 @dataclass(frozen=True)
 class Described:
     """A described value (section 1.3): the descriptor (ulong code or symbol) and the value."""
@@ -36,15 +63,12 @@ class Described:
     value: Any
 
 
-@dataclass(frozen=True)
-class Decimal:
-    """decimal32/64/128 kept as their IEEE 754 bytes (Python has no decimal interchange format)."""
-
-    width: int
-    raw: bytes
+Decoder = Callable[[bytes, int], tuple[Any, int]]
 
 
-Decoder = Callable[[memoryview, int], tuple[Any, int]]
+def short_of(n: int, pos: int, left: int) -> DecodeError:
+    return DecodeError(f"value needs {n} bytes, {max(left, 0)} left", pos)
+
 
 # How each fixed-width primitive's bytes become a value (struct formats, network byte order).
 _FIXED_FORMATS = {
@@ -53,61 +77,95 @@ _FIXED_FORMATS = {
     ("int", 4): ">i", ("int", 1): ">b", ("long", 8): ">q", ("long", 1): ">b",
     ("float", 4): ">f", ("double", 8): ">d", ("timestamp", 8): ">q", ("boolean", 1): ">B",
 }  # fmt: skip
+# Zero-width encodings carry their value in the constructor.
+_CONSTANTS = {"null": None, "true": True, "false": False}
 
 
-def _need(buf: memoryview, pos: int, n: int) -> None:
-    if pos + n > len(buf):
-        raise DecodeError(f"value needs {n} bytes, {len(buf) - pos} left", pos)
+def decimal_from_bid(raw: bytes) -> Decimal:
+    """An IEEE 754-2008 decimal in the binary integer decimal encoding (types 1.6.16-18)."""
+    bits = len(raw) * 8
+    exponent_bits = {32: 8, 64: 10, 128: 14}[bits]
+    bias = {32: 101, 64: 398, 128: 6176}[bits]
+    digits = {32: 7, 64: 16, 128: 34}[bits]
+    x = int.from_bytes(raw, "big")
+    sign = x >> (bits - 1)
+    if x >> (bits - 5) & 0b1111 == 0b1111:
+        return Decimal("-Infinity" if sign else "Infinity") if not x >> (bits - 6) & 1 else Decimal("NaN")
+    if x >> (bits - 3) & 0b11 == 0b11:
+        shift = bits - 3 - exponent_bits
+        coefficient = (0b100 << shift) | (x & ((1 << shift) - 1))
+    else:
+        shift = bits - 1 - exponent_bits
+        coefficient = x & ((1 << shift) - 1)
+    exponent = (x >> shift & ((1 << exponent_bits) - 1)) - bias
+    if coefficient >= 10**digits:
+        coefficient = 0  # non-canonical coefficients read as zero (IEEE 754-2008 3.5.2)
+    return Decimal((sign, tuple(int(d) for d in str(coefficient)), exponent))
 
 
 def _fixed(enc: Encoding) -> Decoder:
     width = enc.width
     if width == 0:
-        # null, true/false, uint0/ulong0 and list0 carry their value in the constructor.
-        constant = {"null": None, "true": True, "false": False, "list0": []}.get(enc.name, 0)
         if enc.type_name == "list":
             return lambda buf, pos: ([], pos)
+        constant = _CONSTANTS.get(enc.name, 0)  # uint0 / ulong0 are 0
         return lambda buf, pos: (constant, pos)
+    if enc.type_name == "boolean":
+
+        def decode_boolean(buf: bytes, pos: int) -> tuple[bool, int]:
+            if pos >= len(buf):
+                raise short_of(1, pos, 0)
+            if buf[pos] > 1:
+                raise DecodeError(f"boolean octet 0x{buf[pos]:02x} is neither 0x00 nor 0x01", pos)
+            return buf[pos] == 1, pos + 1
+
+        return decode_boolean
     fmt = _FIXED_FORMATS.get((enc.type_name, width))
     if fmt is not None:
         unpack = struct.Struct(fmt).unpack_from
-        convert = bool if enc.type_name == "boolean" else None
+        wrap = Timestamp if enc.type_name == "timestamp" else None
 
-        def decode(buf: memoryview, pos: int) -> tuple[Any, int]:
-            _need(buf, pos, width)
-            (value,) = unpack(buf, pos)
-            return (convert(value) if convert else value), pos + width
+        def decode(buf: bytes, pos: int) -> tuple[Any, int]:
+            if pos + width > len(buf):
+                raise short_of(width, pos, len(buf) - pos)
+            value = unpack(buf, pos)[0]
+            return (wrap(value) if wrap else value), pos + width
 
         return decode
+    convert: Callable[[bytes], Any]
     if enc.type_name == "uuid":
+        convert = lambda raw: uuid.UUID(bytes=raw)  # noqa: E731
+    elif enc.type_name == "char":
+        convert = _char
+    elif enc.type_name.startswith("decimal"):
+        convert = decimal_from_bid
+    else:
+        raise NotImplementedError(f"fixed encoding {enc.name} of {enc.type_name}")  # the spec has no other
 
-        def decode_uuid(buf: memoryview, pos: int) -> tuple[Any, int]:
-            _need(buf, pos, 16)
-            return uuid.UUID(bytes=bytes(buf[pos : pos + 16])), pos + 16
+    def decode_raw(buf: bytes, pos: int) -> tuple[Any, int]:
+        if pos + width > len(buf):
+            raise short_of(width, pos, len(buf) - pos)
+        try:
+            return convert(bytes(buf[pos : pos + width])), pos + width
+        except ValueError as exc:
+            raise DecodeError(f"{enc.type_name}: {exc}", pos) from None
 
-        return decode_uuid
-    if enc.type_name == "char":
-
-        def decode_char(buf: memoryview, pos: int) -> tuple[Any, int]:
-            _need(buf, pos, 4)
-            return chr(struct.unpack_from(">I", buf, pos)[0]), pos + 4
-
-        return decode_char
-    if enc.type_name.startswith("decimal"):
-
-        def decode_decimal(buf: memoryview, pos: int) -> tuple[Any, int]:
-            _need(buf, pos, width)
-            return Decimal(width, bytes(buf[pos : pos + width])), pos + width
-
-        return decode_decimal
-    raise NotImplementedError(f"fixed encoding {enc.name} of {enc.type_name}")  # the spec has no other
+    return decode_raw
 
 
-def _size_reader(width: int) -> Callable[[memoryview, int], tuple[int, int]]:
+def _char(raw: bytes) -> str:
+    code_point = int.from_bytes(raw, "big")
+    if code_point > 0x10FFFF:
+        raise ValueError(f"U+{code_point:X} is beyond Unicode")
+    return chr(code_point)
+
+
+def _size_reader(width: int) -> Callable[[bytes, int], tuple[int, int]]:
     unpack = struct.Struct(">B" if width == 1 else ">I").unpack_from
 
-    def read(buf: memoryview, pos: int) -> tuple[int, int]:
-        _need(buf, pos, width)
+    def read(buf: bytes, pos: int) -> tuple[int, int]:
+        if pos + width > len(buf):
+            raise short_of(width, pos, len(buf) - pos)
         return unpack(buf, pos)[0], pos + width
 
     return read
@@ -117,20 +175,28 @@ def _variable(enc: Encoding) -> Decoder:
     read_size = _size_reader(enc.width)
     kind = enc.type_name
 
-    def decode(buf: memoryview, pos: int) -> tuple[Any, int]:
+    def decode(buf: bytes, pos: int) -> tuple[Any, int]:
         size, pos = read_size(buf, pos)
-        _need(buf, pos, size)
-        raw = bytes(buf[pos : pos + size])
+        stop = pos + size
+        if stop > len(buf):
+            raise short_of(size, pos, len(buf) - pos)
+        raw = bytes(buf[pos:stop])
         if kind == "string":
             try:
-                return raw.decode("utf-8"), pos + size
+                return raw.decode("utf-8"), stop
             except UnicodeDecodeError as exc:
                 raise DecodeError("string is not valid UTF-8", pos + exc.start) from None
         if kind == "symbol":
-            return Symbol(raw.decode("ascii", errors="replace")), pos + size
-        return raw, pos + size
+            try:
+                return Symbol(raw.decode("ascii")), stop
+            except UnicodeDecodeError as exc:
+                raise DecodeError("symbol is not ASCII", pos + exc.start) from None
+        return raw, stop
 
     return decode
+
+
+_MAX_ZERO_WIDTH_ELEMENTS = 1 << 16
 
 
 def _sequence(enc: Encoding) -> Decoder:
@@ -139,12 +205,16 @@ def _sequence(enc: Encoding) -> Decoder:
     is_map = enc.type_name == "map"
     is_array = enc.category == "array"
 
-    def decode(buf: memoryview, pos: int) -> tuple[Any, int]:
+    def decode(buf: bytes, pos: int) -> tuple[Any, int]:
         size, pos = read_size(buf, pos)
         end = pos + size
         if end > len(buf) or size < enc.width:
             raise DecodeError(f"{enc.name} of {size} bytes overruns the frame", pos)
         count, pos = read_size(buf, pos)
+        # List and map elements take a byte at least; array elements of a zero-width type none,
+        # so those are only bounded, against a count that would loop for ever.
+        if count > size and (not is_array or count > _MAX_ZERO_WIDTH_ELEMENTS):
+            raise DecodeError(f"{enc.name} of {size} bytes cannot hold {count} elements", pos)
         element: Decoder = decode_value
         if is_array:
             element, pos = _constructor(buf, pos)
@@ -165,40 +235,75 @@ def _sequence(enc: Encoding) -> Decoder:
 
 def _hashable(key: Any) -> Any:
     if isinstance(key, list):
-        return tuple(key)
+        return tuple(map(_hashable, key))
     if isinstance(key, dict):
-        return tuple(key.items())
+        return tuple((k, _hashable(v)) for k, v in key.items())
+    if isinstance(key, Described):
+        return Described(key.descriptor, _hashable(key.value))
     return key
 
 
 _CATEGORY = {"fixed": _fixed, "variable": _variable, "compound": _sequence, "array": _sequence}
 PRIMITIVE_DECODERS: dict[int, Decoder] = {code: _CATEGORY[e.category](e) for code, e in amqp10().encodings.items()}
+# Indexed by constructor byte: the hot path of decode_value is one list lookup.
+_BY_CODE: list[Decoder | None] = [PRIMITIVE_DECODERS.get(code) for code in range(256)]
 
-def _constructor(buf: memoryview, pos: int) -> tuple[Decoder, int]:
+
+def _constructor(buf: bytes, pos: int) -> tuple[Decoder, int]:
     """Read a constructor (section 1.2): a format code, or 0x00 descriptor format-code."""
-    _need(buf, pos, 1)
+    if pos >= len(buf):
+        raise short_of(1, pos, 0)
     code = buf[pos]
     if code == 0x00:
         descriptor, pos = decode_value(buf, pos + 1)
         inner, pos = _constructor(buf, pos)
 
-        def described(b: memoryview, p: int) -> tuple[Any, int]:
+        def described(b: bytes, p: int) -> tuple[Any, int]:
             value, p = inner(b, p)
             return Described(descriptor, value), p
 
         return described, pos
-    decoder = PRIMITIVE_DECODERS.get(code)
+    decoder = _BY_CODE[code]
     if decoder is None:
         raise DecodeError(f"unknown format code 0x{code:02x}", pos)
     return decoder, pos + 1
 
 
-def decode_value(buf: memoryview, pos: int = 0) -> tuple[Any, int]:
+def decode_value(buf: bytes, pos: int = 0) -> tuple[Any, int]:
     """Decode one AMQP value at ``pos``; returns the value and the position after it."""
-    _need(buf, pos, 1)
-    code = buf[pos]
-    decoder = PRIMITIVE_DECODERS.get(code)
+    if pos >= len(buf):
+        raise short_of(1, pos, 0)
+    decoder = _BY_CODE[buf[pos]]
     if decoder is not None:
         return decoder(buf, pos + 1)
     decoder, pos = _constructor(buf, pos)
     return decoder(buf, pos)
+
+
+def value_extent(buf: bytes, pos: int) -> int | None:
+    """Bytes the value at ``pos`` occupies, read from its constructor and size alone (None: not there yet).
+
+    Lets a decoder tell a value cut off at the end of a frame (a section continued in the next
+    transfer) from a malformed one, without decoding it.
+    """
+    spec = amqp10().encodings
+    start = pos
+    while True:
+        if pos >= len(buf):
+            return None
+        code = buf[pos]
+        if code != 0x00:
+            break
+        descriptor = value_extent(buf, pos + 1)
+        if descriptor is None:
+            return None
+        pos += 1 + descriptor
+    enc = spec.get(code)
+    if enc is None:
+        raise DecodeError(f"unknown format code 0x{code:02x}", pos)
+    if enc.category == "fixed":
+        return pos + 1 + enc.width - start
+    if pos + 1 + enc.width > len(buf):
+        return None
+    size = int.from_bytes(buf[pos + 1 : pos + 1 + enc.width], "big")
+    return pos + 1 + enc.width + size - start

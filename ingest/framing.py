@@ -8,8 +8,7 @@ AMQP 1.0 sends a second one after the SASL exchange.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Iterator, NamedTuple, Protocol
 
 PROTOCOL_HEADER_SIZE = 8
 _AMQP = b"AMQP"
@@ -17,8 +16,7 @@ _AMQP = b"AMQP"
 RESYNC_WINDOW = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class RawFrame:
+class RawFrame(NamedTuple):
     """A complete frame (or protocol header) and where it sits in the stream."""
 
     offset: int  # stream offset of the first byte
@@ -28,8 +26,7 @@ class RawFrame:
     is_protocol_header: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Unframed:
+class Unframed(NamedTuple):
     """Bytes that could not be framed: they go to the quarantine with the reason."""
 
     offset: int
@@ -47,8 +44,8 @@ class FrameFormat(Protocol):
         Raises ValueError (with the reason) when the bytes cannot start a frame.
         """
 
-    def validate(self, frame: memoryview) -> str | None:
-        """A reason when a complete frame is malformed (e.g. 0-9-1 frame-end not 0xCE)."""
+    def validate(self, buf: bytes, pos: int, length: int) -> str | None:
+        """A reason when the complete frame at ``pos`` is malformed (e.g. 0-9-1 frame-end not 0xCE)."""
 
     def plausible(self, buf: memoryview, pos: int) -> bool | None:
         """Whether a frame could start at ``pos``; None while the bytes to tell are not there yet.
@@ -57,7 +54,7 @@ class FrameFormat(Protocol):
         """
 
 
-def protocol_header_at(buf: memoryview, pos: int) -> bool:
+def protocol_header_at(buf: bytes | memoryview, pos: int) -> bool:
     return buf[pos : pos + 4] == _AMQP
 
 
@@ -68,6 +65,7 @@ class FrameSplitter:
         self.fmt = fmt
         self._buf = bytearray()
         self._base = start_offset  # stream offset of self._buf[0]
+        self._wanted = 0  # length of the incomplete frame at the start of self._buf, when known
 
     @property
     def pending(self) -> int:
@@ -80,49 +78,54 @@ class FrameSplitter:
 
     def feed(self, data: bytes, packet_number: int, ts_us: int) -> Iterator[RawFrame | Unframed]:
         """Add contiguous stream bytes; yield every frame they complete."""
-        self._buf += data
-        buf = memoryview(self._buf)
+        if self._buf:
+            self._buf += data
+            if len(self._buf) < self._wanted:
+                return  # the frame in progress is still incomplete: nothing to scan
+            buf = bytes(self._buf)
+        else:
+            buf = bytes(data)
         pos = 0
+        end = len(buf)
+        fmt = self.fmt
+        base = self._base
+        self._wanted = 0
         try:
-            while pos < len(buf):
-                if buf[pos] == 0x41:  # "A": maybe a protocol header
-                    left = len(buf) - pos
-                    if left < 4 and _AMQP.startswith(bytes(buf[pos:])):
+            while pos < end:
+                if buf[pos] == 0x41 and _AMQP.startswith(buf[pos : pos + 4]):  # "A": maybe a protocol header
+                    if end - pos < PROTOCOL_HEADER_SIZE:
                         break
-                if buf[pos] == 0x41 and protocol_header_at(buf, pos):
-                    if len(buf) - pos < PROTOCOL_HEADER_SIZE:
-                        break
-                    yield RawFrame(self._base + pos, bytes(buf[pos : pos + PROTOCOL_HEADER_SIZE]), packet_number, ts_us, True)
-                    pos += PROTOCOL_HEADER_SIZE
-                    continue
+                    if buf[pos : pos + 4] == _AMQP:
+                        yield RawFrame(base + pos, buf[pos : pos + PROTOCOL_HEADER_SIZE], packet_number, ts_us, True)
+                        pos += PROTOCOL_HEADER_SIZE
+                        continue
                 try:
-                    length = self.fmt.frame_length(buf, pos)
+                    length = fmt.frame_length(buf, pos)
                 except ValueError as exc:
                     skipped = self._resync(buf, pos)
                     if skipped is None:
                         # No boundary in sight yet: keep the bytes until more arrive or the stream ends.
                         break
-                    yield Unframed(self._base + pos, skipped, packet_number, str(exc))
+                    yield Unframed(base + pos, skipped, packet_number, str(exc))
                     pos += skipped
                     continue
-                if length is None or len(buf) - pos < length:
+                if length is None or end - pos < length:
+                    self._wanted = length or 0
                     break
-                with buf[pos : pos + length] as frame:
-                    reason = self.fmt.validate(frame)
+                reason = fmt.validate(buf, pos, length)
                 if reason is not None:
                     skipped = self._resync(buf, pos + 1)
                     size = length if skipped is None else 1 + skipped
-                    yield Unframed(self._base + pos, size, packet_number, reason)
+                    yield Unframed(base + pos, size, packet_number, reason)
                     pos += size
                     continue
-                yield RawFrame(self._base + pos, bytes(buf[pos : pos + length]), packet_number, ts_us, False)
+                yield RawFrame(base + pos, buf[pos : pos + length], packet_number, ts_us, False)
                 pos += length
         finally:
-            buf.release()
-            del self._buf[:pos]
-            self._base += pos
+            self._buf = bytearray(buf[pos:])
+            self._base = base + pos
 
-    def _resync(self, buf: memoryview, start: int) -> int | None:
+    def _resync(self, buf: bytes, start: int) -> int | None:
         """Bytes from ``start`` to the next plausible frame boundary, None if none is visible yet."""
         end = min(len(buf), start + RESYNC_WINDOW)
         for pos in range(start + 1, end):

@@ -2,17 +2,26 @@
 
 A frame's arguments, named as in the specs, go to the typed column of the same snake_cased
 name when the schema has one; every other argument is kept as text in the ``arguments`` map.
+An AMQP 1.0 transfer that completes a delivery also carries its message (``ingest.messages``):
+section sizes, body kind and the properties' values, typed where the schema has a column, the
+other section fields in ``arguments`` under ``section.field`` keys. Message bodies are never kept.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
-from amqpscope.schemas.frames import FRAMES_COLUMNS
+from amqpscope.ingest.amqp10_types import Timestamp
+from amqpscope.schemas.frames import FRAME_KEY_FIELDS, FRAME_KIND_FIELDS, FRAMES_COLUMNS
 
-_TYPED = frozenset(FRAMES_COLUMNS)
+# Columns a frame argument never fills: the frame's own identity (connection.close's class-id is
+# an argument, the frame's class_id is not) and the map of the others.
+_RESERVED = frozenset(f.name for f in FRAME_KEY_FIELDS + FRAME_KIND_FIELDS) | {"arguments"}
+TYPED_COLUMNS = frozenset(FRAMES_COLUMNS) - _RESERVED
 # Spec argument names whose column is named differently (to keep one meaning per column).
 _RENAMED = {
     ("amqp-1.0", "delivery-tag"): "delivery_tag_bytes",
@@ -26,7 +35,17 @@ _NESTED = {
     "error": (("condition", "error_condition"), ("description", "error_description")),
 }
 # Arguments that are not useful as text (they are counted, not stored: message bodies).
-_DROPPED = frozenset({"payload"})
+_DROPPED = frozenset({"payload", "message"})
+# 1.0 message section fields with a typed column (messaging 3.2.1, 3.2.4); "to" is an address.
+_SECTION_COLUMNS = {
+    ("header", "priority"): "priority",
+    **{("properties", name): name.replace("-", "_")
+       for name in ("message-id", "subject", "reply-to", "correlation-id", "content-type", "content-encoding")},
+    ("properties", "to"): "to_address",
+}  # fmt: skip
+# Sections kept whole as text in ``arguments`` (maps of annotations and application properties).
+_MAP_SECTIONS = frozenset({"delivery-annotations", "message-annotations", "application-properties", "footer"})
+_INT64 = (-(1 << 63), 1 << 63)
 
 
 def text(value: Any) -> str | None:
@@ -34,12 +53,15 @@ def text(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return value
+        return str(value)
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (int, float)):
+    if isinstance(value, Timestamp):
+        moment = value.datetime
+        return moment.isoformat(timespec="milliseconds") if moment is not None else str(int(value))
+    if isinstance(value, (int, float, Decimal, uuid.UUID)):
         return str(value)
     if isinstance(value, datetime):
         return value.isoformat()
@@ -51,46 +73,88 @@ def _json_default(value: Any) -> Any:
         return value.hex()
     if isinstance(value, tuple):
         return list(value)
+    if isinstance(value, Timestamp):
+        return text(value)
     return str(value)
 
 
-def _overflows(value: Any) -> bool:
-    # 1.0 ulong fields (max-message-size) can exceed a signed 64-bit column: keep those as text.
-    return isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < (1 << 63)
+def _column(protocol: str, name: str) -> str | None:
+    column = _RENAMED.get((protocol, name)) or name.replace("-", "_")
+    return column if column in TYPED_COLUMNS else None
 
 
-def _typed_value(column: str, value: Any) -> Any:
-    if isinstance(value, dict) and "$type" in value:
-        # A delivery state or outcome: the column holds its name (accepted, rejected ...).
-        return value["$type"]
-    if isinstance(value, str):
-        return str(value)  # symbols are a str subclass
-    return value
+# Argument name -> typed column (or None), per protocol: filled as names are met.
+_COLUMNS: dict[str, dict[str, str | None]] = {}
 
 
 def frame_row(protocol: str, decoded: dict[str, Any], key: dict[str, Any]) -> dict[str, Any]:
-    """One frames-table row from a decoded frame and its key columns."""
-    row: dict[str, Any] = dict(key)
+    """One frames-table row from a decoded frame and its key columns (``key`` becomes the row)."""
+    row = key
     row["protocol"] = protocol
     row["frame_type"] = decoded["frame_type"]
     row["channel"] = decoded.get("channel")
     row["method"] = decoded.get("method")
     row["class_id"] = decoded.get("class_id")
     row["method_id"] = decoded.get("method_id")
+    columns = _COLUMNS.setdefault(protocol, {})
     extra: dict[str, str | None] = {}
     for name, value in decoded["arguments"].items():
-        nested = _NESTED.get(name)
-        if nested is not None and isinstance(value, dict):
-            for member, column in nested:
-                row[column] = text(value.get(member))
+        try:
+            column = columns[name]
+        except KeyError:
+            column = columns[name] = _column(protocol, name)
+        kind = type(value)
+        if column is None or kind is dict or kind is list:
+            nested = _NESTED.get(name)
+            if nested is not None and kind is dict:
+                for member, nested_column in nested:
+                    row[nested_column] = text(value.get(member))
+            elif column is not None and kind is dict and "$type" in value:
+                # A delivery state or outcome: the column holds its name (accepted, rejected ...).
+                row[column] = value["$type"]
             extra[name] = text(value)
-            continue
-        column = _RENAMED.get((protocol, name)) or name.replace("-", "_")
-        if column in _TYPED and column not in row and not _overflows(value):
-            row[column] = _typed_value(column, value)
-        elif name not in _DROPPED:
-            extra[name] = text(value)
-    if "payload" in decoded:
-        row["payload_size"] = len(decoded["payload"])
+        elif kind is int:
+            if _INT64[0] <= value < _INT64[1]:
+                row[column] = value
+            else:
+                # 1.0 ulong fields (max-message-size) can exceed a signed 64-bit column.
+                extra[name] = str(value)
+        elif kind is str or kind is bool or kind is bytes or value is None:
+            row[column] = value
+        elif isinstance(value, str):
+            row[column] = str(value)  # a symbol
+        else:
+            row[column] = value
+    payload = decoded.get("payload")
+    if payload is not None:
+        row["payload_size"] = len(payload)
+    message = decoded.get("message")
+    if message is not None:
+        _message_columns(row, extra, message)
     row["arguments"] = extra
     return row
+
+
+def _message_columns(row: dict[str, Any], extra: dict[str, str | None], message: dict[str, Any]) -> None:
+    """A completed 1.0 delivery's message: sizes, body kind, property values."""
+    row["message_size"] = message["size"]
+    row["delivery_frames"] = message["frames"]
+    if message["error"] is not None:
+        extra["message-error"] = message["error"]
+    if message["sections"] is None:
+        return
+    sizes: dict[str, int] = {}
+    for section in message["sections"]:
+        sizes[section.name] = sizes.get(section.name, 0) + section.size
+        if section.name in _MAP_SECTIONS:
+            extra[section.name] = text(section.value)
+        elif section.name in ("header", "properties"):
+            for name, value in section.value.items():
+                column = _SECTION_COLUMNS.get((section.name, name))
+                if column is not None:
+                    row[column] = value if column == "priority" else text(value)
+                elif value is not None:
+                    extra[f"{section.name}.{name}"] = text(value)
+        elif row.get("body_kind") is None:
+            row["body_kind"] = section.name
+    row["section_sizes"] = sizes

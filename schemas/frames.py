@@ -48,6 +48,7 @@ FRAME_KIND_FIELDS = [
 # AMQP 1.0 fields used by session / link flow state and rules (transport.xml).
 AMQP10_FIELDS = [
     StructField("container_id", StringType(), True),
+    StructField("hostname", StringType(), True),
     StructField("max_frame_size", LongType(), True),
     StructField("channel_max", IntegerType(), True),  # also 0-9-1 connection.tune(-ok)
     StructField("idle_time_out", LongType(), True),
@@ -77,6 +78,8 @@ AMQP10_FIELDS = [
     StructField("settled", BooleanType(), True),
     StructField("more", BooleanType(), True),
     StructField("aborted", BooleanType(), True),
+    StructField("resume", BooleanType(), True),
+    StructField("batchable", BooleanType(), True),
     StructField("first", LongType(), True),
     StructField("last", LongType(), True),
     StructField("state", StringType(), True),  # delivery state descriptor name, e.g. "accepted"
@@ -86,6 +89,25 @@ AMQP10_FIELDS = [
     StructField("mechanism", StringType(), True),  # SASL; the initial response is never kept
     StructField("sasl_code", StringType(), True),  # sasl-outcome code by its spec choice name (ok, auth, ...)
     StructField("payload_size", LongType(), True),  # transfer payload bytes after the performative
+    # On the transfer completing a delivery (ingest.messages): the whole message, every frame's payload.
+    StructField("delivery_frames", IntegerType(), True),  # transfers the delivery took
+    StructField("message_size", LongType(), True),  # bytes of the message (all its sections)
+    StructField("section_sizes", MapType(StringType(), LongType()), True),  # section name -> encoded bytes
+    StructField("body_kind", StringType(), True),  # data | amqp-sequence | amqp-value
+    StructField("to_address", StringType(), True),  # properties "to"
+    StructField("subject", StringType(), True),
+]
+
+# Message properties both versions have (0-9-1 basic properties on the content header, 1.0
+# header and properties sections); ids are rendered as text (1.0 allows ulong, uuid, binary).
+MESSAGE_FIELDS = [
+    StructField("message_id", StringType(), True),
+    StructField("correlation_id", StringType(), True),
+    StructField("content_type", StringType(), True),
+    StructField("content_encoding", StringType(), True),
+    StructField("reply_to", StringType(), True),
+    StructField("priority", IntegerType(), True),
+    StructField("delivery_mode", IntegerType(), True),  # 0-9-1 only: 2 = persistent
 ]
 
 # AMQP 0-9-1 arguments used by channel / consumer flow state and rules (amqp-rabbitmq-0.9.1.json).
@@ -105,6 +127,9 @@ AMQP091_FIELDS = [
     StructField("queue", StringType(), True),
     StructField("consumer_tag", StringType(), True),
     StructField("no_ack", BooleanType(), True),
+    StructField("redelivered", BooleanType(), True),
+    StructField("mandatory", BooleanType(), True),
+    StructField("message_count", LongType(), True),
     StructField("reply_code", IntegerType(), True),
     StructField("reply_text", StringType(), True),
     StructField("body_size", LongType(), True),  # content header
@@ -115,6 +140,7 @@ FRAMES_SCHEMA = StructType(
     + FRAME_KIND_FIELDS
     + AMQP10_FIELDS
     + AMQP091_FIELDS
+    + MESSAGE_FIELDS
     + [StructField("arguments", MapType(StringType(), StringType()), True)]
 )
 
@@ -166,5 +192,8 @@ CAPTURES_SCHEMA = StructType(
         StructField("first_ts", TimestampType(), True),
         StructField("last_ts", TimestampType(), True),
         StructField("link_types", StringType(), True),
+        # "ok"; "damaged: <place>: <reason>" when part of the file could not be read (the rest was);
+        # "failed: <reason>" when none of it could (``amqpscope ingest`` records those too).
+        StructField("status", StringType(), True),
     ]
 )

@@ -20,6 +20,28 @@ def longstr(raw: bytes) -> bytes:
     return struct.pack(">I", len(raw)) + raw
 
 
+def field_value(letter: str, value) -> bytes:
+    """A field-table value (RabbitMQ's letters) for the few types the tests nest."""
+    if letter == "F":
+        return b"F" + table(value)
+    if letter == "A":
+        items = b"".join(field_value(*item) for item in value)
+        return b"A" + struct.pack(">I", len(items)) + items
+    if letter == "S":
+        return b"S" + longstr(value.encode())
+    if letter == "I":
+        return b"I" + struct.pack(">i", value)
+    if letter == "t":
+        return b"t" + bytes([int(value)])
+    raise ValueError(letter)
+
+
+def table(fields: dict) -> bytes:
+    """A field table (0-9-1 spec 4.2.5.5): size, then name + typed value pairs; values as (letter, value)."""
+    body = b"".join(shortstr(name) + field_value(*typed) for name, typed in fields.items())
+    return struct.pack(">I", len(body)) + body
+
+
 def method091(class_id: int, method_id: int, args: bytes = b"", channel: int = 1) -> bytes:
     return frame091(1, channel, struct.pack(">HH", class_id, method_id) + args)
 
@@ -92,6 +114,17 @@ def list32(*items: bytes) -> bytes:
     return b"\xd0" + struct.pack(">II", len(body) + 4, len(items)) + body
 
 
+def map8(*items: bytes) -> bytes:
+    body = b"".join(items)
+    return b"\xc1" + bytes([len(body) + 1, len(items)]) + body
+
+
+def array8_symbols(*symbols: str) -> bytes:
+    """An array8 of sym8 (one constructor shared by the elements)."""
+    body = b"\xa3" + b"".join(bytes([len(s)]) + s.encode("ascii") for s in symbols)
+    return b"\xe0" + bytes([len(body) + 1, len(symbols)]) + body
+
+
 def described(code: int, value: bytes) -> bytes:
     return b"\x00" + ulong_small(code) + value
 
@@ -130,3 +163,17 @@ def sasl_init(mechanism: str, response: bytes) -> bytes:
 
 
 EMPTY_10 = frame10(b"")
+
+
+def transfer_aborted(handle: int, channel: int = 0) -> bytes:
+    """A continuation transfer with aborted=true (transport 2.6.14): fields up to aborted."""
+    fields = list8(uint(handle), NULL, NULL, NULL, NULL, boolean(False), NULL, NULL, NULL, boolean(True))
+    return frame10(described(0x14, fields), channel)
+
+
+def disposition(receiver: bool, first: int, last: int | None = None, settled: bool = False,
+                state_code: int = 0x24, channel: int = 0) -> bytes:
+    """A disposition (2.7.6) with an outcome, accepted by default (messaging 3.4.2: 0x24)."""
+    fields = list8(boolean(receiver), uint(first), NULL if last is None else uint(last), boolean(settled),
+                   described(state_code, list8()))
+    return frame10(described(0x15, fields), channel)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import struct
 import uuid
+from datetime import datetime, timezone
+from decimal import Decimal
 
 import pytest
 
-from amqpscope.ingest.amqp10_types import DecodeError, Described, Symbol, decode_value
+from amqpscope.ingest.amqp10_types import DecodeError, Described, Symbol, Timestamp, decode_value, value_extent
 
 
 def value(raw: bytes):
@@ -80,3 +82,61 @@ def test_malformed_encodings_raise_with_reason_and_offset(raw, reason):
         decode_value(memoryview(raw))
     assert reason in err.value.reason
     assert 0 <= err.value.offset <= len(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b"\x74" + bytes.fromhex("32800001"), Decimal("1")),  # decimal32: exponent 0 (bias 101), coefficient 1
+        (b"\x74" + bytes.fromhex("B2800001"), Decimal("-1")),
+        (b"\x84" + bytes.fromhex("318000000000013A"), Decimal("3.14")),  # decimal64: 314e-2 (bias 398)
+        (b"\x94" + bytes.fromhex("30400000000000000000000000000000"), Decimal("0")),  # decimal128 zero, exponent 0
+        (b"\x74" + bytes.fromhex("78000000"), Decimal("Infinity")),
+        (b"\x74" + bytes.fromhex("7C000000"), Decimal("NaN")),
+        (b"\x74" + bytes.fromhex("6CBFFFFF"), Decimal("0")),  # '11' form, coefficient 10485759 > 9999999: non-canonical
+    ],
+)
+def test_decimals_from_binary_integer_decimal(raw, expected):
+    decoded = value(raw)
+    assert str(decoded) == str(expected) if expected.is_nan() else decoded == expected
+
+
+def test_timestamps_are_milliseconds_with_their_datetime():
+    stamp = value(b"\x83" + struct.pack(">q", 1_700_000_000_123))
+    assert isinstance(stamp, Timestamp) and stamp == 1_700_000_000_123
+    assert stamp.datetime == datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=timezone.utc)
+    assert value(b"\x83" + struct.pack(">q", -(2**63))).datetime is None  # beyond Python's years
+
+
+def test_arrays_of_described_values_and_of_zero_width_elements():
+    # array8 of described symbols: one constructor (0x00 descriptor 0xa3) for both elements.
+    raw = b"\xe0\x09\x02\x00\x53\x01\xa3\x01a\x01b"
+    assert value(raw) == [Described(1, "a"), Described(1, "b")]
+    assert value(b"\xe0\x02\x05\x40") == [None] * 5  # five nulls in two bytes
+    with pytest.raises(DecodeError):
+        value(b"\xf0\x00\x00\x00\x05\x7f\xff\xff\xff\x40")  # 2^31 zero-width elements: refused
+
+
+def test_map_keys_that_are_lists_stay_hashable():
+    assert value(b"\xc1\x05\x02\xc0\x01\x00\x40") == {(): None}
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"\x56\x02", "neither 0x00 nor 0x01"),
+        (b"\x73\x00\x11\x00\x00", "beyond Unicode"),
+        (b"\xa3\x01\xff", "symbol is not ASCII"),
+        (b"\x98" + bytes(15), "needs 16 bytes"),
+    ],
+)
+def test_more_malformed_encodings(raw, reason):
+    with pytest.raises(DecodeError) as err:
+        decode_value(memoryview(raw))
+    assert reason in err.value.reason
+
+
+def test_value_extent_reads_sizes_without_decoding():
+    assert value_extent(b"\x00\x53\x75\xb0\x00\x01\x00\x00", 0) == 3 + 5 + 65536  # a data section cut short
+    assert value_extent(b"\x52\x07", 0) == 2
+    assert value_extent(b"\x00\x53", 0) is None  # the constructor itself is not all there

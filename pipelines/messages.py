@@ -1,0 +1,262 @@
+"""Messages from the frames table: 0-9-1 content assembled and settled, 1.0 deliveries made whole.
+
+``messages_091``: a content method (the spec's methods with content: basic.publish / return /
+deliver / get-ok) is followed on its channel, in its direction, by one content header and body
+frames (0-9-1 spec 4.2.6); those frames belong to the last content method before them. Publishes
+after confirm.select are numbered 1, 2, ... per channel (RabbitMQ's publisher confirms), and each
+message is linked to the frame that settled it: the broker's basic.ack / basic.nack for a publish,
+the client's basic.ack / nack / reject for a delivery, ``multiple`` included (tag 0: all so far).
+
+``deliveries_10``: transfers of a link (direction, channel, handle) form one delivery from a
+transfer after a completed one to the next with more=false or aborted=true (transport 2.6.14); the
+disposition covering its delivery-id (first..last, in the sending session's id space, 2.7.6) is
+linked to it.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window, WindowSpec
+from pyspark.sql import functions as F
+
+from amqpscope.ingest.specs import amqp091
+from amqpscope.schemas.messages import DELIVERIES_10_SCHEMA, MESSAGES_091_SCHEMA
+
+# Derived from the spec: the methods followed by content, and those settling deliveries.
+_CONTENT_METHODS = tuple(m.name for m in amqp091().methods.values() if m.content)
+_SETTLEMENTS = ("basic.ack", "basic.nack", "basic.reject")
+_DELIVERIES = ("basic.deliver", "basic.get-ok")
+_PROPERTY_COLUMNS = ("message_id", "correlation_id", "content_type", "content_encoding", "reply_to", "priority")
+# The header's properties kept in the map (the typed ones are columns).
+_TYPED_PROPERTY_KEYS = ("body-size", "message-id", "correlation-id", "content-type", "content-encoding",
+                        "reply-to", "priority", "delivery-mode")
+_MAX_DISPOSITION_RANGE = 1 << 20  # a first..last range wider than this is not expanded
+
+_CHANNEL = ("capture_id", "connection_id", "channel")
+
+# Window specifications are built per call: PySpark needs an active session to build one.
+
+
+def _stream_so_far() -> WindowSpec:
+    """A channel's frames in one direction, in order: content frames follow their method there."""
+    return (
+        Window.partitionBy(*_CHANNEL, "direction").orderBy("frame_index")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+
+
+def _channel_so_far() -> WindowSpec:
+    """A channel's frames in both directions, in order: confirm mode and incarnations are per channel."""
+    return Window.partitionBy(*_CHANNEL).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+
+
+def _incarnation_so_far() -> WindowSpec:
+    """One incarnation of a channel (between channel.open frames), both directions, in order."""
+    return (
+        Window.partitionBy(*_CHANNEL, "incarnation").orderBy("frame_index")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+
+
+def _by_tag_from_the_top(keys: tuple[str, ...]) -> WindowSpec:
+    """Items and multiple-settlement marks by tag, highest first, marks before items of the same tag:
+    the last mark seen so far is the lowest at or above an item's tag, the earliest that covers it
+    (a channel's marks only grow). Descending with a growing frame, not ascending to
+    ``unboundedFollowing``, which Spark re-aggregates for every row."""
+    return (
+        Window.partitionBy(*keys).orderBy(F.col("tag").desc(), F.col("is_mark").desc())
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+
+
+def messages_091(frames: DataFrame) -> DataFrame:
+    """The messages_091 table (``schemas.messages.MESSAGES_091_SCHEMA``) from the frames table."""
+    is_open = (F.col("method") == "channel.open").cast("int")
+    channel_frames = (
+        frames.filter(F.col("protocol") == "amqp-0-9-1")
+        .filter(F.col("channel") > 0)
+        .withColumn("incarnation", F.sum(is_open).over(_channel_so_far()))
+    )
+    is_content_method = F.col("method").isin(*_CONTENT_METHODS)
+    content = channel_frames.withColumn(
+        "message_at", F.last(F.when(is_content_method, F.col("frame_index")), True).over(_stream_so_far())
+    ).filter(F.col("frame_type").isin("header", "body") & F.col("message_at").isNotNull())
+    parts = content.groupBy(*_CHANNEL, "direction", "message_at").agg(
+        F.max("frame_index").alias("last_frame_index"),
+        F.first(F.when(F.col("frame_type") == "header", F.struct(*_PROPERTY_COLUMNS, "delivery_mode", "body_size",
+                                                                "arguments")), True).alias("header"),
+        F.sum(F.when(F.col("frame_type") == "body", F.col("frame_size") - 8).otherwise(0)).alias("body_bytes"),
+        F.sum((F.col("frame_type") == "body").cast("int")).alias("body_frames"),
+    )
+    # Confirm mode: a channel incarnation from its confirm.select on; publishes numbered in it.
+    confirming = F.max((F.col("method") == "confirm.select").cast("int")).over(_incarnation_so_far()) == 1
+    is_publish = (F.col("method") == "basic.publish") & (F.col("direction") == "c2s")
+    methods = (
+        channel_frames.withColumn("_confirming", confirming)
+        .withColumn("_publishes", F.sum((is_publish & F.col("_confirming")).cast("long")).over(_incarnation_so_far()))
+        .withColumn("publish_seq", F.when(is_publish & F.col("_confirming"), F.col("_publishes")))
+    )
+    messages = (
+        methods.filter(is_content_method)
+        .join(parts.withColumnRenamed("message_at", "frame_index"), on=[*_CHANNEL, "direction", "frame_index"], how="left")
+        .withColumn("last_frame_index", F.coalesce("last_frame_index", "frame_index"))
+        .withColumn("body_bytes", F.coalesce("body_bytes", F.lit(0)))
+        .withColumn("body_frames", F.coalesce("body_frames", F.lit(0)))
+        .withColumn("complete", F.coalesce(F.col("header.body_size") == F.col("body_bytes"), F.lit(False)))
+        .select(
+            *_CHANNEL, "incarnation", "direction", "method", "frame_index", "ts", "exchange", "routing_key",
+            "consumer_tag", "delivery_tag", "redelivered", "publish_seq",
+            "last_frame_index", "body_bytes", "body_frames", "complete",
+            *[F.col(f"header.{c}").alias(c) for c in (*_PROPERTY_COLUMNS, "delivery_mode", "body_size")],
+            F.map_filter(F.col("header.arguments"), lambda k, _v: ~k.isin(*_TYPED_PROPERTY_KEYS)).alias("properties"),
+        )
+    )
+    confirms = _settle(
+        messages.filter(F.col("publish_seq").isNotNull()).select(*_CHANNEL, "incarnation", F.col("publish_seq").alias("tag"),
+                                                                 F.col("frame_index").alias("at")),
+        methods.filter(F.col("method").isin("basic.ack", "basic.nack") & (F.col("direction") == "s2c")),
+        (*_CHANNEL, "incarnation"),
+    )
+    acks = _settle(
+        messages.filter(F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")).select(
+            *_CHANNEL, "incarnation", F.col("delivery_tag").alias("tag"), F.col("frame_index").alias("at")),
+        methods.filter(F.col("method").isin(*_SETTLEMENTS) & (F.col("direction") == "c2s")),
+        (*_CHANNEL, "incarnation"),
+    )
+    settled = confirms.unionByName(acks).withColumnRenamed("at", "frame_index").drop("tag")
+    result = messages.join(settled, on=[*_CHANNEL, "incarnation", "frame_index"], how="left")
+    return result.select(*[F.col(f.name).cast(f.dataType) for f in MESSAGES_091_SCHEMA.fields])
+
+
+def _items_so_far(keys: tuple[str, ...]) -> WindowSpec:
+    """Items and settlements of a channel in frame order: the highest tag so far, for tag 0."""
+    return Window.partitionBy(*keys).orderBy("at").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+
+
+def _settle(items: DataFrame, settlements: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    """Items (keys, tag, at) with the first later settlement covering their tag, ``multiple`` included."""
+    multiple = F.coalesce(F.col("multiple"), F.lit(False))
+    settle = F.struct(F.col("frame_index").alias("settled_frame_index"), F.col("method").alias("settled_by"),
+                      multiple.alias("settled_multiple"), F.col("requeue"))
+    singles = (
+        settlements.filter(~multiple)
+        .select(*keys, F.col("delivery_tag").alias("tag"), settle.alias("single"))
+        .groupBy(*keys, "tag").agg(F.min("single").alias("single"))
+    )
+    # Tag 0 with multiple settles every tag so far: it reaches the highest item tag before it.
+    highest_before = (
+        items.select(*keys, "tag", "at").unionByName(
+            settlements.filter(multiple).select(*keys, F.lit(None).cast("long").alias("tag"), F.col("frame_index").alias("at")))
+        .withColumn("reach", F.max("tag").over(_items_so_far(keys)))
+        .filter(F.col("tag").isNull())
+        .select(*keys, F.col("at").alias("frame_index"), "reach")
+    )
+    marks = (
+        settlements.filter(multiple)
+        .join(highest_before, on=[*keys, "frame_index"], how="left")
+        .select(*keys, F.when(F.col("delivery_tag") == 0, F.col("reach")).otherwise(F.col("delivery_tag")).alias("tag"),
+                settle.alias("mark"))
+    )
+    by_tag = (
+        items.withColumn("is_mark", F.lit(0)).withColumn("mark", F.lit(None).cast(marks.schema["mark"].dataType))
+        .unionByName(marks.withColumn("is_mark", F.lit(1)).withColumn("at", F.lit(None).cast("long")))
+        .withColumn("covering", F.last("mark", True).over(_by_tag_from_the_top(keys)))
+        .filter(F.col("is_mark") == 0)
+        .join(singles, on=[*keys, "tag"], how="left")
+    )
+    # A settlement counts only after the item (a stale tag settles nothing it did not see).
+    single_ok = F.when(F.col("single.settled_frame_index") > F.col("at"), F.col("single"))
+    mark_ok = F.when(F.col("covering.settled_frame_index") > F.col("at"), F.col("covering"))
+    first = F.when(single_ok.isNull(), mark_ok).when(mark_ok.isNull(), single_ok).otherwise(F.least(single_ok, mark_ok))
+    return by_tag.select(*keys, "tag", "at", first.alias("s")).select(
+        *keys, "tag", "at", "s.settled_by", "s.settled_frame_index", "s.settled_multiple", "s.requeue"
+    )
+
+
+def _link_so_far() -> WindowSpec:
+    """A link's transfers from one endpoint, in order: more=true continues the delivery."""
+    return (
+        Window.partitionBy("capture_id", "connection_id", "direction", "channel", "handle").orderBy("frame_index")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+
+
+def _link_previous() -> WindowSpec:
+    return Window.partitionBy("capture_id", "connection_id", "direction", "channel", "handle").orderBy("frame_index")
+
+
+def deliveries_10(frames: DataFrame) -> DataFrame:
+    """The deliveries_10 table (``schemas.messages.DELIVERIES_10_SCHEMA``) from the frames table."""
+    amqp = frames.filter(F.col("protocol") == "amqp-1.0")
+    sessions = _session_channels(amqp)
+    transfers = amqp.filter(F.col("method") == "transfer")
+    ends_delivery = F.coalesce(F.col("aborted"), F.lit(False)) | ~F.coalesce(F.col("more"), F.lit(False))
+    starts = F.coalesce(F.lag(ends_delivery).over(_link_previous()), F.lit(True))
+    numbered = transfers.withColumn("_n", F.sum(starts.cast("long")).over(_link_so_far()))
+    last = F.max_by
+    deliveries = numbered.groupBy("capture_id", "connection_id", "direction", "channel", "handle", "_n").agg(
+        F.min("frame_index").alias("frame_index"),
+        F.min("ts").alias("ts"),
+        F.max("frame_index").alias("last_frame_index"),
+        F.max("ts").alias("last_ts"),
+        F.count("*").cast("int").alias("transfers"),
+        F.sum("payload_size").alias("payload_bytes"),
+        F.min_by("delivery_id", "frame_index").alias("delivery_id"),
+        F.hex(F.min_by("delivery_tag_bytes", "frame_index")).alias("delivery_tag_bytes"),
+        F.coalesce(last("aborted", "frame_index"), F.lit(False)).alias("aborted"),
+        (~F.coalesce(last("more", "frame_index"), F.lit(False))).alias("_ended"),
+        F.coalesce(F.max("settled"), F.lit(False)).alias("settled_by_sender"),
+        *[last(c, "frame_index").alias(c) for c in ("message_size", "section_sizes", "body_kind", "subject", "to_address",
+                                                   *_PROPERTY_COLUMNS)],
+    ).withColumn("complete", F.col("_ended") & ~F.col("aborted"))
+    deliveries = _with_session(deliveries, sessions)
+    dispositions = _with_session(amqp.filter(F.col("method") == "disposition"), sessions)
+    settled = _dispositions_by_id(dispositions)
+    result = deliveries.join(settled, on=["capture_id", "connection_id", "direction", "session_channel", "delivery_id"],
+                             how="left")
+    return result.select(*[F.col(f.name).cast(f.dataType) for f in DELIVERIES_10_SCHEMA.fields])
+
+
+def _session_channels(amqp: DataFrame) -> DataFrame:
+    """(connection, broker channel) -> client channel, from begin frames answering the other end's."""
+    begins = amqp.filter((F.col("method") == "begin") & F.col("remote_channel").isNotNull())
+    from_broker = begins.filter(F.col("direction") == "s2c").select(
+        "capture_id", "connection_id", F.col("channel").alias("s2c_channel"), F.col("remote_channel").alias("c2s_channel"))
+    from_client = begins.filter(F.col("direction") == "c2s").select(
+        "capture_id", "connection_id", F.col("remote_channel").alias("s2c_channel"), F.col("channel").alias("c2s_channel"))
+    return from_broker.unionByName(from_client).dropDuplicates(["capture_id", "connection_id", "s2c_channel"])
+
+
+def _with_session(df: DataFrame, sessions: DataFrame) -> DataFrame:
+    """Name a session by the client's channel: a broker frame's channel is mapped through its begin."""
+    mapped = df.join(sessions.withColumnRenamed("s2c_channel", "channel"), on=["capture_id", "connection_id", "channel"],
+                     how="left")
+    return mapped.withColumn(
+        "session_channel",
+        F.when(F.col("direction") == "c2s", F.col("channel")).otherwise(F.coalesce("c2s_channel", "channel")),
+    ).drop("c2s_channel")
+
+
+def _dispositions_by_id(dispositions: DataFrame) -> DataFrame:
+    """Each delivery-id a disposition covers, keyed by the direction of the deliveries it names.
+
+    A receiver's disposition names deliveries that travelled the other way; a sender's its own.
+    """
+    first, last = F.col("first"), F.coalesce(F.col("last"), F.col("first"))
+    width = F.pmod(last - first, F.lit(1 << 32))  # serial numbers (RFC 1982) may wrap
+    flipped = F.when(F.col("direction") == "c2s", "s2c").otherwise("c2s")
+    ids = (
+        dispositions.filter(width < _MAX_DISPOSITION_RANGE)
+        .withColumn("delivery_direction", F.when(F.col("role") == "receiver", flipped).otherwise(F.col("direction")))
+        .withColumn("offset", F.explode(F.sequence(F.lit(0).cast("long"), width.cast("long"))))
+        .withColumn("delivery_id", F.pmod(first + F.col("offset"), F.lit(1 << 32)))
+    )
+    covering = F.struct(
+        F.col("frame_index").alias("disposition_frame_index"), F.col("role").alias("disposition_role"),
+        F.coalesce(F.col("settled"), F.lit(False)).alias("disposition_settled"), F.col("state"),
+    )
+    return (
+        ids.groupBy("capture_id", "connection_id", F.col("delivery_direction").alias("direction"), "session_channel",
+                    "delivery_id")
+        .agg(F.min(covering).alias("d"))
+        .select("capture_id", "connection_id", "direction", "session_channel", "delivery_id", "d.*")
+    )

@@ -1,0 +1,150 @@
+"""Live differential tests: fresh captures of ``testbed.decoder_scenarios`` against tshark and the truth.
+
+One private broker (with a 1 s ``heartbeat`` so that it asks AMQP 1.0 peers for empty frames)
+serves the module; each scenario is captured once into a temporary directory. Every typed field
+is compared with tshark's (``tests/test_tshark_fields.py``: zero mismatches, tshark's known-wrong
+values listed there with their reasons), then the frames are checked against what the clients did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from amqpscope.testbed import decoder_scenarios
+from amqpscope.testbed.broker import RABBITMQ_BIN, PrivateBroker
+from amqpscope.testbed.capture import capture_scenario, truth_path
+from amqpscope.testbed.tshark import tshark_available
+from tests.test_tshark_fields import compare_capture, frame_name, stream_rows
+
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.tshark,
+    pytest.mark.skipif(not (RABBITMQ_BIN / "rabbitmq-server").exists(), reason="rabbitmq-server not installed"),
+    pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump not installed"),
+    pytest.mark.skipif(not tshark_available(), reason="tshark not installed"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="capturing on lo needs root"),
+]
+
+SCENARIOS = sorted(decoder_scenarios.DECODER_SCENARIOS)
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[PrivateBroker]:
+    with PrivateBroker(config=decoder_scenarios.HEARTBEAT_BROKER_CONFIG) as private:
+        yield private
+
+
+@pytest.fixture(scope="module")
+def captures(broker: PrivateBroker, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("decoder-captures")
+    with decoder_scenarios.registered(), decoder_scenarios.alarm_switch(broker):
+        return {name: capture_scenario(name, out, broker=broker) for name in SCENARIOS}
+
+
+@pytest.fixture(scope="module")
+def rows(captures: dict[str, Path], broker: PrivateBroker) -> dict[str, list[dict]]:
+    return {name: list(stream_rows(path, broker.port)) for name, path in captures.items()}
+
+
+def truth(capture: Path) -> dict:
+    [gt] = json.loads(truth_path(capture).read_text())["ground_truth"].values()
+    return gt
+
+
+def counts(frames: list[dict]) -> Counter[tuple[str, str]]:
+    return Counter((r["direction"], frame_name(r)) for r in frames)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_field_matches_tshark(scenario: str, captures: dict[str, Path], broker: PrivateBroker) -> None:
+    result = compare_capture(captures[scenario], broker.port)
+    assert result.mismatches == []
+    assert result.frames > 20 and result.values > 10 * result.frames
+
+
+def test_amqp091_methods(captures: dict[str, Path], rows: dict[str, list[dict]]) -> None:
+    gt, frames = truth(captures["amqp091_methods"]), rows["amqp091_methods"]
+    seen = counts(frames)
+    for method in ("exchange.bind", "exchange.unbind", "queue.unbind", "queue.purge", "basic.recover", "tx.commit",
+                   "connection.update-secret", "confirm.select", "basic.get"):
+        assert seen["c2s", method] >= 1, method
+    assert seen["s2c", "basic.get-empty"] == gt["gets_empty"]
+    assert seen["s2c", "basic.get-ok"] == gt["gets_ok"]
+    assert seen["c2s", "basic.reject"] == gt["rejects_sent"] and seen["c2s", "basic.nack"] == gt["nacks_sent"]
+    assert seen["s2c", "basic.nack"] == gt["confirms_nacked"] and seen["s2c", "basic.return"] == gt["returned"]
+    rejects = [(r["delivery_tag"], r["requeue"]) for r in frames if r["method"] == "basic.reject"]
+    assert [requeue for _tag, requeue in rejects] == [True, False]
+    [qos] = [r for r in frames if r["method"] == "basic.qos"]
+    assert (qos["prefetch_count"], qos["global"]) == (gt["prefetch_count"], gt["prefetch_global"])
+    # AMQPLAIN: the mechanism is kept, the response (a table with LOGIN and PASSWORD) is not.
+    [start_ok] = [r for r in frames if r["method"] == "connection.start-ok"]
+    assert start_ok["mechanism"] == gt["sasl_mechanism"] == "AMQPLAIN"
+    assert "response" not in start_ok["arguments"]
+    [update] = [r for r in frames if r["method"] == "connection.update-secret"]
+    assert "new-secret" not in update["arguments"] and update["reason"] == "amqpscope rotation"
+    everything = json.dumps([{k: str(v) for k, v in r.items()} for r in frames])
+    assert "PASSWORD" not in everything and "\\u0000guest" not in everything
+    # Every basic property, the field table with each value type pika writes.
+    header = next(r for r in frames if r["method"] == "basic.header" and r["message_id"] == "msg-1")
+    assert (header["content_type"], header["delivery_mode"], header["priority"]) == ("text/plain", 2, 3)
+    headers = json.loads(header["arguments"]["headers"])
+    assert headers["nested"] == {"inner": "x", "deeper": {"n": 1}} and headers["list"] == [1, "two", [3]]
+    assert (headers["decimal"], headers["long"], headers["empty"]) == ("3.14", 2**40, {})
+    assert header["arguments"]["timestamp"] == "2023-11-14T22:13:21+00:00"
+
+
+def test_amqp091_heartbeats(captures: dict[str, Path], rows: dict[str, list[dict]]) -> None:
+    gt, frames = truth(captures["amqp091_heartbeats"]), rows["amqp091_heartbeats"]
+    [tune_ok] = [r for r in frames if r["method"] == "connection.tune-ok"]
+    assert tune_ok["heartbeat"] == gt["heartbeat"] == 1
+    beats = [r for r in frames if r["frame_type"] == "heartbeat"]
+    assert {r["direction"] for r in beats} == {"c2s", "s2c"}
+    assert len(beats) >= 2 * (int(gt["idle_seconds"]) - 1) and {r["channel"] for r in beats} == {0}
+
+
+def test_amqp091_blocked(captures: dict[str, Path], rows: dict[str, list[dict]]) -> None:
+    gt, frames = truth(captures["amqp091_blocked"]), rows["amqp091_blocked"]
+    assert gt["events"] == [f"blocked:{gt['blocked_reason']}", "unblocked"]
+    alarms = [(r["method"], r.get("reason")) for r in frames if r["method"] in ("connection.blocked", "connection.unblocked")]
+    assert alarms == [("connection.blocked", gt["blocked_reason"]), ("connection.unblocked", None)]
+    assert counts(frames)["c2s", "basic.publish"] == gt["messages_published"]
+
+
+def test_amqp10_large_deliveries(captures: dict[str, Path], rows: dict[str, list[dict]]) -> None:
+    gt, frames = truth(captures["amqp10_large"]), rows["amqp10_large"]
+    completed = [r for r in frames if r["method"] == "transfer" and r.get("message_size") is not None]
+    assert len(completed) == gt["messages_sent"] + gt["messages_received"]
+    for row in completed:
+        # Each message took several frames, and its size is the sum of their payloads.
+        assert row["delivery_frames"] > 1
+        assert row["message_size"] == sum(row["section_sizes"].values())
+        assert max(r["frame_size"] for r in frames) <= gt["client_max_frame_size"]
+    by_subject = {(r["direction"], r["subject"]): r for r in completed}
+    first = by_subject["c2s", "large data"]
+    assert first["message_id"] == str(gt["first_message_id"]) and first["body_kind"] == "data"
+    assert first["section_sizes"]["data"] == gt["body_size"] + 8  # descriptor 3, vbin32 5
+    assert json.loads(first["arguments"]["application-properties"]) == {"index": 1, "kind": "data", "flag": True}
+    assert first["arguments"]["properties.group-id"] == "group-a" and first["priority"] == 6
+    kinds = {r["subject"]: r["body_kind"] for r in completed if r["direction"] == "s2c"}
+    assert kinds == dict(zip(("large data", "large value", "large sequence"), gt["body_sections"]))
+
+
+def test_amqp10_drain_and_idle_empty_frames(captures: dict[str, Path], rows: dict[str, list[dict]]) -> None:
+    gt, frames = truth(captures["amqp10_drain_idle"]), rows["amqp10_drain_idle"]
+    [drain] = [r for r in frames if r["method"] == "flow" and r["direction"] == "c2s" and r["drain"]]
+    assert drain["link_credit"] == gt["drain_credit"]
+    # The broker answers by spending the credit it could not use: credit 0, delivery-count advanced.
+    answers = [r for r in frames if r["method"] == "flow" and r["direction"] == "s2c" and r["handle"] == drain["handle"]
+               and r["frame_index"] > drain["frame_index"] and r["link_credit"] == 0]
+    assert answers and answers[-1]["delivery_count"] >= gt["messages_received"]
+    empty = Counter(r["direction"] for r in frames if r["frame_type"] == "empty")
+    assert empty["c2s"] >= gt["idle_seconds"] - 1 and empty["s2c"] >= gt["idle_seconds"] - 1
+    [broker_open] = [r for r in frames if r["method"] == "open" and r["direction"] == "s2c"]
+    assert broker_open["idle_time_out"] == int(gt["broker_idle_timeout_s"] * 1000)
