@@ -30,5 +30,10 @@ captures: setup system-deps
 	$(BIN)/amqpscope capture --out samples --scenario amqp091_qos_confirms --scenario amqp10_credit
 	$(BIN)/amqpscope capture --out samples --scenario mixed --pcapng
 
+# Benchmarks (minutes; results go to docs/BENCHMARKS.md by hand, with the machine).
+bench: setup system-deps
+	$(BIN)/python benchmarks/decode.py
+	$(BIN)/python benchmarks/flow_state.py --frames 10000000
+
 clean:
 	rm -rf out build *.egg-info

@@ -1,4 +1,4 @@
-"""A capture file to rows: packets, TCP connections, AMQP frames, and what could not be decoded.
+"""A capture file to rows: packets, TCP connections and segments, AMQP frames, and what could not be decoded.
 
 ``decode_capture`` is plain Python (no Spark): the ingest job runs it on executors, one capture per
 task, and turns its rows into Arrow batches.
@@ -12,6 +12,7 @@ from typing import Any, Iterator
 
 from amqpscope.ingest import amqp10, amqp091
 from amqpscope.ingest.amqp10_types import DecodeError
+from amqpscope.ingest.messages import StreamDecoder, stream_decoder
 from amqpscope.ingest.framing import FrameFormat, FrameSplitter, RawFrame, Unframed
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_FIN, TCP_RST, TCP_SYN, TCP_ACK, parse_tcp
 from amqpscope.ingest.pcap import read_records
@@ -25,7 +26,6 @@ _HEADER_PROTOCOLS = {
     **{header: (amqp10.PROTOCOL, name) for header, name in amqp10.PROTOCOL_HEADERS.items()},
 }
 _FORMATS: dict[str, FrameFormat] = {amqp091.PROTOCOL: amqp091.Amqp091Format(), amqp10.PROTOCOL: amqp10.Amqp10Format()}
-_DECODERS = {amqp091.PROTOCOL: amqp091.decode_frame, amqp10.PROTOCOL: amqp10.decode_frame}
 # Bytes of a stream examined before giving up on recognising AMQP in it.
 _DETECT_BYTES = 64
 
@@ -36,6 +36,7 @@ Row = dict[str, Any]
 class _Direction:
     stream: DirectionStream = field(default_factory=DirectionStream)
     splitter: FrameSplitter | None = None
+    decoder: StreamDecoder | None = None  # per direction: a 1.0 message spans transfer frames
     held: list[Data] = field(default_factory=list)  # data seen before the protocol was known
     held_bytes: int = 0
     payload_bytes: int = 0
@@ -51,19 +52,29 @@ class _Connection:
     protocol: str | None = None
     protocol_inferred: bool = False
     not_amqp: bool = False
+    not_amqp_reason: str | None = None
+    accountable: bool = False  # on an AMQP port or announced as AMQP: its bytes must be accounted
     frames: int = 0
     first_ts: int | None = None
     last_ts: int | None = None
     fin: set[str] = field(default_factory=set)
     reset: bool = False
+    # Window scale option of each direction's SYN (absent key: that SYN not captured).
+    syn_scale: dict[str, int | None] = field(default_factory=dict)
+    held_segments: list[Row] = field(default_factory=list)  # tcp_segments rows before the protocol is known
 
 
 class CaptureDecoder:
-    """Streams one capture's packets through TCP reassembly and the AMQP frame decoders."""
+    """Streams one capture's packets through TCP reassembly and the AMQP frame decoders.
 
-    def __init__(self, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS) -> None:
+    With ``segments=True`` it also emits a "tcp_segments" row per TCP segment of every AMQP
+    connection (``schemas.tcp.TCP_SEGMENTS_SCHEMA``): one row per packet, so only on request.
+    """
+
+    def __init__(self, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS, segments: bool = False) -> None:
         self.capture_id = capture_id
         self.ports = frozenset(ports)
+        self.segments = segments
         self._live: dict[tuple[str, int, str, int], _Connection] = {}
         self._finished: list[_Connection] = []
         self._seen_ids: dict[str, int] = {}
@@ -119,11 +130,18 @@ class CaptureDecoder:
         if located is None:
             return
         conn, direction = located
-        if conn.not_amqp:
+        if conn.not_amqp and not conn.accountable:
             return
         side = conn.directions[direction]
         if seg.flags & TCP_SYN:
             side.stream.syn(seg.seq)
+            conn.syn_scale[direction] = seg.window_scale
+        if self.segments:
+            row = self._segment_row(conn, direction, seg, number, ts_us)
+            if conn.protocol is None:
+                conn.held_segments.append(row)  # flushed once the connection is known to be AMQP
+            else:
+                yield "tcp_segments", row
         if seg.payload:
             conn.first_ts = ts_us if conn.first_ts is None else conn.first_ts
             conn.last_ts = ts_us
@@ -139,6 +157,13 @@ class CaptureDecoder:
 
     def _deliver(self, conn: _Connection, direction: str, event: Data | Gap) -> Iterator[tuple[str, Row]]:
         side = conn.directions[direction]
+        if conn.not_amqp:
+            # Classified, not decoded: counted here, quarantined as one run per direction at the end.
+            if isinstance(event, Gap):
+                side.missing_bytes += event.size
+            else:
+                side.payload_bytes += len(event.payload)
+            return
         if isinstance(event, Gap):
             side.missing_bytes += event.size
             yield "quarantine", self._quarantine(conn, direction, event.offset, event.size, event.packet_number,
@@ -166,7 +191,9 @@ class CaptureDecoder:
         if c2s.held and c2s.held[0].offset == 0 and head.startswith(b"AMQP"):
             if len(head) < 8 and not final:
                 return
-            protocol = _HEADER_PROTOCOLS.get(head[:8], (None, None))[0]
+            protocol, name = _HEADER_PROTOCOLS.get(head[:8], (None, None))
+            if name == "tls":
+                protocol = None  # AMQP over TLS: the header is clear, the rest is ciphertext
         elif len(head) >= _DETECT_BYTES or final or (direction == S2C and not c2s.held):
             protocol = self._infer(conn)
             conn.protocol_inferred = protocol is not None
@@ -174,14 +201,16 @@ class CaptureDecoder:
             return
         if protocol is None:
             conn.not_amqp = True
-            if conn.server[1] in self.ports or head.startswith(b"AMQP"):
-                for d, side in conn.directions.items():
-                    if side.held_bytes:
-                        yield "quarantine", self._quarantine(conn, d, side.held[0].offset, side.held_bytes,
-                                                             side.held[-1].packet_number, _not_amqp_reason(head))
-            conn.directions = {C2S: _Direction(), S2C: _Direction()}
+            conn.not_amqp_reason = _not_amqp_reason(head)
+            conn.accountable = conn.server[1] in self.ports or head.startswith(b"AMQP")
+            for side in conn.directions.values():
+                side.held, side.held_bytes = [], 0
+            conn.held_segments = []
             return
         conn.protocol = protocol
+        held_segments, conn.held_segments = conn.held_segments, []
+        for row in held_segments:
+            yield "tcp_segments", row
         for d, side in conn.directions.items():
             held, side.held, side.held_bytes = side.held, [], 0
             for event in held:
@@ -204,6 +233,7 @@ class CaptureDecoder:
         side = conn.directions[direction]
         if side.splitter is None:
             side.splitter = FrameSplitter(_FORMATS[conn.protocol], start_offset=event.offset)
+            side.decoder = stream_decoder(conn.protocol)
         if not event.payload:
             return
         for item in side.splitter.feed(event.payload, event.packet_number, event.ts_us):
@@ -220,7 +250,7 @@ class CaptureDecoder:
                        "arguments": {"protocol-id": raw.data[4], "version": ".".join(map(str, raw.data[5:8]))}}
         else:
             try:
-                decoded = _DECODERS[protocol](raw.data)
+                decoded = conn.directions[direction].decoder(raw.data)
             except (DecodeError, ValueError, KeyError, IndexError) as exc:
                 offset = raw.offset + getattr(exc, "offset", 0)
                 reason = getattr(exc, "reason", str(exc))
@@ -240,6 +270,47 @@ class CaptureDecoder:
         }
         conn.frames += 1
         yield "frames", frame_row(protocol, decoded, key)
+
+    def _segment_row(self, conn: _Connection, direction: str, seg: Any, number: int, ts_us: int) -> Row:
+        """The tcp_segments row of one segment, before its payload enters the stream."""
+        stream = conn.directions[direction].stream
+        peer = conn.directions[S2C if direction == C2S else C2S].stream
+        if seg.flags & TCP_SYN:
+            seq_offset: int | None = 0  # the SYN's own sequence number precedes stream offset 0
+        elif stream.isn is None:
+            seq_offset = 0 if seg.payload else None  # picked up mid-stream: the first byte seen is offset 0
+        else:
+            seq_offset = stream.offset_of(seg.seq)
+        ack_offset = None
+        if seg.flags & TCP_ACK and peer.isn is not None:
+            ack_offset = peer.offset_of(seg.ack)
+        if seg.flags & TCP_SYN:
+            scale: int | None = 0  # RFC 7323 2.2: the window of a SYN is never scaled
+        elif len(conn.syn_scale) < 2:
+            scale = None  # handshake not captured: the shift is unknown
+        elif None in conn.syn_scale.values():
+            scale = 0  # window scaling is in effect only if both SYNs carried the option
+        else:
+            scale = conn.syn_scale[direction]
+        retransmitted = 0
+        if seq_offset is not None and seg.payload:
+            retransmitted = max(0, min(seq_offset + len(seg.payload), stream.next_offset) - seq_offset)
+        return {
+            "capture_id": self.capture_id,
+            "connection_id": conn.connection_id,
+            "direction": direction,
+            "packet_number": number,
+            "ts": ts_us,
+            "ts_us": ts_us,
+            "seq_offset": seq_offset,
+            "ack_offset": ack_offset,
+            "flags": seg.flags,
+            "window": seg.window,
+            "window_scale": scale,
+            "effective_window": seg.window << (scale or 0),
+            "payload_length": len(seg.payload),
+            "retransmitted_bytes": retransmitted,
+        }
 
     def _quarantine(self, conn: _Connection, direction: str, offset: int, size: int, packet: int, reason: str,
                     missing: bool = False) -> Row:
@@ -261,7 +332,11 @@ class CaptureDecoder:
                     yield from self._deliver(conn, direction, event)
             if conn.protocol is None and not conn.not_amqp and any(s.held for s in conn.directions.values()):
                 yield from self._detect(conn, C2S, final=True)
-            if conn.not_amqp or conn.protocol is None:
+            if conn.not_amqp:
+                if conn.accountable:
+                    yield from self._classified_rows(conn)
+                continue
+            if conn.protocol is None:
                 continue
             for direction, side in conn.directions.items():
                 if side.splitter is not None:
@@ -269,6 +344,19 @@ class CaptureDecoder:
                     if left is not None:
                         yield "quarantine", self._unframed(conn, direction, left)
             yield "connections", self._connection_row(conn)
+
+    def _classified_rows(self, conn: _Connection) -> Iterator[tuple[str, Row]]:
+        """A connection on an AMQP port that is not AMQP: its bytes in one quarantine run a direction."""
+        for direction, side in conn.directions.items():
+            if side.payload_bytes:
+                yield "quarantine", self._quarantine(conn, direction, 0, side.payload_bytes, self._last_packet,
+                                                     conn.not_amqp_reason)
+            if side.missing_bytes:
+                yield "quarantine", self._quarantine(conn, direction, 0, side.missing_bytes, self._last_packet,
+                                                     "capture gap: bytes missing from the capture", missing=True)
+        row = self._connection_row(conn)
+        row["protocol"] = "tls" if "TLS" in conn.not_amqp_reason else "not-amqp"
+        yield "connections", row
 
     def _connection_row(self, conn: _Connection) -> Row:
         c2s, s2c = conn.directions[C2S], conn.directions[S2C]
@@ -300,6 +388,7 @@ class CaptureDecoder:
             "first_ts": self.first_ts,
             "last_ts": self.last_ts,
             "link_types": ",".join(sorted(LINK_TYPE_NAMES.get(t, str(t)) for t in self.link_types)),
+            "status": "ok",
         }
 
 
@@ -324,9 +413,11 @@ def _not_amqp_reason(head: bytes) -> str:
     return "not decoded: not AMQP"
 
 
-def decode_capture(path: str | Path, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS) -> Iterator[tuple[str, Row]]:
-    """Every row of one capture: ("frames" | "connections" | "quarantine" | "captures", row)."""
-    decoder = CaptureDecoder(capture_id, ports)
+def decode_capture(path: str | Path, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS,
+                   segments: bool = False) -> Iterator[tuple[str, Row]]:
+    """Every row of one capture: ("frames" | "connections" | "quarantine" | "captures", row), and
+    ("tcp_segments", row) too with ``segments=True``."""
+    decoder = CaptureDecoder(capture_id, ports, segments)
     for record in read_records(path):
         yield from decoder.packet(record.number, record.ts_us, record.linktype, record.data, record.wirelen)
     yield from decoder.finish()

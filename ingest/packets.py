@@ -39,6 +39,11 @@ _IPV6_EXTENSIONS = (0, 43, 60)  # hop-by-hop, routing, destination options
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
 
+# TCP options (IANA "TCP Option Kind Numbers"): end of list, no-operation, window scale (RFC 7323 2.2).
+_TCPOPT_EOL, _TCPOPT_NOP, _TCPOPT_WSCALE = 0, 1, 3
+# RFC 7323 2.3: a shift count above 14 is treated as 14.
+MAX_WINDOW_SCALE = 14
+
 
 @dataclass(frozen=True, slots=True)
 class Segment:
@@ -54,6 +59,7 @@ class Segment:
     window: int
     payload: bytes
     truncated: bool  # snaplen cut the payload short
+    window_scale: int | None = None  # shift count of a SYN's window scale option; None without one
 
 
 def _network_offset(linktype: int, frame: bytes) -> tuple[int, int] | None:
@@ -135,4 +141,25 @@ def parse_tcp(linktype: int, frame: bytes, wirelen: int) -> Segment | None:
     wire_end = ip_end
     captured_end = min(len(frame), wire_end)
     payload = frame[start:captured_end] if captured_end > start else b""
-    return Segment(src, sport, dst, dport, seq, ack, flags, window, payload, captured_end < wire_end)
+    # Only a SYN may carry the window scale option (RFC 7323 2.2); other segments skip the walk.
+    scale = _window_scale(frame[tcp + 20 : min(start, len(frame))]) if flags & TCP_SYN else None
+    return Segment(src, sport, dst, dport, seq, ack, flags, window, payload, captured_end < wire_end, scale)
+
+
+def _window_scale(options: bytes) -> int | None:
+    """The shift count of the window scale option (kind 3, length 3) in a SYN's options, if any."""
+    pos = 0
+    while pos < len(options):
+        kind = options[pos]
+        if kind == _TCPOPT_EOL:
+            return None
+        if kind == _TCPOPT_NOP:
+            pos += 1
+            continue
+        if pos + 1 >= len(options) or options[pos + 1] < 2:
+            return None  # malformed length: stop rather than guess
+        length = options[pos + 1]
+        if kind == _TCPOPT_WSCALE and length == 3 and pos + 2 < len(options):
+            return min(options[pos + 2], MAX_WINDOW_SCALE)
+        pos += length
+    return None

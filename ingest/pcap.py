@@ -14,11 +14,12 @@ from scapy.utils import RawPcapNgReader, RawPcapReader
 class CaptureError(ValueError):
     """A capture file that cannot be read, naming the file and the place."""
 
-    def __init__(self, path: str | Path, place: str, reason: str) -> None:
+    def __init__(self, path: str | Path, place: str, reason: str, offset: int | None = None) -> None:
         super().__init__(f"{path}: {place}: {reason}")
         self.path = str(path)
         self.place = place
         self.reason = reason
+        self.offset = offset  # file offset of the damage, where known
 
 
 @dataclass(frozen=True, slots=True)

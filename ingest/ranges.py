@@ -201,11 +201,11 @@ def read_range(path: str | Path, c: Container, start: int, end: int) -> Iterator
             if c.kind == "pcap":
                 header = f.read(16)
                 if len(header) < 16:
-                    raise CaptureError(path, f"record at byte {pos}", "file ends inside a record header")
+                    raise CaptureError(path, f"record at byte {pos}", "file ends inside a record header", offset=pos)
                 sec, frac, caplen, wirelen = struct.unpack(c.endian + "IIII", header)
                 data = f.read(caplen)
                 if len(data) < caplen:
-                    raise CaptureError(path, f"record at byte {pos}", f"file ends {caplen - len(data)} bytes into a packet")
+                    raise CaptureError(path, f"record at byte {pos}", f"file ends {caplen - len(data)} bytes into a packet", offset=pos)
                 ts = sec * 1_000_000 + (frac // 1000 if c.nano else frac)
                 index += 1
                 yield RangeRecord(pos, Record(index, ts, c.linktype, data, wirelen))
@@ -213,11 +213,11 @@ def read_range(path: str | Path, c: Container, start: int, end: int) -> Iterator
             else:
                 header = f.read(8)
                 if len(header) < 8:
-                    raise CaptureError(path, f"block at byte {pos}", "file ends inside a block header")
+                    raise CaptureError(path, f"block at byte {pos}", "file ends inside a block header", offset=pos)
                 block_type, length = struct.unpack(c.endian + "II", header)
                 body = f.read(length - 8)
                 if length < 12 or len(body) < length - 8:
-                    raise CaptureError(path, f"block at byte {pos}", "file ends inside a block")
+                    raise CaptureError(path, f"block at byte {pos}", "file ends inside a block", offset=pos)
                 if block_type == _PCAPNG_EPB:
                     iface, hi, lo, caplen, wirelen = struct.unpack_from(c.endian + "IIIII", body, 0)
                     linktype, ticks = c.interfaces[iface] if iface < len(c.interfaces) else (0, 1_000_000)

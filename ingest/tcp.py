@@ -11,9 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator
 
-_SEQ_MOD = 1 << 32
+SEQ_MOD = 1 << 32
 # Out-of-order bytes held waiting for a hole; beyond this the hole is declared a capture gap.
 MAX_PENDING_BYTES = 8 << 20
+
+
+def unwrap(relative: int, near: int) -> int:
+    """A 32-bit sequence number relative to the stream origin, as the 64-bit offset nearest ``near``."""
+    base = near - near % SEQ_MOD
+    candidates = (base + relative - SEQ_MOD, base + relative, base + relative + SEQ_MOD)
+    return min((c for c in candidates if c >= 0), key=lambda c: abs(c - near))
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,17 +48,14 @@ class DirectionStream:
     _pending: dict[int, tuple[bytes, int, int]] = field(default_factory=dict)
     _pending_bytes: int = 0
 
-    def _offset(self, seq: int) -> int:
-        """Unwrap a 32-bit sequence number to the stream offset nearest the delivery point."""
-        rel = (seq - self.isn) % _SEQ_MOD
-        base = self.next_offset - self.next_offset % _SEQ_MOD
-        candidates = (base + rel - _SEQ_MOD, base + rel, base + rel + _SEQ_MOD)
-        return min((c for c in candidates if c >= 0), key=lambda c: abs(c - self.next_offset))
+    def offset_of(self, seq: int) -> int:
+        """The stream offset of a 32-bit sequence number: the one nearest the delivery point."""
+        return unwrap((seq - self.isn) % SEQ_MOD, self.next_offset)
 
     def syn(self, seq: int) -> None:
         """A SYN fixes the stream origin: data starts at seq + 1."""
         if self.isn is None or self.next_offset == 0:
-            self.isn = (seq + 1) % _SEQ_MOD
+            self.isn = (seq + 1) % SEQ_MOD
 
     def segment(self, seq: int, payload: bytes, packet_number: int, ts_us: int) -> Iterator[Data | Gap]:
         """Add a segment; yield what becomes deliverable, in stream order."""
@@ -60,7 +64,7 @@ class DirectionStream:
         if self.isn is None:
             # Picked up mid-stream: the first byte seen is offset 0.
             self.isn = seq
-        offset = self._offset(seq)
+        offset = self.offset_of(seq)
         end = offset + len(payload)
         if end <= self.next_offset:
             self.retransmitted_bytes += len(payload)

@@ -13,22 +13,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.suite import run_verdicts
-from amqpscope.jobs.ingest import BRONZE_SCHEMAS, decode_captures, resolve_captures
+from amqpscope.jobs.ingest import resolve_captures, write_bronze
+from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
+from amqpscope.pipelines.messages import deliveries_10, messages_091
+from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.report import write_report
 from amqpscope.jobs.session import build_session
-from amqpscope.pipelines.channel_unacked import channel_unacked_timeline
-from amqpscope.pipelines.link_credit import link_credit_timeline
+from amqpscope.pipelines.flow_state import FLOW_TABLES, derived_tables, flow_timelines
 
 log = logging.getLogger("amqpscope.analyze")
 
-# Tables written by analyze, in the order they are produced.
-FLOW_TABLES = ("link_credit", "channel_unacked")
+# Tables written by analyze after the bronze ones and the flow state (pipelines.flow_state), in order.
+MESSAGE_TABLES = ("messages_091", "deliveries_10")
 VERDICT_TABLES = ("violations",)
 
 
@@ -61,16 +63,18 @@ def analyze(spark: SparkSession, captures: Sequence[str | Path], config: Analyze
     log.info("lake %s (storage: %s), %d capture(s)", config.lake, lake.backend, len(files))
 
     with _stage(timings, "ingest"):
-        bronze = decode_captures(spark, files, config.ports)
-        for name in BRONZE_SCHEMAS:
-            lake.write(bronze.table(name), name, replace_capture_ids=ids)
+        bronze = write_bronze(spark, lake, files, config.ports)
     try:
         frames = bronze.frames
+        # Every TCP payload byte is in a frame, in the quarantine or missing: checked before any
+        # table is derived from the frames.
+        assert_bytes_accounted(byte_accounting(bronze.connections, frames, bronze.quarantine))
+        with _stage(timings, "messages"):
+            _stored(lake, {"messages_091": messages_091(frames), "deliveries_10": deliveries_10(frames)}, ids)
         with _stage(timings, "flow_state"):
-            flow = {"link_credit": link_credit_timeline(frames), "channel_unacked": channel_unacked_timeline(frames)}
-            for name, df in flow.items():
-                lake.write(df, name, replace_capture_ids=ids)
-            flow = {name: lake.read(name).filter(lake_capture_filter(ids)) for name in flow}
+            flow = _stored(lake, flow_timelines(frames, bronze.tcp_segments), ids)
+            # Intervals and throughput read the stored timelines back rather than recompute them.
+            flow.update(_stored(lake, derived_tables(frames, flow), ids))
         with _stage(timings, "verdicts"):
             run = run_verdicts({**flow, "frames": frames}, config.data_docs_dir)
             lake.write(run.violations, "violations", replace_capture_ids=ids)
@@ -87,8 +91,15 @@ def analyze(spark: SparkSession, captures: Sequence[str | Path], config: Analyze
     finally:
         bronze.release()
     counts = {name: lake.read(name).filter(lake_capture_filter(ids)).count()
-              for name in (*BRONZE_SCHEMAS, *FLOW_TABLES, *VERDICT_TABLES)}
+              for name in (*BRONZE_SCHEMAS, *MESSAGE_TABLES, *FLOW_TABLES, *VERDICT_TABLES)}
     return AnalyzeResult(tuple(ids), report, run.data_docs_index, counts, timings, run.success)
+
+
+def _stored(lake: Lake, tables: dict[str, DataFrame], capture_ids: Sequence[str]) -> dict[str, DataFrame]:
+    """Write each table, and return it as read back from the lake."""
+    for name, df in tables.items():
+        lake.write(df, name, replace_capture_ids=capture_ids)
+    return {name: lake.read(name).filter(lake_capture_filter(capture_ids)) for name in tables}
 
 
 def lake_capture_filter(capture_ids: Sequence[str]) -> Column:

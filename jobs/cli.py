@@ -30,27 +30,37 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "Re-running on the same captures replaces their rows: the lake ends up the same.",
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
-    p.add_argument("--lake", help="root directory of the Delta tables (required unless set in --config)")
-    p.add_argument("--config", type=Path, help="YAML settings (see conf/analyze.yml); flags win over it")
-    p.add_argument("--master", help="Spark master URL (default local[2])")
-    p.add_argument("--storage", choices=STORAGE_BACKENDS, help="Delta writer (default auto: delta-spark when the JVM has Delta, else delta-rs)")
-    p.add_argument("--ports", type=_ports, help="comma-separated TCP ports carrying AMQP (default 5672)")
+    _add_lake_arguments(p)
     p.add_argument("--report", type=Path, help="HTML report path (default <lake>/report.html)")
     p.add_argument("--data-docs", type=Path, help="Great Expectations Data Docs directory (default <lake>/_data_docs)")
     p.set_defaults(run=_run_analyze)
 
 
-def _run_analyze(args: argparse.Namespace) -> int:
-    from amqpscope.jobs import analyze  # Spark is imported only when a job runs
+def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lake", help="root directory of the Delta tables (required unless set in --config)")
+    p.add_argument("--config", type=Path, help="YAML settings (see conf/analyze.yml); flags win over it")
+    p.add_argument("--master", help="Spark master URL (default local[2])")
+    p.add_argument("--storage", choices=STORAGE_BACKENDS, help="Delta writer (default auto: delta-spark when the JVM has Delta, else delta-rs)")
+    p.add_argument("--ports", type=_ports, help="comma-separated TCP ports carrying AMQP (default 5672); "
+                   "AMQP is also recognised on any port by its protocol header")
 
+
+def _config(args: argparse.Namespace) -> AnalyzeConfig:
+    """Settings from --config, overridden by the flags given."""
     settings = load_yaml(args.config) if args.config else {}
     for key in ("lake", "master", "storage", "ports", "report", "data_docs"):
-        value = getattr(args, key)
+        value = getattr(args, key, None)
         if value is not None:
             settings[key] = value
     if "lake" not in settings:
-        raise SystemExit("amqpscope analyze: --lake is required (or lake: in --config)")
-    config = AnalyzeConfig(**settings)
+        raise SystemExit(f"amqpscope {args.command}: --lake is required (or lake: in --config)")
+    return AnalyzeConfig(**settings)
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    from amqpscope.jobs import analyze  # Spark is imported only when a job runs
+
+    config = _config(args)
     result = analyze.main(args.captures, config)
     print(json.dumps({
         "captures": list(result.capture_ids),
@@ -61,6 +71,36 @@ def _run_analyze(args: argparse.Namespace) -> int:
         "data_docs": str(result.data_docs_index) if result.data_docs_index else None,
         "seconds": {k: round(v, 2) for k, v in result.stage_seconds.items()},
     }, indent=2))
+    return 0
+
+
+def _add_ingest(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "ingest",
+        help="incrementally decode a landing directory of captures into the bronze Delta tables",
+        description="Decode every capture file under LANDING_DIR that is not in the lake yet (captures are "
+        "keyed by content hash, so a renamed copy is not ingested twice) into the bronze tables "
+        "(captures, connections, frames, quarantine, tcp_segments). A file that is not a readable capture is "
+        "recorded in captures (status failed: reason) and quarantine, and the rest of the batch commits. "
+        "Re-running on the same directory changes nothing.",
+    )
+    p.add_argument("landing", type=Path, metavar="LANDING_DIR", help="directory of pcap/pcapng files (searched recursively)")
+    _add_lake_arguments(p)
+    p.set_defaults(run=_run_ingest)
+
+
+def _run_ingest(args: argparse.Namespace) -> int:
+    from amqpscope.jobs import landing  # Spark is imported only when a job runs
+    from amqpscope.jobs.session import build_session
+
+    config = _config(args)
+    spark = build_session(config.master, "amqpscope-ingest", dict(config.spark_conf))
+    try:
+        result = landing.ingest_landing(spark, args.landing, config)
+    finally:
+        spark.stop()
+    print(json.dumps({"ingested": list(result.ingested), "skipped": list(result.skipped),
+                      "failed": [{"file": f, "reason": r} for f, r in result.failed]}, indent=2))
     return 0
 
 
@@ -86,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress of each stage")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_analyze(sub)
+    _add_ingest(sub)
     _add_capture(sub)
     return parser
 

@@ -1,9 +1,18 @@
 """Decoding captures on Spark executors: capture files in, the bronze DataFrames out.
 
-Each capture is decoded by one task (``ingest.capture.decode_capture``, plain Python) whose rows
-leave the Python worker as Arrow batches through ``mapInArrow``. The four outputs of a decode
-(frames, connections, quarantine, captures) travel multiplexed in one DataFrame, persisted, so
-each capture is decoded exactly once however many tables are written from it.
+1. Each capture is cut into byte ranges on record boundaries (``ingest.ranges``); one task a range
+   reads its packets and keys each TCP packet by its connection's endpoints. A range that ends in
+   damage (a truncated file) keeps what it read and reports where reading stopped.
+2. Packet numbers (tshark's ``frame.number``) come from per-range counts: a prefix sum over the
+   ranges of a capture, computed from a tiny aggregate.
+3. Packets are shuffled by (capture, connection) and sorted by packet number, so every
+   connection's packets meet in one task, in capture order, whichever range or file they came
+   from; that task runs reassembly and the AMQP decoders (``ingest.capture.CaptureDecoder``).
+
+The outputs of a decode (frames, connections, quarantine, tcp_segments) leave the Python workers
+multiplexed in one DataFrame of structs as Arrow batches (``mapInArrow``), persisted and split, so
+every capture is decoded exactly once however many tables are written. No task holds a whole
+capture, and nothing but per-range counts reaches the driver.
 """
 
 from __future__ import annotations
@@ -14,25 +23,18 @@ from typing import Callable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
 
-from amqpscope.ingest.capture import decode_capture
-from amqpscope.ingest.pcap import CaptureError, capture_id, read_records
-from amqpscope.schemas.frames import CAPTURES_SCHEMA, CONNECTIONS_SCHEMA, FRAMES_SCHEMA, QUARANTINE_SCHEMA
-
-BRONZE_SCHEMAS: dict[str, StructType] = {
-    "frames": FRAMES_SCHEMA,
-    "connections": CONNECTIONS_SCHEMA,
-    "quarantine": QUARANTINE_SCHEMA,
-    "captures": CAPTURES_SCHEMA,
-}
-_MUX_SCHEMA = StructType(
-    [StructField("kind", StringType(), False)] + [StructField(kind, schema, True) for kind, schema in BRONZE_SCHEMAS.items()]
-)
-_BATCH_ROWS = 8192
+from amqpscope.ingest.capture import CaptureDecoder
+from amqpscope.ingest.packets import LINK_TYPE_NAMES, parse_tcp
+from amqpscope.ingest.pcap import CaptureError, capture_id
+from amqpscope.ingest.ranges import read_container, read_range, split
+from amqpscope.jobs.lake import Lake
+from amqpscope.schemas.bronze import BRONZE_SCHEMAS
+from amqpscope.schemas.packets import PACKETS_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -43,61 +45,253 @@ class CaptureFile:
 
 @dataclass(frozen=True)
 class Bronze:
-    """The decoded tables of a set of captures (lazy DataFrames over one persisted decode)."""
+    """The decoded tables of a set of captures: lazy DataFrames over persisted intermediates."""
 
-    captures: DataFrame
-    connections: DataFrame
-    frames: DataFrame
-    quarantine: DataFrame
+    tables: dict[str, DataFrame]
     capture_ids: tuple[str, ...]
-    _mux: DataFrame
+    _persisted: tuple[DataFrame, ...]
 
     def table(self, name: str) -> DataFrame:
-        return getattr(self, name)
+        return self.tables[name]
+
+    @property
+    def frames(self) -> DataFrame:
+        return self.tables["frames"]
+
+    @property
+    def connections(self) -> DataFrame:
+        return self.tables["connections"]
+
+    @property
+    def captures(self) -> DataFrame:
+        return self.tables["captures"]
+
+    @property
+    def quarantine(self) -> DataFrame:
+        return self.tables["quarantine"]
+
+    @property
+    def tcp_segments(self) -> DataFrame:
+        return self.tables["tcp_segments"]
 
     def release(self) -> None:
-        self._mux.unpersist()
+        for df in self._persisted:
+            df.unpersist()
 
 
 def resolve_captures(paths: Sequence[str | Path]) -> list[CaptureFile]:
-    """Check every capture is readable before any work starts; identify each by content hash."""
+    """Check every capture's container header before any work starts; identify each by content hash."""
     resolved: list[CaptureFile] = []
     for raw in paths:
         path = Path(raw).resolve()
         if not path.is_file():
             raise CaptureError(path, "file", "no such capture file")
-        # Reading the first record validates the container header with a clear error.
-        next(iter(read_records(path)), None)
+        read_container(path)  # a clear error naming the file and the place
         resolved.append(CaptureFile(str(path), capture_id(path)))
     unique = {c.capture_id: c for c in resolved}  # the same bytes twice are one capture
     return list(unique.values())
 
 
-def _decode_batches(ports: tuple[int, ...]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+DEFAULT_RANGE_BYTES = 64 << 20
+_BATCH_ROWS = 8192
+
+_DECODED_KINDS = tuple(kind for kind in BRONZE_SCHEMAS if kind != "captures")
+_MUX_SCHEMA = StructType(
+    [StructField("kind", StringType(), False)] + [StructField(kind, BRONZE_SCHEMAS[kind], True) for kind in _DECODED_KINDS]
+)
+
+
+@dataclass(frozen=True)
+class CaptureRange:
+    path: str
+    capture_id: str
+    range_index: int
+    start: int
+    end: int
+
+
+def plan_ranges(captures: Sequence[CaptureFile], range_bytes: int = DEFAULT_RANGE_BYTES) -> list[CaptureRange]:
+    """Every capture's byte ranges (boundary finding reads a few KiB around each cut, on the driver)."""
+    return [
+        CaptureRange(c.path, c.capture_id, index, start, end)
+        for c in captures
+        for index, (start, end) in enumerate(split(c.path, range_bytes))
+    ]
+
+
+def _flow_key(linktype: int, data: bytes, wirelen: int) -> str | None:
+    seg = parse_tcp(linktype, data, wirelen)
+    if seg is None:
+        return None
+    a, b = f"{seg.src}|{seg.sport}", f"{seg.dst}|{seg.dport}"
+    return f"{a}~{b}" if a < b else f"{b}~{a}"
+
+
+def _read_ranges(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    schema = to_arrow_schema(PACKETS_SCHEMA)
+    for batch in batches:
+        for r in batch.to_pylist():
+            container = read_container(r["path"])
+            rows = []
+            position = r["start"]  # where the last good record started
+            try:
+                for item in read_range(r["path"], container, r["start"], r["end"]):
+                    rec = item.record
+                    position = item.offset
+                    rows.append({
+                        "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": item.offset,
+                        "index_in_range": rec.number, "ts_us": rec.ts_us, "linktype": rec.linktype,
+                        "wirelen": rec.wirelen, "data": rec.data, "flow": _flow_key(rec.linktype, rec.data, rec.wirelen),
+                        "error": None,
+                    })  # fmt: skip
+                    if len(rows) >= _BATCH_ROWS:
+                        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                        rows = []
+            except CaptureError as exc:
+                # A damaged range (a truncated file, most often): what was read stays, the rest is
+                # quarantined with the place and the reason.
+                stop = exc.offset if exc.offset is not None else position
+                rows.append({
+                    "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": stop,
+                    "index_in_range": 0, "ts_us": 0, "linktype": 0, "wirelen": r["end"] - stop, "data": b"",
+                    "flow": None, "error": f"{exc.place}: {exc.reason}",
+                })  # fmt: skip
+            if rows:
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _decode_connections(ports: tuple[int, ...]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     arrow_schema = to_arrow_schema(_MUX_SCHEMA)
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        decoders: dict[str, CaptureDecoder] = {}
+        rows: list[dict] = []
+
+        def emit(kind: str, row: dict) -> Iterator[pa.RecordBatch]:
+            rows.append({"kind": kind, kind: row})
+            if len(rows) >= _BATCH_ROWS:
+                yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+                rows.clear()
+
         for batch in batches:
-            for path, cid in zip(batch.column("path").to_pylist(), batch.column("capture_id").to_pylist()):
-                rows: list[dict] = []
-                for kind, row in decode_capture(path, cid, ports):
-                    rows.append({"kind": kind, kind: row})
-                    if len(rows) >= _BATCH_ROWS:
-                        yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
-                        rows = []
-                if rows:
-                    yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+            columns = batch.to_pydict()
+            for cid, number, ts, linktype, data, wirelen in zip(
+                columns["capture_id"], columns["packet_number"], columns["ts_us"], columns["linktype"],
+                columns["data"], columns["wirelen"],
+            ):  # fmt: skip
+                decoder = decoders.get(cid)
+                if decoder is None:
+                    decoder = decoders[cid] = CaptureDecoder(cid, ports, segments=True)
+                for kind, row in decoder.packet(number, ts, linktype, data, wirelen):
+                    yield from emit(kind, row)
+        for decoder in decoders.values():
+            for kind, row in decoder.finish():
+                yield from emit(kind, row)
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
 
     return decode
 
 
-def decode_captures(spark: SparkSession, captures: Sequence[CaptureFile], ports: tuple[int, ...]) -> Bronze:
-    """Decode captures in parallel, one task per capture."""
-    files = spark.createDataFrame([(c.path, c.capture_id) for c in captures], "path string, capture_id string")
-    mux = (
-        files.repartition(max(1, len(captures)))
-        .mapInArrow(_decode_batches(tuple(ports)), _MUX_SCHEMA)
+def _range_bases(spark: SparkSession, packets: DataFrame) -> DataFrame:
+    """First packet number of every range: a prefix sum over the ranges of each capture."""
+    counts = packets.groupBy("capture_id", "range_index").agg(F.count(F.lit(1)).alias("n"))
+    # Ranges of one capture in file order: the packets before a range are those of the ranges before it.
+    earlier_ranges = Window.partitionBy("capture_id").orderBy("range_index").rowsBetween(Window.unboundedPreceding, -1)
+    return counts.withColumn("base", F.coalesce(F.sum("n").over(earlier_ranges), F.lit(0))).drop("n")
+
+
+def decode_captures(
+    spark: SparkSession,
+    captures: Sequence[CaptureFile],
+    ports: tuple[int, ...],
+    range_bytes: int = DEFAULT_RANGE_BYTES,
+    connection_partitions: int | None = None,
+) -> Bronze:
+    """The bronze tables of ``captures``, decoded range- and connection-parallel."""
+    tables, persisted = decode_tables(spark, captures, ports, range_bytes, connection_partitions)
+    return Bronze(tables, tuple(c.capture_id for c in captures), persisted)
+
+
+def write_bronze(spark: SparkSession, lake: Lake, captures: Sequence[CaptureFile], ports: tuple[int, ...]) -> Bronze:
+    """Decode ``captures`` and write every bronze table, replacing exactly these captures' rows."""
+    bronze = decode_captures(spark, captures, ports)
+    for name in BRONZE_SCHEMAS:
+        lake.write(bronze.table(name), name, replace_capture_ids=bronze.capture_ids)
+    return bronze
+
+
+def decode_tables(
+    spark: SparkSession,
+    captures: Sequence[CaptureFile],
+    ports: tuple[int, ...],
+    range_bytes: int = DEFAULT_RANGE_BYTES,
+    connection_partitions: int | None = None,
+) -> tuple[dict[str, DataFrame], tuple[DataFrame, ...]]:
+    """The bronze tables of ``captures``, decoded range- and connection-parallel, and the persisted
+    intermediates to release once the tables are written."""
+    ranges = plan_ranges(captures, range_bytes)
+    plan = spark.createDataFrame(
+        [(r.path, r.capture_id, r.range_index, r.start, r.end) for r in ranges],
+        "path string, capture_id string, range_index int, start long, end long",
+    )
+    raw = plan.repartition(max(1, len(ranges))).mapInArrow(_read_ranges, PACKETS_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    damage = raw.filter(F.col("error").isNotNull())
+    records = raw.filter(F.col("error").isNull())
+    packets = (
+        records.join(F.broadcast(_range_bases(spark, records)), on=["capture_id", "range_index"])
+        .withColumn("packet_number", F.col("base") + F.col("index_in_range"))
+        .drop("base")
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    tables = {kind: mux.filter(F.col("kind") == kind).select(f"{kind}.*") for kind in BRONZE_SCHEMAS}
-    return Bronze(capture_ids=tuple(c.capture_id for c in captures), _mux=mux, **tables)
+    partitions = connection_partitions or max(spark.sparkContext.defaultParallelism, len(ranges))
+    mux = (
+        packets.filter(F.col("flow").isNotNull())
+        .repartition(partitions, "capture_id", "flow")
+        .sortWithinPartitions("capture_id", "flow", "packet_number")
+        .select("capture_id", "packet_number", "ts_us", "linktype", "data", "wirelen")
+        .mapInArrow(_decode_connections(tuple(ports)), _MUX_SCHEMA)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    tables = {kind: mux.filter(F.col("kind") == kind).select(f"{kind}.*") for kind in _DECODED_KINDS}
+    tables["quarantine"] = tables["quarantine"].unionByName(_damage_rows(damage))
+    tables["captures"] = _captures_table(spark, captures, packets, damage)
+    return tables, (raw, packets, mux)
+
+
+def _damage_rows(damage: DataFrame) -> DataFrame:
+    """Quarantine rows for the unreadable tails of damaged ranges: the file bytes never decoded."""
+    return damage.select(
+        "capture_id",
+        F.lit(None).cast("string").alias("connection_id"),
+        F.lit(None).cast("string").alias("direction"),
+        F.col("offset").alias("stream_offset"),  # here a file offset: the damage is in the file
+        F.col("wirelen").alias("byte_count"),
+        F.lit(None).cast("long").alias("packet_number"),
+        F.lit(False).alias("missing"),
+        F.concat(F.lit("capture file damaged: "), F.col("error")).alias("reason"),
+    )
+
+
+def _captures_table(spark: SparkSession, captures: Sequence[CaptureFile], packets: DataFrame, damage: DataFrame) -> DataFrame:
+    files = spark.createDataFrame(
+        [(c.capture_id, Path(c.path).name, Path(c.path).stat().st_size) for c in captures],
+        "capture_id string, file_name string, file_size long",
+    )
+    names = F.create_map(*[x for code, name in LINK_TYPE_NAMES.items() for x in (F.lit(code), F.lit(name))])
+    stats = packets.groupBy("capture_id").agg(
+        F.count(F.lit(1)).alias("packets"),
+        F.timestamp_micros(F.min("ts_us")).alias("first_ts"),
+        F.timestamp_micros(F.max("ts_us")).alias("last_ts"),
+        F.array_join(
+            F.array_sort(F.collect_set(F.coalesce(names[F.col("linktype")], F.col("linktype").cast("string")))), ","
+        ).alias("link_types"),
+    )
+    first_damage = damage.groupBy("capture_id").agg(F.min_by("error", "offset").alias("damage"))
+    joined = (
+        files.join(stats, on="capture_id", how="left")
+        .join(first_damage, on="capture_id", how="left")
+        .fillna(0, subset=["packets"])
+        .withColumn("status", F.when(F.col("damage").isNull(), F.lit("ok")).otherwise(F.concat(F.lit("damaged: "), F.col("damage"))))
+    )
+    return joined.select(*[F.col(f.name).cast(f.dataType) for f in BRONZE_SCHEMAS["captures"].fields])

@@ -11,8 +11,8 @@ from pyspark.sql.types import StructType, TimestampType
 from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.ingest.capture import decode_capture
-from amqpscope.jobs.ingest import BRONZE_SCHEMAS, resolve_captures
-from amqpscope.jobs.parallel_ingest import decode_tables, plan_ranges
+from amqpscope.jobs.ingest import decode_tables, plan_ranges, resolve_captures
+from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 
 SAMPLES = sorted(p for p in (Path(__file__).resolve().parent.parent / "samples").iterdir() if p.suffix in (".pcap", ".pcapng"))
 
@@ -46,6 +46,26 @@ def test_parallel_decode_equals_one_pass(spark, one_pass, range_bytes):
         for kind, schema in BRONZE_SCHEMAS.items():
             expected = spark.createDataFrame([as_python(row, schema) for row in one_pass[kind]], schema)
             assertDataFrameEqual(tables[kind], expected)
+    finally:
+        for df in persisted:
+            df.unpersist()
+
+
+def test_truncated_capture_keeps_what_was_read_and_quarantines_the_rest(spark, tmp_path):
+    whole = SAMPLES[0]
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[: len(data) // 2])
+    captures = resolve_captures([cut])
+    tables, persisted = decode_tables(spark, captures, (5672,), range_bytes=16_384)
+    try:
+        [capture] = tables["captures"].collect()
+        assert capture.status.startswith("damaged: record at byte ")
+        [damage] = tables["quarantine"].filter("reason LIKE 'capture file damaged%'").collect()
+        # The unread tail runs from the cut record to the end of the file.
+        assert damage.stream_offset + damage.byte_count == len(data) // 2
+        assert 0 < damage.byte_count < 70_000
+        assert tables["frames"].count() > 500
     finally:
         for df in persisted:
             df.unpersist()

@@ -16,14 +16,14 @@ from pyspark.sql import functions as F
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.analyze import FLOW_TABLES, VERDICT_TABLES, analyze
-from amqpscope.jobs.ingest import BRONZE_SCHEMAS
+from amqpscope.jobs.analyze import FLOW_TABLES, MESSAGE_TABLES, VERDICT_TABLES, analyze
+from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.jobs.lake import Lake
 from amqpscope.testbed import tshark
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CAPTURES = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".pcap", ".pcapng"))
-ALL_TABLES = (*BRONZE_SCHEMAS, *FLOW_TABLES, *VERDICT_TABLES)
+ALL_TABLES = (*BRONZE_SCHEMAS, *MESSAGE_TABLES, *FLOW_TABLES, *VERDICT_TABLES)
 
 
 def truth(capture: Path) -> dict:

@@ -1,0 +1,101 @@
+"""``amqpscope ingest LANDING_DIR``: incremental ingestion of a landing directory.
+
+Captures are keyed by content hash: a file whose bytes were ingested before (under any name) is
+skipped, so re-running on the same directory changes nothing. A file that is not a readable
+capture is recorded in the ``captures`` table with its reason and in the ``quarantine`` table with
+its size, while the rest of the batch commits; it is not retried until its bytes change.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.ingest.pcap import CaptureError, capture_id
+from amqpscope.ingest.ranges import read_container
+from amqpscope.jobs.ingest import CaptureFile, write_bronze
+from amqpscope.jobs.lake import Lake
+from amqpscope.schemas.frames import CAPTURES_SCHEMA, QUARANTINE_SCHEMA
+
+log = logging.getLogger("amqpscope.ingest")
+
+# Names that writers use for files still being written: never picked up.
+_IN_PROGRESS_SUFFIXES = (".part", ".tmp", ".partial", ".crdownload")
+
+
+@dataclass(frozen=True)
+class LandingResult:
+    ingested: tuple[str, ...]  # capture ids decoded by this run
+    skipped: tuple[str, ...]  # already in the lake
+    failed: tuple[tuple[str, str], ...]  # (file name, reason)
+
+
+def landing_files(landing: Path) -> list[Path]:
+    """Regular files of the landing directory (recursively), in name order, minus work in progress."""
+    if not landing.is_dir():
+        raise CaptureError(landing, "landing directory", "not a directory")
+    return sorted(
+        p for p in landing.rglob("*")
+        if p.is_file() and not p.name.startswith(".") and not p.name.endswith(_IN_PROGRESS_SUFFIXES)
+    )  # fmt: skip
+
+
+def ingest_landing(spark: SparkSession, landing: Path, config: AnalyzeConfig) -> LandingResult:
+    """Decode every capture of ``landing`` not in the lake yet; record the ones that cannot be read."""
+    lake = Lake(spark, config.lake, backend=config.storage)
+    known: set[str] = set()
+    if lake.exists("captures"):
+        known = {r.capture_id for r in lake.read("captures").select("capture_id").distinct().toLocalIterator()}
+    fresh: dict[str, CaptureFile] = {}
+    failed: dict[str, tuple[Path, str]] = {}
+    skipped: set[str] = set()
+    for path in landing_files(landing):
+        cid = capture_id(path)
+        if cid in known:
+            skipped.add(cid)
+            continue
+        try:
+            read_container(path)
+        except CaptureError as exc:
+            failed[cid] = (path, exc.reason)
+            continue
+        fresh.setdefault(cid, CaptureFile(str(path.resolve()), cid))
+    if failed:
+        _record_failures(spark, lake, failed)
+    if fresh:
+        write_bronze(spark, lake, list(fresh.values()), config.ports)
+    log.info("ingested %d, skipped %d, failed %d", len(fresh), len(skipped), len(failed))
+    return LandingResult(
+        tuple(fresh), tuple(sorted(skipped)), tuple((p.name, reason) for p, reason in failed.values())
+    )
+
+
+def _record_failures(spark: SparkSession, lake: Lake, failed: dict[str, tuple[Path, str]]) -> None:
+    """One captures row (status names the reason) and one quarantine row (all bytes) per bad file."""
+    captures = spark.createDataFrame(
+        [
+            {"capture_id": cid, "file_name": path.name, "file_size": path.stat().st_size, "packets": 0,
+             "first_ts": None, "last_ts": None, "link_types": None, "status": f"failed: {reason}"}
+            for cid, (path, reason) in failed.items()
+        ],
+        CAPTURES_SCHEMA,
+    )  # fmt: skip
+    quarantine = spark.createDataFrame(
+        [
+            {"capture_id": cid, "connection_id": None, "direction": None, "stream_offset": 0,
+             "byte_count": path.stat().st_size, "packet_number": None, "missing": False,
+             "reason": f"capture unreadable: {reason}"}
+            for cid, (path, reason) in failed.items()
+        ],
+        QUARANTINE_SCHEMA,
+    )  # fmt: skip
+    ids = list(failed)
+    lake.write(quarantine, "quarantine", replace_capture_ids=ids)
+    lake.write(captures, "captures", replace_capture_ids=ids)
+    for cid, (path, reason) in failed.items():
+        log.warning("%s: not ingested: %s", path, reason)
+
