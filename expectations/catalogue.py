@@ -19,7 +19,13 @@ import yaml
 from pyspark.sql import Column, DataFrame
 from pyspark.sql.types import ArrayType, BinaryType, DataType, MapType, StructType
 
-from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA, LINK_CREDIT_SCHEMA
+from amqpscope.schemas.flow import (
+    CHANNEL_CONFIRMS_SCHEMA,
+    CHANNEL_UNACKED_SCHEMA,
+    CONSUMER_UNACKED_SCHEMA,
+    LINK_CREDIT_SCHEMA,
+    SESSION_WINDOW_SCHEMA,
+)
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA, FRAMES_SCHEMA
 from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
 
@@ -32,6 +38,9 @@ TABLE_SCHEMAS: Mapping[str, StructType] = {
     "connections": CONNECTIONS_SCHEMA,
     "link_credit": LINK_CREDIT_SCHEMA,
     "channel_unacked": CHANNEL_UNACKED_SCHEMA,
+    "session_window": SESSION_WINDOW_SCHEMA,
+    "consumer_unacked": CONSUMER_UNACKED_SCHEMA,
+    "channel_confirms": CHANNEL_CONFIRMS_SCHEMA,
 }
 
 CATALOGUE_PATH = Path(__file__).with_name("rules.yml")

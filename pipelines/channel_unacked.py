@@ -1,39 +1,41 @@
-"""AMQP 0-9-1 unacknowledged deliveries per channel, after every event (DOMAIN.md section 4).
+"""AMQP 0-9-1 unacknowledged deliveries per channel and per consumer, after every event (DOMAIN.md section 4).
 
 Delivery tags on a channel run 1, 2, 3 ... over basic.deliver and basic.get-ok, so each delivery's
-settlement can be found without replaying the channel one event at a time:
+settlement is found without replaying the channel one event at a time (``pipelines.settlement``):
+a single ack / nack / reject settles its own tag, a ``multiple`` one every tag up to its own
+(tag 0: every tag delivered so far). Unacked after an event is then a running sum of +1 per
+delivery and -1 per settlement, over the channel or over one consumer's deliveries.
 
-- a single ack / nack / reject settles its own tag;
-- a ``multiple`` one settles every tag up to its own (tag 0: every tag delivered so far). The
-  highest such tag only grows, so the first multiple-settlement covering tag t is found by
-  ordering deliveries and "high-water marks" by tag.
+Prefetch as RabbitMQ scopes it: basic.qos(global=false) sets the limit of each consumer created
+after it on the channel, basic.qos(global=true) a limit shared by all the channel's consumers.
+Requests and their synchronous replies are paired in order on a channel (the n-th basic.consume-ok
+answers the n-th basic.consume): that gives a consumer its tag, queue, no-ack flag and prefetch,
+and says which basic.get-ok answered a no-ack basic.get.
 
-Unacked after an event is then a running sum of +1 per delivery and -1 per settlement.
+Every window is keyed by channel (plus consumer, or request number): one shuffle in all
+(``pipelines.partitioning``).
 """
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window, WindowSpec
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
-from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA
+from amqpscope.pipelines.partitioning import by_connection
+from amqpscope.pipelines.settlement import settle, with_settlement_rows
+from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA, CONSUMER_UNACKED_SCHEMA
 
 _DELIVERIES = ("basic.deliver", "basic.get-ok")
 _SETTLEMENTS = ("basic.ack", "basic.nack", "basic.reject")
-# Requests and their synchronous replies, paired in order on a channel to learn which deliveries
-# need no ack: a consumer or a basic.get with no-ack=true.
-_NO_ACK_REQUESTS = {"basic.consume": ("basic.consume-ok",), "basic.get": ("basic.get-ok", "basic.get-empty")}
-_EVENTS = (*_DELIVERIES, *_SETTLEMENTS, "basic.qos", "channel.open", *_NO_ACK_REQUESTS,
-           *(r for replies in _NO_ACK_REQUESTS.values() for r in replies))
+_EVENTS = (*_DELIVERIES, *_SETTLEMENTS, "basic.qos", "channel.open", "basic.consume", "basic.consume-ok",
+           "basic.cancel-ok", "basic.get", "basic.get-empty")
+_COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "packet_number", "direction", "method",
+            "consumer_tag", "delivery_tag", "multiple", "prefetch_count", "global", "no_ack", "queue")
 
+# A channel number is reused after channel.close: each channel.open starts a new incarnation.
 _CHANNEL = ("capture_id", "connection_id", "channel", "incarnation")
 
 # Window specifications are built per call: PySpark needs an active session to build one.
-
-
-def _channel_so_far() -> WindowSpec:
-    """A channel's frames in order: everything here is a running aggregate over it."""
-    return Window.partitionBy(*_CHANNEL).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
 
 
 def _channel_number_so_far() -> WindowSpec:
@@ -45,93 +47,135 @@ def _channel_number_so_far() -> WindowSpec:
     )
 
 
-def _by_tag_onwards() -> WindowSpec:
-    """Deliveries and multiple-settlement marks of a channel by tag, marks after deliveries of the
-    same tag: the first mark at or above a delivery's tag is the one that settles it."""
-    return Window.partitionBy(*_CHANNEL).orderBy("tag", "is_mark").rowsBetween(Window.currentRow, Window.unboundedFollowing)
+def _channel_so_far() -> WindowSpec:
+    """A channel's frames in order: prefetch, request numbers and the highest tag delivered so far."""
+    return Window.partitionBy(*_CHANNEL).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
 
 
-def _nth_on_channel() -> WindowSpec:
-    """Requests (or replies) of one kind on a channel in order: the n-th reply answers the n-th request."""
-    return Window.partitionBy(*_CHANNEL, "_kind").orderBy("frame_index")
+def _request_and_reply() -> WindowSpec:
+    """The n-th request of a kind and the n-th reply to that kind on a channel (other rows alone)."""
+    return Window.partitionBy(*_CHANNEL, "_pair_kind", "_pair_n")
 
 
-def _no_ack_marks(events: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(no-ack consumer tags, frame indexes of get-ok replies to no-ack gets) per channel."""
-    paired = []
-    for request, replies in _NO_ACK_REQUESTS.items():
-        asked = (
-            events.filter((F.col("method") == request) & (F.col("direction") == "c2s"))
-            .withColumn("_kind", F.lit(request))
-            .withColumn("_n", F.row_number().over(_nth_on_channel()))
-            .select(*_CHANNEL, "_n", F.coalesce(F.col("no_ack"), F.lit(False)).alias("_no_ack"))
-        )
-        answered = (
-            events.filter(F.col("method").isin(*replies) & (F.col("direction") == "s2c"))
-            .withColumn("_kind", F.lit(request))
-            .withColumn("_n", F.row_number().over(_nth_on_channel()))
-            .select(*_CHANNEL, "_n", "method", "consumer_tag", "frame_index")
-        )
-        paired.append(asked.join(answered, on=[*_CHANNEL, "_n"]).filter(F.col("_no_ack")))
-    consumers = paired[0].select(*_CHANNEL, "consumer_tag", F.lit(True).alias("_no_ack_consumer"))
-    gets = paired[1].filter(F.col("method") == "basic.get-ok").select(*_CHANNEL, "frame_index", F.lit(True).alias("_no_ack_get"))
-    return consumers, gets
+def _consumer_so_far() -> WindowSpec:
+    """One consumer's rows in frame order: what its consume-ok said applies from then on."""
+    return (
+        Window.partitionBy(*_CHANNEL, "consumer_tag")
+        .orderBy("frame_index")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+
+
+def _consumer_after_frame() -> WindowSpec:
+    """One consumer's rows in frame order, a frame's rows together: its unacked count after each frame."""
+    return (
+        Window.partitionBy(*_CHANNEL, "consumer_tag")
+        .orderBy("frame_index")
+        .rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+
+
+def _channel_after_frame() -> WindowSpec:
+    """A channel's rows in frame order, a frame's rows together: every row sees the state after its frame."""
+    return Window.partitionBy(*_CHANNEL).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
+
+
+def _frame_of_consumer() -> WindowSpec:
+    """One consumer's rows of one frame: how many of its deliveries the frame settled."""
+    return Window.partitionBy(*_CHANNEL, "consumer_tag", "frame_index")
+
+
+def _consumer_rows_in_order() -> WindowSpec:
+    """One consumer's rows in frame order: keeps one row per settling frame."""
+    return Window.partitionBy(*_CHANNEL, "consumer_tag").orderBy("frame_index", "delivery_tag")
+
+
+def _is(method: str, direction: str) -> Column:
+    return (F.col("method") == method) & (F.col("direction") == direction)
+
+
+def _ledger(frames: DataFrame) -> DataFrame:
+    """Every channel event, and a row per settlement of each delivery (``_is_event`` false), with
+    the channel's running state after each frame."""
+    is_qos = _is("basic.qos", "c2s")
+    is_global = F.coalesce(F.col("global"), F.lit(False))
+    consume, consume_ok = _is("basic.consume", "c2s"), _is("basic.consume-ok", "s2c")
+    get, get_reply = _is("basic.get", "c2s"), F.col("method").isin("basic.get-ok", "basic.get-empty") & (F.col("direction") == "s2c")
+    any_delivery = F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")
+
+    def running_count(condition: Column) -> Column:
+        return F.sum(condition.cast("long")).over(_channel_so_far())
+
+    events = (
+        by_connection(frames.filter((F.col("protocol") == "amqp-0-9-1") & F.col("method").isin(*_EVENTS)).select(*_COLUMNS))
+        .withColumn("incarnation", F.sum((F.col("method") == "channel.open").cast("int")).over(_channel_number_so_far()))
+        .withColumn("_consumer_prefetch", F.last(F.when(is_qos & ~is_global, F.col("prefetch_count")), True).over(_channel_so_far()))
+        .withColumn("_delivered", F.max(F.when(any_delivery, F.col("delivery_tag"))).over(_channel_so_far()))
+        .withColumn("_pair_kind", F.when(consume | consume_ok, "consume").when(get | get_reply, "get"))
+        .withColumn("_pair_n", F.when(consume, running_count(consume)).when(consume_ok, running_count(consume_ok))
+                    .when(get, running_count(get)).when(get_reply, running_count(get_reply))
+                    .otherwise(-1 - F.col("frame_index")))
+        .withColumn("_request", F.first(
+            F.when(consume | get, F.struct(F.coalesce(F.col("no_ack"), F.lit(False)).alias("no_ack"), "queue",
+                                           F.col("_consumer_prefetch").cast("int").alias("prefetch_count"))),
+            ignorenulls=True).over(_request_and_reply()))
+        # A consumer is what the consume-ok answering its basic.consume says, from then on.
+        .withColumn("_consumer", F.last(F.when(consume_ok, F.col("_request")), True).over(_consumer_so_far()))
+    )
+    no_ack = F.when(F.col("method") == "basic.get-ok", F.col("_request.no_ack")).otherwise(F.col("_consumer.no_ack"))
+    events = events.withColumn("_is_delivery", any_delivery & ~F.coalesce(no_ack, F.lit(False)))  # no-ack: a tag, never an ack
+
+    # Consumer acks travel client to server; broker acks on the same channel are publisher confirms.
+    settlement = F.col("method").isin(*_SETTLEMENTS) & (F.col("direction") == "c2s")
+    multiple = F.coalesce(F.col("multiple"), F.lit(False))
+    tag, delivered = F.col("delivery_tag"), F.col("_delivered")
+    settled = settle(
+        events, _CHANNEL,
+        item=F.when(F.col("_is_delivery"), tag),
+        single=F.when(settlement & ~multiple & (tag <= delivered), tag),
+        # No settlement reaches beyond the highest tag delivered; tag 0 with multiple reaches it.
+        mark=F.when(settlement & multiple & delivered.isNotNull(), F.when(tag == 0, delivered).otherwise(F.least(tag, delivered))),
+    )
+    event_qos = is_qos & F.col("_is_event")
+    return (
+        with_settlement_rows(settled)
+        .withColumn("unacked", F.sum("_delta").over(_channel_after_frame()))
+        .withColumn("_last_prefetch", F.last(F.when(event_qos, F.col("prefetch_count")), True).over(_channel_after_frame()))
+        .withColumn("_last_global", F.last(F.when(event_qos, F.col("global")), True).over(_channel_after_frame()))
+        .withColumn("_channel_prefetch", F.last(F.when(event_qos & is_global, F.col("prefetch_count")), True)
+                    .over(_channel_after_frame()))
+    )
 
 
 def channel_unacked_timeline(frames: DataFrame) -> DataFrame:
     """The channel_unacked table (``schemas.flow.CHANNEL_UNACKED_SCHEMA``) from the frames table."""
-    is_open = F.col("method") == "channel.open"
-    events = (
-        frames.filter((F.col("protocol") == "amqp-0-9-1") & F.col("method").isin(*_EVENTS))
-        .withColumn("incarnation", F.sum(is_open.cast("int")).over(_channel_number_so_far()))
-    )
-    consumers, gets = _no_ack_marks(events)
-    events = events.join(consumers, on=[*_CHANNEL, "consumer_tag"], how="left").join(gets, on=[*_CHANNEL, "frame_index"], how="left")
-    any_delivery = F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")
-    no_ack = F.coalesce(F.col("_no_ack_consumer"), F.col("_no_ack_get"), F.lit(False))
-    # Deliveries to no-ack consumers or gets take a tag but are never acknowledged.
-    is_delivery = any_delivery & ~no_ack
-    # Consumer acks travel client to server; broker acks on the same channel are publisher confirms.
-    is_settlement = F.col("method").isin(*_SETTLEMENTS) & (F.col("direction") == "c2s")
-    # Highest tag delivered so far: what a multiple settlement with tag 0 reaches.
-    events = events.withColumn("_delivered", F.max(F.when(any_delivery, F.col("delivery_tag"))).over(_channel_so_far()))
-
-    deliveries = events.filter(is_delivery).select(*_CHANNEL, F.col("delivery_tag").alias("tag"), F.col("frame_index").alias("delivered_at"))
-    settlements = events.filter(is_settlement)
-    singles = (
-        settlements.filter(~F.coalesce(F.col("multiple"), F.lit(False)))
-        .groupBy(*_CHANNEL, F.col("delivery_tag").alias("tag"))
-        .agg(F.min("frame_index").alias("single_at"))
-    )
-    # Multiple settlements as marks: the tag they reach (tag 0 = all delivered so far).
-    marks = settlements.filter(F.coalesce(F.col("multiple"), F.lit(False))).select(
-        *_CHANNEL,
-        F.when(F.col("delivery_tag") == 0, F.col("_delivered")).otherwise(F.col("delivery_tag")).alias("tag"),
-        F.col("frame_index").alias("mark_at"),
-    )
-    by_tag = (
-        deliveries.withColumn("is_mark", F.lit(0)).withColumn("mark_at", F.lit(None).cast("long"))
-        .unionByName(marks.withColumn("is_mark", F.lit(1)).withColumn("delivered_at", F.lit(None).cast("long")))
-        .withColumn("multiple_at", F.min("mark_at").over(_by_tag_onwards()))
-        .filter(F.col("is_mark") == 0)
-        .join(singles, on=[*_CHANNEL, "tag"], how="left")
-    )
-    # A settlement only counts after the delivery (a stale tag settles nothing it did not see).
-    settled_at = F.least(
-        F.when(F.col("single_at") > F.col("delivered_at"), F.col("single_at")),
-        F.when(F.col("multiple_at") > F.col("delivered_at"), F.col("multiple_at")),
-    )
-    changes = by_tag.select(*_CHANNEL, F.col("delivered_at").alias("frame_index"), F.lit(1).alias("delta")).unionByName(
-        by_tag.filter(settled_at.isNotNull()).select(*_CHANNEL, settled_at.alias("frame_index"), F.lit(-1).alias("delta"))
-    )
-    delta_at = changes.groupBy(*_CHANNEL, "frame_index").agg(F.sum("delta").alias("delta"))
-
-    is_qos = (F.col("method") == "basic.qos") & (F.col("direction") == "c2s")
+    shown = (F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")) | (
+        F.col("method").isin(*_SETTLEMENTS, "basic.qos") & (F.col("direction") == "c2s"))
     timeline = (
-        events.join(delta_at, on=[*_CHANNEL, "frame_index"], how="left")
-        .withColumn("unacked", F.sum(F.coalesce(F.col("delta"), F.lit(0))).over(_channel_so_far()))
-        .withColumn("prefetch_count", F.last(F.when(is_qos, F.col("prefetch_count")), True).over(_channel_so_far()))
-        .withColumn("prefetch_global", F.last(F.when(is_qos, F.col("global")), True).over(_channel_so_far()))
-        .filter(any_delivery | is_settlement | is_qos)
+        _ledger(frames).filter(F.col("_is_event") & shown)
+        .withColumn("prefetch_count", F.col("_last_prefetch"))
+        .withColumn("prefetch_global", F.col("_last_global"))
     )
     return timeline.select(*[F.col(f.name).cast(f.dataType) for f in CHANNEL_UNACKED_SCHEMA.fields])
+
+
+def consumer_unacked_timeline(frames: DataFrame) -> DataFrame:
+    """The consumer_unacked table (``schemas.flow.CONSUMER_UNACKED_SCHEMA``) from the frames table."""
+    acknowledging = F.col("_consumer").isNotNull() & ~F.col("_consumer.no_ack")
+    delivery = F.col("_is_event") & F.col("_is_delivery") & (F.col("method") == "basic.deliver")
+    # A consumer's first and last moments: consume-ok and cancel-ok (server to client).
+    lifecycle = F.col("_is_event") & F.col("method").isin("basic.consume-ok", "basic.cancel-ok") & (F.col("direction") == "s2c")
+    settling = ~F.col("_is_event")
+    rows = (
+        _ledger(frames).filter(F.col("consumer_tag").isNotNull() & (delivery | settling | (lifecycle & acknowledging)))
+        .withColumn("channel_unacked", F.col("unacked"))
+        .withColumn("unacked", F.sum("_delta").over(_consumer_after_frame()))
+        .withColumn("settled", F.sum(settling.cast("long")).over(_frame_of_consumer()))
+        # One row per settling frame and consumer (a multiple ack settles several of its deliveries).
+        .withColumn("_previous", F.lag("frame_index").over(_consumer_rows_in_order()))
+        .filter(~settling | F.col("_previous").isNull() | (F.col("_previous") != F.col("frame_index")))
+        .withColumn("queue", F.col("_consumer.queue"))
+        .withColumn("prefetch_count", F.col("_consumer.prefetch_count"))
+        .withColumn("channel_prefetch_count", F.col("_channel_prefetch"))
+    )
+    return rows.select(*[F.col(f.name).cast(f.dataType) for f in CONSUMER_UNACKED_SCHEMA.fields])

@@ -1,14 +1,22 @@
-"""AMQP 1.0 link credit per link, after every attach, flow and transfer (transport spec 2.6.7).
+"""AMQP 1.0 link state per link, after every attach, flow, transfer and detach (transport spec 2.6.7).
 
 Endpoints name a link by their own channel and handle, so frames are first mapped to the link
 name their sender attached with that (channel, handle); the two halves of a link meet on the name.
-The sender's state then follows from running aggregates over the link's frames:
+The sender's state then follows from running aggregates over the link's frames (capture order,
+only frames seen so far):
 
-    delivery-count(snd) = last delivery-count the sender announced (else initial-delivery-count)
-                          + new deliveries since
-    link-credit(snd)    = delivery-count(rcv) + link-credit(rcv) - delivery-count(snd)
+    delivery-count(snd)   = last delivery-count the sender announced (attach: initial-delivery-count,
+                            or a flow of its own) + new deliveries since
+    delivery-count(rcv)   = delivery-count of the receiver's last flow (initial-delivery-count if unset)
+    deliveries in flight  = delivery-count(snd) - delivery-count(rcv)
+    link-credit(snd)      = delivery-count(rcv) + link-credit(rcv) - delivery-count(snd)
+                          = link-credit(rcv) - deliveries in flight
 
-using the receiver's last flow; serial arithmetic throughout.
+serial arithmetic throughout (the second form keeps a credit near 2^32 from wrapping).
+
+Unsettled deliveries (link_state only) need delivery-ids, which are numbered per session and
+direction: a delivery is settled by a settled transfer frame of its own or by the first settled
+disposition of either endpoint whose [first, last] range names it (2.6.12, 2.7.6).
 """
 
 from __future__ import annotations
@@ -16,12 +24,22 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.partitioning import by_connection
 from amqpscope.pipelines.serial import serial, serial_diff
-from amqpscope.schemas.flow import LINK_CREDIT_SCHEMA
+from amqpscope.pipelines.sessions import bind_sessions
+from amqpscope.schemas.flow import LINK_CREDIT_SCHEMA, LINK_STATE_SCHEMA
 
-_LINK_METHODS = ("attach", "flow", "transfer")
+_CREDIT_METHODS = ("attach", "flow", "transfer")
+_LINK_METHODS = (*_CREDIT_METHODS, "detach")
 
 _LINK = ("capture_id", "connection_id", "link_name", "sender_direction")
+# Delivery-ids are allocated per session by the sending endpoint (2.7.5).
+_DELIVERY_IDS = ("capture_id", "connection_id", "session_id", "_id_direction")
+# The frames-table columns link state reads.
+_COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "packet_number", "direction", "method",
+            "protocol", "handle", "name", "role", "initial_delivery_count", "target_address", "source_address",
+            "delivery_count", "link_credit", "available", "drain", "echo", "delivery_id", "more", "aborted", "settled",
+            "payload_size")
 
 # Window specifications are built per call: PySpark needs an active session to build one.
 
@@ -46,72 +64,144 @@ def _link_before() -> WindowSpec:
     return Window.partitionBy(*_LINK).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, -1)
 
 
-def _link_all() -> WindowSpec:
-    """The whole link: attributes of the link rather than of a moment (addresses, initial count)."""
-    return Window.partitionBy(*_LINK)
+def _link_after_frame() -> WindowSpec:
+    """A link's rows in frame order, a frame's rows together: each row sees the count after its frame."""
+    return Window.partitionBy(*_LINK).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
+
+
+def _same_id_later() -> WindowSpec:
+    """A delivery-id of one session direction, latest frame first: for a delivery, the first
+    disposition naming its id after it (a growing frame over the later rows)."""
+    return (
+        Window.partitionBy(*_DELIVERY_IDS, "_id")
+        .orderBy(F.col("frame_index").desc())
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+
+
+def _same_delivery() -> WindowSpec:
+    """The transfer frames of one delivery (from its first frame on): the first one settling it."""
+    return Window.partitionBy(*_LINK, "_delivery_start")
+
+
+def _session_direction_so_far() -> WindowSpec:
+    """Deliveries and dispositions of one session direction in order: how many delivery-ids were sent by then."""
+    return Window.partitionBy(*_DELIVERY_IDS).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
 
 
 def _last(col: Column, window: WindowSpec | None = None) -> Column:
     return F.last(col, ignorenulls=True).over(window if window is not None else _link_so_far())
 
 
+def _credit_state(events: DataFrame) -> DataFrame:
+    """Link frames (attach, flow, transfer, detach with a handle) with the sender's and receiver's
+    state; other rows pass through with a null ``link_name``."""
+    is_attach = F.col("method") == "attach"
+    bound = events.withColumn("link_name", _last(F.when(is_attach, F.col("name")), _endpoint_handle())).withColumn(
+        "role", _last(F.when(is_attach, F.col("role")), _endpoint_handle())
+    )
+    flipped = F.when(F.col("direction") == "c2s", "s2c").otherwise("c2s")
+    from_sender = F.col("role") == "sender"
+    linked = bound.withColumn("sender_direction", F.when(from_sender, F.col("direction")).otherwise(flipped))
+
+    is_transfer = (F.col("method") == "transfer") & from_sender
+    is_flow = F.col("method") == "flow"
+    receiver_flow = is_flow & ~from_sender
+    sender_count = (is_flow & from_sender & F.col("delivery_count").isNotNull()) | (
+        is_attach & from_sender & F.col("initial_delivery_count").isNotNull())
+    # An aborted transfer ends its delivery whatever its more flag says (2.7.5).
+    continues = F.coalesce(F.col("more"), F.lit(False)) & ~F.coalesce(F.col("aborted"), F.lit(False))
+
+    state = (
+        linked.withColumn("target_address", F.first(F.when(is_attach, F.col("target_address")), True).over(_link_so_far()))
+        .withColumn("source_address", F.first(F.when(is_attach, F.col("source_address")), True).over(_link_so_far()))
+        .withColumn("_initial_count", _last(F.when(is_attach & from_sender, F.col("initial_delivery_count"))))
+        # A delivery starts with a transfer whose predecessor on the link did not say more=true.
+        .withColumn("_prev_more", _last(F.when(is_transfer, continues), _link_before()))
+        .withColumn("is_new_delivery", is_transfer & ~F.coalesce(F.col("_prev_more"), F.lit(False)))
+        .withColumn("_deliveries", F.sum(F.col("is_new_delivery").cast("long")).over(_link_so_far()))
+        .withColumn("_delivery_start", _last(F.when(F.col("is_new_delivery"), F.col("frame_index"))))
+        # The sender's attach, and its own flows (e.g. after a drain), state its delivery-count.
+        .withColumn("_base_count", _last(F.when(sender_count, F.coalesce(F.col("delivery_count"), F.col("initial_delivery_count")))))
+        .withColumn("_base_deliveries", _last(F.when(sender_count, F.col("_deliveries"))))
+        .withColumn("delivery_count_snd", serial(F.col("_base_count") + F.col("_deliveries") - F.col("_base_deliveries")))
+        # A receiver's flow without delivery-count had not seen the sender's attach: the
+        # initial-delivery-count applies (2.7.4). -1 marks such a flow.
+        .withColumn("_rcv_count", _last(F.when(receiver_flow, F.coalesce(F.col("delivery_count"), F.lit(-1)))))
+        .withColumn("delivery_count_rcv", F.when(F.col("_rcv_count") >= 0, F.col("_rcv_count")).otherwise(F.col("_initial_count")))
+        .withColumn("link_credit_rcv", _last(F.when(receiver_flow, F.col("link_credit"))))
+        .withColumn("drain", _last(F.when(receiver_flow, F.coalesce(F.col("drain"), F.lit(False)))))
+        .withColumn("available", _last(F.when(is_flow & from_sender, F.col("available"))))
+        .withColumn("echo", F.when(is_flow, F.coalesce(F.col("echo"), F.lit(False))))
+        .withColumn("deliveries_in_flight", serial_diff(F.col("delivery_count_snd"), F.col("delivery_count_rcv")))
+        # Until the receiver's first flow the sender has no credit (2.6.7: initially 0).
+        .withColumn("link_credit_snd", F.coalesce(F.col("link_credit_rcv"), F.lit(0)) - F.col("deliveries_in_flight"))
+        .withColumn("link_credit_snd_before", F.when(F.col("is_new_delivery"), F.col("link_credit_snd") + 1))
+        .withColumn("sender_side", F.when(F.col("sender_direction") == "c2s", "client").otherwise("server"))
+    )
+    return state
+
+
 def link_credit_timeline(frames: DataFrame) -> DataFrame:
     """The link_credit table (``schemas.flow.LINK_CREDIT_SCHEMA``) from the frames table."""
     events = frames.filter(
-        (F.col("protocol") == "amqp-1.0") & F.col("method").isin(*_LINK_METHODS) & F.col("handle").isNotNull()
-    )
-    is_attach = F.col("method") == "attach"
-    bound = events.withColumn("link_name", _last(F.when(is_attach, F.col("name")), _endpoint_handle())).withColumn(
-        "endpoint_role", _last(F.when(is_attach, F.col("role")), _endpoint_handle())
-    )
-    flipped = F.when(F.col("direction") == "c2s", "s2c").otherwise("c2s")
-    linked = bound.filter(F.col("link_name").isNotNull()).withColumn(
-        "sender_direction", F.when(F.col("endpoint_role") == "sender", F.col("direction")).otherwise(flipped)
-    )
-
-    from_sender = F.col("endpoint_role") == "sender"
-    sender_attach = is_attach & from_sender
-    is_transfer = (F.col("method") == "transfer") & from_sender
-    receiver_flow = (F.col("method") == "flow") & ~from_sender
-    sender_flow = (F.col("method") == "flow") & from_sender & F.col("delivery_count").isNotNull()
-
-    state = (
-        linked.withColumn("initial_delivery_count", F.first(F.when(sender_attach, F.col("initial_delivery_count")), True).over(_link_all()))
-        .withColumn("target_address", F.first(F.when(is_attach, F.col("target_address")), True).over(_link_all()))
-        .withColumn("source_address", F.first(F.when(is_attach, F.col("source_address")), True).over(_link_all()))
-        # A delivery starts with a transfer whose predecessor on the link did not say more=true.
-        .withColumn("_prev_more", _last(F.when(is_transfer, F.coalesce(F.col("more"), F.lit(False))), _link_before()))
-        .withColumn("is_new_delivery", is_transfer & ~F.coalesce(F.col("_prev_more"), F.lit(False)))
-        .withColumn("_deliveries", F.sum(F.col("is_new_delivery").cast("long")).over(_link_so_far()))
-        # The sender's own flows (e.g. after a drain) restate its delivery-count.
-        .withColumn("_base_count", _last(F.when(sender_flow, F.col("delivery_count"))))
-        .withColumn("_base_deliveries", _last(F.when(sender_flow, F.col("_deliveries"))))
-        .withColumn(
-            "delivery_count_snd",
-            serial(
-                F.coalesce(F.col("_base_count"), F.col("initial_delivery_count"))
-                + F.col("_deliveries")
-                - F.coalesce(F.col("_base_deliveries"), F.lit(0))
-            ),
-        )
-        # If the receiver's flow carries no delivery-count it had not seen the sender's attach:
-        # the initial-delivery-count applies (2.7.4).
-        .withColumn("_dc_rcv", _last(F.when(receiver_flow, F.coalesce(F.col("delivery_count"), F.col("initial_delivery_count")))))
-        .withColumn("link_credit_rcv", _last(F.when(receiver_flow, F.col("link_credit"))))
-        .withColumn("drain", _last(F.when(receiver_flow, F.coalesce(F.col("drain"), F.lit(False)))))
-        .withColumn("available", _last(F.when(F.col("method") == "flow", F.col("available"))))
-        .withColumn(
-            "link_credit_snd",
-            # Until the receiver's first flow the sender has no credit (2.6.7: initially 0).
-            serial_diff(
-                F.coalesce(F.col("_dc_rcv"), F.col("initial_delivery_count")) + F.coalesce(F.col("link_credit_rcv"), F.lit(0)),
-                F.col("delivery_count_snd"),
-            ),
-        )
-        .withColumn(
-            "link_credit_snd_before",
-            F.when(F.col("is_new_delivery"), F.col("link_credit_snd") + 1),
-        )
-        .withColumn("sender_side", F.when(F.col("sender_direction") == "c2s", "client").otherwise("server"))
-    )
+        (F.col("protocol") == "amqp-1.0") & F.col("method").isin(*_CREDIT_METHODS) & F.col("handle").isNotNull()
+    ).select(*_COLUMNS)
+    state = _credit_state(by_connection(events)).filter(F.col("link_name").isNotNull())
     return state.select(*[F.col(f.name).cast(f.dataType) for f in LINK_CREDIT_SCHEMA.fields])
+
+
+def _disposition_target() -> Column:
+    """The sending direction of the deliveries a disposition names: those flowing towards a
+    receiver-role sender of it, or those a sender-role one sent (2.7.6)."""
+    towards_it = F.when(F.col("direction") == "c2s", "s2c").otherwise("c2s")
+    return F.when(F.col("method") == "disposition", F.when(F.col("role") == "receiver", towards_it).otherwise(F.col("direction")))
+
+
+def _settled_at(state: DataFrame) -> DataFrame:
+    """``state`` (link frames, dispositions, begins) with ``_settled_at`` on each delivery's first
+    transfer: the first frame that settled it (a settled transfer of its own, or a settled
+    disposition naming its delivery-id), or null."""
+    is_new = F.col("is_new_delivery")
+    is_disposition = (F.col("method") == "disposition") & F.coalesce(F.col("settled"), F.lit(False)) & F.col("first").isNotNull()
+    numbered = (
+        state.withColumn("_id_direction", F.when(is_new, F.col("sender_direction")).otherwise(F.col("_disposition_target")))
+        .withColumn("_sent", F.sum(is_new.cast("long")).over(_session_direction_so_far()))
+        .withColumn("_last_sent", F.last(F.when(is_new, F.col("delivery_id")), True).over(_session_direction_so_far()))
+    )
+    # Only ids sent by then can be settled: that also bounds the explode of a malformed range.
+    last = F.coalesce(F.col("last"), F.col("first"))
+    span = F.least(serial_diff(last, F.col("first")) + 1, serial_diff(F.col("_last_sent"), F.col("first")) + 1, F.col("_sent"))
+    named = F.when(is_disposition & (span > 0), F.sequence(F.lit(0).cast("long"), span - 1)).otherwise(F.array(F.lit(-1).cast("long")))
+    by_id = (
+        numbered.withColumn("_k", F.explode(named))
+        .withColumn("_id", F.when(F.col("_k") >= 0, serial(F.col("first") + F.col("_k"))).when(is_new, F.col("delivery_id")))
+        .withColumn("_disposition_at", F.min(F.when(F.col("_k") >= 0, F.col("frame_index"))).over(_same_id_later()))
+        .filter(F.col("_k") < 0)
+    )
+    settled_transfer = (F.col("method") == "transfer") & (F.col("role") == "sender") & F.coalesce(F.col("settled"), F.lit(False))
+    return (
+        by_id.withColumn("_transfer_at", F.min(F.when(settled_transfer, F.col("frame_index"))).over(_same_delivery()))
+        .withColumn("_settled_at", F.when(is_new, F.least("_transfer_at", "_disposition_at")))
+    )
+
+
+def link_state_timeline(frames: DataFrame) -> DataFrame:
+    """The link_state table (``schemas.flow.LINK_STATE_SCHEMA``) from the frames table."""
+    performatives = frames.filter(
+        (F.col("protocol") == "amqp-1.0") & F.col("method").isin("begin", "disposition", *_LINK_METHODS)
+    ).select(*_COLUMNS, "remote_channel", "frame_type", "first", "last")
+    bound = bind_sessions(by_connection(performatives)).withColumn("_disposition_target", _disposition_target())
+    link_frame = F.col("method").isin(*_LINK_METHODS) & F.col("handle").isNotNull() & F.col("link_name").isNotNull()
+    settled = _settled_at(_credit_state(bound)).withColumn("_link_frame", link_frame)
+    # Each settled delivery gets a second row at the frame that settled it, so the running count
+    # over the link's frames counts it there ("range": a frame's rows see the count after it).
+    timeline = (
+        settled.withColumn("_is_event", F.explode(F.when(F.col("_settled_at").isNotNull(), F.array(F.lit(True), F.lit(False)))
+                                                  .otherwise(F.array(F.lit(True)))))
+        .withColumn("frame_index", F.when(F.col("_is_event"), F.col("frame_index")).otherwise(F.col("_settled_at")))
+        .withColumn("_delta", F.when(~F.col("_is_event"), -1).when(F.col("is_new_delivery"), 1).otherwise(0))
+        .withColumn("unsettled", F.sum("_delta").over(_link_after_frame()))
+        .filter(F.col("_is_event") & F.col("_link_frame"))
+    )
+    return timeline.select(*[F.col(f.name).cast(f.dataType) for f in LINK_STATE_SCHEMA.fields])

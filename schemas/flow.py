@@ -55,3 +55,176 @@ CHANNEL_UNACKED_SCHEMA = StructType(
         StructField("prefetch_global", BooleanType(), True),
     ]
 )
+
+# --- Tables added for the full flow-state reconstruction (docs/FLOW_STATE.md) -------------------
+
+_FRAME_POSITION = [StructField("packet_number", LongType(), False)]  # where Wireshark shows the frame
+
+# AMQP 1.0 link state after every attach, flow, transfer and detach of a link (spec 2.6.7): the
+# link_credit columns plus the receiver's side, echo, deliveries in flight and unsettled deliveries.
+# link_credit is this table's projection onto LINK_CREDIT_SCHEMA.
+LINK_STATE_SCHEMA = StructType(
+    _EVENT_KEY
+    + _FRAME_POSITION
+    + [
+        StructField("handle", LongType(), False),  # the handle of the endpoint sending this frame
+        StructField("link_name", StringType(), False),
+        StructField("role", StringType(), True),  # role of the endpoint sending this frame: "sender" / "receiver"
+        StructField("sender_side", StringType(), False),  # "client" or "server": who sends messages
+        StructField("source_address", StringType(), True),
+        StructField("target_address", StringType(), True),
+        StructField("delivery_id", LongType(), True),  # transfer frames: the delivery-id, if the frame carries it
+        StructField("is_new_delivery", BooleanType(), False),  # first transfer frame of a delivery
+        StructField("payload_size", LongType(), True),  # transfer frames: payload bytes
+        StructField("delivery_count_snd", LongType(), True),  # after this event
+        StructField("link_credit_snd", LongType(), True),  # after this event; negative = over-sent
+        StructField("link_credit_snd_before", LongType(), True),  # credit the delivery consumed
+        StructField("delivery_count_rcv", LongType(), True),  # receiver's last flow (else initial-delivery-count)
+        StructField("link_credit_rcv", LongType(), True),  # last credit the receiver granted
+        StructField("available", LongType(), True),  # sender's last flow
+        StructField("drain", BooleanType(), True),  # receiver's last flow
+        StructField("echo", BooleanType(), True),  # this flow asks the peer for its link state
+        # delivery-count(snd) - delivery-count(rcv): deliveries (and credit drained) the sender has
+        # counted that the receiver's last flow had not: the credit "in flight" of 2.6.7.
+        StructField("deliveries_in_flight", LongType(), True),
+        # Deliveries sent unsettled and not settled since by a settled transfer or a settled
+        # disposition of either endpoint (2.6.12): the link's unsettled map, as seen on the wire.
+        StructField("unsettled", LongType(), False),
+    ]
+)
+
+# AMQP 1.0 session flow control after every begin, flow, transfer and end of a session (spec
+# 2.5.6), both endpoints' state on every row. Transfer ids are RFC-1982 serial numbers modulo 2^32.
+_SESSION_ENDPOINT = [
+    "next_incoming_id",  # the peer's next-outgoing-id: the transfer-id expected next
+    "incoming_window",  # as the endpoint last announced it (begin / flow)
+    "next_outgoing_id",  # announced in begin / flow, + 1 per transfer frame sent since
+    "outgoing_window",  # as the endpoint last announced it
+    "remote_incoming_window",  # peer's next-incoming-id + incoming-window - own next-outgoing-id
+]
+SESSION_WINDOW_SCHEMA = StructType(
+    _EVENT_KEY
+    + _FRAME_POSITION
+    + [
+        StructField("session_id", LongType(), False),  # frame_index of the begin that opened the session
+        StructField("client_channel", IntegerType(), True),
+        StructField("server_channel", IntegerType(), True),
+    ]
+    + [StructField(f"{side}_{name}", LongType(), True) for side in ("client", "server") for name in _SESSION_ENDPOINT]
+    + [
+        # Transfer frames: the sender's remote-incoming-window when it sent the frame (this frame
+        # used one of it); <= 0 means the frame went beyond the receiver's incoming window.
+        StructField("remote_incoming_window", LongType(), True),
+    ]
+)
+
+# AMQP 0-9-1 unacknowledged deliveries per consumer after every delivery to it, every settlement of
+# its deliveries and its consume-ok / cancel-ok (DOMAIN.md section 4). Consumers with no-ack are left out.
+CONSUMER_UNACKED_SCHEMA = StructType(
+    _EVENT_KEY
+    + _FRAME_POSITION
+    + [
+        StructField("consumer_tag", StringType(), False),
+        StructField("queue", StringType(), True),  # from the basic.consume
+        StructField("delivery_tag", LongType(), True),
+        StructField("multiple", BooleanType(), True),
+        StructField("settled", LongType(), False),  # this consumer's deliveries this event settled
+        StructField("unacked", LongType(), False),  # the consumer's, after this event
+        # basic.qos(global=false) in effect when the consumer was created: RabbitMQ's per-consumer
+        # limit (0 or null: unlimited).
+        StructField("prefetch_count", IntegerType(), True),
+        # basic.qos(global=true) in effect now: RabbitMQ's limit shared by the channel's consumers.
+        StructField("channel_prefetch_count", IntegerType(), True),
+        StructField("channel_unacked", LongType(), False),  # the channel's unacked, after this event
+    ]
+)
+
+# AMQP 0-9-1 publisher confirms per channel after confirm.select, every publish and every broker
+# basic.ack / basic.nack (DOMAIN.md section 4): the n-th publish has sequence number n.
+CHANNEL_CONFIRMS_SCHEMA = StructType(
+    _EVENT_KEY
+    + _FRAME_POSITION
+    + [
+        StructField("publish_seq", LongType(), True),  # basic.publish: its sequence number
+        StructField("delivery_tag", LongType(), True),  # basic.ack / basic.nack: the sequence number confirmed
+        StructField("multiple", BooleanType(), True),
+        StructField("published", LongType(), False),  # publishes since confirm.select, after this event
+        StructField("confirmed", LongType(), False),  # sequence numbers this ack / nack settled (first time)
+        StructField("outstanding", LongType(), False),  # published and not yet confirmed, after this event
+    ]
+)
+
+_INTERVAL_BOUNDS = [
+    StructField("start_frame_index", LongType(), False),
+    StructField("start_ts", TimestampType(), False),
+    StructField("start_packet_number", LongType(), False),
+    StructField("end_frame_index", LongType(), True),  # null: still open when the capture ends
+    StructField("end_ts", TimestampType(), True),
+    StructField("end_packet_number", LongType(), True),
+    StructField("duration_us", LongType(), True),
+]
+
+# AMQP 0-9-1 connection.blocked / connection.unblocked intervals (RabbitMQ's resource alarms).
+CONNECTION_BLOCKED_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("connection_id", StringType(), False),
+        StructField("reason", StringType(), True),  # of the connection.blocked that started the interval
+    ]
+    + _INTERVAL_BOUNDS
+    + [StructField("notifications", LongType(), False)]  # connection.blocked frames in the interval
+)
+
+# AMQP 0-9-1 channel.flow(active=false) ... channel.flow(active=true) intervals, per requesting side.
+CHANNEL_FLOW_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("connection_id", StringType(), False),
+        StructField("channel", IntegerType(), False),
+        StructField("direction", StringType(), False),  # who sent channel.flow(active=false)
+    ]
+    + _INTERVAL_BOUNDS
+)
+
+# One row per interval in which an entity is starved or blocked, whatever the cause.
+FLOW_INTERVALS_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("connection_id", StringType(), False),
+        StructField("entity", StringType(), False),  # link | session | consumer | channel | connection | tcp
+        # link_credit_exhausted | session_window_closed | prefetch_full | confirms_outstanding |
+        # channel_flow | connection_blocked | tcp_zero_window
+        StructField("cause", StringType(), False),
+        StructField("channel", IntegerType(), True),
+        StructField("link_name", StringType(), True),
+        StructField("consumer_tag", StringType(), True),
+        StructField("direction", StringType(), True),  # the direction that cannot send
+        StructField("start_ts", TimestampType(), False),
+        StructField("end_ts", TimestampType(), True),  # null: still open when the capture ends
+        StructField("duration_us", LongType(), True),
+        StructField("start_frame_index", LongType(), True),  # null for TCP intervals
+        StructField("end_frame_index", LongType(), True),
+        StructField("start_packet_number", LongType(), False),
+        StructField("end_packet_number", LongType(), True),
+        StructField("detail", StringType(), True),  # e.g. the blocked reason, the prefetch count
+    ]
+)
+
+# Messages and bytes per second (1-second buckets with traffic) per connection, channel, link and
+# queue / address. A message is a 0-9-1 basic.publish / basic.deliver / basic.get-ok (bytes: its
+# content header's body-size) or a 1.0 delivery (bytes: the transfer payloads).
+THROUGHPUT_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("scope", StringType(), False),  # connection | channel | link | address
+        StructField("connection_id", StringType(), True),  # null for scope address (all connections)
+        StructField("protocol", StringType(), True),
+        StructField("direction", StringType(), False),
+        StructField("channel", IntegerType(), True),
+        StructField("link_name", StringType(), True),
+        StructField("address", StringType(), True),
+        StructField("second", TimestampType(), False),  # start of the 1-second bucket
+        StructField("messages", LongType(), False),
+        StructField("bytes", LongType(), False),
+    ]
+)

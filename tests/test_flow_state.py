@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from pyspark.testing import assertDataFrameEqual
 
-from amqpscope.pipelines.channel_unacked import channel_unacked_timeline
-from amqpscope.pipelines.link_credit import link_credit_timeline
+from amqpscope.expectations.catalogue import load_rules, violations
+from amqpscope.pipelines.blocking import channel_flow_intervals, connection_blocked_intervals
+from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline
+from amqpscope.pipelines.confirms import channel_confirms_timeline
+from amqpscope.pipelines.flow_intervals import (
+    link_credit_intervals,
+    prefetch_intervals,
+    session_window_intervals,
+    tcp_zero_window_intervals,
+)
+from amqpscope.pipelines.link_credit import link_credit_timeline, link_state_timeline
+from amqpscope.pipelines.sessions import session_window_timeline
+from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
+from amqpscope.pipelines.throughput import throughput
 from amqpscope.schemas.frames import FRAMES_SCHEMA
+from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+TOP = 2**32 - 1
+
+
+def at(index: int) -> datetime:
+    """Frame n is captured n milliseconds after T0."""
+    return T0 + timedelta(milliseconds=index)
 
 
 def frames_df(spark, protocol: str, events: list[dict]):
@@ -18,7 +37,7 @@ def frames_df(spark, protocol: str, events: list[dict]):
     rows = []
     for index, event in enumerate(events):
         row = {name: None for name in FRAMES_SCHEMA.fieldNames()}
-        row.update(capture_id="cap", connection_id="conn", frame_index=index, ts=T0, ts_us=index,
+        row.update(capture_id="cap", connection_id="conn", frame_index=index, ts=at(index), ts_us=index * 1000,
                    packet_number=index + 1, stream_offset=0, frame_size=8, protocol=protocol,
                    frame_type="amqp" if protocol == "amqp-1.0" else "method", channel=0, arguments={})
         row.update(event)
@@ -137,4 +156,241 @@ def test_no_ack_deliveries_are_never_unacked(spark):
     ]
     actual = channel_unacked_timeline(frames_df(spark, "amqp-0-9-1", events)).select("frame_index", "unacked")
     expected = spark.createDataFrame([(4, 0), (5, 1), (7, 1), (9, 2), (10, 0)], "frame_index long, unacked long")
+    assertDataFrameEqual(actual, expected)
+
+
+# --- link_state: deliveries in flight and unsettled deliveries -------------------------------------
+
+
+def session(client_next_id: int = 0, server_next_id: int = 0) -> list[dict]:
+    """Client begins a session on channel 0; the server answers on channel 0."""
+    return [
+        dict(direction="c2s", method="begin", next_outgoing_id=client_next_id, incoming_window=100, outgoing_window=100),
+        dict(direction="s2c", method="begin", remote_channel=0, next_outgoing_id=server_next_id, incoming_window=100,
+             outgoing_window=100),
+    ]
+
+
+def test_link_state_counts_deliveries_in_flight_and_unsettled(spark):
+    events = session() + sender_link(0) + [
+        dict(direction="s2c", method="flow", handle=3, delivery_count=0, link_credit=3),
+        dict(direction="c2s", method="transfer", handle=0, delivery_id=0, more=False),
+        dict(direction="c2s", method="transfer", handle=0, delivery_id=1, more=False),
+        # The receiver had seen one delivery when it sent this: one is still in flight.
+        dict(direction="s2c", method="flow", handle=3, delivery_count=1, link_credit=3),
+        dict(direction="s2c", method="disposition", role="receiver", first=0, last=1, settled=True, state="accepted"),
+        dict(direction="c2s", method="transfer", handle=0, delivery_id=2, more=False, settled=True),  # pre-settled
+    ]
+    actual = link_state_timeline(frames_df(spark, "amqp-1.0", events)).select(
+        "frame_index", "method", "delivery_count_snd", "link_credit_snd", "delivery_count_rcv", "deliveries_in_flight", "unsettled")
+    expected = spark.createDataFrame(
+        [(2, "attach", 0, 0, 0, 0, 0), (3, "attach", 0, 0, 0, 0, 0), (4, "flow", 0, 3, 0, 0, 0), (5, "transfer", 1, 2, 0, 1, 1),
+         (6, "transfer", 2, 1, 0, 2, 2), (7, "flow", 2, 2, 1, 1, 2), (9, "transfer", 3, 1, 1, 2, 0)],
+        "frame_index long, method string, delivery_count_snd long, link_credit_snd long, delivery_count_rcv long, "
+        "deliveries_in_flight long, unsettled long",
+    )
+    assertDataFrameEqual(actual, expected)
+
+
+def test_link_credit_intervals_run_from_exhaustion_to_the_next_grant(spark):
+    events = sender_link(0) + [
+        dict(direction="s2c", method="flow", handle=3, delivery_count=0, link_credit=1),
+        dict(direction="c2s", method="transfer", handle=0, delivery_id=0, more=False),
+        dict(direction="s2c", method="flow", handle=3, delivery_count=1, link_credit=2),
+        dict(direction="c2s", method="transfer", handle=0, delivery_id=1, more=False),
+        dict(direction="c2s", method="transfer", handle=0, delivery_id=2, more=False),
+    ]
+    found = link_credit_intervals(link_state_timeline(frames_df(spark, "amqp-1.0", events))).select(
+        "cause", "direction", "start_frame_index", "end_frame_index", "duration_us", "detail")
+    expected = spark.createDataFrame(
+        [("link_credit_exhausted", "c2s", 0, 2, 2000, "no flow from the receiver yet"),
+         ("link_credit_exhausted", "c2s", 3, 4, 1000, "link-credit(rcv) 1"),
+         ("link_credit_exhausted", "c2s", 6, None, None, "link-credit(rcv) 2")],
+        "cause string, direction string, start_frame_index long, end_frame_index long, duration_us long, detail string",
+    )
+    assertDataFrameEqual(found, expected)
+
+
+# --- session_window ---------------------------------------------------------------------------------
+
+
+def test_session_window_follows_the_spec_across_the_wrap(spark):
+    events = [
+        dict(direction="c2s", method="begin", channel=0, next_outgoing_id=TOP - 1, incoming_window=2, outgoing_window=10),
+        dict(direction="s2c", method="begin", channel=1, remote_channel=0, next_outgoing_id=5, incoming_window=3,
+             outgoing_window=10),
+        *[dict(direction="c2s", method="transfer", channel=0, handle=0) for _ in range(4)],  # the fourth: window closed
+        dict(direction="s2c", method="flow", channel=1, next_incoming_id=2, incoming_window=2, next_outgoing_id=5,
+             outgoing_window=10),
+    ]
+    actual = session_window_timeline(frames_df(spark, "amqp-1.0", events)).select(
+        "frame_index", "method", "session_id", "client_channel", "server_channel", "client_next_outgoing_id",
+        "client_remote_incoming_window", "server_next_incoming_id", "server_remote_incoming_window", "remote_incoming_window")
+    expected = spark.createDataFrame(
+        [(0, "begin", 0, 0, 1, TOP - 1, None, TOP - 1, None, None),
+         (1, "begin", 0, 0, 1, TOP - 1, 3, TOP - 1, 2, None),
+         (2, "transfer", 0, 0, 1, TOP, 2, TOP, 2, 3),
+         (3, "transfer", 0, 0, 1, 0, 1, 0, 2, 2),
+         (4, "transfer", 0, 0, 1, 1, 0, 1, 2, 1),
+         (5, "transfer", 0, 0, 1, 2, -1, 2, 2, 0),
+         (6, "flow", 0, 0, 1, 2, 2, 2, 2, None)],
+        "frame_index long, method string, session_id long, client_channel int, server_channel int, "
+        "client_next_outgoing_id long, client_remote_incoming_window long, server_next_incoming_id long, "
+        "server_remote_incoming_window long, remote_incoming_window long",
+    )
+    assertDataFrameEqual(actual, expected)
+    timeline = session_window_timeline(frames_df(spark, "amqp-1.0", events))
+    beyond = next(r for r in load_rules() if r.id == "amqp10.session.transfer_beyond_window")
+    assert [r.frame_index for r in violations(timeline, beyond).collect()] == [5]
+    # The client's window is closed from the transfer that used it up to the server's flow.
+    closed = session_window_intervals(timeline).select("direction", "channel", "start_frame_index", "end_frame_index", "detail")
+    assertDataFrameEqual(closed, spark.createDataFrame([("c2s", 0, 4, 6, "peer incoming-window 3")],
+                                                       "direction string, channel int, start_frame_index long, "
+                                                       "end_frame_index long, detail string"))
+
+
+# --- consumer_unacked and channel_confirms -------------------------------------------------------------
+
+
+def test_consumer_unacked_scopes_prefetch_per_consumer_and_channel(spark):
+    events = [
+        dict(direction="c2s", method="channel.open", channel=1),
+        dict(direction="c2s", method="basic.qos", channel=1, prefetch_count=2, **{"global": False}),
+        dict(direction="c2s", method="basic.consume", channel=1, queue="qa", no_ack=False),
+        dict(direction="s2c", method="basic.consume-ok", channel=1, consumer_tag="a"),
+        # Consumers created from now on get 1; the channel as a whole 3.
+        dict(direction="c2s", method="basic.qos", channel=1, prefetch_count=1, **{"global": False}),
+        dict(direction="c2s", method="basic.qos", channel=1, prefetch_count=3, **{"global": True}),
+        dict(direction="c2s", method="basic.consume", channel=1, queue="qb", no_ack=False),
+        dict(direction="s2c", method="basic.consume-ok", channel=1, consumer_tag="b"),
+        dict(direction="s2c", method="basic.deliver", channel=1, delivery_tag=1, consumer_tag="a"),
+        dict(direction="s2c", method="basic.deliver", channel=1, delivery_tag=2, consumer_tag="b"),
+        dict(direction="s2c", method="basic.deliver", channel=1, delivery_tag=3, consumer_tag="a"),
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=2, multiple=True),  # settles a's 1 and b's 2
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=3, multiple=False),
+    ]
+    actual = consumer_unacked_timeline(frames_df(spark, "amqp-0-9-1", events)).select(
+        "frame_index", "consumer_tag", "queue", "method", "settled", "unacked", "prefetch_count", "channel_prefetch_count",
+        "channel_unacked")
+    expected = spark.createDataFrame(
+        [(3, "a", "qa", "basic.consume-ok", 0, 0, 2, None, 0), (7, "b", "qb", "basic.consume-ok", 0, 0, 1, 3, 0),
+         (8, "a", "qa", "basic.deliver", 0, 1, 2, 3, 1), (9, "b", "qb", "basic.deliver", 0, 1, 1, 3, 2),
+         (10, "a", "qa", "basic.deliver", 0, 2, 2, 3, 3), (11, "a", "qa", "basic.ack", 1, 1, 2, 3, 1),
+         (11, "b", "qb", "basic.ack", 1, 0, 1, 3, 1), (12, "a", "qa", "basic.ack", 1, 0, 2, 3, 0)],
+        "frame_index long, consumer_tag string, queue string, method string, settled long, unacked long, prefetch_count int, "
+        "channel_prefetch_count int, channel_unacked long",
+    )
+    assertDataFrameEqual(actual, expected)
+    frames = frames_df(spark, "amqp-0-9-1", events)
+    full = prefetch_intervals(consumer_unacked_timeline(frames), channel_unacked_timeline(frames)).select(
+        "entity", "consumer_tag", "start_frame_index", "end_frame_index", "detail")
+    assertDataFrameEqual(full, spark.createDataFrame(
+        [("consumer", "b", 9, 11, "prefetch 1"), ("consumer", "a", 10, 11, "prefetch 2"), ("channel", None, 10, 11, "prefetch 3")],
+        "entity string, consumer_tag string, start_frame_index long, end_frame_index long, detail string"))
+
+
+def test_channel_confirms_number_publishes_and_settle_them(spark):
+    events = [
+        dict(direction="c2s", method="channel.open", channel=1),
+        dict(direction="c2s", method="confirm.select", channel=1),
+        dict(direction="s2c", method="confirm.select-ok", channel=1),
+        *[dict(direction="c2s", method="basic.publish", channel=1, exchange="", routing_key="q") for _ in range(3)],
+        dict(direction="s2c", method="basic.ack", channel=1, delivery_tag=2, multiple=True),
+        dict(direction="s2c", method="basic.nack", channel=1, delivery_tag=3, multiple=False),
+        dict(direction="s2c", method="basic.ack", channel=1, delivery_tag=3, multiple=False),  # confirmed twice
+        dict(direction="s2c", method="basic.ack", channel=1, delivery_tag=5, multiple=False),  # never published
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=1, multiple=False),  # a consumer ack: not a confirm
+    ]
+    confirms = channel_confirms_timeline(frames_df(spark, "amqp-0-9-1", events))
+    expected = spark.createDataFrame(
+        [(1, "confirm.select", None, None, 0, 0, 0), (3, "basic.publish", 1, None, 1, 0, 1),
+         (4, "basic.publish", 2, None, 2, 0, 2), (5, "basic.publish", 3, None, 3, 0, 3), (6, "basic.ack", None, 2, 3, 2, 1),
+         (7, "basic.nack", None, 3, 3, 1, 0), (8, "basic.ack", None, 3, 3, 0, 0), (9, "basic.ack", None, 5, 3, 0, 0)],
+        "frame_index long, method string, publish_seq long, delivery_tag long, published long, confirmed long, outstanding long",
+    )
+    assertDataFrameEqual(
+        confirms.select("frame_index", "method", "publish_seq", "delivery_tag", "published", "confirmed", "outstanding"), expected)
+    rules = {r.id: r for r in load_rules()}
+    found = {rule: [r.frame_index for r in violations(confirms, rules[rule]).collect()]
+             for rule in ("amqp091.confirm.unknown_sequence", "amqp091.confirm.already_confirmed")}
+    assert found == {"amqp091.confirm.unknown_sequence": [9], "amqp091.confirm.already_confirmed": [8]}
+
+
+# --- connection.blocked and channel.flow intervals ---------------------------------------------------
+
+
+def test_blocked_and_flow_intervals(spark):
+    events = [
+        dict(direction="s2c", method="connection.blocked", reason="low on memory"),
+        dict(direction="c2s", method="basic.publish", channel=1),
+        dict(direction="s2c", method="connection.blocked", reason="low on memory"),  # a repeated notice
+        dict(direction="s2c", method="connection.unblocked"),
+        dict(direction="s2c", method="connection.blocked", reason="low on disk"),  # never lifted
+        dict(direction="s2c", method="channel.flow", channel=1, active=False),
+        dict(direction="c2s", method="channel.flow-ok", channel=1, active=False),
+        dict(direction="s2c", method="channel.flow", channel=1, active=True),
+    ]
+    frames = frames_df(spark, "amqp-0-9-1", events)
+    assertDataFrameEqual(
+        connection_blocked_intervals(frames).select("reason", "start_frame_index", "end_frame_index", "duration_us", "notifications"),
+        spark.createDataFrame([("low on memory", 0, 3, 3000, 2), ("low on disk", 4, None, None, 1)],
+                              "reason string, start_frame_index long, end_frame_index long, duration_us long, notifications long"),
+    )
+    assertDataFrameEqual(
+        channel_flow_intervals(frames).select("channel", "direction", "start_frame_index", "end_frame_index", "duration_us"),
+        spark.createDataFrame([(1, "s2c", 5, 7, 2000)],
+                              "channel int, direction string, start_frame_index long, end_frame_index long, duration_us long"),
+    )
+
+
+# --- tcp_flow ---------------------------------------------------------------------------------------
+
+
+def test_tcp_flow_finds_zero_windows_probes_updates_full_windows_and_retransmissions(spark):
+    # (direction, seq_offset, ack_offset, effective window, payload, retransmitted bytes)
+    segments = [("c2s", 0, 0, 1000, 100, 0), ("s2c", 0, 100, 0, 0, 0), ("c2s", 100, 0, 1000, 1, 0),
+                ("s2c", 0, 100, 500, 0, 0), ("c2s", 100, 0, 1000, 500, 0), ("c2s", 100, 0, 1000, 500, 500)]
+    rows = [("cap", "conn", d, n + 1, at(n), n * 1000, seq, ack, 0x18, window, 0, window, payload, retransmitted)
+            for n, (d, seq, ack, window, payload, retransmitted) in enumerate(segments)]
+    flow = tcp_flow_timeline(spark.createDataFrame(rows, TCP_SEGMENTS_SCHEMA))
+    actual = flow.select("packet_number", "peer_window", "bytes_in_flight", "is_zero_window", "is_zero_window_probe",
+                         "is_window_update", "is_window_full", "is_retransmission")
+    expected = spark.createDataFrame(
+        [(1, None, None, False, False, False, False, False), (2, 1000, 0, True, False, False, False, False),
+         (3, 0, 1, False, True, False, False, False), (4, 1000, 0, False, False, True, False, False),
+         (5, 500, 500, False, False, False, True, False), (6, 500, 500, False, False, False, True, True)],
+        "packet_number long, peer_window long, bytes_in_flight long, is_zero_window boolean, is_zero_window_probe boolean, "
+        "is_window_update boolean, is_window_full boolean, is_retransmission boolean",
+    )
+    assertDataFrameEqual(actual, expected)
+    stalls = tcp_zero_window_intervals(flow).select("direction", "start_packet_number", "end_packet_number", "duration_us")
+    assertDataFrameEqual(stalls, spark.createDataFrame([("c2s", 2, 4, 2000)],
+                                                       "direction string, start_packet_number long, end_packet_number long, duration_us long"))
+
+
+# --- throughput ---------------------------------------------------------------------------------
+
+
+def test_throughput_counts_messages_and_body_bytes_per_second(spark):
+    events = [
+        dict(direction="c2s", method="basic.consume", channel=1, queue="q"),
+        dict(direction="s2c", method="basic.consume-ok", channel=1, consumer_tag="c"),
+        dict(direction="c2s", method="basic.publish", channel=2, exchange="", routing_key="q"),
+        dict(direction="c2s", method=None, frame_type="header", channel=2, body_size=10),
+        dict(direction="c2s", method="basic.publish", channel=2, exchange="x", routing_key="k"),
+        dict(direction="c2s", method=None, frame_type="header", channel=2, body_size=20),
+        dict(direction="s2c", method="basic.deliver", channel=1, consumer_tag="c", delivery_tag=1, exchange="", routing_key="q"),
+        dict(direction="s2c", method=None, frame_type="header", channel=1, body_size=30),
+    ]
+    frames = frames_df(spark, "amqp-0-9-1", events)
+    no_links = link_state_timeline(frames_df(spark, "amqp-1.0", []))
+    actual = throughput(frames, no_links).select("scope", "direction", "channel", "address", "second", "messages", "bytes")
+    second = T0.replace(microsecond=0)
+    expected = spark.createDataFrame(
+        [("connection", "c2s", None, None, second, 2, 30), ("connection", "s2c", None, None, second, 1, 30),
+         ("channel", "c2s", 2, None, second, 2, 30), ("channel", "s2c", 1, None, second, 1, 30),
+         ("address", "c2s", None, "/queues/q", second, 1, 10), ("address", "c2s", None, "/exchanges/x/k", second, 1, 20),
+         ("address", "s2c", None, "/queues/q", second, 1, 30)],
+        "scope string, direction string, channel int, address string, second timestamp, messages long, bytes long",
+    )
     assertDataFrameEqual(actual, expected)

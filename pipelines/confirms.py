@@ -1,0 +1,81 @@
+"""AMQP 0-9-1 publisher confirms per channel, after every publish and confirm (DOMAIN.md section 4).
+
+After confirm.select the n-th basic.publish on the channel has sequence number n (RabbitMQ counts
+from the moment it processes the select, and no publish overtakes it on the channel); the broker's
+basic.ack / basic.nack settle one number or, with ``multiple``, every number up to the given one.
+Settlements come from ``pipelines.settlement``; confirmed and outstanding are running counts over
+the channel. Every window is keyed by channel: one shuffle (``pipelines.partitioning``).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window, WindowSpec
+from pyspark.sql import functions as F
+
+from amqpscope.pipelines.partitioning import by_connection
+from amqpscope.pipelines.settlement import settle, with_settlement_rows
+from amqpscope.schemas.flow import CHANNEL_CONFIRMS_SCHEMA
+
+_EVENTS = ("channel.open", "confirm.select", "basic.publish", "basic.ack", "basic.nack")
+_COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "packet_number", "direction", "method",
+            "delivery_tag", "multiple")
+_CHANNEL = ("capture_id", "connection_id", "channel", "incarnation")
+
+
+def _channel_number_so_far() -> WindowSpec:
+    """A channel number's frames in order, across re-opens: counts channel.open to tell incarnations apart."""
+    return (
+        Window.partitionBy("capture_id", "connection_id", "channel")
+        .orderBy("frame_index")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+
+
+def _channel_so_far() -> WindowSpec:
+    """A channel's frames in order: confirm mode and sequence numbers are running counts over it."""
+    return Window.partitionBy(*_CHANNEL).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+
+
+def _channel_after_frame() -> WindowSpec:
+    """A channel's rows in frame order, a frame's rows together: every row sees the counts after its frame."""
+    return Window.partitionBy(*_CHANNEL).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
+
+
+def _frame_of_channel() -> WindowSpec:
+    """A channel's rows of one frame: how many sequence numbers a confirm settled."""
+    return Window.partitionBy(*_CHANNEL, "frame_index")
+
+
+def channel_confirms_timeline(frames: DataFrame) -> DataFrame:
+    """The channel_confirms table (``schemas.flow.CHANNEL_CONFIRMS_SCHEMA``) from the frames table."""
+    is_select = (F.col("method") == "confirm.select") & (F.col("direction") == "c2s")
+    is_publish = (F.col("method") == "basic.publish") & (F.col("direction") == "c2s")
+    # Broker to client: a client's basic.ack on the same channel acknowledges a delivery instead.
+    is_confirm = F.col("method").isin("basic.ack", "basic.nack") & (F.col("direction") == "s2c")
+    events = (
+        by_connection(frames.filter((F.col("protocol") == "amqp-0-9-1") & F.col("method").isin(*_EVENTS)).select(*_COLUMNS))
+        .withColumn("incarnation", F.sum((F.col("method") == "channel.open").cast("int")).over(_channel_number_so_far()))
+        .withColumn("_in_mode", F.max(is_select.cast("int")).over(_channel_so_far()) == 1)
+        .filter(F.col("_in_mode") & (is_select | is_publish | is_confirm))
+        .withColumn("published", F.sum(is_publish.cast("long")).over(_channel_so_far()))
+        .withColumn("publish_seq", F.when(is_publish, F.col("published")))
+    )
+    multiple = F.coalesce(F.col("multiple"), F.lit(False))
+    tag, published = F.col("delivery_tag"), F.col("published")
+    settled = settle(
+        events, _CHANNEL,
+        item=F.col("publish_seq"),
+        # A confirm cannot settle a sequence number not yet published: clip to what was published.
+        single=F.when(is_confirm & ~multiple & (tag <= published), tag),
+        mark=F.when(is_confirm & multiple & (published > 0), F.when(tag == 0, published).otherwise(F.least(tag, published))),
+    )
+    settling = ~F.col("_is_event")
+    timeline = (
+        with_settlement_rows(settled)
+        .withColumn("confirmed", F.sum(settling.cast("long")).over(_frame_of_channel()))
+        .withColumn("outstanding", F.sum("_delta").over(_channel_after_frame()))
+        .filter(F.col("_is_event"))
+        .withColumn("delivery_tag", F.when(is_confirm, F.col("delivery_tag")))
+        .withColumn("multiple", F.when(is_confirm, F.col("multiple")))
+    )
+    return timeline.select(*[F.col(f.name).cast(f.dataType) for f in CHANNEL_CONFIRMS_SCHEMA.fields])

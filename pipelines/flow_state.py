@@ -1,0 +1,57 @@
+"""Every flow-state table, named, from the bronze tables: what ``amqpscope analyze`` writes.
+
+Two steps, so a job can store the first before the second reads it: the timelines come from the
+bronze frames and tcp_segments tables; flow_intervals and throughput are derived from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql import DataFrame
+
+from amqpscope.pipelines.blocking import channel_flow_intervals, connection_blocked_intervals
+from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline
+from amqpscope.pipelines.confirms import channel_confirms_timeline
+from amqpscope.pipelines.flow_intervals import flow_intervals
+from amqpscope.pipelines.link_credit import link_credit_timeline, link_state_timeline
+from amqpscope.pipelines.sessions import session_window_timeline
+from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
+from amqpscope.pipelines.throughput import throughput
+
+# Tables computed from the frames table, by name.
+FRAME_TIMELINES = {
+    "link_credit": link_credit_timeline,
+    "channel_unacked": channel_unacked_timeline,
+    "link_state": link_state_timeline,
+    "session_window": session_window_timeline,
+    "consumer_unacked": consumer_unacked_timeline,
+    "channel_confirms": channel_confirms_timeline,
+    "connection_blocked": connection_blocked_intervals,
+    "channel_flow": channel_flow_intervals,
+}
+TIMELINE_TABLES = (*FRAME_TIMELINES, "tcp_flow")
+DERIVED_TABLES = ("flow_intervals", "throughput")
+FLOW_TABLES = (*TIMELINE_TABLES, *DERIVED_TABLES)
+
+
+def flow_timelines(frames: DataFrame, tcp_segments: DataFrame) -> dict[str, DataFrame]:
+    """The flow-state timelines (TIMELINE_TABLES) from the bronze frames and tcp_segments tables."""
+    return {**{name: build(frames) for name, build in FRAME_TIMELINES.items()}, "tcp_flow": tcp_flow_timeline(tcp_segments)}
+
+
+def derived_tables(frames: DataFrame, timelines: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
+    """flow_intervals and throughput (DERIVED_TABLES) from the timelines (best read back from storage)."""
+    return {
+        "flow_intervals": flow_intervals(
+            link_state=timelines["link_state"],
+            session_window=timelines["session_window"],
+            consumer_unacked=timelines["consumer_unacked"],
+            channel_unacked=timelines["channel_unacked"],
+            channel_confirms=timelines["channel_confirms"],
+            connection_blocked=timelines["connection_blocked"],
+            channel_flow=timelines["channel_flow"],
+            tcp_flow=timelines["tcp_flow"],
+        ),
+        "throughput": throughput(frames, timelines["link_state"]),
+    }

@@ -1,0 +1,67 @@
+"""TCP flow control per connection and direction, one row per segment (RFC 9293 3.8.6, RFC 7323).
+
+Over a connection's segments in capture order (both directions): the window each side last
+advertised, what each side has sent (highest stream offset) and what the other side has
+acknowledged of it. A sender whose bytes in flight reach the peer's window has filled it; a
+receiver advertising a zero window stops its peer, which may only probe until a window update.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import functions as F
+
+from amqpscope.schemas.tcp import TCP_FLOW_SCHEMA
+
+_RST = 0x04
+_CONNECTION = ("capture_id", "connection_id")
+
+
+def _connection_so_far() -> WindowSpec:
+    """A connection's segments in capture order: the latest window and acknowledgement of each side."""
+    return (
+        Window.partitionBy(*_CONNECTION)
+        .orderBy("packet_number")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+
+
+def _direction_in_order() -> WindowSpec:
+    """One direction's segments in capture order: the window this side advertised just before."""
+    return Window.partitionBy(*_CONNECTION, "direction").orderBy("packet_number")
+
+
+def _from(direction: str, value: Column) -> Column:
+    return F.when(F.col("direction") == direction, value)
+
+
+def tcp_flow_timeline(tcp_segments: DataFrame) -> DataFrame:
+    """The tcp_flow table (``schemas.tcp.TCP_FLOW_SCHEMA``) from the tcp_segments table."""
+    is_reset = (F.col("flags").bitwiseAND(F.lit(_RST))) != 0
+    sent_end = F.col("seq_offset") + F.col("payload_length")
+    state = tcp_segments.withColumn("is_zero_window", (F.col("effective_window") == 0) & ~is_reset)
+    for direction in ("c2s", "s2c"):
+        # A RST's window means nothing (RFC 9293 3.10.7): it neither opens nor closes one.
+        state = (
+            state.withColumn(f"_{direction}_window", F.last(_from(direction, F.when(~is_reset, F.col("effective_window"))), True)
+                             .over(_connection_so_far()))
+            .withColumn(f"_{direction}_acked", F.last(_from(direction, F.col("ack_offset")), True).over(_connection_so_far()))
+            .withColumn(f"_{direction}_sent", F.max(_from(direction, sent_end)).over(_connection_so_far()))
+        )
+    peer_window = F.when(F.col("direction") == "c2s", F.col("_s2c_window")).otherwise(F.col("_c2s_window"))
+    # Sent by this side and not yet acknowledged by the other.
+    in_flight = F.when(F.col("direction") == "c2s", F.col("_c2s_sent") - F.col("_s2c_acked")).otherwise(
+        F.col("_s2c_sent") - F.col("_c2s_acked"))
+    own_before = F.lag(F.when(~is_reset, F.col("effective_window"))).over(_direction_in_order())
+    has_payload = F.col("payload_length") > 0
+    state = (
+        state.withColumn("peer_window", peer_window)
+        .withColumn("bytes_in_flight", in_flight)
+        .withColumn("is_window_update", (own_before == 0) & (F.col("effective_window") > 0) & ~is_reset)
+        .withColumn("is_window_full", has_payload & (F.col("bytes_in_flight") >= F.col("peer_window")) & (F.col("peer_window") > 0))
+        .withColumn("is_retransmission", F.col("retransmitted_bytes") > 0)
+        .withColumn("is_zero_window_probe", has_payload & (F.col("peer_window") == 0))
+    )
+    booleans = ("is_window_update", "is_window_full", "is_zero_window_probe")
+    state = state.fillna(False, subset=list(booleans))
+    return state.select(*[F.col(f.name).cast(f.dataType) for f in TCP_FLOW_SCHEMA.fields])
