@@ -21,7 +21,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.partitioning import by_connection
+from amqpscope.pipelines.partitioning import CHANNEL, by_connection, channel_so_far, with_channel_incarnation
 from amqpscope.pipelines.settlement import settle, with_settlement_rows
 from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA, CONSUMER_UNACKED_SCHEMA
 
@@ -32,35 +32,19 @@ _EVENTS = (*_DELIVERIES, *_SETTLEMENTS, "basic.qos", "channel.open", "basic.cons
 _COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "packet_number", "direction", "method",
             "consumer_tag", "delivery_tag", "multiple", "prefetch_count", "global", "no_ack", "queue")
 
-# A channel number is reused after channel.close: each channel.open starts a new incarnation.
-_CHANNEL = ("capture_id", "connection_id", "channel", "incarnation")
 
 # Window specifications are built per call: PySpark needs an active session to build one.
 
 
-def _channel_number_so_far() -> WindowSpec:
-    """A channel number's frames in order, across re-opens: counts channel.open to tell incarnations apart."""
-    return (
-        Window.partitionBy("capture_id", "connection_id", "channel")
-        .orderBy("frame_index")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-
-
-def _channel_so_far() -> WindowSpec:
-    """A channel's frames in order: prefetch, request numbers and the highest tag delivered so far."""
-    return Window.partitionBy(*_CHANNEL).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-
-
 def _request_and_reply() -> WindowSpec:
     """The n-th request of a kind and the n-th reply to that kind on a channel (other rows alone)."""
-    return Window.partitionBy(*_CHANNEL, "_pair_kind", "_pair_n")
+    return Window.partitionBy(*CHANNEL, "_pair_kind", "_pair_n")
 
 
 def _consumer_so_far() -> WindowSpec:
     """One consumer's rows in frame order: what its consume-ok said applies from then on."""
     return (
-        Window.partitionBy(*_CHANNEL, "consumer_tag")
+        Window.partitionBy(*CHANNEL, "consumer_tag")
         .orderBy("frame_index")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
@@ -69,7 +53,7 @@ def _consumer_so_far() -> WindowSpec:
 def _consumer_after_frame() -> WindowSpec:
     """One consumer's rows in frame order, a frame's rows together: its unacked count after each frame."""
     return (
-        Window.partitionBy(*_CHANNEL, "consumer_tag")
+        Window.partitionBy(*CHANNEL, "consumer_tag")
         .orderBy("frame_index")
         .rangeBetween(Window.unboundedPreceding, Window.currentRow)
     )
@@ -77,17 +61,17 @@ def _consumer_after_frame() -> WindowSpec:
 
 def _channel_after_frame() -> WindowSpec:
     """A channel's rows in frame order, a frame's rows together: every row sees the state after its frame."""
-    return Window.partitionBy(*_CHANNEL).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    return Window.partitionBy(*CHANNEL).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
 
 
 def _frame_of_consumer() -> WindowSpec:
     """One consumer's rows of one frame: how many of its deliveries the frame settled."""
-    return Window.partitionBy(*_CHANNEL, "consumer_tag", "frame_index")
+    return Window.partitionBy(*CHANNEL, "consumer_tag", "frame_index")
 
 
 def _consumer_rows_in_order() -> WindowSpec:
     """One consumer's rows in frame order: keeps one row per settling frame."""
-    return Window.partitionBy(*_CHANNEL, "consumer_tag").orderBy("frame_index", "delivery_tag")
+    return Window.partitionBy(*CHANNEL, "consumer_tag").orderBy("frame_index", "delivery_tag")
 
 
 def _is(method: str, direction: str) -> Column:
@@ -104,13 +88,13 @@ def _ledger(frames: DataFrame) -> DataFrame:
     any_delivery = F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")
 
     def running_count(condition: Column) -> Column:
-        return F.sum(condition.cast("long")).over(_channel_so_far())
+        return F.sum(condition.cast("long")).over(channel_so_far())
 
     events = (
         by_connection(frames.filter((F.col("protocol") == "amqp-0-9-1") & F.col("method").isin(*_EVENTS)).select(*_COLUMNS))
-        .withColumn("incarnation", F.sum((F.col("method") == "channel.open").cast("int")).over(_channel_number_so_far()))
-        .withColumn("_consumer_prefetch", F.last(F.when(is_qos & ~is_global, F.col("prefetch_count")), True).over(_channel_so_far()))
-        .withColumn("_delivered", F.max(F.when(any_delivery, F.col("delivery_tag"))).over(_channel_so_far()))
+        .transform(with_channel_incarnation)
+        .withColumn("_consumer_prefetch", F.last(F.when(is_qos & ~is_global, F.col("prefetch_count")), True).over(channel_so_far()))
+        .withColumn("_delivered", F.max(F.when(any_delivery, F.col("delivery_tag"))).over(channel_so_far()))
         .withColumn("_pair_kind", F.when(consume | consume_ok, "consume").when(get | get_reply, "get"))
         .withColumn("_pair_n", F.when(consume, running_count(consume)).when(consume_ok, running_count(consume_ok))
                     .when(get, running_count(get)).when(get_reply, running_count(get_reply))
@@ -130,7 +114,7 @@ def _ledger(frames: DataFrame) -> DataFrame:
     multiple = F.coalesce(F.col("multiple"), F.lit(False))
     tag, delivered = F.col("delivery_tag"), F.col("_delivered")
     settled = settle(
-        events, _CHANNEL,
+        events, CHANNEL,
         item=F.when(F.col("_is_delivery"), tag),
         single=F.when(settlement & ~multiple & (tag <= delivered), tag),
         # No settlement reaches beyond the highest tag delivered; tag 0 with multiple reaches it.

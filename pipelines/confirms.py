@@ -12,38 +12,23 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.partitioning import by_connection
+from amqpscope.pipelines.partitioning import CHANNEL, by_connection, channel_so_far, with_channel_incarnation
 from amqpscope.pipelines.settlement import settle, with_settlement_rows
 from amqpscope.schemas.flow import CHANNEL_CONFIRMS_SCHEMA
 
 _EVENTS = ("channel.open", "confirm.select", "basic.publish", "basic.ack", "basic.nack")
 _COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "packet_number", "direction", "method",
             "delivery_tag", "multiple")
-_CHANNEL = ("capture_id", "connection_id", "channel", "incarnation")
-
-
-def _channel_number_so_far() -> WindowSpec:
-    """A channel number's frames in order, across re-opens: counts channel.open to tell incarnations apart."""
-    return (
-        Window.partitionBy("capture_id", "connection_id", "channel")
-        .orderBy("frame_index")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-
-
-def _channel_so_far() -> WindowSpec:
-    """A channel's frames in order: confirm mode and sequence numbers are running counts over it."""
-    return Window.partitionBy(*_CHANNEL).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
 
 
 def _channel_after_frame() -> WindowSpec:
     """A channel's rows in frame order, a frame's rows together: every row sees the counts after its frame."""
-    return Window.partitionBy(*_CHANNEL).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    return Window.partitionBy(*CHANNEL).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
 
 
 def _frame_of_channel() -> WindowSpec:
     """A channel's rows of one frame: how many sequence numbers a confirm settled."""
-    return Window.partitionBy(*_CHANNEL, "frame_index")
+    return Window.partitionBy(*CHANNEL, "frame_index")
 
 
 def channel_confirms_timeline(frames: DataFrame) -> DataFrame:
@@ -54,16 +39,16 @@ def channel_confirms_timeline(frames: DataFrame) -> DataFrame:
     is_confirm = F.col("method").isin("basic.ack", "basic.nack") & (F.col("direction") == "s2c")
     events = (
         by_connection(frames.filter((F.col("protocol") == "amqp-0-9-1") & F.col("method").isin(*_EVENTS)).select(*_COLUMNS))
-        .withColumn("incarnation", F.sum((F.col("method") == "channel.open").cast("int")).over(_channel_number_so_far()))
-        .withColumn("_in_mode", F.max(is_select.cast("int")).over(_channel_so_far()) == 1)
+        .transform(with_channel_incarnation)
+        .withColumn("_in_mode", F.max(is_select.cast("int")).over(channel_so_far()) == 1)
         .filter(F.col("_in_mode") & (is_select | is_publish | is_confirm))
-        .withColumn("published", F.sum(is_publish.cast("long")).over(_channel_so_far()))
+        .withColumn("published", F.sum(is_publish.cast("long")).over(channel_so_far()))
         .withColumn("publish_seq", F.when(is_publish, F.col("published")))
     )
     multiple = F.coalesce(F.col("multiple"), F.lit(False))
     tag, published = F.col("delivery_tag"), F.col("published")
     settled = settle(
-        events, _CHANNEL,
+        events, CHANNEL,
         item=F.col("publish_seq"),
         # A confirm cannot settle a sequence number not yet published: clip to what was published.
         single=F.when(is_confirm & ~multiple & (tag <= published), tag),

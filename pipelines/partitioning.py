@@ -9,11 +9,28 @@ would compute the chain twice), shuffles its rows exactly once.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window, WindowSpec
+from pyspark.sql import functions as F
 
 CONNECTION = ("capture_id", "connection_id")
+# A 0-9-1 channel number is reused after channel.close: each channel.open starts a new incarnation.
+CHANNEL = (*CONNECTION, "channel", "incarnation")
 
 
 def by_connection(df: DataFrame) -> DataFrame:
     """``df`` hash-partitioned by connection: the one shuffle of a flow-state pipeline."""
     return df.repartition(*CONNECTION)
+
+
+def with_channel_incarnation(df: DataFrame) -> DataFrame:
+    """``df`` with ``incarnation``: how many channel.open its channel number has seen so far."""
+    # A channel number's frames in order, across re-opens.
+    number_so_far = Window.partitionBy(*CONNECTION, "channel").orderBy("frame_index").rowsBetween(
+        Window.unboundedPreceding, Window.currentRow
+    )
+    return df.withColumn("incarnation", F.sum((F.col("method") == "channel.open").cast("int")).over(number_so_far))
+
+
+def channel_so_far() -> WindowSpec:
+    """One channel incarnation's frames in order: what a channel's running counts are taken over."""
+    return Window.partitionBy(*CHANNEL).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)

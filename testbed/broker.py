@@ -12,6 +12,7 @@ wrappers that ``su rabbitmq`` (and ``cd /var/lib/rabbitmq``); the real scripts i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -213,7 +214,7 @@ class PrivateBroker:
         }
         # Bind Erlang distribution to loopback too, and never let erl spawn a daemonised
         # epmd we could not stop by PID: ours is already listening on ERL_EPMD_PORT.
-        erl_args = f"-start_epmd false -kernel inet_dist_use_interface {{127,0,0,1}}"
+        erl_args = "-start_epmd false -kernel inet_dist_use_interface {127,0,0,1}"
         env.update(
             HOME=str(base / "home"),  # where Erlang keeps the node's cookie
             ERL_EPMD_PORT=str(self.epmd_port),
@@ -356,3 +357,32 @@ def _serves_amqp091(port: int) -> bool:
     except OSError:
         return False
     return first == bytes([AMQP091_METHOD_FRAME])
+
+
+# -- the memory alarm, lent to scenarios --------------------------------------------------------
+# Scenarios get (host, port), not the broker; one that needs the memory alarm asks for the switch of
+# the broker on its port, which the capturing code lends while the scenario runs.
+
+AlarmSwitch = Callable[[bool], None]
+_ALARM_SWITCHES: dict[int, AlarmSwitch] = {}
+NORMAL_WATERMARK = 0.4  # RabbitMQ's default vm_memory_high_watermark
+
+
+@contextlib.contextmanager
+def alarm_switch(broker: PrivateBroker, alarm_watermark: float) -> Iterator[None]:
+    """Let scenarios raise (watermark ``alarm_watermark``) and clear ``broker``'s memory alarm."""
+
+    def switch(on: bool) -> None:
+        broker.set_vm_memory_high_watermark(alarm_watermark if on else NORMAL_WATERMARK)
+
+    _ALARM_SWITCHES[broker.port] = switch
+    try:
+        yield
+    finally:
+        _ALARM_SWITCHES.pop(broker.port, None)
+        switch(False)
+
+
+def memory_alarm_switch(port: int) -> AlarmSwitch | None:
+    """The alarm switch lent for the broker on ``port``, if any."""
+    return _ALARM_SWITCHES.get(port)

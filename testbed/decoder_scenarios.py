@@ -39,29 +39,18 @@ from proton import Message, symbol, ulong
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from amqpscope.testbed.broker import PrivateBroker, memory_alarm_switch
+from amqpscope.testbed.broker import alarm_switch as lend_alarm_switch
 from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, GUEST, SCENARIO_TIMEOUT, SCENARIOS, Truth, message_body
 
 # -- the memory alarm: scenarios get (host, port), the broker is reached through this switch -----
 
-AlarmSwitch = Callable[[bool], None]
-_ALARM_SWITCHES: dict[int, AlarmSwitch] = {}
 ALARM_WATERMARK = 0.000001  # a fraction of RAM any running node exceeds: raises the memory alarm
-NORMAL_WATERMARK = 0.4  # RabbitMQ's default
 
 
-@contextlib.contextmanager
-def alarm_switch(broker: Any) -> Iterator[None]:
+def alarm_switch(broker: PrivateBroker) -> contextlib.AbstractContextManager[None]:
     """Let ``amqp091_blocked`` raise and clear ``broker``'s memory alarm while it runs."""
-
-    def switch(on: bool) -> None:
-        broker.set_vm_memory_high_watermark(ALARM_WATERMARK if on else NORMAL_WATERMARK)
-
-    _ALARM_SWITCHES[broker.port] = switch
-    try:
-        yield
-    finally:
-        _ALARM_SWITCHES.pop(broker.port, None)
-        switch(False)
+    return lend_alarm_switch(broker, ALARM_WATERMARK)
 
 
 # -- AMQP 0-9-1 ------------------------------------------------------------------------------
@@ -248,7 +237,7 @@ def amqp091_heartbeats(host: str, port: int, *, heartbeat: int = 1, idle_seconds
 
 def amqp091_blocked(host: str, port: int, *, before: int = 3, after: int = 3, body_size: int = 64) -> Truth:
     """Publish, raise the memory alarm, publish once more (blocked), clear it (unblocked), go on."""
-    switch = _ALARM_SWITCHES.get(port)
+    switch = memory_alarm_switch(port)
     if switch is None:
         raise RuntimeError("amqp091_blocked needs testbed.decoder_scenarios.alarm_switch(broker)")
     queue = "amqpscope.dec.blocked"

@@ -22,28 +22,17 @@ from typing import Any
 
 import pika
 
-from amqpscope.testbed.broker import PrivateBroker
 from amqpscope.testbed.capture import capture_scenario, default_capture_port, truth_path
+from amqpscope.testbed.broker import PrivateBroker, memory_alarm_switch
+from amqpscope.testbed.broker import alarm_switch as lend_alarm_switch
 from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, GUEST, SCENARIO_TIMEOUT, SCENARIOS, Truth, message_body
 
-AlarmSwitch = Callable[[bool], None]
-_ALARM_SWITCHES: dict[int, AlarmSwitch] = {}
 ALARM_WATERMARK = 0.0001  # a fraction of RAM any running node exceeds: raises the memory alarm
-NORMAL_WATERMARK = 0.4  # RabbitMQ's default
 
 
-@contextlib.contextmanager
-def alarm_switch(broker: PrivateBroker) -> Iterator[None]:
+def alarm_switch(broker: PrivateBroker) -> contextlib.AbstractContextManager[None]:
     """Let ``amqp091_memory_alarm`` raise and clear ``broker``'s memory alarm while it runs."""
-
-    def switch(on: bool) -> None:
-        broker.set_vm_memory_high_watermark(ALARM_WATERMARK if on else NORMAL_WATERMARK)
-
-    _ALARM_SWITCHES[broker.port] = switch
-    try:
-        yield
-    finally:
-        _ALARM_SWITCHES.pop(broker.port, None)
+    return lend_alarm_switch(broker, ALARM_WATERMARK)
 
 
 def _connect(host: str, port: int) -> pika.BlockingConnection:
@@ -109,7 +98,7 @@ def amqp091_memory_alarm(
     """Publish with confirms, raise the memory alarm and keep publishing: the broker blocks the
     connection at the next publish and stops reading it, so that publish waits for its confirm
     until the alarm is cleared ``blocked_seconds`` later; then publish the rest."""
-    switch = _ALARM_SWITCHES.get(port)
+    switch = memory_alarm_switch(port)
     if switch is None:
         raise RuntimeError("amqp091_memory_alarm needs testbed.flow_scenarios.alarm_switch(broker)")
     connection = _connect(host, port)
