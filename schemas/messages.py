@@ -16,14 +16,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-_PROPERTIES = [
-    StructField("message_id", StringType(), True),
-    StructField("correlation_id", StringType(), True),
-    StructField("content_type", StringType(), True),
-    StructField("content_encoding", StringType(), True),
-    StructField("reply_to", StringType(), True),
-    StructField("priority", IntegerType(), True),
-]
+from amqpscope.schemas.frames import MESSAGE_FIELDS
+
+# The message properties both versions have, as the frames table declares them (0-9-1's
+# delivery_mode is added where it applies).
+_PROPERTIES = [f for f in MESSAGE_FIELDS if f.name != "delivery_mode"]
+_DELIVERY_MODE = next(f for f in MESSAGE_FIELDS if f.name == "delivery_mode")
 
 # AMQP 0-9-1: a content method (basic.publish / deliver / get-ok / return) with its content header
 # and body frames (spec 4.2.6), the publisher confirm or consumer acknowledgement that settled it.
@@ -47,7 +45,7 @@ MESSAGES_091_SCHEMA = StructType(
         StructField("body_frames", IntegerType(), False),
         StructField("complete", BooleanType(), False),  # header seen and body_bytes == body_size
         *_PROPERTIES,
-        StructField("delivery_mode", IntegerType(), True),
+        _DELIVERY_MODE,
         StructField("properties", MapType(StringType(), StringType()), True),  # the header's other properties
         # Publisher confirms: the publish's sequence number after confirm.select (1, 2, ...) and the
         # broker basic.ack / basic.nack that confirmed it (multiple included).
