@@ -27,6 +27,8 @@ class AnalyzeConfig:
     report: Path | None = None  # default: <lake>/report.html
     data_docs: Path | None = None  # default: <lake>/_data_docs
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    # Decode rotated files (tcpdump -C / -G / -W) as the parts of one capture (ingest.rotation).
+    group_rotated: bool = True
 
     def __post_init__(self) -> None:
         if self.storage not in STORAGE_BACKENDS:

@@ -18,11 +18,12 @@ from pyspark.sql import functions as F
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.suite import run_verdicts
-from amqpscope.jobs.ingest import resolve_captures, write_bronze
+from amqpscope.jobs.ingest import resolve_captures, superseded_captures, write_bronze
 from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.report import write_report
 from amqpscope.jobs.session import build_session
 from amqpscope.pipelines.flow_state import FLOW_TABLES, derived_tables, flow_timelines
@@ -45,40 +46,47 @@ class AnalyzeResult:
 
 
 @contextmanager
-def _stage(timings: dict[str, float], name: str) -> Iterator[None]:
+def _stage(timings: dict[str, float], name: str, progress: Progress | None = None) -> Iterator[None]:
     start = time.perf_counter()
     log.info("%s ...", name)
+    if progress is not None:
+        progress.step(name)
     yield
     timings[name] = time.perf_counter() - start
     log.info("%s done in %.1f s", name, timings[name])
 
 
 def analyze(spark: SparkSession, captures: Sequence[str | Path], config: AnalyzeConfig,
-            timings: dict[str, float] | None = None) -> AnalyzeResult:
-    """Run the whole chain on an existing SparkSession."""
+            timings: dict[str, float] | None = None, progress: Progress | None = None) -> AnalyzeResult:
+    """Run the whole chain on an existing SparkSession (reporting to ``progress`` when given)."""
     timings = {} if timings is None else timings
-    files = resolve_captures(captures)
+    files = resolve_captures(captures, config.group_rotated)
     ids = [c.capture_id for c in files]
     lake = Lake(spark, config.lake, backend=config.storage)
-    log.info("lake %s (storage: %s), %d capture(s)", config.lake, lake.backend, len(files))
+    # Captures stored before under other ids that share a file with these (a rotation analysed
+    # part by part): every table drops their rows as it takes these captures' rows.
+    superseded = superseded_captures(lake, files)
+    replace = [*ids, *superseded]
+    log.info("lake %s (storage: %s), %d capture(s) from %d file(s)%s", config.lake, lake.backend, len(files),
+             sum(len(c.parts) for c in files), f", replacing {len(superseded)} stored before" if superseded else "")
 
-    with _stage(timings, "ingest"):
-        bronze = write_bronze(spark, lake, files, config.ports)
+    with _stage(timings, "ingest", progress):
+        bronze = write_bronze(spark, lake, files, config.ports, superseded, progress)
     try:
         frames = bronze.frames
         # Every TCP payload byte is in a frame, in the quarantine or missing: checked before any
         # table is derived from the frames.
         assert_bytes_accounted(byte_accounting(bronze.connections, frames, bronze.quarantine))
-        with _stage(timings, "messages"):
-            _stored(lake, {"messages_091": messages_091(frames), "deliveries_10": deliveries_10(frames)}, ids)
-        with _stage(timings, "flow_state"):
-            flow = _stored(lake, flow_timelines(frames, bronze.tcp_segments), ids)
+        with _stage(timings, "messages", progress):
+            _stored(lake, {"messages_091": messages_091(frames), "deliveries_10": deliveries_10(frames)}, ids, replace, progress)
+        with _stage(timings, "flow_state", progress):
+            flow = _stored(lake, flow_timelines(frames, bronze.tcp_segments), ids, replace, progress)
             # Intervals and throughput read the stored timelines back rather than recompute them.
-            flow.update(_stored(lake, derived_tables(frames, flow), ids))
-        with _stage(timings, "verdicts"):
+            flow.update(_stored(lake, derived_tables(frames, flow), ids, replace, progress))
+        with _stage(timings, "verdicts", progress):
             run = run_verdicts({**flow, "frames": frames}, config.data_docs_dir)
-            lake.write(run.violations, "violations", replace_capture_ids=ids)
-        with _stage(timings, "report"):
+            lake.write(run.violations, "violations", replace_capture_ids=replace)
+        with _stage(timings, "report", progress):
             report = write_report(
                 config.report_path,
                 frames=frames,
@@ -95,10 +103,15 @@ def analyze(spark: SparkSession, captures: Sequence[str | Path], config: Analyze
     return AnalyzeResult(tuple(ids), report, run.data_docs_index, counts, timings, run.success)
 
 
-def _stored(lake: Lake, tables: dict[str, DataFrame], capture_ids: Sequence[str]) -> dict[str, DataFrame]:
-    """Write each table, and return it as read back from the lake."""
+def _stored(
+    lake: Lake, tables: dict[str, DataFrame], capture_ids: Sequence[str], replace: Sequence[str],
+    progress: Progress | None = None,
+) -> dict[str, DataFrame]:
+    """Write each table (its rows of ``replace`` go), and return it as read back from the lake."""
     for name, df in tables.items():
-        lake.write(df, name, replace_capture_ids=capture_ids)
+        if progress is not None:
+            progress.detail(f"writing {name}")
+        lake.write(df, name, replace_capture_ids=replace)
     return {name: lake.read(name).filter(lake_capture_filter(capture_ids)) for name in tables}
 
 
@@ -107,14 +120,15 @@ def lake_capture_filter(capture_ids: Sequence[str]) -> Column:
     return F.col("capture_id").isin(*capture_ids)
 
 
-def main(captures: Sequence[str], config: AnalyzeConfig) -> AnalyzeResult:
-    """Entry point: start Spark, analyze, stop Spark."""
+def main(captures: Sequence[str], config: AnalyzeConfig, progress: str = "auto") -> AnalyzeResult:
+    """Entry point: start Spark, analyze (showing progress per ``progress``: auto, always, never), stop Spark."""
     timings: dict[str, float] = {}
     start = time.perf_counter()
     spark = build_session(config.master, "amqpscope-analyze", dict(config.spark_conf))
     timings["spark_start"] = time.perf_counter() - start
     try:
-        result = analyze(spark, captures, config, timings)
+        with Progress(spark, mode=progress) as reporter:
+            result = analyze(spark, captures, config, timings, reporter)
     finally:
         spark.stop()
     timings["total"] = time.perf_counter() - start

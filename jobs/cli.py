@@ -25,8 +25,11 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "analyze",
         help="decode captures into Delta tables, rebuild flow state, run the verdict suites, write a report",
         description="Decode pcap/pcapng captures of AMQP 0-9-1 and 1.0 into Delta tables under --lake "
-        "(captures, connections, frames, quarantine), rebuild flow state (link_credit, channel_unacked), "
+        "(bronze: captures, connections, frames, quarantine, tcp_segments; messages_091, deliveries_10), "
+        "rebuild flow state (link_credit, link_state, session_window, channel_unacked, consumer_unacked, "
+        "channel_confirms, channel_flow, connection_blocked, tcp_flow, flow_intervals, throughput), "
         "run the Great Expectations suites (violations table, Data Docs) and write an HTML report. "
+        "Rotated files of one capture decode as one. "
         "Re-running on the same captures replaces their rows: the lake ends up the same.",
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
@@ -43,12 +46,18 @@ def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage", choices=STORAGE_BACKENDS, help="Delta writer (default auto: delta-spark when the JVM has Delta, else delta-rs)")
     p.add_argument("--ports", type=_ports, help="comma-separated TCP ports carrying AMQP (default 5672); "
                    "AMQP is also recognised on any port by its protocol header")
+    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help="show the running step and its Spark tasks done on stderr (auto: when stderr is a terminal)")
+    p.add_argument("--no-group-rotated", dest="group_rotated", action="store_const", const=False,
+                   help="decode every file as its own capture; by default files whose names differ only in "
+                   "digits (tcpdump -C / -G / -W, editcap -c / -i), with one link layer and consecutive "
+                   "times, are the parts of one capture and decode as one")
 
 
 def _config(args: argparse.Namespace) -> AnalyzeConfig:
     """Settings from --config, overridden by the flags given."""
     settings = load_yaml(args.config) if args.config else {}
-    for key in ("lake", "master", "storage", "ports", "report", "data_docs"):
+    for key in ("lake", "master", "storage", "ports", "report", "data_docs", "group_rotated"):
         value = getattr(args, key, None)
         if value is not None:
             settings[key] = value
@@ -61,7 +70,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
     from amqpscope.jobs import analyze  # Spark is imported only when a job runs
 
     config = _config(args)
-    result = analyze.main(args.captures, config)
+    result = analyze.main(args.captures, config, args.progress)
     print(json.dumps({
         "captures": list(result.capture_ids),
         "lake": str(config.lake),
@@ -91,12 +100,14 @@ def _add_ingest(sub: argparse._SubParsersAction) -> None:
 
 def _run_ingest(args: argparse.Namespace) -> int:
     from amqpscope.jobs import landing  # Spark is imported only when a job runs
+    from amqpscope.jobs.progress import Progress
     from amqpscope.jobs.session import build_session
 
     config = _config(args)
     spark = build_session(config.master, "amqpscope-ingest", dict(config.spark_conf))
     try:
-        result = landing.ingest_landing(spark, args.landing, config)
+        with Progress(spark, mode=args.progress) as progress:
+            result = landing.ingest_landing(spark, args.landing, config, progress)
     finally:
         spark.stop()
     print(json.dumps({"ingested": list(result.ingested), "skipped": list(result.skipped),

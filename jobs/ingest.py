@@ -30,17 +30,32 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from amqpscope.ingest.capture import CaptureDecoder
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, parse_tcp
-from amqpscope.ingest.pcap import CaptureError, capture_id
+from amqpscope.ingest.pcap import CaptureError
 from amqpscope.ingest.ranges import read_container, read_range, split
+from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.progress import Progress
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.packets import PACKETS_SCHEMA
 
 
 @dataclass(frozen=True)
 class CaptureFile:
-    path: str
-    capture_id: str
+    """One capture: a single file, or the rotated parts of one in time order (``ingest.rotation``)."""
+
+    parts: tuple[CapturePart, ...]
+
+    @property
+    def capture_id(self) -> str:
+        return self.parts[0].content_hash  # stays the same when the capture grows by a part
+
+    @property
+    def part_hashes(self) -> tuple[str, ...]:
+        return tuple(p.content_hash for p in self.parts)
+
+    @staticmethod
+    def of(paths: Sequence[str | Path], group_rotated: bool = True) -> list["CaptureFile"]:
+        return [CaptureFile(parts) for parts in resolve_parts(paths, group_rotated)]
 
 
 @dataclass(frozen=True)
@@ -79,17 +94,24 @@ class Bronze:
             df.unpersist()
 
 
-def resolve_captures(paths: Sequence[str | Path]) -> list[CaptureFile]:
-    """Check every capture's container header before any work starts; identify each by content hash."""
-    resolved: list[CaptureFile] = []
-    for raw in paths:
-        path = Path(raw).resolve()
-        if not path.is_file():
-            raise CaptureError(path, "file", "no such capture file")
-        read_container(path)  # a clear error naming the file and the place
-        resolved.append(CaptureFile(str(path), capture_id(path)))
-    unique = {c.capture_id: c for c in resolved}  # the same bytes twice are one capture
-    return list(unique.values())
+def resolve_captures(paths: Sequence[str | Path], group_rotated: bool = True) -> list[CaptureFile]:
+    """Check every file's container header before any work starts (a clear error naming the file
+    and the place); the same bytes twice are one capture; rotated files are grouped into one."""
+    return CaptureFile.of(paths, group_rotated)
+
+
+def superseded_captures(lake: Lake, captures: Sequence[CaptureFile]) -> list[str]:
+    """Captures in the lake that share a file with one of ``captures`` under another id (a rotation
+    decoded before its first part arrived, or before it was known to be one): their rows go when
+    ``captures`` are written, so no packet is in the lake twice."""
+    if not lake.exists("captures"):
+        return []
+    hashes = {h for c in captures for h in c.part_hashes}
+    ids = {c.capture_id for c in captures}
+    stored = lake.read("captures").select("capture_id", F.explode("parts.content_hash").alias("content_hash"))
+    return sorted({
+        r.capture_id for r in stored.filter(F.col("content_hash").isin(*hashes)).select("capture_id").distinct().collect()
+    } - ids)  # fmt: skip
 
 
 DEFAULT_RANGE_BYTES = 64 << 20
@@ -112,11 +134,12 @@ class CaptureRange:
 
 def plan_ranges(captures: Sequence[CaptureFile], range_bytes: int = DEFAULT_RANGE_BYTES) -> list[CaptureRange]:
     """Every capture's byte ranges (boundary finding reads a few KiB around each cut, on the driver)."""
-    return [
-        CaptureRange(c.path, c.capture_id, index, start, end)
-        for c in captures
-        for index, (start, end) in enumerate(split(c.path, range_bytes))
-    ]
+    ranges: list[CaptureRange] = []
+    for c in captures:
+        # Range indexes run on across the parts of a rotation, so packet numbers do too.
+        cuts = [(part.path, start, end) for part in c.parts for start, end in split(part.path, range_bytes)]
+        ranges.extend(CaptureRange(path, c.capture_id, index, start, end) for index, (path, start, end) in enumerate(cuts))
+    return ranges
 
 
 def _flow_key(linktype: int, data: bytes, wirelen: int) -> str | None:
@@ -154,7 +177,7 @@ def _read_ranges(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 rows.append({
                     "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": stop,
                     "index_in_range": 0, "ts_us": 0, "linktype": 0, "wirelen": r["end"] - stop, "data": b"",
-                    "flow": None, "error": f"{exc.place}: {exc.reason}",
+                    "flow": None, "error": f"{r['part_label']}{exc.place}: {exc.reason}",
                 })  # fmt: skip
             if rows:
                 yield pa.RecordBatch.from_pylist(rows, schema=schema)
@@ -213,11 +236,18 @@ def decode_captures(
     return Bronze(tables, tuple(c.capture_id for c in captures), persisted)
 
 
-def write_bronze(spark: SparkSession, lake: Lake, captures: Sequence[CaptureFile], ports: tuple[int, ...]) -> Bronze:
-    """Decode ``captures`` and write every bronze table, replacing exactly these captures' rows."""
+def write_bronze(
+    spark: SparkSession, lake: Lake, captures: Sequence[CaptureFile], ports: tuple[int, ...],
+    superseded: Sequence[str] = (), progress: Progress | None = None,
+) -> Bronze:
+    """Decode ``captures`` and write every bronze table, replacing exactly these captures' rows
+    (and removing those of the ``superseded`` ones)."""
     bronze = decode_captures(spark, captures, ports)
     for name in BRONZE_SCHEMAS:
-        lake.write(bronze.table(name), name, replace_capture_ids=bronze.capture_ids)
+        if progress is not None:
+            # The first table written runs the decode: its tasks are the ranges, then the connections.
+            progress.detail(f"writing {name}")
+        lake.write(bronze.table(name), name, replace_capture_ids=[*bronze.capture_ids, *superseded])
     return bronze
 
 
@@ -231,9 +261,14 @@ def decode_tables(
     """The bronze tables of ``captures``, decoded range- and connection-parallel, and the persisted
     intermediates to release once the tables are written."""
     ranges = plan_ranges(captures, range_bytes)
+    multi_part = {c.capture_id for c in captures if len(c.parts) > 1}
     plan = spark.createDataFrame(
-        [(r.path, r.capture_id, r.range_index, r.start, r.end) for r in ranges],
-        "path string, capture_id string, range_index int, start long, end long",
+        [
+            # In a rotation, damage is placed by the part's file name before its byte offset.
+            (r.path, r.capture_id, r.range_index, r.start, r.end, f"{Path(r.path).name}: " if r.capture_id in multi_part else "")
+            for r in ranges
+        ],
+        "path string, capture_id string, range_index int, start long, end long, part_label string",
     )
     raw = plan.repartition(max(1, len(ranges))).mapInArrow(_read_ranges, PACKETS_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     damage = raw.filter(F.col("error").isNotNull())
@@ -275,9 +310,14 @@ def _damage_rows(damage: DataFrame) -> DataFrame:
 
 def _captures_table(spark: SparkSession, captures: Sequence[CaptureFile], packets: DataFrame, damage: DataFrame) -> DataFrame:
     files = spark.createDataFrame(
-        [(c.capture_id, Path(c.path).name, Path(c.path).stat().st_size) for c in captures],
-        "capture_id string, file_name string, file_size long",
-    )
+        [
+            (c.capture_id, Path(c.parts[0].path).name, sum(p.size for p in c.parts),
+             [(Path(p.path).name, p.size, p.content_hash) for p in c.parts])
+            for c in captures
+        ],
+        "capture_id string, file_name string, file_size long, "
+        "parts array<struct<file_name: string, file_size: long, content_hash: string>>",
+    )  # fmt: skip
     names = F.create_map(*[x for code, name in LINK_TYPE_NAMES.items() for x in (F.lit(code), F.lit(name))])
     stats = packets.groupBy("capture_id").agg(
         F.count(F.lit(1)).alias("packets"),

@@ -16,9 +16,10 @@ from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import CaptureError, capture_id
-from amqpscope.ingest.ranges import read_container
-from amqpscope.jobs.ingest import CaptureFile, write_bronze
+from amqpscope.ingest.rotation import CapturePart, describe_part, group_parts
+from amqpscope.jobs.ingest import CaptureFile, superseded_captures, write_bronze
 from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.progress import Progress
 from amqpscope.schemas.frames import CAPTURES_SCHEMA, QUARANTINE_SCHEMA
 
 log = logging.getLogger("amqpscope.ingest")
@@ -44,42 +45,60 @@ def landing_files(landing: Path) -> list[Path]:
     )  # fmt: skip
 
 
-def ingest_landing(spark: SparkSession, landing: Path, config: AnalyzeConfig) -> LandingResult:
-    """Decode every capture of ``landing`` not in the lake yet; record the ones that cannot be read."""
+def ingest_landing(
+    spark: SparkSession, landing: Path, config: AnalyzeConfig, progress: Progress | None = None
+) -> LandingResult:
+    """Decode every capture of ``landing`` not in the lake yet; record the ones that cannot be read.
+
+    Rotated files are decoded as one capture (``ingest.rotation``); when a new part joins a
+    capture already in the lake, the whole capture is decoded again and replaces its rows."""
     lake = Lake(spark, config.lake, backend=config.storage)
-    known: set[str] = set()
-    if lake.exists("captures"):
-        known = {r.capture_id for r in lake.read("captures").select("capture_id").distinct().toLocalIterator()}
-    fresh: dict[str, CaptureFile] = {}
+    known = _known_captures(lake)
+    failed_before = {cid for cid, hashes in known.items() if hashes is None}
+    parts: dict[str, CapturePart] = {}
     failed: dict[str, tuple[Path, str]] = {}
-    skipped: set[str] = set()
     for path in landing_files(landing):
         cid = capture_id(path)
-        if cid in known:
-            skipped.add(cid)
-            continue
+        if cid in parts or cid in failed or cid in failed_before:
+            continue  # the same bytes under an earlier name, or recorded as unreadable before
         try:
-            read_container(path)
+            parts[cid] = describe_part(path, cid)
         except CaptureError as exc:
             failed[cid] = (path, exc.reason)
-            continue
-        fresh.setdefault(cid, CaptureFile(str(path.resolve()), cid))
+    groups = group_parts(parts.values()) if config.group_rotated else [(p,) for p in parts.values()]
+    captures = [CaptureFile(g) for g in groups]
+    fresh = [c for c in captures if known.get(c.capture_id) != c.part_hashes]
+    skipped = sorted(c.capture_id for c in captures if known.get(c.capture_id) == c.part_hashes)
     if failed:
         _record_failures(spark, lake, failed)
     if fresh:
-        write_bronze(spark, lake, list(fresh.values()), config.ports)
+        if progress is not None:
+            progress.step(f"decoding {len(fresh)} capture(s) from {sum(len(c.parts) for c in fresh)} file(s)")
+        write_bronze(spark, lake, fresh, config.ports, superseded_captures(lake, fresh), progress)
     log.info("ingested %d, skipped %d, failed %d", len(fresh), len(skipped), len(failed))
     return LandingResult(
-        tuple(fresh), tuple(sorted(skipped)), tuple((p.name, reason) for p, reason in failed.values())
+        tuple(c.capture_id for c in fresh), tuple(skipped), tuple((p.name, reason) for p, reason in failed.values())
     )
+
+
+def _known_captures(lake: Lake) -> dict[str, tuple[str, ...] | None]:
+    """Captures in the lake and the content hashes of their parts (None: recorded as unreadable)."""
+    if not lake.exists("captures"):
+        return {}
+    rows = lake.read("captures").select("capture_id", "status", "parts.content_hash").toLocalIterator()
+    return {
+        r.capture_id: None if (r.status or "").startswith("failed") else tuple(r.content_hash or (r.capture_id,))
+        for r in rows
+    }
 
 
 def _record_failures(spark: SparkSession, lake: Lake, failed: dict[str, tuple[Path, str]]) -> None:
     """One captures row (status names the reason) and one quarantine row (all bytes) per bad file."""
     captures = spark.createDataFrame(
         [
-            {"capture_id": cid, "file_name": path.name, "file_size": path.stat().st_size, "packets": 0,
-             "first_ts": None, "last_ts": None, "link_types": None, "status": f"failed: {reason}"}
+            {"capture_id": cid, "file_name": path.name, "file_size": path.stat().st_size,
+             "parts": [{"file_name": path.name, "file_size": path.stat().st_size, "content_hash": cid}],
+             "packets": 0, "first_ts": None, "last_ts": None, "link_types": None, "status": f"failed: {reason}"}
             for cid, (path, reason) in failed.items()
         ],
         CAPTURES_SCHEMA,

@@ -16,6 +16,8 @@ _BASE_CONF = {
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.adaptive.enabled": "true",
     "spark.ui.enabled": "false",
+    # Spark's console bar would interleave with amqpscope's own progress lines (jobs/progress.py).
+    "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
 

@@ -8,6 +8,7 @@ frame is kept, rendered as text, in the ``arguments`` map, so nothing decoded is
 from __future__ import annotations
 
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     IntegerType,
@@ -183,11 +184,21 @@ QUARANTINE_SCHEMA = StructType(
 )
 
 # One row per capture file ingested.
+CAPTURE_PART = StructType(
+    [
+        StructField("file_name", StringType(), True),
+        StructField("file_size", LongType(), True),
+        StructField("content_hash", StringType(), True),
+    ]
+)
+
 CAPTURES_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),
-        StructField("file_name", StringType(), False),
-        StructField("file_size", LongType(), False),
+        StructField("file_name", StringType(), False),  # the first part's name
+        StructField("file_size", LongType(), False),  # all parts
+        # The files of the capture in time order: one, or the rotated parts of one (ingest.rotation).
+        StructField("parts", ArrayType(CAPTURE_PART), True),
         StructField("packets", LongType(), False),
         StructField("first_ts", TimestampType(), True),
         StructField("last_ts", TimestampType(), True),

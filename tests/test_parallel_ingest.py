@@ -22,7 +22,7 @@ def one_pass():
     """The plain-Python decoder over each whole file: the reference."""
     rows = defaultdict(list)
     for capture in resolve_captures(SAMPLES):
-        for kind, row in decode_capture(capture.path, capture.capture_id, segments=True):
+        for kind, row in decode_capture(capture.parts[0].path, capture.capture_id, segments=True):
             rows[kind].append(row)
     return rows
 

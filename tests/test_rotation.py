@@ -1,0 +1,148 @@
+"""Rotated captures (tcpdump -C / -G / -W, editcap -c): the parts decode as one capture, exactly as
+the unrotated file does, and a capture that grows by a part replaces what was stored of it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.ingest.pcap import capture_id
+from amqpscope.ingest.ranges import read_container, read_range, split
+from amqpscope.ingest.rotation import resolve_parts, rotation_key
+from amqpscope.jobs.ingest import decode_tables, resolve_captures
+from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.landing import ingest_landing
+from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+SAMPLE = SAMPLES / "amqp091-qos-confirms.pcap"
+
+
+def rotate_like_tcpdump_c(capture: Path, out: Path, part_bytes: int) -> list[Path]:
+    """Cut a pcap into files of about ``part_bytes`` on record boundaries, each with the file header,
+    named as ``tcpdump -C`` names them: NAME, NAME1, NAME2, ..."""
+    data = capture.read_bytes()
+    header = data[: read_container(capture).data_start]
+    paths = []
+    for index, (start, end) in enumerate(split(capture, part_bytes)):
+        path = out / (capture.name + (str(index) if index else ""))
+        path.write_bytes(header + data[start:end])
+        paths.append(path)
+    return paths
+
+
+def editcap_split(capture: Path, out: Path, packets: int) -> list[Path]:
+    """Wireshark's own splitter: ``editcap -c N`` writes out_00000_<time>.ext, out_00001_<time>.ext, ..."""
+    subprocess.run(["editcap", "-c", str(packets), str(capture), str(out / f"part{capture.suffix}")], check=True)
+    return sorted(out.glob(f"part_*{capture.suffix}"))
+
+
+def without_capture_id(df: DataFrame) -> DataFrame:
+    return df.drop("capture_id")
+
+
+def test_rotation_key_matches_tcpdump_and_editcap_names():
+    assert rotation_key("/d/cap.pcap") == rotation_key("/d/cap.pcap1") == rotation_key("/d/cap.pcap12")
+    assert rotation_key("/d/cap-20261121-101500.pcap") == rotation_key("/d/cap-20261121-101600.pcap")
+    assert rotation_key("/d/out_00000_20261121.pcapng") == rotation_key("/d/out_00001_20261121.pcapng")
+    assert rotation_key("/d/cap.pcap") != rotation_key("/e/cap.pcap1")  # other directory
+    assert rotation_key("/d/a.pcap") != rotation_key("/d/b.pcap")
+
+
+def test_parts_are_grouped_in_time_order(tmp_path):
+    parts = rotate_like_tcpdump_c(SAMPLE, tmp_path, 40_000)
+    assert len(parts) >= 5
+    # Name order puts cap.pcap10 before cap.pcap2; time order must not.
+    [group] = resolve_parts(reversed(parts))
+    assert [Path(p.path).name for p in group] == [p.name for p in parts]
+    assert [p.content_hash for p in group] == [capture_id(p) for p in parts]
+    assert all(a.last_ts_us <= b.first_ts_us for a, b in zip(group, group[1:]))
+    # Asked not to, every file stays a capture of its own.
+    assert len(resolve_parts(parts, group_rotated=False)) == len(parts)
+
+
+def test_files_overlapping_in_time_are_not_a_rotation(tmp_path):
+    data = SAMPLE.read_bytes()
+    c = read_container(SAMPLE)
+    header, cuts = data[: c.data_start], split(SAMPLE, 20_000)
+    # Two files with the same name pattern, each holding every other chunk: their times interleave.
+    for n in (1, 2):
+        (tmp_path / f"run{n}.pcap").write_bytes(header + b"".join(data[s:e] for s, e in cuts[n - 1 :: 2]))
+    assert len(resolve_parts(sorted(tmp_path.iterdir()))) == 2
+
+
+@pytest.mark.parametrize("splitter", ["tcpdump-names", "editcap"])
+def test_rotated_parts_decode_as_the_whole_file(spark, tmp_path, splitter):
+    capture = SAMPLES / "mixed.pcapng" if splitter == "editcap" else SAMPLE
+    if splitter == "editcap":
+        if shutil.which("editcap") is None:
+            pytest.fail("editcap (wireshark-common, installed with tshark by .ci/system-deps.sh) is missing")
+        parts = editcap_split(capture, tmp_path, 300)
+    else:
+        parts = rotate_like_tcpdump_c(capture, tmp_path, 30_000)
+    assert len(parts) >= 3
+
+    [rotated] = resolve_captures(parts)
+    [whole] = resolve_captures([capture])
+    assert rotated.capture_id == capture_id(parts[0]) and len(rotated.parts) == len(parts)
+    got, persisted = decode_tables(spark, [rotated], (5672,), range_bytes=16_384)
+    want, persisted_whole = decode_tables(spark, [whole], (5672,))
+    try:
+        for table in ("frames", "connections", "quarantine", "tcp_segments"):
+            assertDataFrameEqual(without_capture_id(got[table]), without_capture_id(want[table]))
+        # Connections run on across the parts: some connection has frames completed in two parts.
+        c = read_container(parts[0])
+        boundary = sum(1 for _ in read_range(parts[0], c, c.data_start, parts[0].stat().st_size))
+        spanning = got["frames"].groupBy("connection_id").agg(
+            F.min("packet_number").alias("lo"), F.max("packet_number").alias("hi")
+        ).filter((F.col("lo") <= boundary) & (F.col("hi") > boundary))
+        assert spanning.count() >= 1
+        assert_bytes_accounted(byte_accounting(got["connections"], got["frames"], got["quarantine"]))
+        [row] = got["captures"].collect()
+        assert row.file_name == parts[0].name
+        assert row.file_size == sum(p.stat().st_size for p in parts)
+        assert [p.file_name for p in row.parts] == [p.name for p in parts]
+        assert row.packets == want["captures"].first().packets
+        assert row.status == "ok"
+    finally:
+        for df in (*persisted, *persisted_whole):
+            df.unpersist()
+
+
+def test_landing_replaces_a_capture_that_grew_by_a_part(spark, tmp_path):
+    landing, lake = tmp_path / "landing", tmp_path / "lake"
+    landing.mkdir()
+    parts = rotate_like_tcpdump_c(SAMPLE, tmp_path, 60_000)
+    config = AnalyzeConfig(lake=lake)
+    store = Lake(spark, lake)
+
+    # The second part lands first, alone: a capture of its own for now.
+    shutil.copy(parts[1], landing / parts[1].name)
+    assert ingest_landing(spark, landing, config).ingested == (capture_id(parts[1]),)
+
+    # Then the whole rotation: one capture, keyed by its first part, and the stray is gone.
+    for p in parts:
+        shutil.copy(p, landing / p.name)
+    run = ingest_landing(spark, landing, config)
+    assert run.ingested == (capture_id(parts[0]),)
+    assert [r.capture_id for r in store.read("captures").collect()] == [capture_id(parts[0])]
+    [whole] = resolve_captures([SAMPLE])
+    want, persisted = decode_tables(spark, [whole], (5672,))
+    try:
+        assertDataFrameEqual(without_capture_id(store.read("frames")), without_capture_id(want["frames"]))
+    finally:
+        for df in persisted:
+            df.unpersist()
+
+    # Nothing new: nothing decoded, nothing changed.
+    frames = store.read("frames").count()
+    again = ingest_landing(spark, landing, config)
+    assert again.ingested == () and again.skipped == (capture_id(parts[0]),)
+    assert store.read("frames").count() == frames
