@@ -1,10 +1,11 @@
 """AMQP 0-9-1 unacknowledged deliveries per channel and per consumer, after every event (DOMAIN.md section 4).
 
 Delivery tags on a channel run 1, 2, 3 ... over basic.deliver and basic.get-ok, so each delivery's
-settlement is found without replaying the channel one event at a time (``pipelines.settlement``):
-a single ack / nack / reject settles its own tag, a ``multiple`` one every tag up to its own
-(tag 0: every tag delivered so far). Unacked after an event is then a running sum of +1 per
-delivery and -1 per settlement, over the channel or over one consumer's deliveries.
+settlement is found without replaying the channel one event at a time, by the one settlement rule
+(``pipelines.settlement``): an ack / nack / reject settles its own tag, a ``multiple`` one every
+outstanding tag up to its own (tag 0: all), and one naming a tag that is not outstanding settles
+nothing. Unacked after an event is then a running sum of +1 per delivery and -1 per settlement,
+over the channel or over one consumer's deliveries.
 
 Prefetch as RabbitMQ scopes it: basic.qos(global=false) sets the limit of each consumer created
 after it on the channel, basic.qos(global=true) a limit shared by all the channel's consumers.
@@ -94,7 +95,6 @@ def _ledger(frames: DataFrame) -> DataFrame:
         by_connection(frames.filter((F.col("protocol") == "amqp-0-9-1") & F.col("method").isin(*_EVENTS)).select(*_COLUMNS))
         .transform(with_channel_incarnation)
         .withColumn("_consumer_prefetch", F.last(F.when(is_qos & ~is_global, F.col("prefetch_count")), True).over(channel_so_far()))
-        .withColumn("_delivered", F.max(F.when(any_delivery, F.col("delivery_tag"))).over(channel_so_far()))
         .withColumn("_pair_kind", F.when(consume | consume_ok, "consume").when(get | get_reply, "get"))
         .withColumn("_pair_n", F.when(consume, running_count(consume)).when(consume_ok, running_count(consume_ok))
                     .when(get, running_count(get)).when(get_reply, running_count(get_reply))
@@ -111,14 +111,11 @@ def _ledger(frames: DataFrame) -> DataFrame:
 
     # Consumer acks travel client to server; broker acks on the same channel are publisher confirms.
     settlement = F.col("method").isin(*_SETTLEMENTS) & (F.col("direction") == "c2s")
-    multiple = F.coalesce(F.col("multiple"), F.lit(False))
-    tag, delivered = F.col("delivery_tag"), F.col("_delivered")
     settled = settle(
         events, CHANNEL,
-        item=F.when(F.col("_is_delivery"), tag),
-        single=F.when(settlement & ~multiple & (tag <= delivered), tag),
-        # No settlement reaches beyond the highest tag delivered; tag 0 with multiple reaches it.
-        mark=F.when(settlement & multiple & delivered.isNotNull(), F.when(tag == 0, delivered).otherwise(F.least(tag, delivered))),
+        sent=F.when(any_delivery, F.col("delivery_tag")),
+        item=F.when(F.col("_is_delivery"), F.col("delivery_tag")),
+        settling=settlement,
     )
     event_qos = is_qos & F.col("_is_event")
     return (

@@ -2,7 +2,8 @@
 
 After confirm.select the n-th basic.publish on the channel has sequence number n (RabbitMQ counts
 from the moment it processes the select, and no publish overtakes it on the channel); the broker's
-basic.ack / basic.nack settle one number or, with ``multiple``, every number up to the given one.
+basic.ack / basic.nack settle one number or, with ``multiple``, every number up to the given one,
+and nothing if the number they name is not outstanding (never published or already confirmed).
 Settlements come from ``pipelines.settlement``; confirmed and outstanding are running counts over
 the channel. Every window is keyed by channel: one shuffle (``pipelines.partitioning``).
 """
@@ -45,15 +46,7 @@ def channel_confirms_timeline(frames: DataFrame) -> DataFrame:
         .withColumn("published", F.sum(is_publish.cast("long")).over(channel_so_far()))
         .withColumn("publish_seq", F.when(is_publish, F.col("published")))
     )
-    multiple = F.coalesce(F.col("multiple"), F.lit(False))
-    tag, published = F.col("delivery_tag"), F.col("published")
-    settled = settle(
-        events, CHANNEL,
-        item=F.col("publish_seq"),
-        # A confirm cannot settle a sequence number not yet published: clip to what was published.
-        single=F.when(is_confirm & ~multiple & (tag <= published), tag),
-        mark=F.when(is_confirm & multiple & (published > 0), F.when(tag == 0, published).otherwise(F.least(tag, published))),
-    )
+    settled = settle(events, CHANNEL, sent=F.col("publish_seq"), item=F.col("publish_seq"), settling=is_confirm)
     settling = ~F.col("_is_event")
     timeline = (
         with_settlement_rows(settled)

@@ -5,7 +5,9 @@ deliver / get-ok) is followed on its channel, in its direction, by one content h
 frames (0-9-1 spec 4.2.6); those frames belong to the last content method before them. Publishes
 after confirm.select are numbered 1, 2, ... per channel (RabbitMQ's publisher confirms), and each
 message is linked to the frame that settled it: the broker's basic.ack / basic.nack for a publish,
-the client's basic.ack / nack / reject for a delivery, ``multiple`` included (tag 0: all so far).
+the client's basic.ack / nack / reject for a delivery, ``multiple`` included (tag 0: all so far), by
+the same rule as the flow-state timelines (``pipelines.settlement``: a settlement naming a tag
+that is not outstanding settles nothing).
 
 ``deliveries_10``: transfers of a link (direction, channel, handle) form one delivery from a
 transfer after a completed one to the next with more=false or aborted=true (transport 2.6.14); the
@@ -19,6 +21,7 @@ from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.ingest.specs import amqp091
+from amqpscope.pipelines.settlement import settle
 from amqpscope.schemas.messages import DELIVERIES_10_SCHEMA, MESSAGES_091_SCHEMA
 
 # Derived from the spec: the methods followed by content, and those settling deliveries.
@@ -53,17 +56,6 @@ def _incarnation_so_far() -> WindowSpec:
     """One incarnation of a channel (between channel.open frames), both directions, in order."""
     return (
         Window.partitionBy(*_CHANNEL, "incarnation").orderBy("frame_index")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-
-
-def _by_tag_from_the_top(keys: tuple[str, ...]) -> WindowSpec:
-    """Items and multiple-settlement marks by tag, highest first, marks before items of the same tag:
-    the last mark seen so far is the lowest at or above an item's tag, the earliest that covers it
-    (a channel's marks only grow). Descending with a growing frame, not ascending to
-    ``unboundedFollowing``, which Spark re-aggregates for every row."""
-    return (
-        Window.partitionBy(*keys).orderBy(F.col("tag").desc(), F.col("is_mark").desc())
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
 
@@ -110,65 +102,31 @@ def messages_091(frames: DataFrame) -> DataFrame:
             F.map_filter(F.col("header.arguments"), lambda k, _v: ~k.isin(*_TYPED_PROPERTY_KEYS)).alias("properties"),
         )
     )
-    confirms = _settle(
-        messages.filter(F.col("publish_seq").isNotNull()).select(*_CHANNEL, "incarnation", F.col("publish_seq").alias("tag"),
-                                                                 F.col("frame_index").alias("at")),
-        methods.filter(F.col("method").isin("basic.ack", "basic.nack") & (F.col("direction") == "s2c")),
-        (*_CHANNEL, "incarnation"),
-    )
-    acks = _settle(
-        messages.filter(F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")).select(
-            *_CHANNEL, "incarnation", F.col("delivery_tag").alias("tag"), F.col("frame_index").alias("at")),
-        methods.filter(F.col("method").isin(*_SETTLEMENTS) & (F.col("direction") == "c2s")),
-        (*_CHANNEL, "incarnation"),
-    )
-    settled = confirms.unionByName(acks).withColumnRenamed("at", "frame_index").drop("tag")
+    settled = _settled_by(methods)
     result = messages.join(settled, on=[*_CHANNEL, "incarnation", "frame_index"], how="left")
     return result.select(*[F.col(f.name).cast(f.dataType) for f in MESSAGES_091_SCHEMA.fields])
 
 
-def _items_so_far(keys: tuple[str, ...]) -> WindowSpec:
-    """Items and settlements of a channel in frame order: the highest tag so far, for tag 0."""
-    return Window.partitionBy(*keys).orderBy("at").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-
-
-def _settle(items: DataFrame, settlements: DataFrame, keys: tuple[str, ...]) -> DataFrame:
-    """Items (keys, tag, at) with the first later settlement covering their tag, ``multiple`` included."""
-    multiple = F.coalesce(F.col("multiple"), F.lit(False))
-    settle = F.struct(F.col("frame_index").alias("settled_frame_index"), F.col("method").alias("settled_by"),
-                      multiple.alias("settled_multiple"), F.col("requeue"))
-    singles = (
-        settlements.filter(~multiple)
-        .select(*keys, F.col("delivery_tag").alias("tag"), settle.alias("single"))
-        .groupBy(*keys, "tag").agg(F.min("single").alias("single"))
-    )
-    # Tag 0 with multiple settles every tag so far: it reaches the highest item tag before it.
-    highest_before = (
-        items.select(*keys, "tag", "at").unionByName(
-            settlements.filter(multiple).select(*keys, F.lit(None).cast("long").alias("tag"), F.col("frame_index").alias("at")))
-        .withColumn("reach", F.max("tag").over(_items_so_far(keys)))
-        .filter(F.col("tag").isNull())
-        .select(*keys, F.col("at").alias("frame_index"), "reach")
-    )
-    marks = (
-        settlements.filter(multiple)
-        .join(highest_before, on=[*keys, "frame_index"], how="left")
-        .select(*keys, F.when(F.col("delivery_tag") == 0, F.col("reach")).otherwise(F.col("delivery_tag")).alias("tag"),
-                settle.alias("mark"))
-    )
-    by_tag = (
-        items.withColumn("is_mark", F.lit(0)).withColumn("mark", F.lit(None).cast(marks.schema["mark"].dataType))
-        .unionByName(marks.withColumn("is_mark", F.lit(1)).withColumn("at", F.lit(None).cast("long")))
-        .withColumn("covering", F.last("mark", True).over(_by_tag_from_the_top(keys)))
-        .filter(F.col("is_mark") == 0)
-        .join(singles, on=[*keys, "tag"], how="left")
-    )
-    # A settlement counts only after the item (a stale tag settles nothing it did not see).
-    single_ok = F.when(F.col("single.settled_frame_index") > F.col("at"), F.col("single"))
-    mark_ok = F.when(F.col("covering.settled_frame_index") > F.col("at"), F.col("covering"))
-    first = F.when(single_ok.isNull(), mark_ok).when(mark_ok.isNull(), single_ok).otherwise(F.least(single_ok, mark_ok))
-    return by_tag.select(*keys, "tag", "at", first.alias("s")).select(
-        *keys, "tag", "at", "s.settled_by", "s.settled_frame_index", "s.settled_multiple", "s.requeue"
+def _settled_by(methods: DataFrame) -> DataFrame:
+    """Per publish in confirm mode and per delivery (keys, frame_index): the frame that settled it,
+    by the one settlement rule (``pipelines.settlement``). Publishes and the broker's acks / nacks
+    are one numbering of a channel incarnation, deliveries and the client's acks / nacks / rejects
+    the other."""
+    to_client, to_server = F.col("direction") == "s2c", F.col("direction") == "c2s"
+    is_delivery = F.col("method").isin(*_DELIVERIES) & to_client
+    is_confirm = F.col("method").isin("basic.ack", "basic.nack") & to_client
+    is_ack = F.col("method").isin(*_SETTLEMENTS) & to_server
+    numbering = F.when(F.col("publish_seq").isNotNull() | is_confirm, "confirms").when(is_delivery | is_ack, "deliveries")
+    number = F.when(is_delivery, F.col("delivery_tag")).otherwise(F.col("publish_seq"))
+    numbered = methods.withColumn("_numbering", numbering).filter(F.col("_numbering").isNotNull())
+    settled = settle(numbered, (*_CHANNEL, "incarnation", "_numbering"), sent=number, item=number,
+                     settling=is_confirm | is_ack, fields=("frame_index", "method", "multiple", "requeue"))
+    return settled.filter(F.col("_settled").isNotNull()).select(
+        *_CHANNEL, "incarnation", "frame_index",
+        F.col("_settled.method").alias("settled_by"),
+        F.col("_settled.frame_index").alias("settled_frame_index"),
+        F.coalesce(F.col("_settled.multiple"), F.lit(False)).alias("settled_multiple"),
+        F.col("_settled.requeue").alias("requeue"),
     )
 
 

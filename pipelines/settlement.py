@@ -1,17 +1,38 @@
 """When each numbered item is settled: deliveries by acks, publishes by confirms (DOMAIN.md section 4).
 
 Both AMQP 0-9-1 settlement schemes number items 1, 2, 3 ... in the order they are sent on a
-channel (delivery tags, publish sequence numbers) and settle them with single acknowledgements
-(one number) or ``multiple`` ones (every number up to the given one). Because numbers only grow,
-each item's settlement is found with two windows over the channel's own rows, without replaying
-the channel one event at a time and without a join:
+channel incarnation (delivery tags, publish sequence numbers) and settle them with basic.ack /
+basic.nack / basic.reject naming one number, or with ``multiple`` every number up to it. This
+module is the one place that says what a settlement settles; ``messages_091`` and the flow-state
+timelines (channel_unacked, consumer_unacked, channel_confirms) all call ``settle``.
 
-    settled(item) = min(first single settlement naming it, first multiple settlement at or above it)
+The rule (0-9-1 spec, basic.ack field ``multiple``, its rule "exists" with on-failure
+``precondition-failed``; basic.nack / basic.reject by RabbitMQ's same code path):
 
-Callers clip every settlement to the numbers already sent when it was seen (a settlement cannot
-settle the future), so every settlement naming an item comes after it. Then each settled item
-row is doubled (``explode``) into a row at the settling frame, so running sums over the frames
-count it there.
+- a settlement naming a non-zero tag settles something only if that tag is *outstanding*: sent on
+  this channel incarnation, acknowledgeable, and not settled yet. Then it settles that item, and
+  with ``multiple`` every outstanding item numbered below it too ("up to and including");
+- with ``multiple`` and tag 0 it settles every outstanding item;
+- otherwise it settles nothing. "A message MUST not be acknowledged more than once. The receiving
+  peer MUST validate that a non-zero delivery-tag refers to a delivered message, and raise a
+  channel exception if this is not the case": RabbitMQ closes the channel with 406
+  PRECONDITION_FAILED "unknown delivery tag N" (``rabbit_channel:collect_acks``) and acknowledges
+  nothing, so a ``multiple`` ack of a tag not yet delivered, of one already settled, or of a
+  no-ack delivery's tag does not settle the outstanding deliveries below it either.
+
+As far as the capture can tell: tags run 1, 2, 3 ... on an incarnation, so a tag at or below the
+highest one sent was sent, even where the capture missed that frame; it is already settled if an
+earlier settlement named it since it was sent. A tag settled by a higher ``multiple`` before is not
+detected as such, and need not be: everything that settlement could still settle was settled then.
+
+Because the numbers only grow, every item's settlement is found with windows over the channel's
+own rows, without replaying the channel one event at a time and without a join:
+
+    settled(item) = min(the single settlement right after it among the rows naming its number,
+                        the first valid multiple settlement at or above it)
+
+Then each settled item row is doubled (``explode``) into a row at the settling frame, so running
+sums over the frames count it there.
 """
 
 from __future__ import annotations
@@ -23,6 +44,17 @@ from pyspark.sql import functions as F
 
 # What a settlement row passes to the items it settles (frame_index first: structs order by it).
 SETTLEMENT_FIELDS = ("frame_index", "method", "delivery_tag", "multiple", "ts", "packet_number", "direction")
+
+
+def _sent_so_far(keys: Sequence[str]) -> WindowSpec:
+    """A numbering's rows in frame order: the highest number sent before a settlement."""
+    return Window.partitionBy(*keys).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+
+
+def _naming_in_order(keys: Sequence[str]) -> WindowSpec:
+    """The row sending a number and the settlements naming it, in frame order (every other row alone):
+    a settlement is valid if the row before it there is its item's own."""
+    return Window.partitionBy(*keys, "_named").orderBy("frame_index")
 
 
 def _from_the_top(keys: Sequence[str]) -> WindowSpec:
@@ -39,32 +71,55 @@ def _from_the_top(keys: Sequence[str]) -> WindowSpec:
     )
 
 
-def _same_number(keys: Sequence[str]) -> WindowSpec:
-    """An item and the single settlements naming its number (every other row alone)."""
-    return Window.partitionBy(*keys, "_single_key")
+def settle(
+    events: DataFrame,
+    keys: Sequence[str],
+    *,
+    sent: Column,
+    item: Column,
+    settling: Column,
+    fields: Sequence[str] = SETTLEMENT_FIELDS,
+) -> DataFrame:
+    """``events`` with ``_item`` and ``_settled``: on item rows, the ``fields`` of the row that settled
+    the item (or null), by the rule of this module.
 
-
-def settle(events: DataFrame, keys: Sequence[str], item: Column, single: Column, mark: Column) -> DataFrame:
-    """``events`` with ``_settled``: on item rows, the settling row's SETTLEMENT_FIELDS (or null).
-
-    ``item``: the number of an item row; ``single``: the number a single settlement names;
-    ``mark``: the highest number a multiple settlement reaches. Null on other rows; all clipped.
+    ``keys``: one numbering (a channel incarnation, and which scheme); ``sent``: the number a row
+    sends (every delivery, acknowledgeable or not; every publish in confirm mode); ``item``: the
+    same on rows whose item awaits settlement (null for a no-ack delivery); ``settling``: true on
+    the settlements, whose ``delivery_tag`` and ``multiple`` columns say what they name.
+    ``fields`` must start with ``frame_index``: the earliest settlement wins.
     """
-    info = F.struct(*SETTLEMENT_FIELDS)
+    if not fields or fields[0] != "frame_index":
+        raise ValueError(f"settlement fields must start with frame_index, not {tuple(fields)}")
+    info = F.struct(*fields)
+    tag = F.col("delivery_tag")
+    multiple = F.coalesce(F.col("multiple"), F.lit(False))
+    is_settlement = F.col("_settling")
+    named = F.when(is_settlement & (tag != 0), tag).otherwise(F.col("_sent"))
+    # The previous row naming the same number: its item (valid), nothing (a sent frame the capture
+    # missed: valid), a no-ack delivery or an earlier settlement (not outstanding: invalid).
+    previous = F.lag(F.col("_item").isNotNull()).over(_naming_in_order(keys))
+    outstanding = is_settlement & (tag != 0) & (tag <= F.col("_highest_sent")) & F.coalesce(previous, F.lit(True))
     marked = (
-        events.withColumn("_item", item).withColumn("_single", single).withColumn("_mark", mark)
+        events.withColumn("_sent", sent).withColumn("_item", item)
+        .withColumn("_settling", F.coalesce(settling, F.lit(False)))
+        .withColumn("_highest_sent", F.max("_sent").over(_sent_so_far(keys)))
+        # Rows naming no number get a key of their own (negative: numbers are positive).
+        .withColumn("_named", F.coalesce(named, -1 - F.col("frame_index")))
+        .withColumn("_outstanding", outstanding)
+        .withColumn("_single", F.when(F.col("_outstanding") & ~multiple, tag))
+        .withColumn("_mark", F.when(is_settlement & multiple & (tag == 0), F.col("_highest_sent"))
+                    .when(F.col("_outstanding") & multiple, tag))
         .withColumn("_number", F.coalesce(F.col("_mark"), F.col("_item")))
         .withColumn("_is_mark", F.col("_mark").isNotNull())
-        # Other rows get a key of their own (negative: numbers are positive).
-        .withColumn("_single_key", F.coalesce(F.col("_single"), F.col("_item"), -1 - F.col("frame_index")))
     )
+    by_single = F.lead(F.when(F.col("_single").isNotNull(), info)).over(_naming_in_order(keys))
     by_multiple = F.min(F.when(F.col("_is_mark"), info)).over(_from_the_top(keys))
-    by_single = F.min(F.when(F.col("_single").isNotNull(), info)).over(_same_number(keys))
     first = F.least(by_multiple, by_single)
     return (
         marked.withColumn("_settled", F.when(F.col("_item").isNotNull(), first))
         .withColumn("_settled", F.when(F.col("_settled.frame_index") > F.col("frame_index"), F.col("_settled")))
-        .drop("_single", "_mark", "_number", "_is_mark", "_single_key")
+        .drop("_sent", "_settling", "_highest_sent", "_named", "_outstanding", "_single", "_mark", "_number", "_is_mark")
     )
 
 

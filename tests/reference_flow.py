@@ -312,7 +312,6 @@ class _Channel:
     consume_requests: list[tuple[bool, str | None, int | None]] = field(default_factory=list)
     get_requests: list[bool] = field(default_factory=list)
     consumers: dict[str, _Consumer] = field(default_factory=dict)
-    delivered_max: int | None = None
     outstanding: dict[int, str | None] = field(default_factory=dict)  # delivery tag -> consumer tag
     confirming: bool = False
     published: int = 0
@@ -367,7 +366,7 @@ class ChannelMachine:
         elif method in ("basic.deliver", "basic.get-ok") and not c2s:
             self._delivery(f, ch)
         elif method in ("basic.ack", "basic.nack", "basic.reject") and c2s:
-            settled = self._settle(ch.outstanding, ch.delivered_max, f)
+            settled = self._settle(ch.outstanding, f)
             self._unacked_row(f, ch)
             for tag in sorted({t for t in settled.values() if t is not None}):
                 self._consumer_row(f, ch, tag, settled=sum(1 for t in settled.values() if t == tag))
@@ -381,13 +380,12 @@ class ChannelMachine:
             self._confirm_row(f, ch, confirmed=0, publish_seq=ch.published)
         elif method in ("basic.ack", "basic.nack") and not c2s and ch.confirming:
             pending = {seq: None for seq in ch.unconfirmed}
-            settled = self._settle(pending, ch.published or None, f)
+            settled = self._settle(pending, f)
             ch.unconfirmed -= set(settled)
             self._confirm_row(f, ch, confirmed=len(settled))
 
     def _delivery(self, f: Frame, ch: _Channel) -> None:
         tag = f["delivery_tag"]
-        ch.delivered_max = tag if ch.delivered_max is None else max(ch.delivered_max, tag)
         if f["method"] == "basic.get-ok":
             no_ack = ch.get_requests.pop(0) if ch.get_requests else False
             consumer_tag = None
@@ -402,17 +400,21 @@ class ChannelMachine:
             self._consumer_row(f, ch, consumer_tag, settled=0)
 
     @staticmethod
-    def _settle(outstanding: dict[int, str | None], highest_sent: int | None, f: Frame) -> dict[int, str | None]:
-        """Remove and return what an ack / nack / reject settles: its tag, or with multiple every
-        tag up to it (0: all). Nothing beyond the highest tag sent: that would settle the future."""
-        if highest_sent is None:
-            return {}
+    def _settle(outstanding: dict[int, str | None], f: Frame) -> dict[int, str | None]:
+        """Remove and return what an ack / nack / reject settles, as RabbitMQ's collect_acks does:
+        tag 0 with multiple, everything outstanding; a tag outstanding, itself and with multiple
+        every outstanding tag below it; any other tag (never sent, already settled, a no-ack
+        delivery's) nothing: a channel exception, 406 precondition-failed (0-9-1 basic.ack
+        ``multiple``, rule "exists")."""
         tag = f.get("delivery_tag")
-        if f.get("multiple"):
-            limit = highest_sent if tag == 0 else min(tag, highest_sent)
-            settled = {t: c for t, c in outstanding.items() if t <= limit}
+        if f.get("multiple") and tag == 0:
+            settled = dict(outstanding)
+        elif tag not in outstanding:
+            return {}
+        elif f.get("multiple"):
+            settled = {t: c for t, c in outstanding.items() if t <= tag}
         else:
-            settled = {tag: outstanding[tag]} if tag in outstanding and tag <= highest_sent else {}
+            settled = {tag: outstanding[tag]}
         for t in settled:
             del outstanding[t]
         return settled

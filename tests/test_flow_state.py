@@ -17,6 +17,7 @@ from amqpscope.pipelines.flow_intervals import (
     tcp_zero_window_intervals,
 )
 from amqpscope.pipelines.link_credit import link_credit_timeline, link_state_timeline
+from amqpscope.pipelines.messages import messages_091
 from amqpscope.pipelines.sessions import session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.pipelines.throughput import throughput
@@ -157,6 +158,69 @@ def test_no_ack_deliveries_are_never_unacked(spark):
     actual = channel_unacked_timeline(frames_df(spark, "amqp-0-9-1", events)).select("frame_index", "unacked")
     expected = spark.createDataFrame([(4, 0), (5, 1), (7, 1), (9, 2), (10, 0)], "frame_index long, unacked long")
     assertDataFrameEqual(actual, expected)
+
+
+# One settlement rule (pipelines.settlement) for messages_091 and the flow timelines: a settlement
+# naming a tag that is not outstanding settles nothing, not even the outstanding tags below it
+# (0-9-1 basic.ack "multiple", rule "exists": RabbitMQ answers 406 "unknown delivery tag").
+
+
+def test_multiple_ack_of_a_tag_not_outstanding_settles_nothing_in_every_table(spark):
+    events = [
+        dict(direction="c2s", method="channel.open", channel=1),
+        dict(direction="s2c", method="basic.deliver", channel=1, delivery_tag=1, consumer_tag="c"),
+        dict(direction="s2c", method="basic.deliver", channel=1, delivery_tag=2, consumer_tag="c"),
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=5, multiple=True),  # never delivered
+        dict(direction="s2c", method="basic.deliver", channel=1, delivery_tag=3, consumer_tag="c"),
+        dict(direction="s2c", method="basic.deliver", channel=1, delivery_tag=4, consumer_tag="c"),
+        dict(direction="s2c", method="basic.deliver", channel=1, delivery_tag=5, consumer_tag="c"),
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=2, multiple=True),
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=4, multiple=False),
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=4, multiple=True),  # already settled: not 3
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=0, multiple=True),
+    ]
+    frames = frames_df(spark, "amqp-0-9-1", events)
+    unacked = channel_unacked_timeline(frames).select("frame_index", "method", "unacked")
+    assertDataFrameEqual(unacked, spark.createDataFrame(
+        [(1, "basic.deliver", 1), (2, "basic.deliver", 2), (3, "basic.ack", 2), (4, "basic.deliver", 3),
+         (5, "basic.deliver", 4), (6, "basic.deliver", 5), (7, "basic.ack", 3), (8, "basic.ack", 2), (9, "basic.ack", 2),
+         (10, "basic.ack", 0)],
+        "frame_index long, method string, unacked long"))
+    messages = messages_091(frames).select("delivery_tag", "settled_by", "settled_frame_index", "settled_multiple")
+    assertDataFrameEqual(messages, spark.createDataFrame(
+        [(1, "basic.ack", 7, True), (2, "basic.ack", 7, True), (3, "basic.ack", 10, True), (4, "basic.ack", 8, False),
+         (5, "basic.ack", 10, True)],
+        "delivery_tag long, settled_by string, settled_frame_index long, settled_multiple boolean"))
+
+
+def test_multiple_confirm_of_a_number_not_outstanding_settles_nothing_in_every_table(spark):
+    events = [
+        dict(direction="c2s", method="channel.open", channel=1),
+        dict(direction="c2s", method="confirm.select", channel=1),
+        dict(direction="s2c", method="confirm.select-ok", channel=1),
+        *[dict(direction="c2s", method="basic.publish", channel=1, exchange="", routing_key="q") for _ in range(2)],
+        dict(direction="s2c", method="basic.ack", channel=1, delivery_tag=5, multiple=True),  # never published
+        dict(direction="c2s", method="basic.publish", channel=1, exchange="", routing_key="q"),
+        dict(direction="s2c", method="basic.nack", channel=1, delivery_tag=2, multiple=False),
+        dict(direction="s2c", method="basic.ack", channel=1, delivery_tag=2, multiple=True),  # already confirmed: not 1
+        dict(direction="s2c", method="basic.ack", channel=1, delivery_tag=3, multiple=True),
+    ]
+    frames = frames_df(spark, "amqp-0-9-1", events)
+    confirms = channel_confirms_timeline(frames)
+    timeline = confirms.select("frame_index", "method", "publish_seq", "confirmed", "outstanding")
+    assertDataFrameEqual(timeline, spark.createDataFrame(
+        [(1, "confirm.select", None, 0, 0), (3, "basic.publish", 1, 0, 1), (4, "basic.publish", 2, 0, 2),
+         (5, "basic.ack", None, 0, 2), (6, "basic.publish", 3, 0, 3), (7, "basic.nack", None, 1, 2),
+         (8, "basic.ack", None, 0, 2), (9, "basic.ack", None, 2, 0)],
+        "frame_index long, method string, publish_seq long, confirmed long, outstanding long"))
+    messages = messages_091(frames).select("publish_seq", "settled_by", "settled_frame_index", "settled_multiple")
+    assertDataFrameEqual(messages, spark.createDataFrame(
+        [(1, "basic.ack", 9, True), (2, "basic.nack", 7, False), (3, "basic.ack", 9, True)],
+        "publish_seq long, settled_by string, settled_frame_index long, settled_multiple boolean"))
+    rules = {r.id: r for r in load_rules()}
+    found = {rule: [r.frame_index for r in violations(confirms, rules[rule]).collect()]
+             for rule in ("amqp091.confirm.unknown_sequence", "amqp091.confirm.already_confirmed")}
+    assert found == {"amqp091.confirm.unknown_sequence": [5], "amqp091.confirm.already_confirmed": [8]}
 
 
 # --- link_state: deliveries in flight and unsettled deliveries -------------------------------------
