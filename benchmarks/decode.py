@@ -12,8 +12,9 @@ One command:
 2. amqpscope decodes it in this process (one core): ``ingest.capture.decode_capture``, every row of
    every table produced, exactly what the Spark ingest runs per capture.
 3. The frame splitter, decoders and row building alone are timed too, on the same streams
-   reassembled beforehand (what the capture reading, TCP parsing and reassembly cost is the
-   difference).
+   reassembled beforehand; and reading the records alone, and reading them with the link / IP /
+   TCP headers parsed. What is left of the whole decode is connection tracking, reassembly and
+   the plumbing between the stages: together, the per-stage split of a frame's cost.
 4. tshark decodes the same file, extracting the same fields (``-T fields``, by their Wireshark
    names) with out-of-order reassembly on, as the differential tests run it.
 
@@ -41,7 +42,7 @@ from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.framing import FrameSplitter, RawFrame
 from amqpscope.ingest.messages import stream_decoder
 from amqpscope.ingest.packets import LINKTYPE_ETHERNET, TCP_SYN, parse_tcp
-from amqpscope.ingest.pcap import read_records
+from amqpscope.ingest.pcap import read_container, read_records, scan
 from amqpscope.ingest.rows import frame_row
 from amqpscope.ingest.tcp import Data, DirectionStream
 from amqpscope.testbed.capture import truth_path
@@ -172,6 +173,29 @@ def run_decoders_only(capture: Path, ports: tuple[int, ...]) -> Run:
     return _run("amqpscope decoders only", frames, wall, cpu, capture)
 
 
+def stage_costs(capture: Path, whole: Run, decoders: Run) -> dict[str, float]:
+    """CPU µs per frame of each stage of the whole decode (see the module docstring)."""
+    c = read_container(capture)
+    size = capture.stat().st_size
+    cpu = time.process_time()
+    for _record in scan(capture, c, c.data_start, size):
+        pass
+    records = time.process_time() - cpu
+    cpu = time.process_time()
+    for _offset, _ts, linktype, data, wirelen in scan(capture, c, c.data_start, size):
+        parse_tcp(linktype, data, wirelen)
+    headers = time.process_time() - cpu - records
+    per_frame = 1e6 / whole.frames
+    stages = {
+        "pcap records": records * per_frame,
+        "link / IP / TCP headers": headers * per_frame,
+        "connection lookup, reassembly, plumbing":
+            (whole.cpu_seconds - records - headers - decoders.cpu_seconds) * per_frame,
+        "frame splitting, decoding, rows": decoders.cpu_seconds * per_frame,
+    }
+    return {name: round(value, 2) for name, value in stages.items()}
+
+
 def run_tshark(capture: Path, ports: tuple[int, ...], frames: int) -> Run:
     command = ["tshark", "-r", str(capture), *TSHARK_PREFERENCES, "-n"]
     for port in ports:
@@ -228,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     if ours.frames != frames:
         raise SystemExit(f"amqpscope decoded {ours.frames} frames, the seeds promise {frames}")
     decoders = run_decoders_only(capture, ports)
+    stages = stage_costs(capture, ours, decoders)
     theirs = run_tshark(capture, ports, frames)
     result = {
         "capture": {"file_megabytes": round(capture.stat().st_size / 1e6, 1), "frames": frames, "copies": copies,
@@ -236,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [asdict(ours), asdict(decoders), asdict(theirs)],
         "ratio_frames_per_second": round(ours.frames_per_second / theirs.frames_per_second, 2),
         "ratio_decoders_only": round(decoders.frames_per_second / theirs.frames_per_second, 2),
+        "stages_us_per_frame": stages,
     }
     (args.out / "decode.json").write_text(json.dumps(result, indent=2) + "\n")
     for run in (ours, decoders, theirs):
@@ -243,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
               f"per CPU second ({run.cpu_seconds:.1f} s CPU, {run.seconds:.1f} s wall)")
     print(f"amqpscope / tshark, frames per CPU second: {result['ratio_frames_per_second']}x "
           f"(decoders alone: {result['ratio_decoders_only']}x)")
+    for name, micros in stages.items():
+        print(f"{name:>42}: {micros:5.2f} µs / frame")
     if not args.keep:
         capture.unlink()
     return 0

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from amqpscope.ingest import amqp10, amqp091
 from amqpscope.ingest.amqp10_types import DecodeError
 from amqpscope.ingest.messages import StreamDecoder, stream_decoder
 from amqpscope.ingest.framing import FrameFormat, FrameSplitter, RawFrame, Unframed
-from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_FIN, TCP_RST, TCP_SYN, TCP_ACK, parse_tcp
-from amqpscope.ingest.pcap import read_records
+from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_FIN, TCP_RST, TCP_SYN, TCP_ACK, Segment, parse_tcp
+from amqpscope.ingest.pcap import CaptureError, read_container, scan
 from amqpscope.ingest.rows import frame_row
-from amqpscope.ingest.tcp import Data, DirectionStream, Gap
+from amqpscope.ingest.tcp import Data, DirectionStream, Event, Gap
 
 DEFAULT_PORTS = (5672,)
 C2S, S2C = "c2s", "s2c"
@@ -30,6 +30,8 @@ _FORMATS: dict[str, FrameFormat] = {amqp091.PROTOCOL: amqp091.Amqp091Format(), a
 _DETECT_BYTES = 64
 
 Row = dict[str, Any]
+Rows = list[tuple[str, Row]]
+_NO_ROWS: Sequence[tuple[str, Row]] = ()
 
 
 @dataclass
@@ -37,7 +39,7 @@ class _Direction:
     stream: DirectionStream = field(default_factory=DirectionStream)
     splitter: FrameSplitter | None = None
     decoder: StreamDecoder | None = None  # per direction: a 1.0 message spans transfer frames
-    held: list[Data] = field(default_factory=list)  # data seen before the protocol was known
+    held: list[Event] = field(default_factory=list)  # data and gaps met before the protocol was known
     held_bytes: int = 0
     payload_bytes: int = 0
     missing_bytes: int = 0
@@ -69,13 +71,18 @@ class CaptureDecoder:
 
     With ``segments=True`` it also emits a "tcp_segments" row per TCP segment of every AMQP
     connection (``schemas.tcp.TCP_SEGMENTS_SCHEMA``): one row per packet, so only on request.
+
+    Each packet's rows are collected in a list by plain method calls rather than passed up through
+    nested generators: this runs once a packet, and generator frames cost more than the work.
     """
 
     def __init__(self, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS, segments: bool = False) -> None:
         self.capture_id = capture_id
         self.ports = frozenset(ports)
         self.segments = segments
-        self._live: dict[tuple[str, int, str, int], _Connection] = {}
+        self._live: dict[tuple[str, int, str, int], _Connection] = {}  # by (client, server), in creation order
+        # Both directions of every live connection by (source, destination): one lookup a packet.
+        self._flows: dict[tuple[str, int, str, int], tuple[_Connection, str, _Direction]] = {}
         self._finished: list[_Connection] = []
         self._seen_ids: dict[str, int] = {}
         self.packets = 0
@@ -91,102 +98,114 @@ class CaptureDecoder:
         n = self._seen_ids.get(base, 0) + 1
         self._seen_ids[base] = n
         conn = _Connection(base if n == 1 else f"{base}#{n}", client, server)
-        key = (*client, *server)
-        self._live[key] = conn
+        self._live[(*client, *server)] = conn
+        self._flows[(*client, *server)] = (conn, C2S, conn.directions[C2S])
+        self._flows[(*server, *client)] = (conn, S2C, conn.directions[S2C])
         return conn
 
-    def _locate(self, seg: Any) -> tuple[_Connection, str] | None:
+    def _locate(self, seg: Segment) -> tuple[_Connection, str, _Direction]:
+        """The connection of a segment, its direction and that direction's state."""
+        flags = seg.flags
+        flow = self._flows.get(seg[:4])  # (src, sport, dst, dport)
+        if flow is not None:
+            conn = flow[0]
+            if not (flags & TCP_SYN and not flags & TCP_ACK and (conn.fin or conn.reset)):
+                return flow
+            # Port reuse: a new connection on the same four-tuple.
+            key = (*conn.client, *conn.server)
+            self._finished.append(self._live.pop(key))
+            del self._flows[key], self._flows[(*conn.server, *conn.client)]
         a, b = (seg.src, seg.sport), (seg.dst, seg.dport)
-        for key, direction in (((*a, *b), C2S), ((*b, *a), S2C)):
-            conn = self._live.get(key)
-            if conn is not None:
-                if seg.flags & TCP_SYN and not seg.flags & TCP_ACK and (conn.fin or conn.reset):
-                    # Port reuse: a new connection on the same four-tuple.
-                    self._finished.append(self._live.pop(key))
-                    break
-                return conn, direction
-        if seg.flags & TCP_SYN:
+        if flags & TCP_SYN:
             # SYN comes from the client, SYN-ACK from the server.
-            client, server = (a, b) if not seg.flags & TCP_ACK else (b, a)
+            client, server = (a, b) if not flags & TCP_ACK else (b, a)
         elif seg.dport in self.ports or (seg.sport not in self.ports and seg.dport < seg.sport):
             client, server = a, b
         else:
             client, server = b, a
-        conn = self._new_connection(client, server)
-        return conn, (C2S if client == a else S2C)
+        self._new_connection(client, server)
+        return self._flows[seg[:4]]
 
     # --- packets to rows ------------------------------------------------------------------------
 
-    def packet(self, number: int, ts_us: int, linktype: int, data: bytes, wirelen: int) -> Iterator[tuple[str, Row]]:
+    def packet(self, number: int, ts_us: int, linktype: int, data: bytes, wirelen: int) -> Sequence[tuple[str, Row]]:
+        """The rows one captured packet completes, in order (often none)."""
         self.packets += 1
         self._last_packet = number
         self.link_types.add(linktype)
-        self.first_ts = ts_us if self.first_ts is None else min(self.first_ts, ts_us)
-        self.last_ts = ts_us if self.last_ts is None else max(self.last_ts, ts_us)
+        if self.first_ts is None:
+            self.first_ts = self.last_ts = ts_us
+        elif ts_us < self.first_ts:
+            self.first_ts = ts_us
+        elif ts_us > self.last_ts:
+            self.last_ts = ts_us
         seg = parse_tcp(linktype, data, wirelen)
         if seg is None:
-            return
-        located = self._locate(seg)
-        if located is None:
-            return
-        conn, direction = located
+            return _NO_ROWS
+        flow = self._flows.get(seg[:4])  # (src, sport, dst, dport)
+        if flow is None or seg.flags & TCP_SYN:
+            flow = self._locate(seg)  # a new connection, or maybe a new one on a reused four-tuple
+        conn, direction, side = flow
         if conn.not_amqp and not conn.accountable:
-            return
-        side = conn.directions[direction]
-        if seg.flags & TCP_SYN:
-            side.stream.syn(seg.seq)
-            conn.syn_scale[direction] = seg.window_scale
+            return _NO_ROWS
+        _src, _sport, _dst, _dport, seq, _ack, flags, _window, payload, missing, window_scale = seg
+        if flags & TCP_SYN:
+            side.stream.syn(seq)
+            conn.syn_scale[direction] = window_scale
+        rows: Rows = []
         if self.segments:
             row = self._segment_row(conn, direction, seg, number, ts_us)
             if conn.protocol is None:
                 conn.held_segments.append(row)  # flushed once the connection is known to be AMQP
             else:
-                yield "tcp_segments", row
-        if seg.payload:
-            conn.first_ts = ts_us if conn.first_ts is None else conn.first_ts
+                rows.append(("tcp_segments", row))
+        if payload or missing:
+            if conn.first_ts is None:
+                conn.first_ts = ts_us
             conn.last_ts = ts_us
-            if seg.truncated:
-                # The missing tail is a gap the reassembler will find when the next segment comes.
-                pass
-            for event in side.stream.segment(seg.seq, seg.payload, number, ts_us):
-                yield from self._deliver(conn, direction, event)
-        if seg.flags & TCP_FIN:
+            # Bytes cut off by the snapshot length come back as a gap right after the captured ones.
+            for event in side.stream.segment(seq, payload, number, ts_us, missing):
+                self._deliver(conn, direction, side, event, rows)
+        if flags & TCP_FIN:
             conn.fin.add(direction)
-        if seg.flags & TCP_RST:
+        if flags & TCP_RST:
             conn.reset = True
+        return rows
 
-    def _deliver(self, conn: _Connection, direction: str, event: Data | Gap) -> Iterator[tuple[str, Row]]:
-        side = conn.directions[direction]
-        if conn.not_amqp:
-            # Classified, not decoded: counted here, quarantined as one run per direction at the end.
-            if isinstance(event, Gap):
-                side.missing_bytes += event.size
-            else:
-                side.payload_bytes += len(event.payload)
-            return
-        if isinstance(event, Gap):
+    def _deliver(self, conn: _Connection, direction: str, side: _Direction, event: Event, rows: Rows) -> None:
+        if type(event) is Gap:
             side.missing_bytes += event.size
-            yield "quarantine", self._quarantine(conn, direction, event.offset, event.size, event.packet_number,
-                                                 "capture gap: bytes missing from the capture", missing=True)
-            if side.splitter is not None:
-                left = side.splitter.skip(event.size, event.packet_number, "capture gap")
-                if left is not None:
-                    yield "quarantine", self._unframed(conn, direction, left)
-            elif side.held:
-                side.held.append(Data(event.offset, b"", event.packet_number, 0))
+            if conn.not_amqp:
+                return  # classified, not decoded: quarantined as one run per direction at the end
+            if conn.protocol is None:
+                side.held.append(event)  # quarantined (or counted in the run) once the protocol is known
+                return
+            self._gap(conn, direction, side, event, rows)
             return
         side.payload_bytes += len(event.payload)
+        if conn.not_amqp:
+            return
         if conn.protocol is None:
             side.held.append(event)
             side.held_bytes += len(event.payload)
-            yield from self._detect(conn, direction)
+            self._detect(conn, direction, rows)
             return
-        yield from self._split(conn, direction, event)
+        self._split(conn, direction, side, event, rows)
 
-    def _detect(self, conn: _Connection, direction: str, final: bool = False) -> Iterator[tuple[str, Row]]:
+    def _gap(self, conn: _Connection, direction: str, side: _Direction, gap: Gap, rows: Rows) -> None:
+        """Bytes missing from the capture: a quarantine row, and the splitter resynchronises after them."""
+        rows.append(("quarantine", self._quarantine(conn, direction, gap.offset, gap.size, gap.packet_number,
+                                                    "capture gap: bytes missing from the capture", missing=True)))
+        if side.splitter is not None:
+            left = side.splitter.skip(gap.size, gap.packet_number, "capture gap")
+            if left is not None:
+                rows.append(("quarantine", self._unframed(conn, direction, left)))
+
+    def _detect(self, conn: _Connection, direction: str, rows: Rows, final: bool = False) -> None:
         """Pick the protocol from the client's protocol header, else from frame shapes."""
         c2s = conn.directions[C2S]
-        head = b"".join(d.payload for d in c2s.held)[:_DETECT_BYTES]
+        head, cut = _held_head(c2s, _DETECT_BYTES)
+        final = final or cut  # bytes after a gap cannot extend the head
         protocol = None
         if c2s.held and c2s.held[0].offset == 0 and head.startswith(b"AMQP"):
             if len(head) < 8 and not final:
@@ -209,19 +228,21 @@ class CaptureDecoder:
             return
         conn.protocol = protocol
         held_segments, conn.held_segments = conn.held_segments, []
-        for row in held_segments:
-            yield "tcp_segments", row
+        rows.extend(("tcp_segments", row) for row in held_segments)
         for d, side in conn.directions.items():
             held, side.held, side.held_bytes = side.held, [], 0
             for event in held:
-                yield from self._split(conn, d, event)
+                if type(event) is Gap:
+                    self._gap(conn, d, side, event, rows)
+                else:
+                    self._split(conn, d, side, event, rows)
 
     def _infer(self, conn: _Connection) -> str | None:
         """Mid-stream pickup: the version whose frame shapes fit the bytes seen."""
         if conn.server[1] not in self.ports:
             return None  # shapes alone are no evidence on a port not known to carry AMQP
         for side in (conn.directions[C2S], conn.directions[S2C]):
-            head = memoryview(b"".join(d.payload for d in side.held)[:_DETECT_BYTES * 4])
+            head = memoryview(_held_head(side, _DETECT_BYTES * 4)[0])
             if len(head) < 8:
                 continue
             for protocol, fmt in _FORMATS.items():
@@ -229,20 +250,20 @@ class CaptureDecoder:
                     return protocol
         return None
 
-    def _split(self, conn: _Connection, direction: str, event: Data) -> Iterator[tuple[str, Row]]:
-        side = conn.directions[direction]
-        if side.splitter is None:
-            side.splitter = FrameSplitter(_FORMATS[conn.protocol], start_offset=event.offset)
+    def _split(self, conn: _Connection, direction: str, side: _Direction, event: Data, rows: Rows) -> None:
+        splitter = side.splitter
+        if splitter is None:
+            splitter = side.splitter = FrameSplitter(_FORMATS[conn.protocol], start_offset=event.offset)
             side.decoder = stream_decoder(conn.protocol)
         if not event.payload:
             return
-        for item in side.splitter.feed(event.payload, event.packet_number, event.ts_us):
-            if isinstance(item, Unframed):
-                yield "quarantine", self._unframed(conn, direction, item)
+        for item in splitter.feed(event.payload, event.packet_number, event.ts_us):
+            if type(item) is RawFrame:
+                self._frame(conn, direction, side, item, rows)
             else:
-                yield from self._frame(conn, direction, item)
+                rows.append(("quarantine", self._unframed(conn, direction, item)))
 
-    def _frame(self, conn: _Connection, direction: str, raw: RawFrame) -> Iterator[tuple[str, Row]]:
+    def _frame(self, conn: _Connection, direction: str, side: _Direction, raw: RawFrame, rows: Rows) -> None:
         protocol = conn.protocol
         if raw.is_protocol_header:
             name = _HEADER_PROTOCOLS.get(raw.data, (protocol, raw.data.hex()))[1]
@@ -250,12 +271,13 @@ class CaptureDecoder:
                        "arguments": {"protocol-id": raw.data[4], "version": ".".join(map(str, raw.data[5:8]))}}
         else:
             try:
-                decoded = conn.directions[direction].decoder(raw.data)
+                decoded = side.decoder(raw.data)
             except (DecodeError, ValueError, KeyError, IndexError) as exc:
                 offset = raw.offset + getattr(exc, "offset", 0)
                 reason = getattr(exc, "reason", str(exc))
-                yield "quarantine", self._quarantine(conn, direction, raw.offset, len(raw.data), raw.packet_number,
-                                                     f"undecodable {protocol} frame: {reason} (byte {offset})")
+                reason = f"undecodable {protocol} frame: {reason} (byte {offset})"
+                rows.append(("quarantine", self._quarantine(conn, direction, raw.offset, len(raw.data), raw.packet_number,
+                                                            reason)))
                 return
         key = {
             "capture_id": self.capture_id,
@@ -269,16 +291,17 @@ class CaptureDecoder:
             "frame_size": len(raw.data),
         }
         conn.frames += 1
-        yield "frames", frame_row(protocol, decoded, key)
+        rows.append(("frames", frame_row(protocol, decoded, key)))
 
-    def _segment_row(self, conn: _Connection, direction: str, seg: Any, number: int, ts_us: int) -> Row:
+    def _segment_row(self, conn: _Connection, direction: str, seg: Segment, number: int, ts_us: int) -> Row:
         """The tcp_segments row of one segment, before its payload enters the stream."""
         stream = conn.directions[direction].stream
         peer = conn.directions[S2C if direction == C2S else C2S].stream
         if seg.flags & TCP_SYN:
             seq_offset: int | None = 0  # the SYN's own sequence number precedes stream offset 0
         elif stream.isn is None:
-            seq_offset = 0 if seg.payload else None  # picked up mid-stream: the first byte seen is offset 0
+            # Picked up mid-stream: the first byte seen is offset 0.
+            seq_offset = 0 if seg.payload or seg.missing else None
         else:
             seq_offset = stream.offset_of(seg.seq)
         ack_offset = None
@@ -327,11 +350,13 @@ class CaptureDecoder:
     def finish(self) -> Iterator[tuple[str, Row]]:
         """Flush every connection: open holes become gaps, partial frames go to the quarantine."""
         for conn in [*self._finished, *self._live.values()]:
+            rows: Rows = []
             for direction, side in conn.directions.items():
                 for event in side.stream.finish(self._last_packet):
-                    yield from self._deliver(conn, direction, event)
+                    self._deliver(conn, direction, side, event, rows)
             if conn.protocol is None and not conn.not_amqp and any(s.held for s in conn.directions.values()):
-                yield from self._detect(conn, C2S, final=True)
+                self._detect(conn, C2S, rows, final=True)
+            yield from rows
             if conn.not_amqp:
                 if conn.accountable:
                     yield from self._classified_rows(conn)
@@ -379,17 +404,33 @@ class CaptureDecoder:
             "retransmitted_bytes": c2s.stream.retransmitted_bytes + s2c.stream.retransmitted_bytes,
         }
 
-    def capture_row(self, path: str | Path, file_size: int) -> Row:
+    def capture_row(self, path: str | Path, file_size: int, status: str = "ok") -> Row:
+        """The captures row of a one-file capture (whose id is that file's content hash)."""
         return {
             "capture_id": self.capture_id,
             "file_name": Path(path).name,
             "file_size": file_size,
+            "parts": [{"file_name": Path(path).name, "file_size": file_size, "content_hash": self.capture_id}],
             "packets": self.packets,
             "first_ts": self.first_ts,
             "last_ts": self.last_ts,
             "link_types": ",".join(sorted(LINK_TYPE_NAMES.get(t, str(t)) for t in self.link_types)),
-            "status": "ok",
+            "status": status,
         }
+
+
+def _held_head(side: _Direction, limit: int) -> tuple[bytes, bool]:
+    """Up to ``limit`` contiguous bytes held at the start of a direction, and whether a gap ends them."""
+    parts: list[bytes] = []
+    size = 0
+    for event in side.held:
+        if type(event) is Gap:
+            return b"".join(parts)[:limit], True
+        parts.append(event.payload)
+        size += len(event.payload)
+        if size >= limit:
+            break
+    return b"".join(parts)[:limit], False
 
 
 def _chain_plausible(fmt: FrameFormat, head: memoryview) -> bool:
@@ -404,6 +445,8 @@ def _chain_plausible(fmt: FrameFormat, head: memoryview) -> bool:
 
 
 def _not_amqp_reason(head: bytes) -> str:
+    if not head:
+        return "not decoded: no payload bytes captured"
     if head.startswith(b"AMQP\x02"):
         return "not decoded: AMQP over TLS"
     if head[:1] == b"\x16":
@@ -416,9 +459,34 @@ def _not_amqp_reason(head: bytes) -> str:
 def decode_capture(path: str | Path, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS,
                    segments: bool = False) -> Iterator[tuple[str, Row]]:
     """Every row of one capture: ("frames" | "connections" | "quarantine" | "captures", row), and
-    ("tcp_segments", row) too with ``segments=True``."""
+    ("tcp_segments", row) too with ``segments=True``.
+
+    Records are read as the Spark ingest reads a range (``ingest.pcap.scan``); a file damaged part
+    way (cut short) keeps what was read, and the unread rest is a quarantine row and the capture's
+    ``status``, as there.
+    """
+    container = read_container(path)
+    file_size = Path(path).stat().st_size
     decoder = CaptureDecoder(capture_id, ports, segments)
-    for record in read_records(path):
-        yield from decoder.packet(record.number, record.ts_us, record.linktype, record.data, record.wirelen)
+    packet = decoder.packet
+    damage: CaptureError | None = None
+    try:
+        for number, (_offset, ts_us, linktype, data, wirelen) in enumerate(
+            scan(path, container, container.data_start, file_size), 1
+        ):
+            rows = packet(number, ts_us, linktype, data, wirelen)
+            if rows:
+                yield from rows
+    except CaptureError as exc:
+        damage = exc
     yield from decoder.finish()
-    yield "captures", decoder.capture_row(path, Path(path).stat().st_size)
+    status = "ok"
+    if damage is not None:
+        error = f"{damage.place}: {damage.reason}"
+        status = f"damaged: {error}"
+        yield "quarantine", {
+            "capture_id": capture_id, "connection_id": None, "direction": None,
+            "stream_offset": damage.offset, "byte_count": file_size - damage.offset,  # here a file offset
+            "packet_number": None, "missing": False, "reason": f"capture file damaged: {error}",
+        }  # fmt: skip
+    yield "captures", decoder.capture_row(path, file_size, status)

@@ -6,17 +6,21 @@ the way loopback captures really are.
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
-from scapy.utils import wrpcap
+from scapy.utils import RawPcapNgReader, RawPcapReader, wrpcap
 
 from amqpscope.ingest.capture import decode_capture
-from amqpscope.ingest.pcap import CaptureError
+from amqpscope.ingest.pcap import CaptureError, read_records
+from amqpscope.ingest.tcp import SEQ_MOD, unwrap
 from tests import amqp_bytes as b
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 # Explicit addresses: a bare Ether() makes Scapy resolve the destination MAC (ARP, with timeouts).
 ETHER = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
@@ -112,6 +116,18 @@ def test_sequence_numbers_wrap_around(tmp_path):
     assert [(f["stream_offset"], f["method"]) for f in wrapped["frames"]] == [(f["stream_offset"], f["method"]) for f in clean["frames"]]
 
 
+def test_unwrap_picks_the_nearest_offset():
+    rng = random.Random(3)
+    nears = [0, 1, SEQ_MOD // 2, SEQ_MOD - 1, SEQ_MOD, 3 * SEQ_MOD + 5, *(rng.randrange(1 << 40) for _ in range(300))]
+    for near in nears:
+        for relative in [0, 1, (near + SEQ_MOD // 2) % SEQ_MOD, (near - SEQ_MOD // 2) % SEQ_MOD, SEQ_MOD - 1,
+                         *(rng.randrange(SEQ_MOD) for _ in range(20))]:
+            # By definition: of the non-negative offsets with these low 32 bits, the nearest (the lower on a tie).
+            base = near - near % SEQ_MOD
+            candidates = [c for c in (base + relative - SEQ_MOD, base + relative, base + relative + SEQ_MOD) if c >= 0]
+            assert unwrap(relative, near) == min(candidates, key=lambda c: (abs(c - near), c)), (relative, near)
+
+
 def test_lost_segment_is_a_gap_and_decoding_resumes(tmp_path):
     s2c = segments(S2C_091, 10)
     lost = s2c[3]
@@ -160,3 +176,34 @@ def test_not_a_capture_file_names_the_file(tmp_path):
     with pytest.raises(CaptureError) as err:
         list(decode_capture(bogus, "x"))
     assert "notes.pcap" in str(err.value) and "file header" in str(err.value)
+
+
+def scapy_records(path: Path) -> list[tuple[int, int, bytes, int]]:
+    """(ts_us, linktype, data, wirelen) of every record as Scapy's raw readers read them."""
+    out = []
+    with RawPcapReader(str(path)) as reader:
+        for data, meta in reader:
+            if isinstance(reader, RawPcapNgReader):
+                ts, linktype = ((meta.tshigh << 32) | meta.tslow) * 1_000_000 // meta.tsresol, meta.linktype
+            else:
+                ts = meta.sec * 1_000_000 + meta.usec // (1000 if reader.nano else 1)
+                linktype = reader.linktype
+            out.append((ts, linktype, data, meta.wirelen))
+    return out
+
+
+@pytest.mark.parametrize("name", ["amqp091-qos-confirms.pcap", "decoders/amqp10-large.pcap", "mixed.pcapng"])
+def test_records_read_as_scapy_reads_them(name):
+    path = SAMPLES / name
+    records = list(read_records(path))
+    assert [r.number for r in records] == list(range(1, len(records) + 1))
+    assert [(r.ts_us, r.linktype, r.data, r.wirelen) for r in records] == scapy_records(path)
+
+
+def test_concatenated_pcapng_sections_are_read_through(tmp_path):
+    """``cat a.pcapng b.pcapng`` is one file of two sections, each with its own interfaces."""
+    joined = tmp_path / "joined.pcapng"
+    joined.write_bytes((SAMPLES / "mixed.pcapng").read_bytes() * 2)
+    records = [(r.ts_us, r.linktype, r.data, r.wirelen) for r in read_records(joined)]
+    assert records == scapy_records(joined)
+    assert records[: len(records) // 2] == records[len(records) // 2 :]

@@ -132,6 +132,14 @@ def test_truncated_file_keeps_everything_before_the_cut(tmp_path, sample):
     assert kept <= essence(clean["frames"])
     assert len(kept) > len(clean["frames"]) // 3
     assert_accounted(out)
+    # The unread tail, from the record the cut falls in to the end of the file, is quarantined and
+    # the capture says where reading stopped, as the Spark ingest reports it.
+    [damage] = [q for q in out["quarantine"] if q["connection_id"] is None]
+    assert damage["stream_offset"] + damage["byte_count"] == len(data) * 2 // 3
+    assert 0 < damage["byte_count"] < 70_000 and damage["missing"] is False
+    assert damage["reason"].startswith(f"capture file damaged: record at byte {damage['stream_offset']}: file ends")
+    [capture] = out["captures"]
+    assert capture["status"] == damage["reason"].replace("capture file damaged: ", "damaged: ")
 
 
 def test_any_interface_capture_in_linux_sll(tmp_path, sample):
