@@ -30,8 +30,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from amqpscope.ingest.capture import CaptureDecoder
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, parse_tcp
-from amqpscope.ingest.pcap import CaptureError
-from amqpscope.ingest.ranges import read_container, read_range, split
+from amqpscope.ingest.pcap import CaptureError, scan
+from amqpscope.ingest.ranges import read_container, split
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.progress import Progress
@@ -158,13 +158,15 @@ def _read_ranges(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             rows = []
             position = r["start"]  # where the last good record started
             try:
-                for item in read_range(r["path"], container, r["start"], r["end"]):
-                    rec = item.record
-                    position = item.offset
+                # Records are numbered from 1 within their range; the prefix sum makes them global.
+                for index, (offset, ts_us, linktype, data, wirelen) in enumerate(
+                    scan(r["path"], container, r["start"], r["end"]), 1
+                ):
+                    position = offset
                     rows.append({
-                        "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": item.offset,
-                        "index_in_range": rec.number, "ts_us": rec.ts_us, "linktype": rec.linktype,
-                        "wirelen": rec.wirelen, "data": rec.data, "flow": _flow_key(rec.linktype, rec.data, rec.wirelen),
+                        "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": offset,
+                        "index_in_range": index, "ts_us": ts_us, "linktype": linktype,
+                        "wirelen": wirelen, "data": data, "flow": _flow_key(linktype, data, wirelen),
                         "error": None,
                     })  # fmt: skip
                     if len(rows) >= _BATCH_ROWS:
