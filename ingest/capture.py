@@ -315,9 +315,11 @@ class CaptureDecoder:
             scale = 0  # window scaling is in effect only if both SYNs carried the option
         else:
             scale = conn.syn_scale[direction]
+        # On the wire: bytes cut by the snapshot length still occupied sequence space.
+        length = len(seg.payload) + seg.missing
         retransmitted = 0
-        if seq_offset is not None and seg.payload:
-            retransmitted = max(0, min(seq_offset + len(seg.payload), stream.next_offset) - seq_offset)
+        if seq_offset is not None and length:
+            retransmitted = max(0, min(seq_offset + length, stream.next_offset) - seq_offset)
         return {
             "capture_id": self.capture_id,
             "connection_id": conn.connection_id,
@@ -331,7 +333,7 @@ class CaptureDecoder:
             "window": seg.window,
             "window_scale": scale,
             "effective_window": seg.window << (scale or 0),
-            "payload_length": len(seg.payload),
+            "payload_length": length,
             "retransmitted_bytes": retransmitted,
         }
 

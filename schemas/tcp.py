@@ -44,7 +44,9 @@ TCP_SEGMENTS_SCHEMA = StructType(
         # Receive window the sender advertises, in bytes: window << window_scale (the raw window
         # when the scale is unknown, so a lower bound then).
         StructField("effective_window", LongType(), False),
-        StructField("payload_length", LongType(), False),  # TCP payload bytes captured
+        # TCP payload bytes on the wire (from the IP header's length): bytes cut by the snapshot
+        # length count here, and are the quarantine's missing bytes.
+        StructField("payload_length", LongType(), False),
         StructField("retransmitted_bytes", LongType(), False),  # payload bytes already seen in earlier segments
     ]
 )

@@ -240,3 +240,16 @@ def test_payload_length_on_the_wire_comes_from_the_ip_header():
     bogus = bytearray(v4)
     bogus[16:18] = (len(v4) - 14 + 500).to_bytes(2, "big")
     assert parse_tcp(1, bytes(bogus), len(bogus))[8:10] == (bytes(range(100)), 0)
+
+
+def test_segments_keep_their_wire_length_when_cut(tmp_path):
+    """tcp_segments describe the wire (flow control sees every byte sent), cut or not."""
+    records = list(read_records(CAPTURES[0]))
+
+    def segments(path: Path) -> list[tuple]:
+        return [(r["packet_number"], r["direction"], r["seq_offset"], r["payload_length"], r["retransmitted_bytes"])
+                for kind, r in decode_capture(path, "c", segments=True) if kind == "tcp_segments"]
+
+    whole = segments(CAPTURES[0])
+    assert any(length > 200 for *_, length, _ in whole)
+    assert segments(write_pcap(tmp_path / "cut.pcap", cut(records, 96))) == whole
