@@ -115,6 +115,11 @@ def superseded_captures(lake: Lake, captures: Sequence[CaptureFile]) -> list[str
 
 
 DEFAULT_RANGE_BYTES = 64 << 20
+# The intermediates (packets as read, packets numbered, decoded rows) are as big as the captures:
+# on disk, not in the heap. Cached in memory they fill Spark's storage pool, and evicted blocks
+# read back into the heap ran a 1 GiB driver out of memory on a 269 MB capture
+# (docs/BENCHMARKS.md, Memory); each is written once and read a few times.
+_INTERMEDIATE = StorageLevel.DISK_ONLY
 _BATCH_ROWS = 8192
 
 _DECODED_KINDS = tuple(kind for kind in BRONZE_SCHEMAS if kind != "captures")
@@ -264,22 +269,25 @@ def decode_tables(
     intermediates to release once the tables are written."""
     ranges = plan_ranges(captures, range_bytes)
     multi_part = {c.capture_id for c in captures if len(c.parts) > 1}
+    plan_rows = [
+        # In a rotation, damage is placed by the part's file name before its byte offset.
+        (r.path, r.capture_id, r.range_index, r.start, r.end, f"{Path(r.path).name}: " if r.capture_id in multi_part else "")
+        for r in ranges
+    ]
+    # One range per read task: parallelize slices the list evenly (repartition deals rows
+    # round-robin, and two ranges could meet in one task while another gets none).
     plan = spark.createDataFrame(
-        [
-            # In a rotation, damage is placed by the part's file name before its byte offset.
-            (r.path, r.capture_id, r.range_index, r.start, r.end, f"{Path(r.path).name}: " if r.capture_id in multi_part else "")
-            for r in ranges
-        ],
+        spark.sparkContext.parallelize(plan_rows, max(1, len(plan_rows))),
         "path string, capture_id string, range_index int, start long, end long, part_label string",
     )
-    raw = plan.repartition(max(1, len(ranges))).mapInArrow(_read_ranges, PACKETS_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    raw = plan.mapInArrow(_read_ranges, PACKETS_SCHEMA).persist(_INTERMEDIATE)
     damage = raw.filter(F.col("error").isNotNull())
     records = raw.filter(F.col("error").isNull())
     packets = (
         records.join(F.broadcast(_range_bases(spark, records)), on=["capture_id", "range_index"])
         .withColumn("packet_number", F.col("base") + F.col("index_in_range"))
         .drop("base")
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .persist(_INTERMEDIATE)
     )
     partitions = connection_partitions or max(spark.sparkContext.defaultParallelism, len(ranges))
     mux = (
@@ -288,7 +296,7 @@ def decode_tables(
         .sortWithinPartitions("capture_id", "flow", "packet_number")
         .select("capture_id", "packet_number", "ts_us", "linktype", "data", "wirelen")
         .mapInArrow(_decode_connections(tuple(ports)), _MUX_SCHEMA)
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .persist(_INTERMEDIATE)
     )
     tables = {kind: mux.filter(F.col("kind") == kind).select(f"{kind}.*") for kind in _DECODED_KINDS}
     tables["quarantine"] = tables["quarantine"].unionByName(_damage_rows(damage))

@@ -19,6 +19,10 @@ _BASE_CONF = {
     # Spark's console bar would interleave with amqpscope's own progress lines (jobs/progress.py).
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Spark's cache writes its column batches with Java serialization, whose streams keep every
+    # object written reachable until reset (default: every 100 objects, i.e. up to 100 batches of
+    # 10,000 rows outside Spark's memory accounting). Reset after each: memory flat in capture size.
+    "spark.serializer.objectStreamReset": "1",
 }
 
 
