@@ -19,6 +19,7 @@ from functools import cache
 from typing import Any, Callable
 
 from amqpscope.ingest.amqp10_types import DecodeError
+from amqpscope.ingest.framing import RawFrame, new_frame
 from amqpscope.ingest.specs import MethodSpec, amqp091
 
 PROTOCOL = "amqp-0-9-1"
@@ -40,7 +41,7 @@ FRAME_HEADER_SIZE = 7  # type(1) channel(2) size(4)
 _PLAUSIBLE_MAX_SIZE = 1 << 27
 
 _HEADER = struct.Struct(">BHI")
-_CLASS_METHOD = struct.Struct(">HH")
+_unpack_size = struct.Struct(">I").unpack_from
 _CONTENT_HEADER = struct.Struct(">HHQ")  # class-id, weight, body-size (spec 4.2.6.1)
 
 # Arguments that carry credentials: never decoded into a row (the mechanism is kept).
@@ -79,6 +80,18 @@ class Amqp091Format:
         end = pos + FRAME_HEADER_SIZE + size
         # The frame-end octet is the evidence; until it has arrived, the answer is unknown.
         return None if end >= len(buf) else buf[end] == FRAME_END
+
+    def take_frames(self, buf: bytes, pos: int, end: int, base: int, packet_number: int, ts_us: int,
+                    out: list) -> int:
+        frame_types = FRAME_TYPES  # a protocol header's "A" (0x41) is no frame type: it stops here
+        append = out.append
+        while end - pos >= FRAME_HEADER_SIZE and buf[pos] in frame_types:
+            stop = pos + FRAME_HEADER_SIZE + 1 + _unpack_size(buf, pos + 3)[0]
+            if stop > end or buf[stop - 1] != FRAME_END:
+                break
+            append(new_frame(RawFrame, (base + pos, buf[pos:stop], packet_number, ts_us, False)))
+            pos = stop
+        return pos
 
 
 # --- primitive readers: (data, pos, end) -> (value, new pos) ------------------------------------
@@ -289,6 +302,13 @@ def compile_arguments(name: str, arguments: tuple[tuple[str, str], ...]) -> Argu
             flush()
             if (name, arg) in SECRET_ARGUMENTS:
                 lines.append("    _, pos = skip(data, pos, end)")
+            elif kind == "shortstr":
+                # _shortstr inlined: exchanges, routing keys and consumer tags are in most methods.
+                lines.append("    if pos >= end: raise short_of(1, pos, end)")
+                lines.append("    stop = pos + 1 + data[pos]")
+                lines.append("    if stop > end: raise short_of(data[pos], pos + 1, end)")
+                lines.append(f"    out[{arg!r}] = data[pos + 1 : stop].decode('utf-8', 'replace')")
+                lines.append("    pos = stop")
             else:
                 lines.append(f"    out[{arg!r}], pos = read_{kind}(data, pos, end)")
     flush()
@@ -304,6 +324,13 @@ def compile_arguments(name: str, arguments: tuple[tuple[str, str], ...]) -> Argu
 METHOD_DECODERS: dict[tuple[int, int], tuple[MethodSpec, ArgumentsDecoder]] = {
     key: (spec, compile_arguments(spec.name, spec.arguments)) for key, spec in _SPEC.methods.items()
 }
+# The same by class-id and method-id read as one 32-bit number: one unpack and one lookup a method frame.
+_METHODS_BY_ID: dict[int, tuple[str, ArgumentsDecoder]] = {
+    class_id << 16 | method_id: (spec.name, decoder) for (class_id, method_id), (spec, decoder) in METHOD_DECODERS.items()
+}
+_METHOD_HEADER = struct.Struct(">BHIHH")  # frame header, class-id, method-id
+# A content header's method column by class-id ("basic.header").
+_HEADER_METHODS = {class_id: f"{name}.header" for class_id, name in _SPEC.class_names.items()}
 
 
 @cache
@@ -313,8 +340,17 @@ def properties_decoder(flags: tuple[bool, ...]) -> ArgumentsDecoder:
     return compile_arguments("basic.properties", present)
 
 
+# Decoders of the valid single flag words met so far (bit 0 clear: no second word): one lookup a header.
+_BY_FLAG_WORD: dict[int, ArgumentsDecoder] = {}
+
+
 def decode_properties(data: bytes, pos: int, end: int) -> dict[str, Any]:
     """Basic content properties: 15-bit flag words (bit 0 = another word follows), then values."""
+    if pos + 2 <= end:
+        known = _BY_FLAG_WORD.get(data[pos] << 8 | data[pos + 1])
+        if known is not None:
+            return known(data, pos + 2, end)
+    start = pos
     flags: list[bool] = []
     while True:
         if pos + 2 > end:
@@ -326,7 +362,10 @@ def decode_properties(data: bytes, pos: int, end: int) -> dict[str, Any]:
             break
     if any(flags[len(_SPEC.basic_properties) :]):
         raise DecodeError("property flags name a property basic does not have", pos - 2)
-    return properties_decoder(tuple(flags[: len(_SPEC.basic_properties)]))(data, pos, end)
+    decoder = properties_decoder(tuple(flags[: len(_SPEC.basic_properties)]))
+    if pos == start + 2:
+        _BY_FLAG_WORD[word] = decoder
+    return decoder(data, pos, end)
 
 
 def decode_frame(data: bytes) -> dict[str, Any]:
@@ -336,13 +375,13 @@ def decode_frame(data: bytes) -> dict[str, Any]:
     if frame_type == FRAME_METHOD:
         if size < 4:
             raise short_of(4, FRAME_HEADER_SIZE, end)
-        class_id, method_id = _CLASS_METHOD.unpack_from(data, FRAME_HEADER_SIZE)
-        known = METHOD_DECODERS.get((class_id, method_id))
+        _type, _channel, _size, class_id, method_id = _METHOD_HEADER.unpack_from(data, 0)
+        known = _METHODS_BY_ID.get(class_id << 16 | method_id)
         if known is None:
             raise DecodeError(f"unknown method {class_id}.{method_id}", FRAME_HEADER_SIZE)
-        spec, decode_arguments = known
+        name, decode_arguments = known
         return {"frame_type": "method", "channel": channel, "class_id": class_id, "method_id": method_id,
-                "method": spec.name, "arguments": decode_arguments(data, FRAME_HEADER_SIZE + 4, end)}
+                "method": name, "arguments": decode_arguments(data, FRAME_HEADER_SIZE + 4, end)}
     if frame_type == FRAME_BODY:
         return {"frame_type": "body", "channel": channel, "arguments": {"body-length": size}}
     if frame_type == FRAME_HEADER:
@@ -353,7 +392,7 @@ def decode_frame(data: bytes) -> dict[str, Any]:
             raise DecodeError(f"content header weight is {weight}, not 0", FRAME_HEADER_SIZE + 2)
         arguments = {"body-size": body_size, **decode_properties(data, FRAME_HEADER_SIZE + 12, end)}
         return {"frame_type": "header", "channel": channel, "class_id": class_id,
-                "method": f"{_SPEC.class_names.get(class_id, class_id)}.header", "arguments": arguments}
+                "method": _HEADER_METHODS.get(class_id) or f"{class_id}.header", "arguments": arguments}
     if size:
         raise DecodeError(f"heartbeat frame with a {size}-byte payload", FRAME_HEADER_SIZE)
     return {"frame_type": "heartbeat", "channel": channel, "arguments": {}}

@@ -11,10 +11,15 @@ so its sections are decoded once the delivery is whole (``decode_message``, used
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from amqpscope.ingest.amqp10_types import DecodeError, Described, decode_value
+from amqpscope.ingest.amqp10_types import (
+    DECODERS_BY_CODE,
+    DecodeError,
+    Described,
+    decode_value,
+)
+from amqpscope.ingest.framing import RawFrame, new_frame
 from amqpscope.ingest.specs import Composite, amqp10
 
 PROTOCOL = "amqp-1.0"
@@ -35,6 +40,8 @@ SECRET_FIELDS = frozenset({("sasl-init", "initial-response"), ("sasl-response", 
 # Message sections in their spec order (messaging 3.2); the body is one of the three in the middle.
 SECTIONS = tuple(c.name for c in sorted(_SPEC.described.values(), key=lambda c: c.code) if "section" in c.provides)
 BODY_SECTIONS = ("data", "amqp-sequence", "amqp-value")
+# Per section name: its rank in SECTIONS, whether it may follow itself (data, amqp-sequence), whether it is a body.
+_SECTION_RULES = {name: (rank, name in BODY_SECTIONS[:2], name in BODY_SECTIONS) for rank, name in enumerate(SECTIONS)}
 
 
 class Amqp10Format:
@@ -69,6 +76,20 @@ class Amqp10Format:
             return True
         return None if body >= len(buf) else buf[body] == 0x00
 
+    def take_frames(self, buf: bytes, pos: int, end: int, base: int, packet_number: int, ts_us: int,
+                    out: list) -> int:
+        unpack = _HEADER.unpack_from
+        append = out.append
+        # buf[pos] == 0x41 ("A", maybe a protocol header) would be a frame of over 1 GiB: left to the splitter.
+        while end - pos >= FRAME_HEADER_SIZE and buf[pos] != 0x41:
+            size, doff, frame_type, _channel = unpack(buf, pos)
+            stop = pos + size
+            if stop > end or doff < 2 or doff * 4 > size or frame_type not in FRAME_TYPES:
+                break
+            append(new_frame(RawFrame, (base + pos, buf[pos:stop], packet_number, ts_us, False)))
+            pos = stop
+        return pos
+
 
 def descriptor_name(descriptor: Any) -> str:
     """The spec name of a descriptor code or symbol, or its text when it is not in the spec."""
@@ -80,22 +101,56 @@ def descriptor_name(descriptor: Any) -> str:
 
 
 def _composite_of(value: Described) -> Composite | None:
-    d = value.descriptor
-    return _SPEC.described.get(d) if isinstance(d, int) else _SPEC.described_by_symbol.get(str(d))
+    return _composite_for(value.descriptor)
 
 
-@dataclass(frozen=True)
-class _FieldPlan:
+def _composite_for(descriptor: Any) -> Composite | None:
+    if isinstance(descriptor, int):
+        return _SPEC.described.get(descriptor)
+    return _SPEC.described_by_symbol.get(str(descriptor))
+
+
+# What ``_decode_described`` returns as the descriptor of a value that is not described.
+_NOT_DESCRIBED = object()
+
+
+def _decode_described(buf: bytes, pos: int) -> tuple[Any, Any, int]:
+    """(descriptor, value, position after) of the value at ``pos``; the descriptor is _NOT_DESCRIBED if it has none.
+
+    The descriptor of every performative and section is a small ulong (0x00 0x53 code): that case
+    is read directly, without building a ``Described`` the caller would take apart again.
+    """
+    if pos + 3 < len(buf) and buf[pos] == 0x00 and buf[pos + 1] == 0x53:
+        decoder = DECODERS_BY_CODE[buf[pos + 3]]  # of the value: decode_value's first step, inlined
+        value, end = decode_value(buf, pos + 3) if decoder is None else decoder(buf, pos + 4)
+        return buf[pos + 2], value, end
+    value, end = decode_value(buf, pos)
+    if isinstance(value, Described):
+        return value.descriptor, value.value, end
+    return _NOT_DESCRIBED, value, end
+
+
+class _FieldPlan(NamedTuple):
     name: str
     choices: dict[str, str] | None  # restricted type's value -> choice name
     secret: bool
 
 
-def _plan(composite: Composite) -> tuple[_FieldPlan, ...]:
-    return tuple(
+class _CompositePlan(NamedTuple):
+    """How ``composite_fields`` names a described list's elements, worked out once per type."""
+
+    fields: tuple[_FieldPlan, ...]
+    # The names (secrets left out) of the fields from index i on, null when a list stops at i.
+    absent: tuple[tuple[str, ...], ...]
+
+
+def _plan(composite: Composite) -> _CompositePlan:
+    fields = tuple(
         _FieldPlan(f.name, _SPEC.choices.get(f.type), (composite.name, f.name) in SECRET_FIELDS)
         for f in composite.fields
     )
+    absent = tuple(tuple(f.name for f in fields[i:] if not f.secret) for i in range(len(fields) + 1))
+    return _CompositePlan(fields, absent)
 
 
 _PLANS = {code: _plan(composite) for code, composite in _SPEC.described.items()}
@@ -127,18 +182,22 @@ def composite_fields(composite: Composite, items: list[Any]) -> dict[str, Any]:
     """
     fields: dict[str, Any] = {}
     count = len(items)
-    for index, plan in enumerate(_PLANS[composite.code]):
-        if plan.secret:
+    plan = _PLANS[composite.code]
+    plain = _PLAIN
+    for (name, choices, secret), value in zip(plan.fields, items):
+        if secret:
             continue
-        value = items[index] if index < count else None
-        if type(value) not in _PLAIN:
+        if type(value) not in plain:
             value = present(value)
-        if plan.choices is not None and value is not None:
+        if choices is not None and value is not None:
             key = ("true" if value else "false") if type(value) is bool else str(value)
-            value = plan.choices.get(key, value)
-        fields[plan.name] = value
-    if count > len(composite.fields):
-        fields["$extra"] = present(items[len(composite.fields) :])
+            value = choices.get(key, value)
+        fields[name] = value
+    if count < len(plan.fields):
+        for name in plan.absent[count]:
+            fields[name] = None
+    elif count > len(plan.fields):
+        fields["$extra"] = present(items[len(plan.fields) :])
     return fields
 
 
@@ -149,18 +208,18 @@ def decode_frame(data: bytes) -> dict[str, Any]:
     kind = FRAME_TYPES[frame_type]
     if size == body_start:
         return {"frame_type": "empty", "channel": channel, "arguments": {}}
-    performative, end = decode_value(data, body_start)
-    if not isinstance(performative, Described):
+    descriptor, items, end = _decode_described(data, body_start)
+    if descriptor is _NOT_DESCRIBED:
         raise DecodeError("frame body is not a described performative", body_start)
-    composite = _composite_of(performative)
+    composite = _composite_for(descriptor)
     expected = "sasl-frame" if kind == "sasl" else "frame"
-    if composite is None or expected not in composite.provides or not isinstance(performative.value, list):
-        raise DecodeError(f"{descriptor_name(performative.descriptor)} cannot be the body of a {kind} frame", body_start)
+    if composite is None or expected not in composite.provides or not isinstance(items, list):
+        raise DecodeError(f"{descriptor_name(descriptor)} cannot be the body of a {kind} frame", body_start)
     decoded = {
         "frame_type": kind,
         "channel": channel if kind == "amqp" else None,
         "method": composite.name,
-        "arguments": composite_fields(composite, performative.value),
+        "arguments": composite_fields(composite, items),
     }
     if composite.name == "transfer":
         decoded["payload"] = data[end:]
@@ -169,8 +228,7 @@ def decode_frame(data: bytes) -> dict[str, Any]:
     return decoded
 
 
-@dataclass(frozen=True)
-class Section:
+class Section(NamedTuple):
     """One section of a message (messaging 3.2): its spec name, encoded size and decoded value."""
 
     name: str
@@ -189,23 +247,23 @@ def decode_message(payload: bytes) -> list[Section]:
     body: str | None = None
     while pos < len(payload):
         start = pos
-        value, pos = decode_value(payload, pos)
-        composite = _composite_of(value) if isinstance(value, Described) else None
-        if composite is None or "section" not in composite.provides:
+        descriptor, inner, pos = _decode_described(payload, pos)
+        composite = None if descriptor is _NOT_DESCRIBED else _composite_for(descriptor)
+        rules = None if composite is None else _SECTION_RULES.get(composite.name)
+        if rules is None:
             raise DecodeError("message data is not a message section", start)
-        rank = SECTIONS.index(composite.name)
+        rank, repeats, is_body = rules
         # Sections come in spec order, and only body sections repeat (data, amqp-sequence).
-        if rank < order or (rank == order and composite.name not in BODY_SECTIONS[:2]):
+        if rank < order or (rank == order and not repeats):
             raise DecodeError(f"{composite.name} section out of order", start)
-        if composite.name in BODY_SECTIONS:
+        if is_body:
             if body is not None and body != composite.name:
                 raise DecodeError(f"{composite.name} section after a {body} body", start)
             body = composite.name
         order = rank
-        inner = value.value
         if composite.source == "list" and isinstance(inner, list):
             inner = composite_fields(composite, inner)
-        else:
+        elif type(inner) not in _PLAIN:  # a data section's bytes are already plain
             inner = present(inner)
         sections.append(Section(composite.name, pos - start, inner))
     return sections

@@ -16,7 +16,7 @@ from amqpscope.ingest.messages import StreamDecoder, stream_decoder
 from amqpscope.ingest.framing import FrameFormat, FrameSplitter, RawFrame, Unframed
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_FIN, TCP_RST, TCP_SYN, TCP_ACK, Segment, parse_tcp
 from amqpscope.ingest.pcap import CaptureError, read_container, scan
-from amqpscope.ingest.rows import frame_row
+from amqpscope.ingest.rows import add_arguments
 from amqpscope.ingest.tcp import Data, DirectionStream, Event, Gap
 
 DEFAULT_PORTS = (5672,)
@@ -257,41 +257,51 @@ class CaptureDecoder:
             side.decoder = stream_decoder(conn.protocol)
         if not event.payload:
             return
-        for item in splitter.feed(event.payload, event.packet_number, event.ts_us):
-            if type(item) is RawFrame:
-                self._frame(conn, direction, side, item, rows)
-            else:
-                rows.append(("quarantine", self._unframed(conn, direction, item)))
-
-    def _frame(self, conn: _Connection, direction: str, side: _Direction, raw: RawFrame, rows: Rows) -> None:
         protocol = conn.protocol
-        if raw.is_protocol_header:
-            name = _HEADER_PROTOCOLS.get(raw.data, (protocol, raw.data.hex()))[1]
-            decoded = {"frame_type": "protocol-header", "method": name,
-                       "arguments": {"protocol-id": raw.data[4], "version": ".".join(map(str, raw.data[5:8]))}}
-        else:
-            try:
-                decoded = side.decoder(raw.data)
-            except (DecodeError, ValueError, KeyError, IndexError) as exc:
-                offset = raw.offset + getattr(exc, "offset", 0)
-                reason = getattr(exc, "reason", str(exc))
-                reason = f"undecodable {protocol} frame: {reason} (byte {offset})"
-                rows.append(("quarantine", self._quarantine(conn, direction, raw.offset, len(raw.data), raw.packet_number,
-                                                            reason)))
-                return
-        key = {
-            "capture_id": self.capture_id,
-            "connection_id": conn.connection_id,
-            "direction": direction,
-            "frame_index": conn.frames,
-            "ts": raw.ts_us,
-            "ts_us": raw.ts_us,
-            "packet_number": raw.packet_number,
-            "stream_offset": raw.offset,
-            "frame_size": len(raw.data),
-        }
-        conn.frames += 1
-        rows.append(("frames", frame_row(protocol, decoded, key)))
+        decode = side.decoder
+        capture_id, connection_id = self.capture_id, conn.connection_id
+        # Runs once a frame: the frame's row is built here in one go rather than through a call a step.
+        for item in splitter.feed(event.payload, event.packet_number, event.ts_us):
+            if type(item) is not RawFrame:
+                rows.append(("quarantine", self._unframed(conn, direction, item)))
+                continue
+            offset, data, packet_number, ts_us, is_protocol_header = item
+            if is_protocol_header:
+                name = _HEADER_PROTOCOLS.get(data, (protocol, data.hex()))[1]
+                decoded = {"frame_type": "protocol-header", "method": name,
+                           "arguments": {"protocol-id": data[4], "version": ".".join(map(str, data[5:8]))}}
+            else:
+                try:
+                    decoded = decode(data)
+                except (DecodeError, ValueError, KeyError, IndexError) as exc:
+                    rows.append(("quarantine", self._undecodable(conn, direction, item, exc)))
+                    continue
+            row = {
+                "capture_id": capture_id,
+                "connection_id": connection_id,
+                "direction": direction,
+                "frame_index": conn.frames,
+                "ts": ts_us,
+                "ts_us": ts_us,
+                "packet_number": packet_number,
+                "stream_offset": offset,
+                "frame_size": len(data),
+                # The frame's kind, as ``rows.frame_row`` sets it.
+                "protocol": protocol,
+                "frame_type": decoded["frame_type"],
+                "channel": decoded.get("channel"),
+                "method": decoded.get("method"),
+                "class_id": decoded.get("class_id"),
+                "method_id": decoded.get("method_id"),
+            }
+            conn.frames += 1
+            rows.append(("frames", add_arguments(row, protocol, decoded)))
+
+    def _undecodable(self, conn: _Connection, direction: str, raw: RawFrame, exc: Exception) -> Row:
+        offset = raw.offset + getattr(exc, "offset", 0)
+        reason = getattr(exc, "reason", str(exc))
+        reason = f"undecodable {conn.protocol} frame: {reason} (byte {offset})"
+        return self._quarantine(conn, direction, raw.offset, len(raw.data), raw.packet_number, reason)
 
     def _segment_row(self, conn: _Connection, direction: str, seg: Segment, number: int, ts_us: int) -> Row:
         """The tcp_segments row of one segment, before its payload enters the stream."""

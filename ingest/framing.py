@@ -8,7 +8,7 @@ AMQP 1.0 sends a second one after the SASL exchange.
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 PROTOCOL_HEADER_SIZE = 8
 _AMQP = b"AMQP"
@@ -24,6 +24,11 @@ class RawFrame(NamedTuple):
     packet_number: int  # capture record that completed the frame
     ts_us: int
     is_protocol_header: bool
+
+
+# Builds a RawFrame from a tuple of its fields without the NamedTuple's Python-level __new__:
+# the per-frame fast paths (``FrameFormat.take_frames``) create one per frame, and this is 40 % cheaper.
+new_frame = tuple.__new__
 
 
 class Unframed(NamedTuple):
@@ -53,6 +58,15 @@ class FrameFormat(Protocol):
         Used to resynchronise after an error.
         """
 
+    def take_frames(self, buf: bytes, pos: int, end: int, base: int, packet_number: int, ts_us: int,
+                    out: list[RawFrame | Unframed]) -> int:
+        """Append the complete, well-formed frames from ``pos`` on to ``out``; where they stop.
+
+        The splitter's fast path: it stops, leaving the bytes to the splitter's general loop, at
+        anything else (a byte "A" that may start a protocol header, bytes that cannot start a
+        frame, a frame not yet whole or malformed).
+        """
+
 
 def protocol_header_at(buf: bytes | memoryview, pos: int) -> bool:
     return buf[pos : pos + 4] == _AMQP
@@ -76,54 +90,64 @@ class FrameSplitter:
     def offset(self) -> int:
         return self._base
 
-    def feed(self, data: bytes, packet_number: int, ts_us: int) -> Iterator[RawFrame | Unframed]:
-        """Add contiguous stream bytes; yield every frame they complete."""
+    def feed(self, data: bytes, packet_number: int, ts_us: int) -> list[RawFrame | Unframed]:
+        """Add contiguous stream bytes; the frames they complete, in stream order (often none)."""
         if self._buf:
             self._buf += data
             if len(self._buf) < self._wanted:
-                return  # the frame in progress is still incomplete: nothing to scan
+                return []  # the frame in progress is still incomplete: nothing to scan
             buf = bytes(self._buf)
         else:
             buf = bytes(data)
+        out: list[RawFrame | Unframed] = []
         pos = 0
         end = len(buf)
         fmt = self.fmt
+        take_frames = fmt.take_frames
         base = self._base
         self._wanted = 0
-        try:
-            while pos < end:
-                if buf[pos] == 0x41 and _AMQP.startswith(buf[pos : pos + 4]):  # "A": maybe a protocol header
-                    if end - pos < PROTOCOL_HEADER_SIZE:
-                        break
-                    if buf[pos : pos + 4] == _AMQP:
-                        yield RawFrame(base + pos, buf[pos : pos + PROTOCOL_HEADER_SIZE], packet_number, ts_us, True)
-                        pos += PROTOCOL_HEADER_SIZE
-                        continue
-                try:
-                    length = fmt.frame_length(buf, pos)
-                except ValueError as exc:
-                    skipped = self._resync(buf, pos)
-                    if skipped is None:
-                        # No boundary in sight yet: keep the bytes until more arrive or the stream ends.
-                        break
-                    yield Unframed(base + pos, skipped, packet_number, str(exc))
-                    pos += skipped
-                    continue
-                if length is None or end - pos < length:
-                    self._wanted = length or 0
+        while pos < end:
+            # Runs of complete, well-formed frames (nearly all the bytes) in the version's own loop;
+            # the rest of this loop handles what stops it: a header, an error, a frame not yet whole.
+            pos = take_frames(buf, pos, end, base, packet_number, ts_us, out)
+            if pos >= end:
+                break
+            if buf[pos] == 0x41 and _AMQP.startswith(buf[pos : pos + 4]):  # "A": maybe a protocol header
+                if end - pos < PROTOCOL_HEADER_SIZE:
                     break
-                reason = fmt.validate(buf, pos, length)
-                if reason is not None:
-                    skipped = self._resync(buf, pos + 1)
-                    size = length if skipped is None else 1 + skipped
-                    yield Unframed(base + pos, size, packet_number, reason)
-                    pos += size
+                if buf[pos : pos + 4] == _AMQP:
+                    out.append(RawFrame(base + pos, buf[pos : pos + PROTOCOL_HEADER_SIZE], packet_number, ts_us, True))
+                    pos += PROTOCOL_HEADER_SIZE
                     continue
-                yield RawFrame(base + pos, buf[pos : pos + length], packet_number, ts_us, False)
-                pos += length
-        finally:
+            try:
+                length = fmt.frame_length(buf, pos)
+            except ValueError as exc:
+                skipped = self._resync(buf, pos)
+                if skipped is None:
+                    # No boundary in sight yet: keep the bytes until more arrive or the stream ends.
+                    break
+                out.append(Unframed(base + pos, skipped, packet_number, str(exc)))
+                pos += skipped
+                continue
+            if length is None or end - pos < length:
+                self._wanted = length or 0
+                break
+            reason = fmt.validate(buf, pos, length)
+            if reason is not None:
+                skipped = self._resync(buf, pos + 1)
+                size = length if skipped is None else 1 + skipped
+                out.append(Unframed(base + pos, size, packet_number, reason))
+                pos += size
+                continue
+            out.append(RawFrame(base + pos, buf[pos : pos + length], packet_number, ts_us, False))
+            pos += length
+        if pos < end:
             self._buf = bytearray(buf[pos:])
-            self._base = base + pos
+        elif self._buf:
+            self._buf = bytearray()
+        # else: nothing was buffered and everything was framed (the usual case): no new buffer
+        self._base = base + pos
+        return out
 
     def _resync(self, buf: bytes, start: int) -> int | None:
         """Bytes from ``start`` to the next plausible frame boundary, None if none is visible yet."""

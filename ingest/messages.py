@@ -52,21 +52,27 @@ class Amqp10Deliveries:
             return decoded
         arguments = decoded["arguments"]
         key = (decoded["channel"], arguments.get("handle"))
-        partial = self._open.pop(key, None) or _Partial()
+        partial = self._open.pop(key, None)
+        aborted = arguments.get("aborted")
+        if partial is None and not aborted and not arguments.get("more"):
+            # A delivery in one transfer, the usual case: its message is this frame's payload.
+            decoded["message"] = _message(1, decoded["payload"], aborted=False)
+            return decoded
+        if partial is None:
+            partial = _Partial()
         partial.frames += 1
         partial.parts.append(decoded["payload"])
-        if arguments.get("aborted"):
-            decoded["message"] = _message(partial, aborted=True)
+        if aborted:
+            decoded["message"] = _message(partial.frames, b"".join(partial.parts), aborted=True)
         elif arguments.get("more"):
             self._open[key] = partial
         else:
-            decoded["message"] = _message(partial, aborted=False)
+            decoded["message"] = _message(partial.frames, b"".join(partial.parts), aborted=False)
         return decoded
 
 
-def _message(partial: _Partial, aborted: bool) -> dict[str, Any]:
-    payload = b"".join(partial.parts)
-    message: dict[str, Any] = {"frames": partial.frames, "size": len(payload), "aborted": aborted,
+def _message(frames: int, payload: bytes, aborted: bool) -> dict[str, Any]:
+    message: dict[str, Any] = {"frames": frames, "size": len(payload), "aborted": aborted,
                                "sections": None, "error": None}
     if aborted:
         return message

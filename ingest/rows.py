@@ -43,9 +43,13 @@ _SECTION_COLUMNS = {
        for name in ("message-id", "subject", "reply-to", "correlation-id", "content-type", "content-encoding")},
     ("properties", "to"): "to_address",
 }  # fmt: skip
+# The same by section: the fields of a section name -> their columns.
+_SECTION_COLUMNS_BY_NAME: dict[str, dict[str, str]] = {"header": {}, "properties": {}}
+for (_section, _field), _name in _SECTION_COLUMNS.items():
+    _SECTION_COLUMNS_BY_NAME[_section][_field] = _name
 # Sections kept whole as text in ``arguments`` (maps of annotations and application properties).
 _MAP_SECTIONS = frozenset({"delivery-annotations", "message-annotations", "application-properties", "footer"})
-_INT64 = (-(1 << 63), 1 << 63)
+_INT64_MIN, _INT64_END = -(1 << 63), 1 << 63  # a long column's range
 
 
 def text(value: Any) -> str | None:
@@ -96,43 +100,66 @@ def frame_row(protocol: str, decoded: dict[str, Any], key: dict[str, Any]) -> di
     row["method"] = decoded.get("method")
     row["class_id"] = decoded.get("class_id")
     row["method_id"] = decoded.get("method_id")
-    columns = _COLUMNS.setdefault(protocol, {})
+    return add_arguments(row, protocol, decoded)
+
+
+def add_arguments(row: dict[str, Any], protocol: str, decoded: dict[str, Any]) -> dict[str, Any]:
+    """The rest of ``frame_row``: a row holding the key and frame kind columns gets the frame's arguments."""
+    try:
+        columns = _COLUMNS[protocol]
+    except KeyError:
+        columns = _COLUMNS[protocol] = {}
     extra: dict[str, str | None] = {}
     for name, value in decoded["arguments"].items():
         try:
             column = columns[name]
         except KeyError:
             column = columns[name] = _column(protocol, name)
+        # The common cases inline (this runs for every argument of every frame), the rest in _argument.
         kind = type(value)
-        if column is None or kind is dict or kind is list:
-            nested = _NESTED.get(name)
-            if nested is not None and kind is dict:
-                for member, nested_column in nested:
-                    row[nested_column] = text(value.get(member))
-            elif column is not None and kind is dict and "$type" in value:
-                # A delivery state or outcome: the column holds its name (accepted, rejected ...).
-                row[column] = value["$type"]
-            extra[name] = text(value)
-        elif kind is int:
-            if _INT64[0] <= value < _INT64[1]:
-                row[column] = value
+        if column is None:
+            if kind is int or kind is str:
+                extra[name] = str(value)  # as ``text`` renders them
+            elif kind is bool:
+                extra[name] = "true" if value else "false"
+            elif value is None:
+                extra[name] = None
             else:
-                # 1.0 ulong fields (max-message-size) can exceed a signed 64-bit column.
-                extra[name] = str(value)
-        elif kind is str or kind is bool or kind is bytes or value is None:
+                _argument(row, extra, name, None, value)
+        elif value is None or kind is str or kind is bool or kind is bytes or (
+            kind is int and _INT64_MIN <= value < _INT64_END
+        ):
             row[column] = value
-        elif isinstance(value, str):
-            row[column] = str(value)  # a symbol
         else:
-            row[column] = value
-    payload = decoded.get("payload")
-    if payload is not None:
-        row["payload_size"] = len(payload)
-    message = decoded.get("message")
-    if message is not None:
-        _message_columns(row, extra, message)
+            _argument(row, extra, name, column, value)
+    # Only 1.0 transfers have these ("in" before reading: a cheaper test than a call to get).
+    if "payload" in decoded and decoded["payload"] is not None:
+        row["payload_size"] = len(decoded["payload"])
+    if "message" in decoded and decoded["message"] is not None:
+        _message_columns(row, extra, decoded["message"])
     row["arguments"] = extra
     return row
+
+
+def _argument(row: dict[str, Any], extra: dict[str, str | None], name: str, column: str | None, value: Any) -> None:
+    """An argument value of a kind ``add_arguments`` does not place inline: composites, big ints, symbols."""
+    kind = type(value)
+    if column is None or kind is dict or kind is list:
+        nested = _NESTED.get(name)
+        if nested is not None and kind is dict:
+            for member, nested_column in nested:
+                row[nested_column] = text(value.get(member))
+        elif column is not None and kind is dict and "$type" in value:
+            # A delivery state or outcome: the column holds its name (accepted, rejected ...).
+            row[column] = value["$type"]
+        extra[name] = text(value)
+    elif kind is int:
+        # 1.0 ulong fields (max-message-size) can exceed a signed 64-bit column.
+        extra[name] = str(value)
+    elif isinstance(value, str):
+        row[column] = str(value)  # a symbol
+    else:
+        row[column] = value
 
 
 def _message_columns(row: dict[str, Any], extra: dict[str, str | None], message: dict[str, Any]) -> None:
@@ -148,11 +175,12 @@ def _message_columns(row: dict[str, Any], extra: dict[str, str | None], message:
         sizes[section.name] = sizes.get(section.name, 0) + section.size
         if section.name in _MAP_SECTIONS:
             extra[section.name] = text(section.value)
-        elif section.name in ("header", "properties"):
+        elif section.name in _SECTION_COLUMNS_BY_NAME:
+            columns = _SECTION_COLUMNS_BY_NAME[section.name]
             for name, value in section.value.items():
-                column = _SECTION_COLUMNS.get((section.name, name))
+                column = columns.get(name)
                 if column is not None:
-                    row[column] = value if column == "priority" else text(value)
+                    row[column] = value if column == "priority" or value is None else text(value)
                 elif value is not None:
                     extra[f"{section.name}.{name}"] = text(value)
         elif row.get("body_kind") is None:

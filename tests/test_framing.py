@@ -142,3 +142,22 @@ def test_10_bad_size_is_unframed_then_resynchronised():
     frames = split(amqp10.Amqp10Format(), [garbage + b.flow(0, 0, 1)])
     assert isinstance(frames[0], Unframed) and "below the 8-byte minimum" in frames[0].reason
     assert isinstance(frames[1], RawFrame) and frames[1].offset == len(garbage)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "good", "bad"),
+    [
+        (amqp091.Amqp091Format(), b.basic_ack(1), b.frame091(1, 1, b"\x00\x3c\x00\x50" + bytes(9), end=0x00)),
+        (amqp10.Amqp10Format(), b.flow(0, 0, 1), b"\x00\x00\x00\x10\x09\x00\x00\x00" + bytes(8)),  # doff 9 > size
+    ],
+    ids=["0-9-1", "1.0"],
+)
+def test_a_run_of_frames_stops_at_a_malformed_one_and_resumes_after_it(fmt, good, bad):
+    """The splitter's fast path (``take_frames``) hands a bad frame in the middle of a chunk to the general loop."""
+    stream = good + good + bad + good
+    frames = split(fmt, [stream])
+    assert [type(f) for f in frames] == [RawFrame, RawFrame, Unframed, RawFrame]
+    assert [f.offset for f in frames] == [0, len(good), 2 * len(good), 2 * len(good) + len(bad)]
+    assert frames[2].size == len(bad) and frames[3].data == good
+    # Fed byte by byte, every frame completes on its last byte and the result is the same.
+    assert [f[:2] for f in split(fmt, [bytes([x]) for x in stream])] == [f[:2] for f in frames]

@@ -49,7 +49,9 @@ def lost_payload(records: list[Record], snaplen: int) -> dict[int, int]:
         if TCP not in packet:
             continue
         ip, tcp = packet[IP], packet[TCP]
-        header_end = len(r.data) - len(ip) + ip.ihl * 4 + tcp.dataofs * 4  # link header + IP + TCP headers
+        # Link header + IP + TCP headers. Offsets from the headers' own fields: the length of what
+        # Scapy dissected after them depends on which layers are bound (ingest.scapy_layers binds AMQP).
+        header_end = len(packet) - len(packet.payload) + ip.ihl * 4 + tcp.dataofs * 4
         wire = ip.len - ip.ihl * 4 - tcp.dataofs * 4
         captured = max(0, min(snaplen, len(r.data)) - header_end)
         if wire > captured:
