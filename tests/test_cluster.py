@@ -12,7 +12,7 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.jobs.lake import Lake
-from tests.spark_cluster import StandaloneCluster
+from amqpscope.testbed.spark_cluster import StandaloneCluster
 
 SAMPLES = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "samples").iterdir() if p.suffix in (".pcap", ".pcapng"))
 COMPARED = ("captures", "connections", "frames", "quarantine", "link_credit", "channel_unacked", "violations")

@@ -1,7 +1,8 @@
 """A real Spark standalone cluster on loopback: one master and N workers from pyspark's own launcher.
 
 Started with ``bin/spark-class`` of the installed pyspark (which ``exec``s the JVM, so the PID we
-hold is the JVM's), stopped by PID, every process checked gone.
+hold is the JVM's), stopped by PID, every process checked gone. Used by the cluster test
+(``tests/test_cluster.py``) and the ingestion benchmark (``benchmarks/ingest.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class StandaloneCluster:
     workers: int = 2
     worker_cores: int = 1
     worker_memory: str = "1g"
-    processes: list[subprocess.Popen] = field(default_factory=list)
+    processes: list[subprocess.Popen] = field(default_factory=list)  # the master first, then the workers
     master_url: str = ""
 
     def _launch(self, name: str, *args: str) -> subprocess.Popen:
@@ -104,6 +105,10 @@ class StandaloneCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def worker_pids(self) -> list[int]:
+        """The workers' JVMs: the executors of an application are their children."""
+        return [p.pid for p in self.processes[1:]]
 
     def alive(self) -> list[int]:
         return [p.pid for p in self.processes if p.poll() is None]
