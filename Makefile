@@ -34,6 +34,7 @@ captures: setup system-deps
 bench: setup system-deps
 	$(BIN)/python benchmarks/decode.py
 	$(BIN)/python benchmarks/flow_state.py --frames 10000000
+	$(BIN)/python benchmarks/ingest.py
 
 clean:
 	rm -rf out build *.egg-info

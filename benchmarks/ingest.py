@@ -307,6 +307,8 @@ def run_ingest(run: Run, landing: Path, lake: Path, ports: tuple[int, ...], log:
         if run.frames != run.expected_frames or result["captures_ingested"] != run.captures or result["failed"]:
             run.error = (f"wrote {run.frames} frames of {result['captures_ingested']} captures "
                          f"(expected {run.expected_frames} of {run.captures}); failed: {result['failed']}")  # fmt: skip
+        elif cluster is not None and run.executors < cluster.workers:
+            run.error = f"the master launched {run.executors} executors for {cluster.workers} workers"
     shutil.rmtree(lake, ignore_errors=True)
     print(f"[{time.strftime('%H:%M:%S')}] {run.name}: {_summary(run)}", file=sys.stderr, flush=True)
     return run
@@ -359,9 +361,10 @@ def machine() -> dict[str, object]:
 def _commit() -> str:
     """The code measured: HEAD, marked when the work tree differs from it."""
     git = ["git", "-C", str(ROOT)]
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
-    return f"{head}{' (modified)' if dirty.strip() else ''}" or "unknown"
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False).stdout
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                           check=False).stdout  # fmt: skip
+    return f"{head.strip()}{' (modified)' if dirty.strip() else ''}" or "unknown"
 
 
 def throughput(seeds: list[Path], target_frames: int, ports: tuple[int, ...], out: Path, runs: list[Run],

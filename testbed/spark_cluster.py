@@ -58,7 +58,7 @@ class StandaloneCluster:
         self.processes.append(process)
         return process
 
-    def __enter__(self) -> "StandaloneCluster":
+    def __enter__(self) -> StandaloneCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         port, ui = free_port(), free_port()
         try:
