@@ -38,13 +38,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from amqpscope.ingest import amqp10, amqp091
-from amqpscope.ingest.capture import decode_capture
+from amqpscope.ingest.capture import decode_capture, direction_payloads
 from amqpscope.ingest.framing import FrameSplitter, RawFrame
 from amqpscope.ingest.messages import stream_decoder
-from amqpscope.ingest.packets import LINKTYPE_ETHERNET, TCP_SYN, parse_tcp
+from amqpscope.ingest.packets import LINKTYPE_ETHERNET, parse_tcp
 from amqpscope.ingest.pcap import read_container, read_records, scan
 from amqpscope.ingest.rows import frame_row
-from amqpscope.ingest.tcp import Data, DirectionStream
 from amqpscope.testbed.capture import truth_path
 from amqpscope.testbed.tshark import TSHARK_PREFERENCES
 
@@ -143,19 +142,7 @@ def run_decoders_only(capture: Path, ports: tuple[int, ...]) -> Run:
 
     Tells the decoding apart from reading the capture, parsing TCP and tracking connections.
     """
-    streams: dict[tuple, list[bytes]] = {}
-    tcp: dict[tuple, DirectionStream] = {}
-    for record in read_records(capture):
-        seg = parse_tcp(record.linktype, record.data, record.wirelen)
-        if seg is None:
-            continue
-        key = (seg.src, seg.sport, seg.dst, seg.dport)
-        stream = tcp.setdefault(key, DirectionStream())
-        if seg.flags & TCP_SYN:
-            stream.syn(seg.seq)
-        for event in stream.segment(seg.seq, seg.payload, record.number, record.ts_us):
-            if isinstance(event, Data):
-                streams.setdefault(key, []).append(event.payload)
+    streams = direction_payloads(capture)
     frames = 0
     cpu, wall = time.process_time(), time.perf_counter()
     for (src, sport, dst, dport), chunks in streams.items():

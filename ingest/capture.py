@@ -15,7 +15,7 @@ from amqpscope.ingest.amqp10_types import DecodeError
 from amqpscope.ingest.messages import StreamDecoder, stream_decoder
 from amqpscope.ingest.framing import FrameFormat, FrameSplitter, RawFrame, Unframed
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_FIN, TCP_RST, TCP_SYN, TCP_ACK, Segment, parse_tcp
-from amqpscope.ingest.pcap import CaptureError, read_container, scan
+from amqpscope.ingest.pcap import CaptureError, read_container, read_records, scan
 from amqpscope.ingest.rows import add_arguments
 from amqpscope.ingest.tcp import Data, DirectionStream, Event, Gap
 
@@ -466,6 +466,26 @@ def _not_amqp_reason(head: bytes) -> str:
     if head.startswith(b"AMQP"):
         return f"not decoded: unsupported protocol header {head[:8].hex()}"
     return "not decoded: not AMQP"
+
+
+def direction_payloads(path: str | Path) -> dict[tuple[str, int, str, int], list[bytes]]:
+    """Every TCP direction's payload in stream order, as delivered by reassembly, keyed by
+    (source, source port, destination, destination port): for the benchmark and tests that feed
+    the frame splitter themselves, without connection tracking or decoding."""
+    payloads: dict[tuple[str, int, str, int], list[bytes]] = {}
+    streams: dict[tuple[str, int, str, int], DirectionStream] = {}
+    for record in read_records(path):
+        seg = parse_tcp(record.linktype, record.data, record.wirelen)
+        if seg is None:
+            continue
+        key = (seg.src, seg.sport, seg.dst, seg.dport)
+        stream = streams.setdefault(key, DirectionStream())
+        if seg.flags & TCP_SYN:
+            stream.syn(seg.seq)
+        for event in stream.segment(seg.seq, seg.payload, record.number, record.ts_us):
+            if isinstance(event, Data):
+                payloads.setdefault(key, []).append(event.payload)
+    return payloads
 
 
 def decode_capture(path: str | Path, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS,

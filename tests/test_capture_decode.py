@@ -16,13 +16,12 @@ from scapy.layers.l2 import Ether
 from scapy.utils import RawPcapNgReader, RawPcapReader, wrpcap
 
 from amqpscope.ingest import amqp10, amqp091
-from amqpscope.ingest.capture import C2S, S2C, decode_capture
+from amqpscope.ingest.capture import C2S, S2C, decode_capture, direction_payloads
 from amqpscope.ingest.framing import FrameSplitter
 from amqpscope.ingest.messages import stream_decoder
-from amqpscope.ingest.packets import TCP_SYN, parse_tcp
 from amqpscope.ingest.pcap import CaptureError, read_records
 from amqpscope.ingest.rows import frame_row
-from amqpscope.ingest.tcp import SEQ_MOD, Data, DirectionStream, unwrap
+from amqpscope.ingest.tcp import SEQ_MOD, unwrap
 from tests import amqp_bytes as b
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -245,19 +244,7 @@ _STREAMS: dict[Path, dict[tuple[str, str], bytes]] = {}
 def _frame_bytes(sample: Path, row: dict) -> bytes:
     """The bytes of a frames row, cut from its direction's reassembled stream."""
     if sample not in _STREAMS:
-        tcp: dict[tuple, DirectionStream] = {}
-        chunks: dict[tuple, list[bytes]] = {}
-        for record in read_records(sample):
-            seg = parse_tcp(record.linktype, record.data, record.wirelen)
-            if seg is None:
-                continue
-            key = (seg.src, seg.sport, seg.dst, seg.dport)
-            stream = tcp.setdefault(key, DirectionStream())
-            if seg.flags & TCP_SYN:
-                stream.syn(seg.seq)
-            for event in stream.segment(seg.seq, seg.payload, record.number, record.ts_us):
-                if isinstance(event, Data):
-                    chunks.setdefault(key, []).append(event.payload)
+        chunks = direction_payloads(sample)
         streams = {}
         for (src, sport, dst, dport), parts in chunks.items():
             client_first = dport == 5672
