@@ -80,8 +80,11 @@ def _first_and_last_ts(path: Path, c: Container, size: int) -> tuple[int | None,
     return first, _last if _last is not None else first
 
 
-def group_parts(parts: Iterable[CapturePart]) -> list[tuple[CapturePart, ...]]:
-    """Captures as tuples of parts in time order; a file that is no rotation's part is a capture alone."""
+def group_parts(parts: Iterable[CapturePart], group_rotated: bool = True) -> list[tuple[CapturePart, ...]]:
+    """Captures as tuples of parts in time order; a file that is no rotation's part (or every
+    file, when not ``group_rotated``) is a capture alone."""
+    if not group_rotated:
+        return [(part,) for part in parts]
     by_key: dict[tuple[str, str], list[CapturePart]] = {}
     for part in parts:
         by_key.setdefault(rotation_key(part.path), []).append(part)
@@ -114,6 +117,4 @@ def resolve_parts(paths: Sequence[str | Path], group_rotated: bool = True) -> li
             raise CaptureError(raw, "file", "no such capture file")
         part = describe_part(raw)
         seen.setdefault(part.content_hash, part)
-    if not group_rotated:
-        return [(part,) for part in seen.values()]
-    return group_parts(seen.values())
+    return group_parts(seen.values(), group_rotated)

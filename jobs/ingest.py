@@ -53,10 +53,6 @@ class CaptureFile:
     def part_hashes(self) -> tuple[str, ...]:
         return tuple(p.content_hash for p in self.parts)
 
-    @staticmethod
-    def of(paths: Sequence[str | Path], group_rotated: bool = True) -> list["CaptureFile"]:
-        return [CaptureFile(parts) for parts in resolve_parts(paths, group_rotated)]
-
 
 @dataclass(frozen=True)
 class Bronze:
@@ -97,7 +93,7 @@ class Bronze:
 def resolve_captures(paths: Sequence[str | Path], group_rotated: bool = True) -> list[CaptureFile]:
     """Check every file's container header before any work starts (a clear error naming the file
     and the place); the same bytes twice are one capture; rotated files are grouped into one."""
-    return CaptureFile.of(paths, group_rotated)
+    return [CaptureFile(parts) for parts in resolve_parts(paths, group_rotated)]
 
 
 def superseded_captures(lake: Lake, captures: Sequence[CaptureFile]) -> list[str]:

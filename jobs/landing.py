@@ -65,8 +65,7 @@ def ingest_landing(
             parts[cid] = describe_part(path, cid)
         except CaptureError as exc:
             failed[cid] = (path, exc.reason)
-    groups = group_parts(parts.values()) if config.group_rotated else [(p,) for p in parts.values()]
-    captures = [CaptureFile(g) for g in groups]
+    captures = [CaptureFile(g) for g in group_parts(parts.values(), config.group_rotated)]
     fresh = [c for c in captures if known.get(c.capture_id) != c.part_hashes]
     skipped = sorted(c.capture_id for c in captures if known.get(c.capture_id) == c.part_hashes)
     if failed:

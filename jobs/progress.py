@@ -106,11 +106,12 @@ class Progress:
 
     def _write(self, line: str, final: bool = False) -> None:
         now = time.monotonic()
+        news = line.split("] ", 1)[-1]  # what the line says, its clock aside
         if self._redraw:
             self._stream.write("\r\x1b[2K" + line + ("\n" if final else ""))
-        elif final or (line.split("] ", 1)[-1] != self._last_line and now - self._last_written >= self._log_interval):
+        elif final or (news != self._last_line and now - self._last_written >= self._log_interval):
             self._stream.write(line + "\n")
-            self._last_line, self._last_written = line.split("] ", 1)[-1], now
+            self._last_line, self._last_written = news, now
         else:
             return
         self._stream.flush()
