@@ -7,7 +7,9 @@ LAKE ?= out/lake
 
 .PHONY: setup system-deps demo test captures bench clean
 
-$(BIN)/amqpscope: setup.cfg pyproject.toml
+# The decoders' per-packet modules are compiled at install (setup.py, ingest/compiled.py): a change
+# to any of them rebuilds, so that `make test` and `make demo` never run a stale build.
+$(BIN)/amqpscope: setup.cfg pyproject.toml setup.py $(wildcard ingest/*.py)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
@@ -37,4 +39,4 @@ bench: setup system-deps
 	$(BIN)/python benchmarks/ingest.py
 
 clean:
-	rm -rf out build *.egg-info
+	rm -rf out build *.egg-info ingest/*.so ingest/_compiled_sources.json

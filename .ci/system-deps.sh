@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs, non-interactively, the Debian packages amqpscope's tests need: RabbitMQ (a real broker
-# for the live captures), tcpdump (to capture) and tshark (the reference decoder). Idempotent.
+# for the live captures), tcpdump (to capture), tshark (the reference decoder), Java (Spark), and a
+# C compiler with the Python headers (the install compiles the decoders with mypyc). Idempotent.
 set -euo pipefail
 need=()
 command -v rabbitmq-server >/dev/null 2>&1 || need+=(rabbitmq-server)
 command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)
 command -v tshark >/dev/null 2>&1 || need+=(tshark)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(sysconfig.get_path("include") + "/Python.h"))' \
+  || need+=(python3-dev)
 [ ${#need[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"

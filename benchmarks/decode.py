@@ -10,7 +10,9 @@ One command:
    both decoders) until the capture holds at least ``--frames`` AMQP frames; the file is written
    with a plain pcap writer.
 2. amqpscope decodes it in this process (one core): ``ingest.capture.decode_capture``, every row of
-   every table produced, exactly what the Spark ingest runs per capture.
+   every table produced, exactly what the Spark ingest runs per capture. That is the build's
+   decoders, compiled by mypyc (``ingest.compiled``); a child process decodes the file once more
+   with the same modules run as Python source (``AMQPSCOPE_PURE_PYTHON=1``).
 3. The frame splitter, decoders and row building alone are timed too, on the same streams
    reassembled beforehand; and reading the records alone, and reading them with the link / IP /
    TCP headers parsed. What is left of the whole decode is connection tracking, reassembly and
@@ -37,7 +39,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from amqpscope.ingest import amqp10, amqp091
+from amqpscope.ingest import amqp10, amqp091, compiled
 from amqpscope.ingest.capture import decode_capture, direction_payloads
 from amqpscope.ingest.framing import FrameSplitter, RawFrame
 from amqpscope.ingest.messages import stream_decoder
@@ -134,7 +136,16 @@ def run_amqpscope(capture: Path, ports: tuple[int, ...]) -> Run:
     for kind, _row in decode_capture(capture, "bench", ports):
         frames += kind == "frames"
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return _run("amqpscope", frames, wall, cpu, capture)
+    return _run(f"amqpscope, {compiled.running().split(' ')[0]}", frames, wall, cpu, capture)
+
+
+def run_amqpscope_as_python(capture: Path, ports: tuple[int, ...]) -> Run:
+    """``run_amqpscope`` in a child process that runs the decoders as Python source."""
+    child = subprocess.run(
+        [sys.executable, __file__, "--whole-decode-only", str(capture), *(f"--port={p}" for p in ports)],
+        env={**os.environ, compiled.PURE_PYTHON_VARIABLE: "1"}, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return Run(**json.loads(child.stdout))
 
 
 def run_decoders_only(capture: Path, ports: tuple[int, ...]) -> Run:
@@ -157,7 +168,7 @@ def run_decoders_only(capture: Path, ports: tuple[int, ...]) -> Run:
                     frame_row(protocol, decode(raw.data), {"frame_index": frames, "stream_offset": raw.offset})
                     frames += 1
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return _run("amqpscope decoders only", frames, wall, cpu, capture)
+    return _run(f"amqpscope decoders only, {compiled.running().split(' ')[0]}", frames, wall, cpu, capture)
 
 
 def stage_costs(capture: Path, whole: Run, decoders: Run) -> dict[str, float]:
@@ -225,7 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench")
     parser.add_argument("--seed", type=Path, action="append", help="seed capture with its truth JSON (repeatable)")
     parser.add_argument("--keep", action="store_true", help="keep the big capture")
+    parser.add_argument("--whole-decode-only", type=Path, help=argparse.SUPPRESS)  # the child of run_amqpscope_as_python
+    parser.add_argument("--port", type=int, action="append", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.whole_decode_only:
+        print(json.dumps(asdict(run_amqpscope(args.whole_decode_only, tuple(args.port)))))
+        return 0
     seeds = args.seed or list(DEFAULT_SEEDS)
     args.out.mkdir(parents=True, exist_ok=True)
     capture = args.out / "decode-bench.pcap"
@@ -240,22 +256,25 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"amqpscope decoded {ours.frames} frames, the seeds promise {frames}")
     decoders = run_decoders_only(capture, ports)
     stages = stage_costs(capture, ours, decoders)
+    as_python = run_amqpscope_as_python(capture, ports)
     theirs = run_tshark(capture, ports, frames)
     result = {
         "capture": {"file_megabytes": round(capture.stat().st_size / 1e6, 1), "frames": frames, "copies": copies,
                     "seeds": [s.name for s in seeds]},
         "machine": machine(),
-        "runs": [asdict(ours), asdict(decoders), asdict(theirs)],
+        "decoders": compiled.running(),
+        "runs": [asdict(ours), asdict(decoders), asdict(as_python), asdict(theirs)],
         "ratio_frames_per_second": round(ours.frames_per_second / theirs.frames_per_second, 2),
         "ratio_decoders_only": round(decoders.frames_per_second / theirs.frames_per_second, 2),
+        "ratio_as_python": round(as_python.frames_per_second / theirs.frames_per_second, 2),
         "stages_us_per_frame": stages,
     }
     (args.out / "decode.json").write_text(json.dumps(result, indent=2) + "\n")
-    for run in (ours, decoders, theirs):
-        print(f"{run.tool:>24}: {run.frames_per_second:>9,} frames/s  {run.megabytes_per_second:>7.1f} MB/s  "
+    for run in (ours, decoders, as_python, theirs):
+        print(f"{run.tool:>32}: {run.frames_per_second:>9,} frames/s  {run.megabytes_per_second:>7.1f} MB/s  "
               f"per CPU second ({run.cpu_seconds:.1f} s CPU, {run.seconds:.1f} s wall)")
     print(f"amqpscope / tshark, frames per CPU second: {result['ratio_frames_per_second']}x "
-          f"(decoders alone: {result['ratio_decoders_only']}x)")
+          f"(decoders alone: {result['ratio_decoders_only']}x; as Python source: {result['ratio_as_python']}x)")
     for name, micros in stages.items():
         print(f"{name:>42}: {micros:5.2f} µs / frame")
     if not args.keep:

@@ -11,7 +11,7 @@ so its sections are decoded once the delivery is whole (``decode_message``, used
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 from amqpscope.ingest.amqp10_types import (
     DECODERS_BY_CODE,
@@ -47,7 +47,7 @@ _SECTION_RULES = {name: (rank, name in BODY_SECTIONS[:2], name in BODY_SECTIONS)
 class Amqp10Format:
     """Frame boundaries of 1.0: a 4-byte size that includes the 8-byte frame header."""
 
-    def frame_length(self, buf: memoryview, pos: int) -> int | None:
+    def frame_length(self, buf: bytes | memoryview, pos: int) -> int | None:
         if len(buf) - pos < FRAME_HEADER_SIZE:
             return None
         size, doff, frame_type, _channel = _HEADER.unpack_from(buf, pos)
@@ -62,7 +62,7 @@ class Amqp10Format:
     def validate(self, buf: bytes, pos: int, length: int) -> str | None:
         return None
 
-    def plausible(self, buf: memoryview, pos: int) -> bool | None:
+    def plausible(self, buf: bytes | memoryview, pos: int) -> bool | None:
         if len(buf) - pos < FRAME_HEADER_SIZE:
             return None
         size, doff, frame_type, _channel = _HEADER.unpack_from(buf, pos)
@@ -132,7 +132,7 @@ def _decode_described(buf: bytes, pos: int) -> tuple[Any, Any, int]:
 
 class _FieldPlan(NamedTuple):
     name: str
-    choices: dict[str, str] | None  # restricted type's value -> choice name
+    choices: Mapping[str, str] | None  # restricted type's value -> choice name
     secret: bool
 
 
@@ -250,7 +250,7 @@ def decode_message(payload: bytes) -> list[Section]:
         descriptor, inner, pos = _decode_described(payload, pos)
         composite = None if descriptor is _NOT_DESCRIBED else _composite_for(descriptor)
         rules = None if composite is None else _SECTION_RULES.get(composite.name)
-        if rules is None:
+        if composite is None or rules is None:
             raise DecodeError("message data is not a message section", start)
         rank, repeats, is_body = rules
         # Sections come in spec order, and only body sections repeat (data, amqp-sequence).

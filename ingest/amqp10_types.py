@@ -24,6 +24,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any, Callable
 
+from mypy_extensions import mypyc_attr
+
 from amqpscope.ingest.specs import Encoding, amqp10
 
 
@@ -36,6 +38,7 @@ class DecodeError(ValueError):
         self.offset = offset
 
 
+@mypyc_attr(native_class=False)  # compiled classes cannot subclass str
 class Symbol(str):
     """An AMQP symbol (ASCII), kept distinct from strings so maps render faithfully."""
 
@@ -43,6 +46,7 @@ class Symbol(str):
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+@mypyc_attr(native_class=False)  # nor int
 class Timestamp(int):
     """An AMQP timestamp: milliseconds since the Unix epoch (types section 1.6.20), signed 64-bit."""
 
@@ -250,7 +254,7 @@ def _sequence(enc: Encoding) -> Decoder:
         # so those are only bounded, against a count that would loop for ever.
         if count > size and (not is_array or count > _MAX_ZERO_WIDTH_ELEMENTS):
             raise DecodeError(f"{enc.name} of {size} bytes cannot hold {count} elements", pos)
-        items = []
+        items: list[Any] = []
         append = items.append
         if is_array:
             element, pos = _constructor(buf, pos)
@@ -268,11 +272,11 @@ def _sequence(enc: Encoding) -> Decoder:
                     append(None)
                     pos += 1
                     continue
-                element = by_code[code]
-                if element is None:
+                known = by_code[code]
+                if known is None:
                     value, pos = decode_value(buf, pos)  # described, or an unknown code to report
                 else:
-                    value, pos = element(buf, pos + 1)
+                    value, pos = known(buf, pos + 1)
                 append(value)
         if pos != end:
             raise DecodeError(f"{enc.name} size {size} disagrees with its {count} elements", pos)

@@ -133,11 +133,12 @@ class CaptureDecoder:
         self.packets += 1
         self._last_packet = number
         self.link_types.add(linktype)
-        if self.first_ts is None:
+        first_ts, last_ts = self.first_ts, self.last_ts
+        if first_ts is None or last_ts is None:
             self.first_ts = self.last_ts = ts_us
-        elif ts_us < self.first_ts:
+        elif ts_us < first_ts:
             self.first_ts = ts_us
-        elif ts_us > self.last_ts:
+        elif ts_us > last_ts:
             self.last_ts = ts_us
         seg = parse_tcp(linktype, data, wirelen)
         if seg is None:
@@ -173,7 +174,7 @@ class CaptureDecoder:
         return rows
 
     def _deliver(self, conn: _Connection, direction: str, side: _Direction, event: Event, rows: Rows) -> None:
-        if type(event) is Gap:
+        if isinstance(event, Gap):
             side.missing_bytes += event.size
             if conn.not_amqp:
                 return  # classified, not decoded: quarantined as one run per direction at the end
@@ -232,7 +233,7 @@ class CaptureDecoder:
         for d, side in conn.directions.items():
             held, side.held, side.held_bytes = side.held, [], 0
             for event in held:
-                if type(event) is Gap:
+                if isinstance(event, Gap):
                     self._gap(conn, d, side, event, rows)
                 else:
                     self._split(conn, d, side, event, rows)
@@ -251,18 +252,18 @@ class CaptureDecoder:
         return None
 
     def _split(self, conn: _Connection, direction: str, side: _Direction, event: Data, rows: Rows) -> None:
-        splitter = side.splitter
-        if splitter is None:
-            splitter = side.splitter = FrameSplitter(_FORMATS[conn.protocol], start_offset=event.offset)
-            side.decoder = stream_decoder(conn.protocol)
+        protocol = conn.protocol
+        assert protocol is not None, "frames split before the protocol is known"
+        splitter, decode = side.splitter, side.decoder
+        if splitter is None or decode is None:
+            splitter = side.splitter = FrameSplitter(_FORMATS[protocol], start_offset=event.offset)
+            decode = side.decoder = stream_decoder(protocol)
         if not event.payload:
             return
-        protocol = conn.protocol
-        decode = side.decoder
         capture_id, connection_id = self.capture_id, conn.connection_id
         # Runs once a frame: the frame's row is built here in one go rather than through a call a step.
         for item in splitter.feed(event.payload, event.packet_number, event.ts_us):
-            if type(item) is not RawFrame:
+            if not isinstance(item, RawFrame):
                 rows.append(("quarantine", self._unframed(conn, direction, item)))
                 continue
             offset, data, packet_number, ts_us, is_protocol_header = item
@@ -387,12 +388,12 @@ class CaptureDecoder:
         for direction, side in conn.directions.items():
             if side.payload_bytes:
                 yield "quarantine", self._quarantine(conn, direction, 0, side.payload_bytes, self._last_packet,
-                                                     conn.not_amqp_reason)
+                                                     conn.not_amqp_reason or "not AMQP")
             if side.missing_bytes:
                 yield "quarantine", self._quarantine(conn, direction, 0, side.missing_bytes, self._last_packet,
                                                      "capture gap: bytes missing from the capture", missing=True)
         row = self._connection_row(conn)
-        row["protocol"] = "tls" if "TLS" in conn.not_amqp_reason else "not-amqp"
+        row["protocol"] = "tls" if "TLS" in (conn.not_amqp_reason or "") else "not-amqp"
         yield "connections", row
 
     def _connection_row(self, conn: _Connection) -> Row:
@@ -436,7 +437,7 @@ def _held_head(side: _Direction, limit: int) -> tuple[bytes, bool]:
     parts: list[bytes] = []
     size = 0
     for event in side.held:
-        if type(event) is Gap:
+        if isinstance(event, Gap):
             return b"".join(parts)[:limit], True
         parts.append(event.payload)
         size += len(event.payload)
@@ -453,7 +454,7 @@ def _chain_plausible(fmt: FrameFormat, head: memoryview) -> bool:
         return False
     if length is None or length >= len(head):
         return True
-    return fmt.plausible(head, length)
+    return bool(fmt.plausible(head, length))  # None: too few bytes to tell
 
 
 def _not_amqp_reason(head: bytes) -> str:
@@ -516,9 +517,10 @@ def decode_capture(path: str | Path, capture_id: str, ports: tuple[int, ...] = D
     if damage is not None:
         error = f"{damage.place}: {damage.reason}"
         status = f"damaged: {error}"
+        damaged_at = file_size if damage.offset is None else damage.offset  # scan names the offset
         yield "quarantine", {
             "capture_id": capture_id, "connection_id": None, "direction": None,
-            "stream_offset": damage.offset, "byte_count": file_size - damage.offset,  # here a file offset
+            "stream_offset": damaged_at, "byte_count": file_size - damaged_at,  # here a file offset
             "packet_number": None, "missing": False, "reason": f"capture file damaged: {error}",
         }  # fmt: skip
     yield "captures", decoder.capture_row(path, file_size, status)

@@ -43,7 +43,7 @@ class Unframed(NamedTuple):
 class FrameFormat(Protocol):
     """What a protocol version tells the splitter about its frames."""
 
-    def frame_length(self, buf: memoryview, pos: int) -> int | None:
+    def frame_length(self, buf: bytes | memoryview, pos: int) -> int | None:
         """Length of the frame starting at ``pos``; None until the length is known.
 
         Raises ValueError (with the reason) when the bytes cannot start a frame.
@@ -52,7 +52,7 @@ class FrameFormat(Protocol):
     def validate(self, buf: bytes, pos: int, length: int) -> str | None:
         """A reason when the complete frame at ``pos`` is malformed (e.g. 0-9-1 frame-end not 0xCE)."""
 
-    def plausible(self, buf: memoryview, pos: int) -> bool | None:
+    def plausible(self, buf: bytes | memoryview, pos: int) -> bool | None:
         """Whether a frame could start at ``pos``; None while the bytes to tell are not there yet.
 
         Used to resynchronise after an error.

@@ -123,6 +123,14 @@ class Amqp10Spec:
     choices: Mapping[str, Mapping[str, str]]  # restricted type -> value -> choice name
 
 
+def _attr(element: ET.Element, name: str) -> str:
+    """An attribute that every element of its kind carries in the AMQP 1.0 spec XML."""
+    value = element.get(name)
+    if value is None:
+        raise ValueError(f"AMQP 1.0 spec: <{element.tag}> without its {name!r} attribute")
+    return value
+
+
 def _descriptor_code(code: str) -> int:
     domain, ident = code.split(":")
     return int(domain, 16) << 32 | int(ident, 16)
@@ -139,27 +147,28 @@ def amqp10() -> Amqp10Spec:
     for file_name in AMQP10_SPEC_FILES:
         root = ET.fromstring(base.joinpath(file_name).read_text())
         for t in root.iterfind(".//a:type", _AMQP10_NS):
-            name, cls = t.get("name"), t.get("class")
+            name, cls = _attr(t, "name"), _attr(t, "class")
             for e in t.iterfind("a:encoding", _AMQP10_NS):
-                code = int(e.get("code"), 16)
-                encodings[code] = Encoding(code, name, e.get("name") or name, e.get("category"), int(e.get("width")))
+                code = int(_attr(e, "code"), 16)
+                encodings[code] = Encoding(code, name, e.get("name") or name, _attr(e, "category"),
+                                           int(_attr(e, "width")))
             if cls == "restricted":
-                restricted[name] = t.get("source")
-                values = {c.get("value"): c.get("name") for c in t.iterfind("a:choice", _AMQP10_NS)}
+                restricted[name] = _attr(t, "source")
+                values = {_attr(c, "value"): _attr(c, "name") for c in t.iterfind("a:choice", _AMQP10_NS)}
                 if values:
                     choices[name] = values
             descriptor = t.find("a:descriptor", _AMQP10_NS)
             if descriptor is not None:
                 composite = Composite(
                     name=name,
-                    code=_descriptor_code(descriptor.get("code")),
-                    symbol=descriptor.get("name"),
-                    source=t.get("source"),
+                    code=_descriptor_code(_attr(descriptor, "code")),
+                    symbol=_attr(descriptor, "name"),
+                    source=_attr(t, "source"),
                     provides=tuple(p.strip() for p in (t.get("provides") or "").split(",") if p.strip()),
                     fields=tuple(
                         Field(
-                            name=f.get("name"),
-                            type=f.get("type"),
+                            name=_attr(f, "name"),
+                            type=_attr(f, "type"),
                             multiple=f.get("multiple") == "true",
                             mandatory=f.get("mandatory") == "true",
                             default=f.get("default"),

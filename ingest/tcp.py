@@ -65,7 +65,9 @@ class DirectionStream:
 
     def offset_of(self, seq: int) -> int:
         """The stream offset of a 32-bit sequence number: the one nearest the delivery point."""
-        return unwrap((seq - self.isn) % SEQ_MOD, self.next_offset)
+        isn = self.isn
+        assert isn is not None, "offset_of before the stream's first sequence number"
+        return unwrap((seq - isn) % SEQ_MOD, self.next_offset)
 
     def syn(self, seq: int) -> None:
         """A SYN fixes the stream origin: data starts at seq + 1."""
