@@ -12,7 +12,7 @@ Every decoder reads the whole frame (``data``) between ``pos`` and ``end`` and r
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Final
 
 from amqpscope.ingest.amqp091_methods import METHODS, decode_basic_properties
 from amqpscope.ingest.amqp091_values import SECRET_ARGUMENTS, short_of  # noqa: F401 (SECRET_ARGUMENTS: re-exported)
@@ -20,27 +20,27 @@ from amqpscope.ingest.amqp10_types import DecodeError
 from amqpscope.ingest.framing import RawFrame, new_frame
 from amqpscope.ingest.specs import amqp091
 
-PROTOCOL: str = "amqp-0-9-1"
-PROTOCOL_HEADER: bytes = b"AMQP\x00\x00\x09\x01"
+PROTOCOL: Final[str] = "amqp-0-9-1"
+PROTOCOL_HEADER: Final[bytes] = b"AMQP\x00\x00\x09\x01"
 
-_SPEC = amqp091()
-FRAME_TYPES = {
+_SPEC: Final = amqp091()
+FRAME_TYPES: Final = {
     _SPEC.constants["FRAME-METHOD"]: "method",
     _SPEC.constants["FRAME-HEADER"]: "header",
     _SPEC.constants["FRAME-BODY"]: "body",
     _SPEC.constants["FRAME-HEARTBEAT"]: "heartbeat",
 }
-FRAME_METHOD = _SPEC.constants["FRAME-METHOD"]
-FRAME_HEADER = _SPEC.constants["FRAME-HEADER"]
-FRAME_BODY = _SPEC.constants["FRAME-BODY"]
-FRAME_END = _SPEC.constants["FRAME-END"]
-FRAME_HEADER_SIZE = 7  # type(1) channel(2) size(4)
+FRAME_METHOD: Final = _SPEC.constants["FRAME-METHOD"]
+FRAME_HEADER: Final = _SPEC.constants["FRAME-HEADER"]
+FRAME_BODY: Final = _SPEC.constants["FRAME-BODY"]
+FRAME_END: Final = _SPEC.constants["FRAME-END"]
+FRAME_HEADER_SIZE: Final = 7  # type(1) channel(2) size(4)
 # Upper bound used only to tell a plausible frame from garbage when resynchronising.
-_PLAUSIBLE_MAX_SIZE = 1 << 27
+_PLAUSIBLE_MAX_SIZE: Final = 1 << 27
 
-_HEADER = struct.Struct(">BHI")
-_unpack_size = struct.Struct(">I").unpack_from
-_CONTENT_HEADER = struct.Struct(">HHQ")  # class-id, weight, body-size (spec 4.2.6.1)
+_HEADER: Final = struct.Struct(">BHI")
+_unpack_size: Final = struct.Struct(">I").unpack_from
+_CONTENT_HEADER: Final = struct.Struct(">HHQ")  # class-id, weight, body-size (spec 4.2.6.1)
 
 class Amqp091Format:
     """Frame boundaries of 0-9-1: a 7-byte header, the payload, and frame-end 0xCE."""
@@ -84,10 +84,10 @@ class Amqp091Format:
 
 # Method ids and argument decoders are generated from the spec (``amqp091_methods``, by
 # ``amqp091_codegen``); content headers are named by their class ("basic.header").
-_HEADER_METHODS = {class_id: f"{name}.header" for class_id, name in _SPEC.class_names.items()}
-_METHOD_HEADER = struct.Struct(">BHIHH")  # frame header, class-id, method-id
+_HEADER_METHODS: Final = {class_id: f"{name}.header" for class_id, name in _SPEC.class_names.items()}
+_METHOD_HEADER: Final = struct.Struct(">BHIHH")  # frame header, class-id, method-id
 # Flag bits of the first word past basic's properties (bit 0 only says another word follows).
-_NO_SUCH_PROPERTY = sum(1 << (15 - i) for i in range(len(_SPEC.basic_properties), 15))
+_NO_SUCH_PROPERTY: Final = sum(1 << (15 - i) for i in range(len(_SPEC.basic_properties), 15))
 
 
 def decode_properties(data: bytes, pos: int, end: int) -> dict[str, Any]:

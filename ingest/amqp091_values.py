@@ -11,12 +11,12 @@ from __future__ import annotations
 import struct
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 from amqpscope.ingest.amqp10_types import DecodeError
 
 # Arguments that carry credentials: never decoded into a row (the mechanism is kept).
-SECRET_ARGUMENTS = frozenset(
+SECRET_ARGUMENTS: Final = frozenset(
     {
         ("connection.start-ok", "response"),
         ("connection.secure-ok", "response"),
@@ -45,9 +45,9 @@ def _struct_reader(fmt: str) -> Reader:
     return read
 
 
-_octet = _struct_reader(">B")
-_long = _struct_reader(">I")
-_unpack_long = struct.Struct(">I").unpack_from
+_octet: Final = _struct_reader(">B")
+_long: Final = _struct_reader(">I")
+_unpack_long: Final = struct.Struct(">I").unpack_from
 
 
 def _shortstr(data: bytes, pos: int, end: int) -> tuple[str, int]:
@@ -95,8 +95,8 @@ def _timestamp(data: bytes, pos: int, end: int) -> tuple[datetime, int]:
     return timestamp(seconds, pos), stop
 
 
-_longlong = _struct_reader(">Q")
-_decimal_parts = struct.Struct(">Bi")
+_longlong: Final = _struct_reader(">Q")
+_decimal_parts: Final = struct.Struct(">Bi")
 
 
 def _decimal(data: bytes, pos: int, end: int) -> tuple[Decimal, int]:
@@ -146,7 +146,7 @@ def _void(data: bytes, pos: int, end: int) -> tuple[None, int]:
 
 
 # RabbitMQ's field value types (rabbit_binary_parser:parse_field_value).
-FIELD_VALUE_READERS: dict[int, Reader] = {
+FIELD_VALUE_READERS: Final[dict[int, Reader]] = {
     ord("t"): _boolean,
     ord("b"): _struct_reader(">b"),
     ord("B"): _octet,

@@ -11,7 +11,7 @@ so its sections are decoded once the delivery is whole (``decode_message``, used
 from __future__ import annotations
 
 import struct
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Final, Mapping, NamedTuple
 
 from amqpscope.ingest.amqp10_types import (
     DECODERS_BY_CODE,
@@ -22,26 +22,26 @@ from amqpscope.ingest.amqp10_types import (
 from amqpscope.ingest.framing import RawFrame, new_frame
 from amqpscope.ingest.specs import Composite, amqp10
 
-PROTOCOL = "amqp-1.0"
-PROTOCOL_HEADERS = {
+PROTOCOL: Final = "amqp-1.0"
+PROTOCOL_HEADERS: Final = {
     b"AMQP\x00\x01\x00\x00": "amqp",
     b"AMQP\x03\x01\x00\x00": "sasl",
     b"AMQP\x02\x01\x00\x00": "tls",
 }
-FRAME_HEADER_SIZE = 8  # size(4) doff(1) type(1) type-specific(2)
-FRAME_TYPES = {0x00: "amqp", 0x01: "sasl"}
-_HEADER = struct.Struct(">IBBH")
-_PLAUSIBLE_MAX_SIZE = 1 << 27
+FRAME_HEADER_SIZE: Final = 8  # size(4) doff(1) type(1) type-specific(2)
+FRAME_TYPES: Final = {0x00: "amqp", 0x01: "sasl"}
+_HEADER: Final = struct.Struct(">IBBH")
+_PLAUSIBLE_MAX_SIZE: Final = 1 << 27
 
-_SPEC = amqp10()
+_SPEC: Final = amqp10()
 
 # Fields that carry credentials (SASL PLAIN puts the password in the initial response).
-SECRET_FIELDS = frozenset({("sasl-init", "initial-response"), ("sasl-response", "response")})
+SECRET_FIELDS: Final = frozenset({("sasl-init", "initial-response"), ("sasl-response", "response")})
 # Message sections in their spec order (messaging 3.2); the body is one of the three in the middle.
-SECTIONS = tuple(c.name for c in sorted(_SPEC.described.values(), key=lambda c: c.code) if "section" in c.provides)
-BODY_SECTIONS = ("data", "amqp-sequence", "amqp-value")
+SECTIONS: Final = tuple(c.name for c in sorted(_SPEC.described.values(), key=lambda c: c.code) if "section" in c.provides)
+BODY_SECTIONS: Final = ("data", "amqp-sequence", "amqp-value")
 # Per section name: its rank in SECTIONS, whether it may follow itself (data, amqp-sequence), whether it is a body.
-_SECTION_RULES = {name: (rank, name in BODY_SECTIONS[:2], name in BODY_SECTIONS) for rank, name in enumerate(SECTIONS)}
+_SECTION_RULES: Final = {name: (rank, name in BODY_SECTIONS[:2], name in BODY_SECTIONS) for rank, name in enumerate(SECTIONS)}
 
 
 class Amqp10Format:
@@ -111,7 +111,7 @@ def _composite_for(descriptor: Any) -> Composite | None:
 
 
 # What ``_decode_described`` returns as the descriptor of a value that is not described.
-_NOT_DESCRIBED = object()
+_NOT_DESCRIBED: Final = object()
 
 
 def _decode_described(buf: bytes, pos: int) -> tuple[Any, Any, int]:
@@ -153,8 +153,8 @@ def _plan(composite: Composite) -> _CompositePlan:
     return _CompositePlan(fields, absent)
 
 
-_PLANS = {code: _plan(composite) for code, composite in _SPEC.described.items()}
-_PLAIN = frozenset({type(None), bool, int, str, bytes, float})
+_PLANS: Final = {code: _plan(composite) for code, composite in _SPEC.described.items()}
+_PLAIN: Final = frozenset({type(None), bool, int, str, bytes, float})
 
 
 def present(value: Any) -> Any:

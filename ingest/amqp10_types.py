@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -43,7 +43,7 @@ class Symbol(str):
     """An AMQP symbol (ASCII), kept distinct from strings so maps render faithfully."""
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @mypyc_attr(native_class=False)  # nor int
@@ -75,14 +75,14 @@ def short_of(n: int, pos: int, left: int) -> DecodeError:
 
 
 # How each fixed-width primitive's bytes become a value (struct formats, network byte order).
-_FIXED_FORMATS = {
+_FIXED_FORMATS: Final = {
     ("ubyte", 1): ">B", ("ushort", 2): ">H", ("uint", 4): ">I", ("uint", 1): ">B",
     ("ulong", 8): ">Q", ("ulong", 1): ">B", ("byte", 1): ">b", ("short", 2): ">h",
     ("int", 4): ">i", ("int", 1): ">b", ("long", 8): ">q", ("long", 1): ">b",
     ("float", 4): ">f", ("double", 8): ">d", ("timestamp", 8): ">q", ("boolean", 1): ">B",
 }  # fmt: skip
 # Zero-width encodings carry their value in the constructor.
-_CONSTANTS = {"null": None, "true": True, "false": False}
+_CONSTANTS: Final = {"null": None, "true": True, "false": False}
 
 
 def decimal_from_bid(raw: bytes) -> Decimal:
@@ -222,7 +222,7 @@ def _variable(enc: Encoding) -> Decoder:
     return decode
 
 
-_MAX_ZERO_WIDTH_ELEMENTS = 1 << 16
+_MAX_ZERO_WIDTH_ELEMENTS: Final = 1 << 16
 
 
 def _sequence(enc: Encoding) -> Decoder:
@@ -300,12 +300,12 @@ def _hashable(key: Any) -> Any:
 
 
 # Indexed by constructor byte: the hot path of decode_value is one list lookup (filled below).
-_BY_CODE: list[Decoder | None] = [None] * 256
-_CATEGORY = {"fixed": _fixed, "variable": _variable, "compound": _sequence, "array": _sequence}
-PRIMITIVE_DECODERS: dict[int, Decoder] = {code: _CATEGORY[e.category](e) for code, e in amqp10().encodings.items()}
+_BY_CODE: Final[list[Decoder | None]] = [None] * 256
+_CATEGORY: Final = {"fixed": _fixed, "variable": _variable, "compound": _sequence, "array": _sequence}
+PRIMITIVE_DECODERS: Final[dict[int, Decoder]] = {code: _CATEGORY[e.category](e) for code, e in amqp10().encodings.items()}
 _BY_CODE[:] = [PRIMITIVE_DECODERS.get(code) for code in range(256)]
 # The primitive decoder of each format code (None: described 0x00, or not a format code), read-only.
-DECODERS_BY_CODE: tuple[Decoder | None, ...] = tuple(_BY_CODE)
+DECODERS_BY_CODE: Final[tuple[Decoder | None, ...]] = tuple(_BY_CODE)
 
 
 def _constructor(buf: bytes, pos: int) -> tuple[Decoder, int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Final, Iterator, Sequence
 
 from amqpscope.ingest import amqp10, amqp091
 from amqpscope.ingest.amqp10_types import DecodeError
@@ -19,19 +19,19 @@ from amqpscope.ingest.pcap import CaptureError, read_container, read_records, sc
 from amqpscope.ingest.rows import add_arguments
 from amqpscope.ingest.tcp import Data, DirectionStream, Event, Gap
 
-DEFAULT_PORTS = (5672,)
+DEFAULT_PORTS: Final = (5672,)
 C2S, S2C = "c2s", "s2c"
-_HEADER_PROTOCOLS = {
+_HEADER_PROTOCOLS: Final = {
     amqp091.PROTOCOL_HEADER: (amqp091.PROTOCOL, "amqp-0-9-1"),
     **{header: (amqp10.PROTOCOL, name) for header, name in amqp10.PROTOCOL_HEADERS.items()},
 }
-_FORMATS: dict[str, FrameFormat] = {amqp091.PROTOCOL: amqp091.Amqp091Format(), amqp10.PROTOCOL: amqp10.Amqp10Format()}
+_FORMATS: Final[dict[str, FrameFormat]] = {amqp091.PROTOCOL: amqp091.Amqp091Format(), amqp10.PROTOCOL: amqp10.Amqp10Format()}
 # Bytes of a stream examined before giving up on recognising AMQP in it.
-_DETECT_BYTES = 64
+_DETECT_BYTES: Final = 64
 
 Row = dict[str, Any]
 Rows = list[tuple[str, Row]]
-_NO_ROWS: Sequence[tuple[str, Row]] = ()
+_NO_ROWS: Final[Sequence[tuple[str, Row]]] = ()
 
 
 @dataclass

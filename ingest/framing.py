@@ -8,12 +8,12 @@ AMQP 1.0 sends a second one after the SASL exchange.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
-PROTOCOL_HEADER_SIZE = 8
-_AMQP = b"AMQP"
+PROTOCOL_HEADER_SIZE: Final = 8
+_AMQP: Final = b"AMQP"
 # How far the splitter looks past a framing error for the next plausible frame boundary.
-RESYNC_WINDOW = 1 << 20
+RESYNC_WINDOW: Final = 1 << 20
 
 
 class RawFrame(NamedTuple):
@@ -28,7 +28,7 @@ class RawFrame(NamedTuple):
 
 # Builds a RawFrame from a tuple of its fields without the NamedTuple's Python-level __new__:
 # the per-frame fast paths (``FrameFormat.take_frames``) create one per frame, and this is 40 % cheaper.
-new_frame = tuple.__new__
+new_frame: Final = tuple.__new__
 
 
 class Unframed(NamedTuple):

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 # tcpdump.org LINKTYPE values handled here.
-LINKTYPE_NULL = 0  # BSD loopback, family in host byte order
-LINKTYPE_ETHERNET = 1
-LINKTYPE_RAW = 101
-LINKTYPE_LOOP = 108  # OpenBSD loopback, family in network byte order
-LINKTYPE_LINUX_SLL = 113
-LINKTYPE_IPV4 = 228
-LINKTYPE_IPV6 = 229
-LINKTYPE_LINUX_SLL2 = 276
-LINK_TYPE_NAMES = {
+LINKTYPE_NULL: Final = 0  # BSD loopback, family in host byte order
+LINKTYPE_ETHERNET: Final = 1
+LINKTYPE_RAW: Final = 101
+LINKTYPE_LOOP: Final = 108  # OpenBSD loopback, family in network byte order
+LINKTYPE_LINUX_SLL: Final = 113
+LINKTYPE_IPV4: Final = 228
+LINKTYPE_IPV6: Final = 229
+LINKTYPE_LINUX_SLL2: Final = 276
+LINK_TYPE_NAMES: Final = {
     LINKTYPE_NULL: "null",
     LINKTYPE_ETHERNET: "ethernet",
     LINKTYPE_RAW: "raw",
@@ -31,18 +31,18 @@ LINK_TYPE_NAMES = {
     LINKTYPE_LINUX_SLL2: "linux_sll2",
 }
 
-_ETHERTYPE_IPV4 = 0x0800
-_ETHERTYPE_IPV6 = 0x86DD
-_ETHERTYPE_VLAN = (0x8100, 0x88A8, 0x9100)
-_BSD_AF_INET6 = (24, 28, 30)  # AF_INET6 differs between the BSDs
-_IPV6_EXTENSIONS = (0, 43, 60)  # hop-by-hop, routing, destination options
+_ETHERTYPE_IPV4: Final = 0x0800
+_ETHERTYPE_IPV6: Final = 0x86DD
+_ETHERTYPE_VLAN: Final = (0x8100, 0x88A8, 0x9100)
+_BSD_AF_INET6: Final = (24, 28, 30)  # AF_INET6 differs between the BSDs
+_IPV6_EXTENSIONS: Final = (0, 43, 60)  # hop-by-hop, routing, destination options
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
 
 # TCP options (IANA "TCP Option Kind Numbers"): end of list, no-operation, window scale (RFC 7323 2.2).
 _TCPOPT_EOL, _TCPOPT_NOP, _TCPOPT_WSCALE = 0, 1, 3
 # RFC 7323 2.3: a shift count above 14 is treated as 14.
-MAX_WINDOW_SCALE = 14
+MAX_WINDOW_SCALE: Final = 14
 
 
 class Segment(NamedTuple):
@@ -68,14 +68,14 @@ class Segment(NamedTuple):
         return self.missing > 0
 
 
-_new_segment = tuple.__new__  # Segment's fields positionally, without NamedTuple's keyword-handling __new__
-_IPV4 = struct.Struct(">BxHxxHxB2x4s4s")  # version/IHL, total length, flags/fragment offset, protocol, addresses
-_IPV6 = struct.Struct(">4xHBx16s16s")  # payload length, next header, addresses
-_TCP = struct.Struct(">HHIIHH")  # ports, sequence and acknowledgement numbers, offset/flags, window
-_ETHERTYPE_IPV4_BYTES = b"\x08\x00"
+_new_segment: Final = tuple.__new__  # Segment's fields positionally, without NamedTuple's keyword-handling __new__
+_IPV4: Final = struct.Struct(">BxHxxHxB2x4s4s")  # version/IHL, total length, flags/fragment offset, protocol, addresses
+_IPV6: Final = struct.Struct(">4xHBx16s16s")  # payload length, next header, addresses
+_TCP: Final = struct.Struct(">HHIIHH")  # ports, sequence and acknowledgement numbers, offset/flags, window
+_ETHERTYPE_IPV4_BYTES: Final = b"\x08\x00"
 # Address texts by their bytes: a capture has few addresses and millions of packets.
-_ADDRESS_TEXT: dict[bytes, str] = {}
-_ADDRESS_CACHE_LIMIT = 1 << 16
+_ADDRESS_TEXT: Final[dict[bytes, str]] = {}
+_ADDRESS_CACHE_LIMIT: Final = 1 << 16
 
 
 def _address(raw: bytes) -> str:

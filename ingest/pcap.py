@@ -14,22 +14,22 @@ import hashlib
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator, NamedTuple
+from typing import BinaryIO, Final, Iterator, NamedTuple
 
-_PCAP_MAGIC = {
+_PCAP_MAGIC: Final = {
     b"\xd4\xc3\xb2\xa1": ("<", False), b"\xa1\xb2\xc3\xd4": (">", False),
     b"\x4d\x3c\xb2\xa1": ("<", True), b"\xa1\xb2\x3c\x4d": (">", True),
 }  # fmt: skip
 # pcapng block types (draft-ietf-opsawg-pcapng, section 11.1).
-PCAPNG_SHB = 0x0A0D0D0A
+PCAPNG_SHB: Final = 0x0A0D0D0A
 PCAPNG_IDB, PCAPNG_PB, PCAPNG_SPB, PCAPNG_EPB = 1, 2, 3, 6
-_MIN_BLOCK = {PCAPNG_EPB: 32, PCAPNG_PB: 32, PCAPNG_SPB: 16}  # header, fixed fields, trailer; 12 for the others
-_PCAPNG_BYTE_ORDER = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
-MAX_RECORD = 1 << 18  # 256 KiB: larger than any snapshot length in use
+_MIN_BLOCK: Final = {PCAPNG_EPB: 32, PCAPNG_PB: 32, PCAPNG_SPB: 16}  # header, fixed fields, trailer; 12 for the others
+_PCAPNG_BYTE_ORDER: Final = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}
+MAX_RECORD: Final = 1 << 18  # 256 KiB: larger than any snapshot length in use
 # Bytes read from the file at a time; records are cut out of these blocks.
-_BLOCK = 1 << 20
+_BLOCK: Final = 1 << 20
 # A record claiming more than this is damage, not a packet (and must not size a read).
-_MAX_CLAIMED = 1 << 26
+_MAX_CLAIMED: Final = 1 << 26
 
 
 class CaptureError(ValueError):

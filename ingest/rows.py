@@ -13,42 +13,42 @@ import json
 import uuid
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from amqpscope.ingest.amqp10_types import Timestamp
 from amqpscope.schemas.frames import FRAME_KEY_FIELDS, FRAME_KIND_FIELDS, FRAMES_COLUMNS
 
 # Columns a frame argument never fills: the frame's own identity (connection.close's class-id is
 # an argument, the frame's class_id is not) and the map of the others.
-_RESERVED = frozenset(f.name for f in FRAME_KEY_FIELDS + FRAME_KIND_FIELDS) | {"arguments"}
-TYPED_COLUMNS = frozenset(FRAMES_COLUMNS) - _RESERVED
+_RESERVED: Final = frozenset(f.name for f in FRAME_KEY_FIELDS + FRAME_KIND_FIELDS) | {"arguments"}
+TYPED_COLUMNS: Final = frozenset(FRAMES_COLUMNS) - _RESERVED
 # Spec argument names whose column is named differently (to keep one meaning per column).
-_RENAMED = {
+_RENAMED: Final = {
     ("amqp-1.0", "delivery-tag"): "delivery_tag_bytes",
     ("amqp-1.0", "code"): "sasl_code",
     ("amqp-0-9-1", "body-size"): "body_size",
 }
 # 1.0 fields whose values are described composites: the typed columns take one member each.
-_NESTED = {
+_NESTED: Final = {
     "source": (("address", "source_address"),),
     "target": (("address", "target_address"),),
     "error": (("condition", "error_condition"), ("description", "error_description")),
 }
 # Arguments that are not useful as text (they are counted, not stored: message bodies).
-_DROPPED = frozenset({"payload", "message"})
+_DROPPED: Final = frozenset({"payload", "message"})
 # 1.0 message section fields with a typed column (messaging 3.2.1, 3.2.4); "to" is an address.
-_SECTION_COLUMNS = {
+_SECTION_COLUMNS: Final = {
     ("header", "priority"): "priority",
     **{("properties", name): name.replace("-", "_")
        for name in ("message-id", "subject", "reply-to", "correlation-id", "content-type", "content-encoding")},
     ("properties", "to"): "to_address",
 }  # fmt: skip
 # The same by section: the fields of a section name -> their columns.
-_SECTION_COLUMNS_BY_NAME: dict[str, dict[str, str]] = {"header": {}, "properties": {}}
+_SECTION_COLUMNS_BY_NAME: Final[dict[str, dict[str, str]]] = {"header": {}, "properties": {}}
 for (_section, _field), _name in _SECTION_COLUMNS.items():
     _SECTION_COLUMNS_BY_NAME[_section][_field] = _name
 # Sections kept whole as text in ``arguments`` (maps of annotations and application properties).
-_MAP_SECTIONS = frozenset({"delivery-annotations", "message-annotations", "application-properties", "footer"})
+_MAP_SECTIONS: Final = frozenset({"delivery-annotations", "message-annotations", "application-properties", "footer"})
 _INT64_MIN, _INT64_END = -(1 << 63), 1 << 63  # a long column's range
 
 
@@ -88,7 +88,7 @@ def _column(protocol: str, name: str) -> str | None:
 
 
 # Argument name -> typed column (or None), per protocol: filled as names are met.
-_COLUMNS: dict[str, dict[str, str | None]] = {}
+_COLUMNS: Final[dict[str, dict[str, str | None]]] = {}
 
 
 def frame_row(protocol: str, decoded: dict[str, Any], key: dict[str, Any]) -> dict[str, Any]:

@@ -10,12 +10,12 @@ and the tail of a segment cut by the snapshot length as soon as delivery reaches
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import Final, NamedTuple, Sequence
 
-SEQ_MOD = 1 << 32
-_HALF = 1 << 31
+SEQ_MOD: Final = 1 << 32
+_HALF: Final = 1 << 31
 # Out-of-order bytes held waiting for a hole; beyond this the hole is declared a capture gap.
-MAX_PENDING_BYTES = 8 << 20
+MAX_PENDING_BYTES: Final = 8 << 20
 
 
 def unwrap(relative: int, near: int) -> int:
@@ -46,8 +46,8 @@ class Gap(NamedTuple):
 
 
 Event = Data | Gap
-_new = tuple.__new__  # a Data positionally, without NamedTuple's keyword-handling __new__ (once a segment)
-_NOTHING: tuple[Event, ...] = ()
+_new: Final = tuple.__new__  # a Data positionally, without NamedTuple's keyword-handling __new__ (once a segment)
+_NOTHING: Final[tuple[Event, ...]] = ()
 
 
 @dataclass
