@@ -9,9 +9,8 @@ over the channel or over one consumer's deliveries.
 
 Prefetch as RabbitMQ scopes it: basic.qos(global=false) sets the limit of each consumer created
 after it on the channel, basic.qos(global=true) a limit shared by all the channel's consumers.
-Requests and their synchronous replies are paired in order on a channel (the n-th basic.consume-ok
-answers the n-th basic.consume): that gives a consumer its tag, queue, no-ack flag and prefetch,
-and says which basic.get-ok answered a no-ack basic.get.
+Which consumer a delivery is for, its prefetch, and which deliveries need no ack come from
+``pipelines.consumers``.
 
 Every window is keyed by channel (plus consumer, or request number): one shuffle in all
 (``pipelines.partitioning``).
@@ -22,7 +21,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.partitioning import CHANNEL, by_connection, channel_so_far, with_channel_incarnation
+from amqpscope.pipelines.consumers import with_consumers
+from amqpscope.pipelines.partitioning import CHANNEL, by_connection, with_channel_incarnation
 from amqpscope.pipelines.settlement import settle, with_settlement_rows
 from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA, CONSUMER_UNACKED_SCHEMA
 
@@ -35,20 +35,6 @@ _COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "pack
 
 
 # Window specifications are built per call: PySpark needs an active session to build one.
-
-
-def _request_and_reply() -> WindowSpec:
-    """The n-th request of a kind and the n-th reply to that kind on a channel (other rows alone)."""
-    return Window.partitionBy(*CHANNEL, "_pair_kind", "_pair_n")
-
-
-def _consumer_so_far() -> WindowSpec:
-    """One consumer's rows in frame order: what its consume-ok said applies from then on."""
-    return (
-        Window.partitionBy(*CHANNEL, "consumer_tag")
-        .orderBy("frame_index")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
 
 
 def _consumer_after_frame() -> WindowSpec:
@@ -84,30 +70,13 @@ def _ledger(frames: DataFrame) -> DataFrame:
     the channel's running state after each frame."""
     is_qos = _is("basic.qos", "c2s")
     is_global = F.coalesce(F.col("global"), F.lit(False))
-    consume, consume_ok = _is("basic.consume", "c2s"), _is("basic.consume-ok", "s2c")
-    get, get_reply = _is("basic.get", "c2s"), F.col("method").isin("basic.get-ok", "basic.get-empty") & (F.col("direction") == "s2c")
     any_delivery = F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")
-
-    def running_count(condition: Column) -> Column:
-        return F.sum(condition.cast("long")).over(channel_so_far())
-
     events = (
         by_connection(frames.filter((F.col("protocol") == "amqp-0-9-1") & F.col("method").isin(*_EVENTS)).select(*_COLUMNS))
         .transform(with_channel_incarnation)
-        .withColumn("_consumer_prefetch", F.last(F.when(is_qos & ~is_global, F.col("prefetch_count")), True).over(channel_so_far()))
-        .withColumn("_pair_kind", F.when(consume | consume_ok, "consume").when(get | get_reply, "get"))
-        .withColumn("_pair_n", F.when(consume, running_count(consume)).when(consume_ok, running_count(consume_ok))
-                    .when(get, running_count(get)).when(get_reply, running_count(get_reply))
-                    .otherwise(-1 - F.col("frame_index")))
-        .withColumn("_request", F.first(
-            F.when(consume | get, F.struct(F.coalesce(F.col("no_ack"), F.lit(False)).alias("no_ack"), "queue",
-                                           F.col("_consumer_prefetch").cast("int").alias("prefetch_count"))),
-            ignorenulls=True).over(_request_and_reply()))
-        # A consumer is what the consume-ok answering its basic.consume says, from then on.
-        .withColumn("_consumer", F.last(F.when(consume_ok, F.col("_request")), True).over(_consumer_so_far()))
+        .transform(with_consumers)
     )
-    no_ack = F.when(F.col("method") == "basic.get-ok", F.col("_request.no_ack")).otherwise(F.col("_consumer.no_ack"))
-    events = events.withColumn("_is_delivery", any_delivery & ~F.coalesce(no_ack, F.lit(False)))  # no-ack: a tag, never an ack
+    events = events.withColumn("_is_delivery", any_delivery & ~F.coalesce("_no_ack", F.lit(False)))  # no-ack: a tag, never an ack
 
     # Consumer acks travel client to server; broker acks on the same channel are publisher confirms.
     settlement = F.col("method").isin(*_SETTLEMENTS) & (F.col("direction") == "c2s")

@@ -7,7 +7,8 @@ after confirm.select are numbered 1, 2, ... per channel (RabbitMQ's publisher co
 message is linked to the frame that settled it: the broker's basic.ack / basic.nack for a publish,
 the client's basic.ack / nack / reject for a delivery, ``multiple`` included (tag 0: all so far), by
 the same rule as the flow-state timelines (``pipelines.settlement``: a settlement naming a tag
-that is not outstanding settles nothing).
+that is not outstanding settles nothing). A delivery to a no-ack consumer or for a no-ack get has
+``no_ack`` true and is never outstanding (``pipelines.consumers``).
 
 ``deliveries_10``: transfers of a link (direction, channel, handle) form one delivery from a
 transfer after a completed one to the next with more=false or aborted=true (transport 2.6.14); the
@@ -21,6 +22,8 @@ from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.ingest.specs import amqp091
+from amqpscope.pipelines.consumers import with_consumers
+from amqpscope.pipelines.partitioning import with_channel_incarnation
 from amqpscope.pipelines.settlement import settle
 from amqpscope.schemas.messages import DELIVERIES_10_SCHEMA, MESSAGES_091_SCHEMA
 
@@ -47,11 +50,6 @@ def _stream_so_far() -> WindowSpec:
     )
 
 
-def _channel_so_far() -> WindowSpec:
-    """A channel's frames in both directions, in order: confirm mode and incarnations are per channel."""
-    return Window.partitionBy(*_CHANNEL).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-
-
 def _incarnation_so_far() -> WindowSpec:
     """One incarnation of a channel (between channel.open frames), both directions, in order."""
     return (
@@ -62,11 +60,10 @@ def _incarnation_so_far() -> WindowSpec:
 
 def messages_091(frames: DataFrame) -> DataFrame:
     """The messages_091 table (``schemas.messages.MESSAGES_091_SCHEMA``) from the frames table."""
-    is_open = (F.col("method") == "channel.open").cast("int")
     channel_frames = (
         frames.filter(F.col("protocol") == "amqp-0-9-1")
         .filter(F.col("channel") > 0)
-        .withColumn("incarnation", F.sum(is_open).over(_channel_so_far()))
+        .transform(with_channel_incarnation)
     )
     is_content_method = F.col("method").isin(*_CONTENT_METHODS)
     content = channel_frames.withColumn(
@@ -83,7 +80,8 @@ def messages_091(frames: DataFrame) -> DataFrame:
     confirming = F.max((F.col("method") == "confirm.select").cast("int")).over(_incarnation_so_far()) == 1
     is_publish = (F.col("method") == "basic.publish") & (F.col("direction") == "c2s")
     methods = (
-        channel_frames.withColumn("_confirming", confirming)
+        channel_frames.transform(with_consumers)
+        .withColumn("_confirming", confirming)
         .withColumn("_publishes", F.sum((is_publish & F.col("_confirming")).cast("long")).over(_incarnation_so_far()))
         .withColumn("publish_seq", F.when(is_publish & F.col("_confirming"), F.col("_publishes")))
     )
@@ -96,7 +94,7 @@ def messages_091(frames: DataFrame) -> DataFrame:
         .withColumn("complete", F.coalesce(F.col("header.body_size") == F.col("body_bytes"), F.lit(False)))
         .select(
             *_CHANNEL, "incarnation", "direction", "method", "frame_index", "ts", "exchange", "routing_key",
-            "consumer_tag", "delivery_tag", "redelivered", "publish_seq",
+            "consumer_tag", "delivery_tag", "redelivered", F.col("_no_ack").alias("no_ack"), "publish_seq",
             "last_frame_index", "body_bytes", "body_frames", "complete",
             *[F.col(f"header.{c}").alias(c) for c in (*_PROPERTY_COLUMNS, "delivery_mode", "body_size")],
             F.map_filter(F.col("header.arguments"), lambda k, _v: ~k.isin(*_TYPED_PROPERTY_KEYS)).alias("properties"),
@@ -118,8 +116,10 @@ def _settled_by(methods: DataFrame) -> DataFrame:
     is_ack = F.col("method").isin(*_SETTLEMENTS) & to_server
     numbering = F.when(F.col("publish_seq").isNotNull() | is_confirm, "confirms").when(is_delivery | is_ack, "deliveries")
     number = F.when(is_delivery, F.col("delivery_tag")).otherwise(F.col("publish_seq"))
+    # A delivery needing no ack is never outstanding: no ack may settle it (nor a multiple one).
+    item = F.when(~(is_delivery & F.coalesce(F.col("_no_ack"), F.lit(False))), number)
     numbered = methods.withColumn("_numbering", numbering).filter(F.col("_numbering").isNotNull())
-    settled = settle(numbered, (*_CHANNEL, "incarnation", "_numbering"), sent=number, item=number,
+    settled = settle(numbered, (*_CHANNEL, "incarnation", "_numbering"), sent=number, item=item,
                      settling=is_confirm | is_ack, fields=("frame_index", "method", "multiple", "requeue"))
     return settled.filter(F.col("_settled").isNotNull()).select(
         *_CHANNEL, "incarnation", "frame_index",

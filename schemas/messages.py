@@ -40,6 +40,7 @@ MESSAGES_091_SCHEMA = StructType(
         StructField("consumer_tag", StringType(), True),
         StructField("delivery_tag", LongType(), True),  # deliver / get-ok
         StructField("redelivered", BooleanType(), True),
+        StructField("no_ack", BooleanType(), True),  # deliver / get-ok: no ack needed (no-ack consume or get)
         StructField("body_size", LongType(), True),  # as the content header declares it
         StructField("body_bytes", LongType(), False),  # in the body frames that followed
         StructField("body_frames", IntegerType(), False),

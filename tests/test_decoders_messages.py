@@ -186,3 +186,39 @@ def test_tag_zero_multiple_settles_everything_delivered(spark):
     got = messages_091(built_frames(spark, amqp091.PROTOCOL, frames)).orderBy("frame_index").collect()
     assert [(r.delivery_tag, r.settled_frame_index, r.settled_multiple, r.complete) for r in got] == [
         (1, 7, True, True), (2, 7, True, True), (3, None, None, False)]
+
+
+def consume(queue: str, tag: str, no_ack: bool) -> bytes:
+    """basic.consume (spec 1.8.3.3): reserved, queue, consumer-tag, bits no-local / no-ack / ..., arguments."""
+    return b.method091(60, 20, b"\x00\x00" + b.shortstr(queue) + b.shortstr(tag) + bytes([no_ack << 1]) + b.table({}))
+
+
+def get(queue: str, no_ack: bool) -> bytes:
+    return b.method091(60, 70, b"\x00\x00" + b.shortstr(queue) + bytes([no_ack]))
+
+
+def get_ok(tag: int) -> bytes:
+    return b.method091(60, 71, tag.to_bytes(8, "big") + b"\x00" + b.shortstr("") + b.shortstr("q") + bytes(4))
+
+
+def test_no_ack_deliveries_are_never_outstanding(spark):
+    # Consumer "a" takes no acks, "b" does; a multiple ack of b's tag 4 settles 2 and 4 only, and
+    # an ack naming a no-ack delivery (5, from a no-ack get) is refused whole (RabbitMQ's collect_acks).
+    frames = [
+        ("c2s", b.method091(20, 10, b.shortstr(""))),  # channel.open
+        ("c2s", consume("q", "a", no_ack=True)), ("s2c", b.method091(60, 21, b.shortstr("a"))),
+        ("c2s", consume("q", "b", no_ack=False)), ("s2c", b.method091(60, 21, b.shortstr("b"))),
+        ("s2c", b.basic_deliver(1, "a")), ("s2c", b.basic_deliver(2, "b")),
+        ("s2c", b.basic_deliver(3, "a")), ("s2c", b.basic_deliver(4, "b")),
+        ("c2s", b.basic_ack(4, multiple=True)),
+        ("c2s", get("q", no_ack=True)), ("s2c", get_ok(5)),
+        ("c2s", get("q", no_ack=False)), ("s2c", get_ok(6)),
+        ("c2s", b.basic_ack(6, multiple=True)), ("c2s", b.basic_ack(5)),
+    ]
+    got = messages_091(built_frames(spark, amqp091.PROTOCOL, frames)).orderBy("frame_index").collect()
+    assert [(r.method, r.delivery_tag, r.consumer_tag, r.no_ack, r.settled_frame_index, r.settled_multiple)
+            for r in got] == [
+        ("basic.deliver", 1, "a", True, None, None), ("basic.deliver", 2, "b", False, 9, True),
+        ("basic.deliver", 3, "a", True, None, None), ("basic.deliver", 4, "b", False, 9, True),
+        ("basic.get-ok", 5, None, True, None, None), ("basic.get-ok", 6, None, False, 14, True),
+    ]
