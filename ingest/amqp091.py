@@ -109,7 +109,10 @@ def decode_properties(data: bytes, pos: int, end: int) -> dict[str, Any]:
             break
     if unknown:
         raise DecodeError("property flags name a property basic does not have", pos - 2)
-    return decode_basic_properties(data, pos, end, first)
+    properties, stop = decode_basic_properties(data, pos, end, first)
+    if stop != end:
+        raise DecodeError(f"{end - stop} bytes after the arguments of basic.properties", stop)
+    return properties
 
 
 def decode_frame(data: bytes) -> dict[str, Any]:
@@ -124,8 +127,11 @@ def decode_frame(data: bytes) -> dict[str, Any]:
         if known is None:
             raise DecodeError(f"unknown method {class_id}.{method_id}", FRAME_HEADER_SIZE)
         name, decode_arguments = known
+        arguments, stop = decode_arguments(data, FRAME_HEADER_SIZE + 4, end)
+        if stop != end:
+            raise DecodeError(f"{end - stop} bytes after the arguments of {name}", stop)
         return {"frame_type": "method", "channel": channel, "class_id": class_id, "method_id": method_id,
-                "method": name, "arguments": decode_arguments(data, FRAME_HEADER_SIZE + 4, end)}
+                "method": name, "arguments": arguments}
     if frame_type == FRAME_BODY:
         return {"frame_type": "body", "channel": channel, "arguments": {"body-length": size}}
     if frame_type == FRAME_HEADER:

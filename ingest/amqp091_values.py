@@ -50,7 +50,8 @@ _long: Final = _struct_reader(">I")
 _unpack_long: Final = struct.Struct(">I").unpack_from
 
 
-def _shortstr(data: bytes, pos: int, end: int) -> tuple[str, int]:
+def read_shortstr(data: bytes, pos: int, end: int) -> tuple[str, int]:
+    """A short string: length octet, then UTF-8 (bytes that are not are replaced, as a name must be text)."""
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
@@ -107,29 +108,29 @@ def _decimal(data: bytes, pos: int, end: int) -> tuple[Decimal, int]:
     return Decimal(value).scaleb(-scale), pos + 5
 
 
-def read_table(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    """A field table (spec 4.2.5.5): size, then (shortstr name, typed value) pairs."""
+def _sized(data: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
+    """A field table's or array's long size: (where its contents end, where they start)."""
     if pos + 4 > end:
         raise short_of(4, pos, end)
     stop = pos + 4 + _unpack_long(data, pos)[0]
     if stop > end:
-        raise DecodeError(f"field table of {stop - pos - 4} bytes overruns the frame", pos)
-    pos += 4
+        raise DecodeError(f"{what} of {stop - pos - 4} bytes overruns the frame", pos)
+    return stop, pos + 4
+
+
+def read_table(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
+    """A field table (spec 4.2.5.5): size, then (shortstr name, typed value) pairs."""
+    stop, pos = _sized(data, pos, end, "field table")
     table: dict[str, Any] = {}
     while pos < stop:
-        key, pos = _shortstr(data, pos, stop)
+        key, pos = read_shortstr(data, pos, stop)
         table[key], pos = _field_value(data, pos, stop)
     return table, pos
 
 
 def _array(data: bytes, pos: int, end: int) -> tuple[list[Any], int]:
-    if pos + 4 > end:
-        raise short_of(4, pos, end)
-    stop = pos + 4 + _unpack_long(data, pos)[0]
-    if stop > end:
-        raise DecodeError(f"field array of {stop - pos - 4} bytes overruns the frame", pos)
-    pos += 4
-    items = []
+    stop, pos = _sized(data, pos, end, "field array")
+    items: list[Any] = []
     while pos < stop:
         value, pos = _field_value(data, pos, stop)
         items.append(value)
