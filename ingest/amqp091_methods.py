@@ -13,7 +13,7 @@ import struct
 from typing import Any, Callable, Final
 
 from amqpscope.ingest.amqp091_values import (
-    read_longstr, read_shortstr, read_table, short_of, skip_longstr, timestamp,
+    read_longstr, read_table, short_of, skip_longstr, timestamp,
 )
 
 ArgumentsDecoder = Callable[[bytes, int, int], tuple[dict[str, Any], int]]
@@ -48,9 +48,21 @@ def decode_connection_start(data: bytes, pos: int, end: int) -> tuple[dict[str, 
 
 def decode_connection_start_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     v0, pos = read_table(data, pos, end)
-    v1, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     pos = skip_longstr(data, pos, end)
-    v2, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     return {'client-properties': v0, 'mechanism': v1, 'locale': v2}, pos
 
 
@@ -81,8 +93,20 @@ def decode_connection_tune_ok(data: bytes, pos: int, end: int) -> tuple[dict[str
 
 
 def decode_connection_open(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    v0, pos = read_shortstr(data, pos, end)
-    v1, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v2_0,) = _UNPACK_2(data, pos)
@@ -91,7 +115,13 @@ def decode_connection_open(data: bytes, pos: int, end: int) -> tuple[dict[str, A
 
 
 def decode_connection_open_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    v0, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     return {'known-hosts': v0}, pos
 
 
@@ -100,7 +130,13 @@ def decode_connection_close(data: bytes, pos: int, end: int) -> tuple[dict[str, 
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 4 > end:
         raise short_of(4, pos, end)
     (v2_0, v2_1,) = _UNPACK_4(data, pos)
@@ -109,18 +145,36 @@ def decode_connection_close(data: bytes, pos: int, end: int) -> tuple[dict[str, 
 
 
 def decode_connection_blocked(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    v0, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     return {'reason': v0}, pos
 
 
 def decode_connection_update_secret(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     pos = skip_longstr(data, pos, end)
-    v0, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     return {'reason': v0}, pos
 
 
 def decode_channel_open(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    v0, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     return {'out-of-band': v0}, pos
 
 
@@ -150,7 +204,13 @@ def decode_channel_close(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 4 > end:
         raise short_of(4, pos, end)
     (v2_0, v2_1,) = _UNPACK_4(data, pos)
@@ -159,7 +219,13 @@ def decode_channel_close(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
 
 
 def decode_access_request(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    v0, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v1_0,) = _UNPACK_2(data, pos)
@@ -180,8 +246,20 @@ def decode_exchange_declare(data: bytes, pos: int, end: int) -> tuple[dict[str, 
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
-    v2, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v3_0,) = _UNPACK_2(data, pos)
@@ -195,7 +273,13 @@ def decode_exchange_delete(data: bytes, pos: int, end: int) -> tuple[dict[str, A
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v2_0,) = _UNPACK_2(data, pos)
@@ -208,9 +292,27 @@ def decode_exchange_bind(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
-    v2, pos = read_shortstr(data, pos, end)
-    v3, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v4_0,) = _UNPACK_2(data, pos)
@@ -224,9 +326,27 @@ def decode_exchange_unbind(data: bytes, pos: int, end: int) -> tuple[dict[str, A
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
-    v2, pos = read_shortstr(data, pos, end)
-    v3, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v4_0,) = _UNPACK_2(data, pos)
@@ -240,7 +360,13 @@ def decode_queue_declare(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v2_0,) = _UNPACK_2(data, pos)
@@ -250,7 +376,13 @@ def decode_queue_declare(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
 
 
 def decode_queue_declare_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    v0, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 8 > end:
         raise short_of(8, pos, end)
     (v1_0, v1_1,) = _UNPACK_5(data, pos)
@@ -263,9 +395,27 @@ def decode_queue_bind(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], 
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
-    v2, pos = read_shortstr(data, pos, end)
-    v3, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v4_0,) = _UNPACK_2(data, pos)
@@ -279,7 +429,13 @@ def decode_queue_purge(data: bytes, pos: int, end: int) -> tuple[dict[str, Any],
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v2_0,) = _UNPACK_2(data, pos)
@@ -300,7 +456,13 @@ def decode_queue_delete(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v2_0,) = _UNPACK_2(data, pos)
@@ -321,9 +483,27 @@ def decode_queue_unbind(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
-    v2, pos = read_shortstr(data, pos, end)
-    v3, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     v4, pos = read_table(data, pos, end)
     return {'ticket': v0_0, 'queue': v1, 'exchange': v2, 'routing-key': v3, 'arguments': v4}, pos
 
@@ -341,8 +521,20 @@ def decode_basic_consume(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
-    v2, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v3_0,) = _UNPACK_2(data, pos)
@@ -352,12 +544,24 @@ def decode_basic_consume(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
 
 
 def decode_basic_consume_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    v0, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     return {'consumer-tag': v0}, pos
 
 
 def decode_basic_cancel(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    v0, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v1_0,) = _UNPACK_2(data, pos)
@@ -366,7 +570,13 @@ def decode_basic_cancel(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
 
 
 def decode_basic_cancel_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    v0, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     return {'consumer-tag': v0}, pos
 
 
@@ -375,8 +585,20 @@ def decode_basic_publish(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
-    v2, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v3_0,) = _UNPACK_2(data, pos)
@@ -389,20 +611,56 @@ def decode_basic_return(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
-    v2, pos = read_shortstr(data, pos, end)
-    v3, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     return {'reply-code': v0_0, 'reply-text': v1, 'exchange': v2, 'routing-key': v3}, pos
 
 
 def decode_basic_deliver(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    v0, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 9 > end:
         raise short_of(9, pos, end)
     (v1_0, v1_1,) = _UNPACK_8(data, pos)
     pos += 9
-    v3, pos = read_shortstr(data, pos, end)
-    v4, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v4 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     return {'consumer-tag': v0, 'delivery-tag': v1_0, 'redelivered': v1_1 & 1 != 0, 'exchange': v3, 'routing-key': v4}, pos
 
 
@@ -411,7 +669,13 @@ def decode_basic_get(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], i
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    v1, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v2_0,) = _UNPACK_2(data, pos)
@@ -424,8 +688,20 @@ def decode_basic_get_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
         raise short_of(9, pos, end)
     (v0_0, v0_1,) = _UNPACK_8(data, pos)
     pos += 9
-    v2, pos = read_shortstr(data, pos, end)
-    v3, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     if pos + 4 > end:
         raise short_of(4, pos, end)
     (v4_0,) = _UNPACK_6(data, pos)
@@ -434,7 +710,13 @@ def decode_basic_get_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
 
 
 def decode_basic_get_empty(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    v0, pos = read_shortstr(data, pos, end)
+    if pos >= end:
+        raise short_of(1, pos, end)
+    stop = pos + 1 + data[pos]
+    if stop > end:
+        raise short_of(data[pos], pos + 1, end)
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
+    pos = stop
     return {'cluster-id': v0}, pos
 
 
@@ -490,9 +772,21 @@ def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tupl
     """The properties whose bits are set in ``flags`` (bit 15 = the first property)."""
     out: dict[str, Any] = {}
     if flags & 0x8000:
-        out['content-type'], pos = read_shortstr(data, pos, end)
+        if pos >= end:
+            raise short_of(1, pos, end)
+        stop = pos + 1 + data[pos]
+        if stop > end:
+            raise short_of(data[pos], pos + 1, end)
+        out['content-type'] = data[pos + 1 : stop].decode('utf-8', 'replace')
+        pos = stop
     if flags & 0x4000:
-        out['content-encoding'], pos = read_shortstr(data, pos, end)
+        if pos >= end:
+            raise short_of(1, pos, end)
+        stop = pos + 1 + data[pos]
+        if stop > end:
+            raise short_of(data[pos], pos + 1, end)
+        out['content-encoding'] = data[pos + 1 : stop].decode('utf-8', 'replace')
+        pos = stop
     if flags & 0x2000:
         out['headers'], pos = read_table(data, pos, end)
     if flags & 0x1000:
@@ -506,26 +800,74 @@ def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tupl
         out['priority'] = _UNPACK_2(data, pos)[0]
         pos += 1
     if flags & 0x0400:
-        out['correlation-id'], pos = read_shortstr(data, pos, end)
+        if pos >= end:
+            raise short_of(1, pos, end)
+        stop = pos + 1 + data[pos]
+        if stop > end:
+            raise short_of(data[pos], pos + 1, end)
+        out['correlation-id'] = data[pos + 1 : stop].decode('utf-8', 'replace')
+        pos = stop
     if flags & 0x0200:
-        out['reply-to'], pos = read_shortstr(data, pos, end)
+        if pos >= end:
+            raise short_of(1, pos, end)
+        stop = pos + 1 + data[pos]
+        if stop > end:
+            raise short_of(data[pos], pos + 1, end)
+        out['reply-to'] = data[pos + 1 : stop].decode('utf-8', 'replace')
+        pos = stop
     if flags & 0x0100:
-        out['expiration'], pos = read_shortstr(data, pos, end)
+        if pos >= end:
+            raise short_of(1, pos, end)
+        stop = pos + 1 + data[pos]
+        if stop > end:
+            raise short_of(data[pos], pos + 1, end)
+        out['expiration'] = data[pos + 1 : stop].decode('utf-8', 'replace')
+        pos = stop
     if flags & 0x0080:
-        out['message-id'], pos = read_shortstr(data, pos, end)
+        if pos >= end:
+            raise short_of(1, pos, end)
+        stop = pos + 1 + data[pos]
+        if stop > end:
+            raise short_of(data[pos], pos + 1, end)
+        out['message-id'] = data[pos + 1 : stop].decode('utf-8', 'replace')
+        pos = stop
     if flags & 0x0040:
         if pos + 8 > end:
             raise short_of(8, pos, end)
         out['timestamp'] = timestamp(_UNPACK_9(data, pos)[0], pos)
         pos += 8
     if flags & 0x0020:
-        out['type'], pos = read_shortstr(data, pos, end)
+        if pos >= end:
+            raise short_of(1, pos, end)
+        stop = pos + 1 + data[pos]
+        if stop > end:
+            raise short_of(data[pos], pos + 1, end)
+        out['type'] = data[pos + 1 : stop].decode('utf-8', 'replace')
+        pos = stop
     if flags & 0x0010:
-        out['user-id'], pos = read_shortstr(data, pos, end)
+        if pos >= end:
+            raise short_of(1, pos, end)
+        stop = pos + 1 + data[pos]
+        if stop > end:
+            raise short_of(data[pos], pos + 1, end)
+        out['user-id'] = data[pos + 1 : stop].decode('utf-8', 'replace')
+        pos = stop
     if flags & 0x0008:
-        out['app-id'], pos = read_shortstr(data, pos, end)
+        if pos >= end:
+            raise short_of(1, pos, end)
+        stop = pos + 1 + data[pos]
+        if stop > end:
+            raise short_of(data[pos], pos + 1, end)
+        out['app-id'] = data[pos + 1 : stop].decode('utf-8', 'replace')
+        pos = stop
     if flags & 0x0004:
-        out['cluster-id'], pos = read_shortstr(data, pos, end)
+        if pos >= end:
+            raise short_of(1, pos, end)
+        stop = pos + 1 + data[pos]
+        if stop > end:
+            raise short_of(data[pos], pos + 1, end)
+        out['cluster-id'] = data[pos + 1 : stop].decode('utf-8', 'replace')
+        pos = stop
     return out, pos
 
 
