@@ -130,13 +130,18 @@ def _readdress(frame: bytes, port: int, copy: int) -> bytes:
     return frame[:client] + address + frame[client + 4 :]
 
 
+def _build() -> str:
+    """How this process runs the decoders, in a word: compiled or python."""
+    return compiled.running().split(" ")[0]
+
+
 def run_amqpscope(capture: Path, ports: tuple[int, ...]) -> Run:
     frames = 0
     cpu, wall = time.process_time(), time.perf_counter()
     for kind, _row in decode_capture(capture, "bench", ports):
         frames += kind == "frames"
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return _run(f"amqpscope, {compiled.running().split(' ')[0]}", frames, wall, cpu, capture)
+    return _run(f"amqpscope, {_build()}", frames, wall, cpu, capture)
 
 
 def run_amqpscope_as_python(capture: Path, ports: tuple[int, ...]) -> Run:
@@ -168,7 +173,7 @@ def run_decoders_only(capture: Path, ports: tuple[int, ...]) -> Run:
                     frame_row(protocol, decode(raw.data), {"frame_index": frames, "stream_offset": raw.offset})
                     frames += 1
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return _run(f"amqpscope decoders only, {compiled.running().split(' ')[0]}", frames, wall, cpu, capture)
+    return _run(f"amqpscope decoders only, {_build()}", frames, wall, cpu, capture)
 
 
 def stage_costs(capture: Path, whole: Run, decoders: Run) -> dict[str, float]:

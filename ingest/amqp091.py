@@ -15,7 +15,7 @@ import struct
 from typing import Any, Final
 
 from amqpscope.ingest.amqp091_methods import METHODS, decode_basic_properties
-from amqpscope.ingest.amqp091_values import SECRET_ARGUMENTS, short_of  # noqa: F401 (SECRET_ARGUMENTS: re-exported)
+from amqpscope.ingest.amqp091_values import short_of
 from amqpscope.ingest.amqp10_types import DecodeError
 from amqpscope.ingest.framing import RawFrame, new_frame
 from amqpscope.ingest.specs import amqp091
@@ -41,6 +41,7 @@ _PLAUSIBLE_MAX_SIZE: Final = 1 << 27
 _HEADER: Final = struct.Struct(">BHI")
 _unpack_size: Final = struct.Struct(">I").unpack_from
 _CONTENT_HEADER: Final = struct.Struct(">HHQ")  # class-id, weight, body-size (spec 4.2.6.1)
+
 
 class Amqp091Format:
     """Frame boundaries of 0-9-1: a 7-byte header, the payload, and frame-end 0xCE."""

@@ -102,12 +102,11 @@ class _Emitter:
             for index, (target, (_code, arg, bits)) in enumerate(zip(targets, run)):
                 if arg is None:
                     values.extend((bit, f"{target} & {1 << i} != 0") for i, bit in enumerate(bits))
-                elif kinds[arg] == "timestamp":  # converted here: its errors name its own offset
+                    continue
+                if kinds[arg] == "timestamp":  # converted here: its errors name its own offset
                     at = struct.calcsize(">" + "".join(c for c, _a, _b in run[:index]))
                     out.append(f"    {target} = timestamp({target}, pos + {at})")
-                    values.append((arg, target))
-                else:
-                    values.append((arg, target))
+                values.append((arg, target))
             out.append(f"    pos += {size}")
             run.clear()
 
@@ -121,15 +120,15 @@ class _Emitter:
                 run.append((_FIXED_CODES[kind], arg, []))
             else:
                 flush()
-                target = f"v{len(values)}"
                 if (name, arg) in SECRET_ARGUMENTS:
                     out.append("    pos = skip_longstr(data, pos, end)")
-                elif kind == "shortstr":
+                    continue
+                target = f"v{len(values)}"
+                if kind == "shortstr":
                     out += _inline_shortstr(target, "    ")
-                    values.append((arg, target))
                 else:
                     out.append(f"    {target}, pos = {_READERS[kind]}(data, pos, end)")
-                    values.append((arg, target))
+                values.append((arg, target))
         flush()
         out.append("    return {" + ", ".join(f"{arg!r}: {expr}" for arg, expr in values) + "}, pos")
 

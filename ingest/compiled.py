@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import warnings
+from functools import cache
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
 from importlib.util import spec_from_file_location
 from pathlib import Path
@@ -80,16 +81,12 @@ class _SourceFinder:
         return spec_from_file_location(fullname, _HERE / f"{fullname.rpartition('.')[2]}.py")
 
 
-_chosen: list[str | None] = []  # the choice, once made
-
-
+@cache  # the choice is made once
 def select() -> str | None:
     """Choose, once per process: None when the modules run compiled, else why they run as source.
 
     ``amqpscope.ingest`` calls this on import, before any of the modules can be imported.
     """
-    if _chosen:
-        return _chosen[0]
     reason = why_source(_HERE, os.environ)
     if reason is not None and any(_has_extension(_HERE, m) for m in MODULES):
         names = frozenset(f"{PACKAGE}.{m}" for m in MODULES)
@@ -99,7 +96,6 @@ def select() -> str | None:
         sys.meta_path.insert(0, _SourceFinder(names))
         if not reason.startswith(PURE_PYTHON_VARIABLE):
             warnings.warn(f"amqpscope: running the ingest decoders as Python: {reason}", RuntimeWarning, stacklevel=2)
-    _chosen.append(reason)
     return reason
 
 

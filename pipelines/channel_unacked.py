@@ -18,10 +18,10 @@ Every window is keyed by channel (plus consumer, or request number): one shuffle
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.consumers import with_consumers
+from amqpscope.pipelines.consumers import method_sent, with_consumers
 from amqpscope.pipelines.partitioning import CHANNEL, by_connection, with_channel_incarnation
 from amqpscope.pipelines.settlement import settle, with_settlement_rows
 from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA, CONSUMER_UNACKED_SCHEMA
@@ -61,14 +61,10 @@ def _consumer_rows_in_order() -> WindowSpec:
     return Window.partitionBy(*CHANNEL, "consumer_tag").orderBy("frame_index", "delivery_tag")
 
 
-def _is(method: str, direction: str) -> Column:
-    return (F.col("method") == method) & (F.col("direction") == direction)
-
-
 def _ledger(frames: DataFrame) -> DataFrame:
     """Every channel event, and a row per settlement of each delivery (``_is_event`` false), with
     the channel's running state after each frame."""
-    is_qos = _is("basic.qos", "c2s")
+    is_qos = method_sent("basic.qos", "c2s")
     is_global = F.coalesce(F.col("global"), F.lit(False))
     any_delivery = F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")
     events = (

@@ -31,7 +31,8 @@ def _consumer_so_far() -> WindowSpec:
     )
 
 
-def _is(method: str, direction: str) -> Column:
+def method_sent(method: str, direction: str) -> Column:
+    """True on the frames of ``method`` sent in ``direction`` (c2s: by the client)."""
     return (F.col("method") == method) & (F.col("direction") == direction)
 
 
@@ -40,10 +41,10 @@ def with_consumers(frames: DataFrame) -> DataFrame:
     (the request's no_ack, queue, and the consumer prefetch then in force), ``_consumer`` on a
     consumer's rows from its consume-ok on, and ``_no_ack``: on deliveries, whether they need no
     ack (null where the capture missed the consume or get that tells)."""
-    is_qos = _is("basic.qos", "c2s")
+    is_qos = method_sent("basic.qos", "c2s")
     is_global = F.coalesce(F.col("global"), F.lit(False))
-    consume, consume_ok = _is("basic.consume", "c2s"), _is("basic.consume-ok", "s2c")
-    get, get_reply = _is("basic.get", "c2s"), F.col("method").isin("basic.get-ok", "basic.get-empty") & (F.col("direction") == "s2c")
+    consume, consume_ok = method_sent("basic.consume", "c2s"), method_sent("basic.consume-ok", "s2c")
+    get, get_reply = method_sent("basic.get", "c2s"), F.col("method").isin("basic.get-ok", "basic.get-empty") & (F.col("direction") == "s2c")
 
     def running_count(condition: Column) -> Column:
         return F.sum(condition.cast("long")).over(channel_so_far())

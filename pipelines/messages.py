@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from amqpscope.ingest.specs import amqp091
 from amqpscope.pipelines.consumers import with_consumers
-from amqpscope.pipelines.partitioning import with_channel_incarnation
+from amqpscope.pipelines.partitioning import channel_so_far, with_channel_incarnation
 from amqpscope.pipelines.settlement import settle
 from amqpscope.schemas.messages import DELIVERIES_10_SCHEMA, MESSAGES_091_SCHEMA
 
@@ -50,14 +50,6 @@ def _stream_so_far() -> WindowSpec:
     )
 
 
-def _incarnation_so_far() -> WindowSpec:
-    """One incarnation of a channel (between channel.open frames), both directions, in order."""
-    return (
-        Window.partitionBy(*_CHANNEL, "incarnation").orderBy("frame_index")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-
-
 def messages_091(frames: DataFrame) -> DataFrame:
     """The messages_091 table (``schemas.messages.MESSAGES_091_SCHEMA``) from the frames table."""
     channel_frames = (
@@ -77,12 +69,12 @@ def messages_091(frames: DataFrame) -> DataFrame:
         F.sum((F.col("frame_type") == "body").cast("int")).alias("body_frames"),
     )
     # Confirm mode: a channel incarnation from its confirm.select on; publishes numbered in it.
-    confirming = F.max((F.col("method") == "confirm.select").cast("int")).over(_incarnation_so_far()) == 1
+    confirming = F.max((F.col("method") == "confirm.select").cast("int")).over(channel_so_far()) == 1
     is_publish = (F.col("method") == "basic.publish") & (F.col("direction") == "c2s")
     methods = (
         channel_frames.transform(with_consumers)
         .withColumn("_confirming", confirming)
-        .withColumn("_publishes", F.sum((is_publish & F.col("_confirming")).cast("long")).over(_incarnation_so_far()))
+        .withColumn("_publishes", F.sum((is_publish & F.col("_confirming")).cast("long")).over(channel_so_far()))
         .withColumn("publish_seq", F.when(is_publish & F.col("_confirming"), F.col("_publishes")))
     )
     messages = (
