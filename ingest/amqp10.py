@@ -236,6 +236,10 @@ class Section(NamedTuple):
     value: Any  # fields by name for header / properties, a map for annotations, the body as decoded
 
 
+# A Section from a tuple of its fields, without the NamedTuple's __new__ (Python code even compiled).
+_new_section: Final = tuple.__new__
+
+
 def decode_message(payload: bytes) -> list[Section]:
     """Split a whole message (the payloads of a delivery's transfers, joined) into its sections.
 
@@ -265,7 +269,7 @@ def decode_message(payload: bytes) -> list[Section]:
             inner = composite_fields(composite, inner)
         elif type(inner) not in _PLAIN:  # a data section's bytes are already plain
             inner = present(inner)
-        sections.append(Section(composite.name, pos - start, inner))
+        sections.append(_new_section(Section, (composite.name, pos - start, inner)))
     return sections
 
 

@@ -69,7 +69,7 @@ def text(value: Any) -> str | None:
         return str(value)
     if isinstance(value, datetime):
         return value.isoformat()
-    return json.dumps(value, default=_json_default, separators=(",", ":"), sort_keys=False)
+    return _ENCODER.encode(value)
 
 
 def _json_default(value: Any) -> Any:
@@ -80,6 +80,10 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, Timestamp):
         return text(value)
     return str(value)
+
+
+# ``json.dumps`` with these options builds a new encoder every call: one, made once, does the same.
+_ENCODER: Final = json.JSONEncoder(default=_json_default, separators=(",", ":"), sort_keys=False)
 
 
 def _column(protocol: str, name: str) -> str | None:
