@@ -14,6 +14,11 @@ Two backends behind one interface:
   partition filter, the removes). Only file metadata passes through the driver. Local
   filesystem only.
 
+Schemas: rows must have the table's schema, or that schema with columns added at its end (a newer
+amqpscope adding a column to a table): the commit then widens the table's schema, and the rows of
+earlier writes read the new columns as null, as Delta's schema evolution has it. Anything else
+(a column dropped, renamed, retyped or moved) is refused before any file is written.
+
 Concurrency: each write is a single Delta commit, so readers see all of it or none of it.
 Concurrent writers are left to each engine's conflict detection: delta-spark's optimistic
 concurrency, and delta-rs's commit (which fails or retries on a conflicting version; two
@@ -119,7 +124,9 @@ class Lake:
         capture_ids = _checked_capture_ids(replace_capture_ids)
         partition_columns = _checked_partition_columns(df.schema, partition_by)
         if self.backend == "delta-spark":
-            _write_delta_spark(df, path, capture_ids, partition_columns)
+            widens = self.exists(table) and _checked_schema_change(
+                path, self.spark.read.format("delta").load(path).schema, df.schema)
+            _write_delta_spark(df, path, capture_ids, partition_columns, merge_schema=widens)
         else:
             _write_delta_rs(self.spark, df, path, capture_ids, partition_columns)
 
@@ -164,11 +171,41 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _write_delta_spark(df: DataFrame, path: str, capture_ids: list[str], partition_columns: list[str]) -> None:
+def _checked_schema_change(path: str, table: StructType, rows: StructType) -> bool:
+    """Whether rows of schema ``rows`` widen table ``path`` of schema ``table`` (columns added at
+    its end); False when the schemas are the same. Any other difference is a ValueError.
+
+    Compared as Delta stores them (every field nullable), field by field.
+    """
+    table_fields = json.loads(_delta_schema_json(table))["fields"]
+    rows_fields = json.loads(_delta_schema_json(rows))["fields"]
+    if rows_fields[: len(table_fields)] == table_fields:
+        return len(rows_fields) > len(table_fields)
+    by_name = {f["name"]: f for f in rows_fields}
+    problems = []
+    for field in table_fields:
+        found = by_name.get(field["name"])
+        if found is None:
+            problems.append(f"column {field['name']!r} is missing")
+        elif found["type"] != field["type"]:
+            problems.append(f"column {field['name']!r} has type {json.dumps(found['type'])}, "
+                            f"not {json.dumps(field['type'])}")
+    if not problems:  # every column there with its type: some are out of place
+        problems = [f"column {field['name']!r} is not in place {position}"
+                    for position, (field, found) in enumerate(zip(table_fields, rows_fields), 1)
+                    if found["name"] != field["name"]]
+    raise ValueError(f"schema of the rows does not fit table {path} (new columns may only be added at "
+                     f"its end): {'; '.join(problems)}")
+
+
+def _write_delta_spark(df: DataFrame, path: str, capture_ids: list[str], partition_columns: list[str],
+                       merge_schema: bool) -> None:
     predicate = f"`{CAPTURE_ID}` IN ({', '.join(_sql_string(i) for i in capture_ids)})"
     # replaceWhere also checks that every written row matches the predicate (Delta's default).
-    (df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
-        .partitionBy(*partition_columns).save(path))
+    writer = df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+    if merge_schema:  # columns added at the end, checked by _checked_schema_change
+        writer = writer.option("mergeSchema", "true")
+    writer.partitionBy(*partition_columns).save(path)
 
 
 # --- delta-rs backend: Spark writes Parquet, delta-rs commits the log ----------------------------
@@ -248,11 +285,9 @@ def _write_delta_rs(
     schema = Schema.from_json(_delta_schema_json(df.schema))
     table = DeltaTable(path) if DeltaTable.is_deltatable(path) else None
     if table is not None:
-        # delta-rs would silently replace the table's schema with the new one; the other
-        # captures' files would then no longer match it.
-        if table.schema().to_json() != schema.to_json():
-            raise ValueError(f"schema of the rows differs from table {path}'s:\n"
-                             f"{schema.to_json()}\n{table.schema().to_json()}")
+        # The commit replaces the table's schema with the rows' one: only a widening keeps the other
+        # captures' files readable (their missing columns read as null).
+        _checked_schema_change(path, StructType.fromJson(json.loads(table.schema().to_json())), df.schema)
         if table.metadata().partition_columns != partition_columns:
             raise ValueError(f"table {path} is partitioned by {table.metadata().partition_columns}, "
                              f"not {partition_columns}")

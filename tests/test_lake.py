@@ -152,12 +152,44 @@ def test_rows_of_other_captures_are_rejected_and_nothing_is_committed(spark, lak
     assert sorted(os.path.join(d, f) for d, _, fs in os.walk(table_dir) for f in fs) == files_before
 
 
-def test_a_different_schema_is_rejected(spark, lake):
+def test_columns_added_at_the_end_widen_the_table_and_earlier_rows_read_them_as_null(spark, lake):
     lake.write(spark.createDataFrame(rows_a(), SCHEMA), "frames", replace_capture_ids=["cap-a"])
-    wider = spark.createDataFrame([("cap-a", 1, "x")], "capture_id string, n long, extra string")
-    with pytest.raises(ValueError, match="schema"):
-        lake.write(wider, "frames", replace_capture_ids=["cap-a"])
+    wider = f"{SCHEMA}, extra string, count long"
+    lake.write(spark.createDataFrame([(*rows_b()[0], "x", 3)], wider), "frames", replace_capture_ids=["cap-b"])
+
+    table = DeltaTable(lake.table_path("frames"))
+    assert table.version() == 1
+    assert [f.name for f in table.schema().fields][-2:] == ["extra", "count"]
+    assert [(r["capture_id"], r["n"], r["extra"], r["count"]) for r in table_rows(lake, "frames")] == [
+        ("cap-a", 1, None, None), ("cap-a", 2, None, None), ("cap-b", 10, "x", 3)]
+    read = lake.read("frames").select("capture_id", "n", "extra", "count")
+    assertDataFrameEqual(read, spark.createDataFrame(
+        [("cap-a", 1, None, None), ("cap-a", 2, None, None), ("cap-b", 10, "x", 3)],
+        "capture_id string, n long, extra string, count long"))
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ("capture_id string, n int, ts timestamp, m map<string,string>, b binary, s struct<x:int,tags:array<string>>",
+         "column 'n' has type \"integer\", not \"long\""),
+        ("capture_id string, n long, m map<string,string>, b binary, s struct<x:int,tags:array<string>>",
+         "column 'ts' is missing"),
+        ("capture_id string, ts timestamp, n long, m map<string,string>, b binary, s struct<x:int,tags:array<string>>",
+         "column 'n' is not in place 2"),
+        ("extra string, capture_id string, n long, ts timestamp, m map<string,string>, b binary, "
+         "s struct<x:int,tags:array<string>>", "column 'capture_id' is not in place 1"),
+    ],
+    ids=["retyped", "dropped", "moved", "added-first"],
+)
+def test_other_schema_changes_are_rejected_naming_the_column(spark, lake, schema, message):
+    lake.write(spark.createDataFrame(rows_a(), SCHEMA), "frames", replace_capture_ids=["cap-a"])
+    files_before = log_files(lake, "frames")
+    changed = spark.createDataFrame([], schema)
+    with pytest.raises(ValueError, match=f"does not fit table .*frames.*{message}"):
+        lake.write(changed, "frames", replace_capture_ids=["cap-a"])
     assert DeltaTable(lake.table_path("frames")).version() == 0
+    assert log_files(lake, "frames") == files_before
 
 
 @pytest.mark.parametrize(
