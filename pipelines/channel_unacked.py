@@ -6,6 +6,8 @@ settlement is found without replaying the channel one event at a time, by the on
 outstanding tag up to its own (tag 0: all), and one naming a tag that is not outstanding settles
 nothing. Unacked after an event is then a running sum of +1 per delivery and -1 per settlement,
 over the channel or over one consumer's deliveries.
+``delivered`` (the highest tag sent so far) and ``settled`` (what a settlement settled: 0 when
+the tag it names is not outstanding) are what the rules on unknown and twice-settled tags read.
 
 Prefetch as RabbitMQ scopes it: basic.qos(global=false) sets the limit of each consumer created
 after it on the channel, basic.qos(global=true) a limit shared by all the channel's consumers.
@@ -51,6 +53,11 @@ def _channel_after_frame() -> WindowSpec:
     return Window.partitionBy(*CHANNEL).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
 
 
+def _frame_of_channel() -> WindowSpec:
+    """A channel's rows of one frame: how many deliveries a settlement settled."""
+    return Window.partitionBy(*CHANNEL, "frame_index")
+
+
 def _frame_of_consumer() -> WindowSpec:
     """One consumer's rows of one frame: how many of its deliveries the frame settled."""
     return Window.partitionBy(*CHANNEL, "consumer_tag", "frame_index")
@@ -83,9 +90,14 @@ def _ledger(frames: DataFrame) -> DataFrame:
         settling=settlement,
     )
     event_qos = is_qos & F.col("_is_event")
+    highest_tag = F.max(F.when(any_delivery & F.col("_is_event"), F.col("delivery_tag"))).over(_channel_after_frame())
     return (
         with_settlement_rows(settled)
         .withColumn("unacked", F.sum("_delta").over(_channel_after_frame()))
+        # Incarnation 0: the channel was open before the capture began, its earlier tags unknown.
+        .withColumn("delivered", F.when(F.col("incarnation") > 0, F.coalesce(highest_tag, F.lit(0))))
+        .withColumn("settled", F.when(settlement & F.col("_is_event"),
+                                      F.sum((~F.col("_is_event")).cast("long")).over(_frame_of_channel())))
         .withColumn("_last_prefetch", F.last(F.when(event_qos, F.col("prefetch_count")), True).over(_channel_after_frame()))
         .withColumn("_last_global", F.last(F.when(event_qos, F.col("global")), True).over(_channel_after_frame()))
         .withColumn("_channel_prefetch", F.last(F.when(event_qos & is_global, F.col("prefetch_count")), True)

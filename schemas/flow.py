@@ -53,6 +53,10 @@ CHANNEL_UNACKED_SCHEMA = StructType(
         StructField("unacked", LongType(), False),  # on the channel, after this event
         StructField("prefetch_count", IntegerType(), True),  # 0 or null: unlimited
         StructField("prefetch_global", BooleanType(), True),
+        # The highest delivery tag sent on the channel so far (tags run 1, 2, 3 ...); null when the
+        # capture missed the channel's channel.open, so tags sent before it began are unknown.
+        StructField("delivered", LongType(), True),
+        StructField("settled", LongType(), True),  # ack / nack / reject rows: the deliveries it settled
     ]
 )
 

@@ -180,6 +180,19 @@ def amqp091_methods(host: str, port: int, *, messages: int = 8, body_size: int =
         consumer.basic_cancel(consumer_tag)
         consumer.tx_commit()
 
+        careless = connection.channel()  # channel 5: one delivery acked twice, a classic client bug
+        careless.basic_publish("", consumed, b"acked twice")
+        twice = None
+        for _attempt in range(50):  # the publish reaches the queue before the get (one channel, in order)
+            twice, _props, _body = careless.basic_get(consumed, auto_ack=False)
+            if twice is not None:
+                break
+        if twice is None:
+            raise RuntimeError(f"the message published to {consumed} never arrived")
+        careless.basic_ack(twice.delivery_tag)
+        careless.basic_ack(twice.delivery_tag)  # RabbitMQ: 406 PRECONDITION_FAILED "unknown delivery tag"
+        _wait(connection, lambda: careless.is_closed)
+
         connection.update_secret(GUEST[1], "amqpscope rotation")
         admin.queue_unbind(queue, exchange, routing_key="get", arguments={"x-match": "all"})
         for name in (queue, capped, consumed):
@@ -189,13 +202,15 @@ def amqp091_methods(host: str, port: int, *, messages: int = 8, body_size: int =
         for channel in (consumer, getter, publisher, admin):
             channel.close()
         truth.update(
-            channels_opened=4,
+            channels_opened=5,
             messages_published=messages,
             publishes_to_capped_queue=4,
             confirms_nacked=confirms_nacked,
             confirms_acked=messages + 4 - confirms_nacked + returned,
             returned=returned,
-            gets_ok=len(tags) + len(requeued),
+            gets_ok=len(tags) + len(requeued) + 1,
+            acked_twice_channel=careless.channel_number,
+            acked_twice_tag=twice.delivery_tag,
             gets_empty=2,
             requeued_by_reject_and_nack=len(requeued),
             rejects_sent=2,

@@ -316,6 +316,8 @@ class _Channel:
     confirming: bool = False
     published: int = 0
     unconfirmed: set[int] = field(default_factory=set)
+    opened: bool = False  # its channel.open captured: the tags it delivered are all known
+    delivered: int = 0  # the highest delivery tag sent
 
 
 class ChannelMachine:
@@ -336,7 +338,7 @@ class ChannelMachine:
     def _frame(self, f: Frame) -> None:
         method, c2s = f["method"], f["direction"] == "c2s"
         if method == "channel.open":
-            self.channels[f["channel"]] = _Channel()  # a new incarnation: tags and counts start again
+            self.channels[f["channel"]] = _Channel(opened=True)  # a new incarnation: tags and counts start again
         ch = self.channels.setdefault(f["channel"], _Channel())
         if method == "basic.qos" and c2s:
             if f.get("prefetch_count") is not None:
@@ -367,7 +369,7 @@ class ChannelMachine:
             self._delivery(f, ch)
         elif method in ("basic.ack", "basic.nack", "basic.reject") and c2s:
             settled = self._settle(ch.outstanding, f)
-            self._unacked_row(f, ch)
+            self._unacked_row(f, ch, settled=len(settled))
             for tag in sorted({t for t in settled.values() if t is not None}):
                 self._consumer_row(f, ch, tag, settled=sum(1 for t in settled.values() if t == tag))
         elif method == "confirm.select" and c2s:
@@ -386,6 +388,7 @@ class ChannelMachine:
 
     def _delivery(self, f: Frame, ch: _Channel) -> None:
         tag = f["delivery_tag"]
+        ch.delivered = max(ch.delivered, tag)
         if f["method"] == "basic.get-ok":
             no_ack = ch.get_requests.pop(0) if ch.get_requests else False
             consumer_tag = None
@@ -419,11 +422,12 @@ class ChannelMachine:
             del outstanding[t]
         return settled
 
-    def _unacked_row(self, f: Frame, ch: _Channel) -> None:
+    def _unacked_row(self, f: Frame, ch: _Channel, settled: int | None = None) -> None:
         self.unacked_rows.append({
             "connection_id": f["connection_id"], "channel": f["channel"], "frame_index": f["frame_index"],
             "method": f["method"], "unacked": len(ch.outstanding),
             "prefetch_count": ch.prefetch_count, "prefetch_global": ch.prefetch_global,
+            "delivered": ch.delivered if ch.opened else None, "settled": settled,
         })
 
     def _consumer_row(self, f: Frame, ch: _Channel, consumer_tag: str | None, settled: int) -> None:

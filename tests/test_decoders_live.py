@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from amqpscope.expectations.catalogue import load_rules, violations
+from amqpscope.jobs.ingest import decode_captures, resolve_captures
+from amqpscope.pipelines.channel_unacked import channel_unacked_timeline
 from amqpscope.testbed import decoder_scenarios
 from amqpscope.testbed.broker import RABBITMQ_BIN, PrivateBroker
 from amqpscope.testbed.capture import capture_scenario, truth_path
@@ -98,6 +101,24 @@ def test_amqp091_methods(captures: dict[str, Path], rows: dict[str, list[dict]])
     assert headers["nested"] == {"inner": "x", "deeper": {"n": 1}} and headers["list"] == [1, "two", [3]]
     assert (headers["decimal"], headers["long"], headers["empty"]) == ("3.14", 2**40, {})
     assert header["arguments"]["timestamp"] == "2023-11-14T22:13:21+00:00"
+
+
+def test_amqp091_ack_of_a_settled_tag_is_flagged_and_rabbitmq_closes_the_channel(
+    spark, captures: dict[str, Path], broker: PrivateBroker
+) -> None:
+    gt = truth(captures["amqp091_methods"])
+    channel, tag = gt["acked_twice_channel"], gt["acked_twice_tag"]
+    frames = decode_captures(spark, resolve_captures([str(captures["amqp091_methods"])]), (broker.port,)).frames
+    on_channel = frames.filter(f"channel = {channel}").orderBy("frame_index").collect()
+    acks = [r for r in on_channel if r.method == "basic.ack"]
+    assert [(r.direction, r.delivery_tag) for r in acks] == [("c2s", tag), ("c2s", tag)]
+    [close] = [r for r in on_channel if r.method == "channel.close"]
+    assert (close.direction, close.reply_code) == ("s2c", 406) and "unknown delivery tag" in close.reply_text
+    timeline = channel_unacked_timeline(frames)
+    rules = {r.id: r for r in load_rules()}
+    found = {rule: [r.frame_index for r in violations(timeline, rules[rule]).collect()]
+             for rule in ("amqp091.ack.already_settled", "amqp091.ack.unknown_delivery_tag")}
+    assert found == {"amqp091.ack.already_settled": [acks[1].frame_index], "amqp091.ack.unknown_delivery_tag": []}
 
 
 def test_amqp091_heartbeats(captures: dict[str, Path], rows: dict[str, list[dict]]) -> None:

@@ -71,7 +71,7 @@ def channel_unacked(spark: SparkSession, events: list[UnackedEvent]) -> DataFram
     return spark.createDataFrame(
         [
             ("cap", "conn-2", 1, index, at(index), "s2c" if method == "basic.deliver" else "c2s",
-             method, "ctag-1", tag, False, unacked, prefetch, is_global)
+             method, "ctag-1", tag, False, unacked, prefetch, is_global, None, None)
             for index, method, tag, unacked, prefetch, is_global in events
         ],
         CHANNEL_UNACKED_SCHEMA,
@@ -254,7 +254,8 @@ def test_every_rule_compiles_against_its_table(spark, catalogue_rule):
 
 def test_catalogue_has_the_required_rules():
     assert {r.id for r in rules_for("link_credit")} == {CREDIT_EXCEEDED}
-    assert {r.id for r in rules_for("channel_unacked")} == {ABOVE_PREFETCH}
+    assert {r.id for r in rules_for("channel_unacked")} == {
+        ABOVE_PREFETCH, "amqp091.ack.unknown_delivery_tag", "amqp091.ack.already_settled"}
     assert HEARTBEAT_CHANNEL in {r.id for r in rules_for("frames")}
     assert {r.severity for r in rules_for("link_credit") + rules_for("channel_unacked")} == {"error"}
 
@@ -363,7 +364,7 @@ def test_gx_suites_fail_where_rules_are_broken(failing_run):
     assert failing_run.success is False
     assert {s.suite_name: dict(s.unexpected_counts) for s in failing_run.suites} == {
         "amqpscope.link_credit": {CREDIT_EXCEEDED: 2},
-        "amqpscope.channel_unacked": {ABOVE_PREFETCH: 1},
+        "amqpscope.channel_unacked": {r.id: int(r.id == ABOVE_PREFETCH) for r in rules_for("channel_unacked")},
         "amqpscope.frames": {r.id: 0 for r in rules_for("frames")},
     }
 
@@ -402,7 +403,8 @@ def test_clean_tables_pass_every_suite_in_a_reused_docs_dir(spark, failing_run, 
     }
     run = run_verdicts(clean, docs_dir)  # where failing_run wrote its suites and results
     assert run.success is True
-    assert [dict(s.unexpected_counts) for s in run.suites] == [{CREDIT_EXCEEDED: 0}, {ABOVE_PREFETCH: 0}]
+    assert [dict(s.unexpected_counts) for s in run.suites] == [
+        {CREDIT_EXCEEDED: 0}, {r.id: 0 for r in rules_for("channel_unacked")}]
     assertDataFrameEqual(run.violations, expected(spark, []))
     assert run.data_docs_index == failing_run.data_docs_index
 

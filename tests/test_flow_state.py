@@ -191,6 +191,53 @@ def test_multiple_ack_of_a_tag_not_outstanding_settles_nothing_in_every_table(sp
         [(1, "basic.ack", 7, True), (2, "basic.ack", 7, True), (3, "basic.ack", 10, True), (4, "basic.ack", 8, False),
          (5, "basic.ack", 10, True)],
         "delivery_tag long, settled_by string, settled_frame_index long, settled_multiple boolean"))
+    settlements = channel_unacked_timeline(frames).filter("method = 'basic.ack'").select("frame_index", "delivered", "settled")
+    assertDataFrameEqual(settlements, spark.createDataFrame(
+        [(3, 2, 0), (7, 5, 2), (8, 5, 1), (9, 5, 0), (10, 5, 2)], "frame_index long, delivered long, settled long"))
+    assert ack_violations(channel_unacked_timeline(frames)) == {
+        "amqp091.ack.unknown_delivery_tag": [3], "amqp091.ack.already_settled": [9]}
+
+
+def ack_violations(timeline) -> dict[str, list[int]]:
+    """The frames the two settlement rules flag in a channel_unacked timeline, by rule."""
+    rules = {r.id: r for r in load_rules()}
+    return {rule: sorted(r.frame_index for r in violations(timeline, rules[rule]).collect())
+            for rule in ("amqp091.ack.unknown_delivery_tag", "amqp091.ack.already_settled")}
+
+
+def test_settling_tag_zero_alone_or_a_no_ack_delivery_is_flagged(spark):
+    events = [
+        dict(direction="c2s", method="channel.open", channel=1),
+        dict(direction="c2s", method="basic.consume", channel=1, consumer_tag="quick", no_ack=True),
+        dict(direction="s2c", method="basic.consume-ok", channel=1, consumer_tag="quick"),
+        dict(direction="s2c", method="basic.deliver", channel=1, delivery_tag=1, consumer_tag="quick"),
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=1, multiple=False),  # no-ack: not outstanding
+        dict(direction="c2s", method="basic.get", channel=1, no_ack=False),
+        dict(direction="s2c", method="basic.get-ok", channel=1, delivery_tag=2),
+        dict(direction="c2s", method="basic.reject", channel=1, delivery_tag=0, requeue=True),  # tag 0 without multiple
+        dict(direction="c2s", method="basic.nack", channel=1, delivery_tag=3, multiple=False, requeue=True),  # not yet
+        dict(direction="c2s", method="basic.nack", channel=1, delivery_tag=0, multiple=True, requeue=False),  # all: fine
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=0, multiple=True),  # nothing left: still fine
+    ]
+    timeline = channel_unacked_timeline(frames_df(spark, "amqp-0-9-1", events))
+    settlements = timeline.filter("settled IS NOT NULL").select("frame_index", "delivered", "settled", "unacked")
+    assertDataFrameEqual(settlements, spark.createDataFrame(
+        [(4, 1, 0, 0), (7, 2, 0, 1), (8, 2, 0, 1), (9, 2, 1, 0), (10, 2, 0, 0)],
+        "frame_index long, delivered long, settled long, unacked long"))
+    assert ack_violations(timeline) == {"amqp091.ack.unknown_delivery_tag": [7, 8], "amqp091.ack.already_settled": [4]}
+
+
+def test_settlements_on_a_channel_opened_before_the_capture_are_not_judged(spark):
+    events = [
+        dict(direction="s2c", method="basic.deliver", channel=3, delivery_tag=41, consumer_tag="c"),
+        dict(direction="c2s", method="basic.ack", channel=3, delivery_tag=40, multiple=False),  # sent before the capture
+        dict(direction="c2s", method="basic.ack", channel=3, delivery_tag=41, multiple=False),
+        dict(direction="c2s", method="basic.ack", channel=3, delivery_tag=41, multiple=False),
+    ]
+    timeline = channel_unacked_timeline(frames_df(spark, "amqp-0-9-1", events))
+    assert [(r.delivered, r.settled) for r in timeline.orderBy("frame_index").collect()] == [
+        (None, None), (None, 0), (None, 1), (None, 0)]
+    assert ack_violations(timeline) == {"amqp091.ack.unknown_delivery_tag": [], "amqp091.ack.already_settled": []}
 
 
 def test_multiple_confirm_of_a_number_not_outstanding_settles_nothing_in_every_table(spark):
