@@ -23,6 +23,7 @@ from amqpscope.schemas.flow import (
     CHANNEL_CONFIRMS_SCHEMA,
     CHANNEL_UNACKED_SCHEMA,
     CONSUMER_UNACKED_SCHEMA,
+    FRAME_LIMITS_SCHEMA,
     LINK_CREDIT_SCHEMA,
     SESSION_WINDOW_SCHEMA,
 )
@@ -41,6 +42,7 @@ TABLE_SCHEMAS: Mapping[str, StructType] = {
     "session_window": SESSION_WINDOW_SCHEMA,
     "consumer_unacked": CONSUMER_UNACKED_SCHEMA,
     "channel_confirms": CHANNEL_CONFIRMS_SCHEMA,
+    "frame_limits": FRAME_LIMITS_SCHEMA,
 }
 
 CATALOGUE_PATH = Path(__file__).with_name("rules.yml")

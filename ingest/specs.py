@@ -121,6 +121,7 @@ class Amqp10Spec:
     described_by_symbol: Mapping[str, Composite]
     restricted: Mapping[str, str]  # restricted type -> its source type
     choices: Mapping[str, Mapping[str, str]]  # restricted type -> value -> choice name
+    definitions: Mapping[str, str]  # constants such as MIN-MAX-FRAME-SIZE -> their value, as text
 
 
 def _attr(element: ET.Element, name: str) -> str:
@@ -143,9 +144,12 @@ def amqp10() -> Amqp10Spec:
     described: dict[int, Composite] = {}
     restricted: dict[str, str] = {}
     choices: dict[str, dict[str, str]] = {}
+    definitions: dict[str, str] = {}
     base = resources.files(_SPEC_PACKAGE).joinpath("specs/amqp-1.0")
     for file_name in AMQP10_SPEC_FILES:
         root = ET.fromstring(base.joinpath(file_name).read_text())
+        for d in root.iterfind(".//a:definition", _AMQP10_NS):
+            definitions[_attr(d, "name")] = _attr(d, "value")
         for t in root.iterfind(".//a:type", _AMQP10_NS):
             name, cls = _attr(t, "name"), _attr(t, "class")
             for e in t.iterfind("a:encoding", _AMQP10_NS):
@@ -178,7 +182,7 @@ def amqp10() -> Amqp10Spec:
                 )
                 described[composite.code] = composite
     by_symbol = {c.symbol: c for c in described.values()}
-    return Amqp10Spec(encodings, described, by_symbol, restricted, choices)
+    return Amqp10Spec(encodings, described, by_symbol, restricted, choices, definitions)
 
 
 def amqp10_primitive(type_name: str) -> str:

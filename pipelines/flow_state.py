@@ -14,6 +14,7 @@ from amqpscope.pipelines.blocking import channel_flow_intervals, connection_bloc
 from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline
 from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.flow_intervals import flow_intervals
+from amqpscope.pipelines.frame_limits import frame_limits_timeline
 from amqpscope.pipelines.link_credit import link_credit_timeline, link_state_timeline
 from amqpscope.pipelines.sessions import session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
@@ -29,6 +30,7 @@ FRAME_TIMELINES = {
     "channel_confirms": channel_confirms_timeline,
     "connection_blocked": connection_blocked_intervals,
     "channel_flow": channel_flow_intervals,
+    "frame_limits": frame_limits_timeline,
 }
 TIMELINE_TABLES = (*FRAME_TIMELINES, "tcp_flow")
 DERIVED_TABLES = ("flow_intervals", "throughput")

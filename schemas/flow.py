@@ -214,6 +214,33 @@ FLOW_INTERVALS_SCHEMA = StructType(
     ]
 )
 
+# The frame size and channel limits in force on each frame that could break them (DOMAIN.md
+# section 6; pipelines/frame_limits.py): frames larger than the protocol's minimum frame size,
+# channel.open and begin, and the tune-ok and open frames that set the limits.
+FRAME_LIMITS_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("connection_id", StringType(), False),
+        StructField("frame_index", LongType(), False),
+        StructField("ts", TimestampType(), False),
+        StructField("packet_number", LongType(), False),
+        StructField("direction", StringType(), False),
+        StructField("protocol", StringType(), False),
+        StructField("channel", IntegerType(), True),
+        StructField("frame_type", StringType(), False),
+        StructField("method", StringType(), True),
+        StructField("frame_size", LongType(), False),  # the whole frame, header included
+        # In force for this frame's sender; null: no limit, or unknown (negotiation not captured).
+        StructField("frame_size_limit", LongType(), True),
+        StructField("channel_limit", LongType(), True),
+        # 0-9-1 connection.tune-ok rows: the server's offer and the client's choice (0: no limit).
+        StructField("offered_frame_max", LongType(), True),
+        StructField("offered_channel_max", LongType(), True),
+        StructField("tuned_frame_max", LongType(), True),
+        StructField("tuned_channel_max", LongType(), True),
+    ]
+)
+
 # Messages and bytes per second (1-second buckets with traffic) per connection, channel, link and
 # queue / address. A message is a 0-9-1 basic.publish / basic.deliver / basic.get-ok (bytes: its
 # content header's body-size) or a 1.0 delivery (bytes: the transfer payloads).

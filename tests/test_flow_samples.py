@@ -172,3 +172,28 @@ def test_no_violations_in_clean_traffic(tables):
 def test_every_flow_table_is_built(tables):
     assert set(FLOW_TABLES) <= set(tables)
     assert all(tables[name].count() > 0 for name in FLOW_TABLES if name != "channel_flow")
+
+
+def test_frame_limits_follow_the_captured_negotiation(tables):
+    """Every limit on a real connection is the one its own tune-ok or the other peer's open set
+    (AMQP 1.0 frames pipelined before the other peer's open: 512 octets and channel 0)."""
+    frames = tables["frames"]
+    tuned = {r.connection_id: (r.frame_max, r.channel_max) for r in
+             frames.filter("method = 'connection.tune-ok' AND direction = 'c2s'").collect()}
+    opened = {(r.connection_id, r.direction): (r.frame_index, r.max_frame_size, r.channel_max) for r in
+              frames.filter("protocol = 'amqp-1.0' AND method = 'open'").collect()}
+    assert tuned and opened
+    rows = tables["frame_limits"].filter("method NOT IN ('connection.tune-ok', 'open')").collect()
+    assert {r.protocol for r in rows} == {"amqp-0-9-1", "amqp-1.0"}
+    for r in rows:
+        if r.protocol == "amqp-0-9-1":
+            frame_max, channel_max = tuned[r.connection_id]
+            expected = (frame_max or None, channel_max or None)
+        else:
+            index, max_frame_size, channel_max = opened[(r.connection_id, "s2c" if r.direction == "c2s" else "c2s")]
+            if r.frame_index < index:  # sent before the peer's open arrived (pipelined): the minimums
+                expected = (512, 0)
+            else:
+                expected = (None if max_frame_size in (None, 2**32 - 1) else max_frame_size,
+                            65535 if channel_max is None else channel_max)
+        assert (r.frame_size_limit, r.channel_limit) == expected, r

@@ -1,0 +1,118 @@
+"""Negotiated frame size and channel limits (pipelines/frame_limits.py) and the rules on them."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from amqpscope.expectations.catalogue import load_rules, rules_for, violations
+from amqpscope.pipelines.frame_limits import frame_limits_timeline
+from tests.test_flow_state import frames_df
+
+HEADER = dict(direction="c2s", frame_type="protocol-header", method="amqp-0-9-1", frame_size=8)
+COLUMNS = "frame_index long, method string, frame_size long, frame_size_limit long, channel_limit long"
+
+
+def found(timeline: DataFrame) -> dict[str, list[int]]:
+    """The frames each frame_limits rule flags, by rule."""
+    return {rule.id: sorted(r.frame_index for r in violations(timeline, rule).collect())
+            for rule in rules_for("frame_limits")}
+
+
+def flagged(**by_rule: list[int]) -> dict[str, list[int]]:
+    """Every frame_limits rule with the frames it should flag (keyword: the rule id, "." as "_")."""
+    return {rule.id: by_rule.get(rule.id.replace(".", "_"), []) for rule in rules_for("frame_limits")}
+
+
+def test_amqp091_frames_and_channels_within_the_tuned_limits(spark):
+    events = [
+        HEADER,
+        dict(direction="s2c", method="connection.start", frame_size=5000),  # above 4096 before tune-ok
+        dict(direction="s2c", method="connection.tune", channel_max=2047, frame_max=131072),
+        dict(direction="c2s", method="connection.tune-ok", channel_max=2047, frame_max=131072),
+        dict(direction="c2s", method="channel.open", channel=5),
+        dict(direction="c2s", method="channel.open", channel=2048),  # above channel-max
+        dict(direction="c2s", frame_type="body", method=None, channel=5, frame_size=131072),  # at frame-max
+        dict(direction="s2c", frame_type="body", method=None, channel=5, frame_size=131073),  # above
+        dict(direction="s2c", frame_type="body", method=None, channel=5, frame_size=4000),  # below 4096: no row
+    ]
+    timeline = frame_limits_timeline(frames_df(spark, "amqp-0-9-1", events))
+    assertDataFrameEqual(timeline.select("frame_index", "method", "frame_size", "frame_size_limit", "channel_limit"),
+                         spark.createDataFrame([
+                             (1, "connection.start", 5000, 4096, None),
+                             (3, "connection.tune-ok", 8, 4096, None),
+                             (4, "channel.open", 8, 131072, 2047),
+                             (5, "channel.open", 8, 131072, 2047),
+                             (6, None, 131072, 131072, 2047),
+                             (7, None, 131073, 131072, 2047),
+                         ], COLUMNS))
+    assert found(timeline) == flagged(amqp091_frame_larger_than_frame_max=[1, 7], amqp091_channel_above_channel_max=[5])
+
+
+def test_amqp091_tune_ok_outside_the_offer(spark):
+    def tune(offer_channels: int, offer_frame: int, channels: int, frame: int) -> list[dict]:
+        return [
+            HEADER,
+            dict(direction="s2c", method="connection.tune", channel_max=offer_channels, frame_max=offer_frame),
+            dict(direction="c2s", method="connection.tune-ok", channel_max=channels, frame_max=frame),
+        ]
+
+    connections = {
+        "within": tune(2047, 131072, 2047, 65536),
+        "above": tune(2047, 131072, 2047, 131073),
+        "unlimited-against-a-limit": tune(2047, 131072, 0, 131072),
+        "below-frame-min-size": tune(0, 0, 0, 2048),
+        "no-limit-offered": tune(0, 0, 0, 0),
+        "channels-above": tune(100, 0, 101, 0),
+    }
+    frames = None
+    for name, events in connections.items():
+        df = frames_df(spark, "amqp-0-9-1", events).withColumn("connection_id", F.lit(name))
+        frames = df if frames is None else frames.unionByName(df)
+    timeline = frame_limits_timeline(frames)
+    rule = next(r for r in load_rules() if r.id == "amqp091.connection.tune_ok_outside_offer")
+    assert sorted(r.connection_id for r in violations(timeline, rule).collect()) == [
+        "above", "below-frame-min-size", "channels-above", "unlimited-against-a-limit"]
+    [row] = timeline.filter("connection_id = 'within'").collect()
+    assert (row.offered_frame_max, row.tuned_frame_max, row.offered_channel_max, row.tuned_channel_max) == (
+        131072, 65536, 2047, 2047)
+
+
+def test_a_connection_picked_up_mid_stream_has_no_known_limits(spark):
+    events = [
+        dict(direction="c2s", method="channel.open", channel=9000),
+        dict(direction="s2c", frame_type="body", method=None, channel=1, frame_size=10**6),
+    ]
+    timeline = frame_limits_timeline(frames_df(spark, "amqp-0-9-1", events))
+    assert [(r.frame_size_limit, r.channel_limit) for r in timeline.orderBy("frame_index").collect()] == [
+        (None, None), (None, None)]
+    assert found(timeline) == flagged()
+
+
+def test_amqp10_frames_sent_under_the_other_peers_open(spark):
+    events = [
+        dict(direction="c2s", frame_type="protocol-header", method="amqp", frame_size=8),
+        dict(direction="c2s", method="open", max_frame_size=1000, channel_max=3, frame_size=600),  # above 512
+        dict(direction="c2s", method="begin", channel=1),  # before the server's open: channel 0 only
+        dict(direction="s2c", method="open", frame_size=60),  # defaults: no frame limit, channels to 65535
+        dict(direction="s2c", method="begin", channel=4),  # above the client's channel-max 3
+        dict(direction="s2c", method="transfer", channel=0, frame_size=1000),  # at the client's limit
+        dict(direction="s2c", method="transfer", channel=0, frame_size=1001),  # above it
+        dict(direction="c2s", method="transfer", channel=1, frame_size=10**6),  # the server set no limit
+        dict(direction="c2s", method="begin", channel=7),
+    ]
+    timeline = frame_limits_timeline(frames_df(spark, "amqp-1.0", events))
+    assertDataFrameEqual(timeline.select("frame_index", "method", "frame_size", "frame_size_limit", "channel_limit"),
+                         spark.createDataFrame([
+                             (1, "open", 600, 512, 0),
+                             (2, "begin", 8, 512, 0),
+                             (3, "open", 60, 1000, 3),
+                             (4, "begin", 8, 1000, 3),
+                             (5, "transfer", 1000, 1000, 3),
+                             (6, "transfer", 1001, 1000, 3),
+                             (7, "transfer", 10**6, None, 65535),
+                             (8, "begin", 8, None, 65535),
+                         ], COLUMNS))
+    assert found(timeline) == flagged(amqp10_frame_larger_than_max_frame_size=[1, 6],
+                                      amqp10_session_channel_above_channel_max=[2, 4])
