@@ -12,6 +12,8 @@ captures them like the others:
 - ``amqp091_heartbeats``: a 1 s heartbeat and an idle connection.
 - ``amqp091_blocked``: a memory alarm raised while publishing: connection.blocked / unblocked.
   It needs to switch the alarm: ``alarm_switch(broker)`` must be entered around the capture.
+- ``amqp091_frame_max``: the smallest frame-max (4096), bodies split into frames of it, then a
+  content header larger than it, which RabbitMQ answers by closing the connection (501).
 - ``amqp10_large``: 100 KB messages over a client max-frame-size of 4096 (multi-frame transfers
   both ways), every message-properties field, application properties, annotations and the three
   body kinds. (No aborted delivery: we could not make proton 0.40 put ``aborted=true`` on the
@@ -285,6 +287,37 @@ def amqp091_blocked(host: str, port: int, *, before: int = 3, after: int = 3, bo
             "blocked_reason": events[0].split(":", 1)[1] if events else None}
 
 
+FRAME_MAX = 4096  # the smallest frame-max 0-9-1 allows (FRAME-MIN-SIZE)
+
+
+def amqp091_frame_max(host: str, port: int, *, messages: int = 6, body_size: int = 64) -> Truth:
+    """Negotiate the smallest frame-max, publish within it, then a message whose content header
+    (a big headers table) does not fit in one frame: pika sends it whole, RabbitMQ closes the
+    connection (501 FRAME_ERROR)."""
+    queue = "amqpscope.dec.frame-max"
+    parameters = pika.ConnectionParameters(host=host, port=port, frame_max=FRAME_MAX,
+                                           credentials=pika.PlainCredentials(*GUEST))
+    connection = pika.BlockingConnection(parameters)
+    closed_by: list[tuple[int, str]] = []
+    try:
+        channel = connection.channel()
+        channel.queue_declare(queue, auto_delete=True)
+        for index in range(1, messages + 1):
+            # Bodies larger than a frame: pika splits them into frames of frame-max.
+            channel.basic_publish("", queue, message_body("0-9-1", index, body_size * index * 20), rich_properties(index))
+        oversized = pika.BasicProperties(headers={"padding": "x" * (2 * FRAME_MAX)})
+        channel.basic_publish("", queue, b"too big a header", oversized)
+        try:
+            _wait(connection, lambda: connection.is_closed)
+        except pika.exceptions.ConnectionClosedByBroker as exc:
+            closed_by.append((exc.reply_code, exc.reply_text))
+    finally:
+        if connection.is_open:
+            connection.close()
+    return {"protocol": "amqp-0-9-1", "frame_max": FRAME_MAX, "messages_published": messages + 1,
+            "closed_by_broker": closed_by[0] if closed_by else None}
+
+
 # -- AMQP 1.0 --------------------------------------------------------------------------------
 
 
@@ -532,6 +565,7 @@ DECODER_SCENARIOS: dict[str, Callable[[str, int], Truth]] = {
     "amqp091_methods": amqp091_methods,
     "amqp091_heartbeats": amqp091_heartbeats,
     "amqp091_blocked": amqp091_blocked,
+    "amqp091_frame_max": amqp091_frame_max,
     "amqp10_large": amqp10_large,
     "amqp10_drain_idle": amqp10_drain_idle,
 }

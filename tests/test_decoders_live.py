@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.expectations.catalogue import load_rules, violations
+from amqpscope.expectations.catalogue import load_rules, rules_for, violations
 from amqpscope.jobs.ingest import decode_captures, resolve_captures
 from amqpscope.pipelines.channel_unacked import channel_unacked_timeline
+from amqpscope.pipelines.frame_limits import frame_limits_timeline
 from amqpscope.testbed import decoder_scenarios
 from amqpscope.testbed.broker import RABBITMQ_BIN, PrivateBroker
 from amqpscope.testbed.capture import capture_scenario, truth_path
@@ -119,6 +120,27 @@ def test_amqp091_ack_of_a_settled_tag_is_flagged_and_rabbitmq_closes_the_channel
     found = {rule: [r.frame_index for r in violations(timeline, rules[rule]).collect()]
              for rule in ("amqp091.ack.already_settled", "amqp091.ack.unknown_delivery_tag")}
     assert found == {"amqp091.ack.already_settled": [acks[1].frame_index], "amqp091.ack.unknown_delivery_tag": []}
+
+
+def test_amqp091_frame_above_frame_max_is_flagged_and_rabbitmq_closes_the_connection(
+    spark, captures: dict[str, Path], broker: PrivateBroker
+) -> None:
+    gt = truth(captures["amqp091_frame_max"])
+    assert gt["closed_by_broker"][0] == 501  # FRAME_ERROR
+    frames = decode_captures(spark, resolve_captures([str(captures["amqp091_frame_max"])]), (broker.port,)).frames
+    [tune_ok] = frames.filter("method = 'connection.tune-ok'").collect()
+    assert tune_ok.frame_max == gt["frame_max"] == 4096
+    [close] = frames.filter("method = 'connection.close'").collect()
+    assert (close.direction, close.reply_code) == ("s2c", 501)
+    # pika splits bodies into frames of frame-max, but sends the big content header whole.
+    bodies = frames.filter("frame_type = 'body'").collect()
+    assert len(bodies) > gt["messages_published"] and max(r.frame_size for r in bodies) == 4096
+    timeline = frame_limits_timeline(frames)
+    found = {rule.id: [(r.frame_index, r.evidence["method"], int(r.evidence["frame_size_limit"]))
+                       for r in violations(timeline, rule).collect()] for rule in rules_for("frame_limits")}
+    [header] = frames.filter("frame_type = 'header' AND frame_size > 4096").collect()
+    assert found == {rule.id: [] for rule in rules_for("frame_limits")} | {
+        "amqp091.frame.larger_than_frame_max": [(header.frame_index, "basic.header", 4096)]}
 
 
 def test_amqp091_heartbeats(captures: dict[str, Path], rows: dict[str, list[dict]]) -> None:
