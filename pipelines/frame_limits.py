@@ -36,8 +36,9 @@ AMQP091 = "amqp-0-9-1"
 AMQP10 = "amqp-1.0"
 # 0-9-1: FRAME-MIN-SIZE, the frame size in force until tune-ok (RabbitMQ's definition).
 FRAME_MIN_SIZE_091 = amqp091().constants["FRAME-MIN-SIZE"]
-# 1.0: MIN-MAX-FRAME-SIZE, in force until the peer's open is received (transport 2.4.1: "prior to
-# any explicit negotiation, the maximum frame size is 512 and the maximum channel number is 0");
+# 1.0: MIN-MAX-FRAME-SIZE, in force until the peer's open is received (transport 2.4.1: "Prior to
+# any explicit negotiation, the maximum frame size is 512 (MIN-MAX-FRAME-SIZE) and the maximum
+# channel number is 0.");
 # then the open's max-frame-size and channel-max, or their defaults (2^32-1: no limit; 65535).
 MIN_MAX_FRAME_SIZE_10 = int(amqp10().definitions["MIN-MAX-FRAME-SIZE"])
 _OPEN_DEFAULTS = {f.name: int(f.default) for f in amqp10().described_by_symbol["amqp:open:list"].fields
