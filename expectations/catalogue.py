@@ -28,6 +28,7 @@ from amqpscope.schemas.flow import (
     SESSION_WINDOW_SCHEMA,
 )
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA, FRAMES_SCHEMA
+from amqpscope.schemas.messages import MESSAGES_091_SCHEMA
 from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
 
 Severity = Literal["error", "warning", "capture"]
@@ -43,6 +44,7 @@ TABLE_SCHEMAS: Mapping[str, StructType] = {
     "consumer_unacked": CONSUMER_UNACKED_SCHEMA,
     "channel_confirms": CHANNEL_CONFIRMS_SCHEMA,
     "frame_limits": FRAME_LIMITS_SCHEMA,
+    "messages_091": MESSAGES_091_SCHEMA,
 }
 
 CATALOGUE_PATH = Path(__file__).with_name("rules.yml")

@@ -78,13 +78,14 @@ def analyze(spark: SparkSession, captures: Sequence[str | Path], config: Analyze
         # table is derived from the frames.
         assert_bytes_accounted(byte_accounting(bronze.connections, frames, bronze.quarantine))
         with _stage(timings, "messages", progress):
-            _stored(lake, {"messages_091": messages_091(frames), "deliveries_10": deliveries_10(frames)}, ids, replace, progress)
+            messages = _stored(lake, {"messages_091": messages_091(frames), "deliveries_10": deliveries_10(frames)},
+                               ids, replace, progress)
         with _stage(timings, "flow_state", progress):
             flow = _stored(lake, flow_timelines(frames, bronze.tcp_segments), ids, replace, progress)
             # Intervals and throughput read the stored timelines back rather than recompute them.
             flow.update(_stored(lake, derived_tables(frames, flow), ids, replace, progress))
         with _stage(timings, "verdicts", progress):
-            run = run_verdicts({**flow, "frames": frames}, config.data_docs_dir)
+            run = run_verdicts({**flow, **messages, "frames": frames}, config.data_docs_dir)
             lake.write(run.violations, "violations", replace_capture_ids=replace)
         with _stage(timings, "report", progress):
             report = write_report(

@@ -50,6 +50,15 @@ def _stream_so_far() -> WindowSpec:
     )
 
 
+def _stream_after() -> WindowSpec:
+    """A channel's frames in one direction after this one, nearest first (growing frames: Spark
+    evaluates ``unboundedFollowing`` by re-aggregating the rest of the partition for every row)."""
+    return (
+        Window.partitionBy(*_CHANNEL, "direction").orderBy(F.col("frame_index").desc())
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+
+
 def messages_091(frames: DataFrame) -> DataFrame:
     """The messages_091 table (``schemas.messages.MESSAGES_091_SCHEMA``) from the frames table."""
     channel_frames = (
@@ -76,6 +85,8 @@ def messages_091(frames: DataFrame) -> DataFrame:
         .withColumn("_confirming", confirming)
         .withColumn("_publishes", F.sum((is_publish & F.col("_confirming")).cast("long")).over(channel_so_far()))
         .withColumn("publish_seq", F.when(is_publish & F.col("_confirming"), F.col("_publishes")))
+        .withColumn("next_method_frame_index", F.last(
+            F.when(F.col("frame_type") == "method", F.col("frame_index")), True).over(_stream_after()))
     )
     messages = (
         methods.filter(is_content_method)
@@ -87,7 +98,7 @@ def messages_091(frames: DataFrame) -> DataFrame:
         .select(
             *_CHANNEL, "incarnation", "direction", "method", "frame_index", "ts", "exchange", "routing_key",
             "consumer_tag", "delivery_tag", "redelivered", F.col("_no_ack").alias("no_ack"), "publish_seq",
-            "last_frame_index", "body_bytes", "body_frames", "complete",
+            "last_frame_index", "body_bytes", "body_frames", "complete", "next_method_frame_index",
             *[F.col(f"header.{c}").alias(c) for c in (*_PROPERTY_COLUMNS, "delivery_mode", "body_size")],
             F.map_filter(F.col("header.arguments"), lambda k, _v: ~k.isin(*_TYPED_PROPERTY_KEYS)).alias("properties"),
         )

@@ -56,6 +56,9 @@ MESSAGES_091_SCHEMA = StructType(
         StructField("settled_frame_index", LongType(), True),
         StructField("settled_multiple", BooleanType(), True),
         StructField("requeue", BooleanType(), True),
+        # The next method frame on the channel in this direction (null: none captured): content
+        # still incomplete then was cut off by it (0-9-1 spec 4.2.6).
+        StructField("next_method_frame_index", LongType(), True),
     ]
 )
 

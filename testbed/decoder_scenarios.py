@@ -14,6 +14,8 @@ captures them like the others:
   It needs to switch the alarm: ``alarm_switch(broker)`` must be entered around the capture.
 - ``amqp091_frame_max``: the smallest frame-max (4096), bodies split into frames of it, then a
   content header larger than it, which RabbitMQ answers by closing the connection (501).
+- ``amqp091_content_cut_short``: a content header followed by less body than it declares, then a
+  method, which RabbitMQ answers by closing the connection (505).
 - ``amqp10_large``: 100 KB messages over a client max-frame-size of 4096 (multi-frame transfers
   both ways), every message-properties field, application properties, annotations and the three
   body kinds. (No aborted delivery: we could not make proton 0.40 put ``aborted=true`` on the
@@ -318,6 +320,38 @@ def amqp091_frame_max(host: str, port: int, *, messages: int = 6, body_size: int
             "closed_by_broker": closed_by[0] if closed_by else None}
 
 
+CUT_SHORT_BODY_SIZE = 10
+
+
+def amqp091_content_cut_short(host: str, port: int, *, messages: int = 4, body_size: int = 64) -> Truth:
+    """Publish a few messages, then one whose content header promises more body than is sent
+    before the next method. pika never does that itself: its frames are sent one by one here
+    (``Connection._send_frame``). RabbitMQ closes the connection (505 UNEXPECTED_FRAME)."""
+    queue = "amqpscope.dec.cut-short"
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters(host=host, port=port, credentials=pika.PlainCredentials(*GUEST)))
+    closed_by: list[tuple[int, str]] = []
+    try:
+        channel = connection.channel()
+        channel.queue_declare(queue, auto_delete=True)
+        for index in range(1, messages + 1):
+            channel.basic_publish("", queue, message_body("0-9-1", index, body_size), rich_properties(index))
+        number, send = channel.channel_number, connection._impl._send_frame
+        send(pika.frame.Method(number, pika.spec.Basic.Publish(exchange="", routing_key=queue)))
+        send(pika.frame.Header(number, CUT_SHORT_BODY_SIZE, pika.BasicProperties()))
+        send(pika.frame.Body(number, b"cut"))  # 3 of the 10 bytes the header promised
+        send(pika.frame.Method(number, pika.spec.Basic.Qos(prefetch_count=1)))  # a method comes next
+        try:
+            _wait(connection, lambda: connection.is_closed)
+        except pika.exceptions.ConnectionClosedByBroker as exc:
+            closed_by.append((exc.reply_code, exc.reply_text))
+    finally:
+        if connection.is_open:
+            connection.close()
+    return {"protocol": "amqp-0-9-1", "messages_published": messages + 1, "cut_short_body_size": CUT_SHORT_BODY_SIZE,
+            "closed_by_broker": closed_by[0] if closed_by else None}
+
+
 # -- AMQP 1.0 --------------------------------------------------------------------------------
 
 
@@ -566,6 +600,7 @@ DECODER_SCENARIOS: dict[str, Callable[[str, int], Truth]] = {
     "amqp091_heartbeats": amqp091_heartbeats,
     "amqp091_blocked": amqp091_blocked,
     "amqp091_frame_max": amqp091_frame_max,
+    "amqp091_content_cut_short": amqp091_content_cut_short,
     "amqp10_large": amqp10_large,
     "amqp10_drain_idle": amqp10_drain_idle,
 }

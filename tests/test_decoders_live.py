@@ -21,6 +21,7 @@ from amqpscope.expectations.catalogue import load_rules, rules_for, violations
 from amqpscope.jobs.ingest import decode_captures, resolve_captures
 from amqpscope.pipelines.channel_unacked import channel_unacked_timeline
 from amqpscope.pipelines.frame_limits import frame_limits_timeline
+from amqpscope.pipelines.messages import messages_091
 from amqpscope.testbed import decoder_scenarios
 from amqpscope.testbed.broker import RABBITMQ_BIN, PrivateBroker
 from amqpscope.testbed.capture import capture_scenario, truth_path
@@ -141,6 +142,24 @@ def test_amqp091_frame_above_frame_max_is_flagged_and_rabbitmq_closes_the_connec
     [header] = frames.filter("frame_type = 'header' AND frame_size > 4096").collect()
     assert found == {rule.id: [] for rule in rules_for("frame_limits")} | {
         "amqp091.frame.larger_than_frame_max": [(header.frame_index, "basic.header", 4096)]}
+
+
+def test_amqp091_content_cut_short_is_flagged_and_rabbitmq_closes_the_connection(
+    spark, captures: dict[str, Path], broker: PrivateBroker
+) -> None:
+    gt = truth(captures["amqp091_content_cut_short"])
+    assert gt["closed_by_broker"][0] == 505  # UNEXPECTED_FRAME
+    frames = decode_captures(spark, resolve_captures([str(captures["amqp091_content_cut_short"])]), (broker.port,)).frames
+    [close] = frames.filter("method = 'connection.close'").collect()
+    assert (close.direction, close.reply_code) == ("s2c", 505)
+    messages = messages_091(frames)
+    assert messages.filter("method = 'basic.publish'").count() == gt["messages_published"]
+    rules = {rule.id: rule for rule in load_rules()}
+    [cut] = violations(messages, rules["amqp091.content.cut_short"]).collect()
+    assert (cut.evidence["body_size"], cut.evidence["body_bytes"]) == (str(gt["cut_short_body_size"]), "3")
+    [qos] = frames.filter("method = 'basic.qos'").collect()
+    assert cut.evidence["next_method_frame_index"] == str(qos.frame_index)
+    assert violations(messages, rules["amqp091.content.body_exceeds_body_size"]).count() == 0
 
 
 def test_amqp091_heartbeats(captures: dict[str, Path], rows: dict[str, list[dict]]) -> None:

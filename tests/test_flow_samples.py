@@ -19,6 +19,7 @@ from amqpscope.expectations.catalogue import load_rules, violations
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.ingest import decode_captures, resolve_captures
 from amqpscope.pipelines.flow_state import FLOW_TABLES, derived_tables, flow_timelines
+from amqpscope.pipelines.messages import messages_091
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CAPTURES = sorted(p for p in [*SAMPLES.iterdir(), *(SAMPLES / "flow").iterdir()] if p.suffix in (".pcap", ".pcapng"))
@@ -45,6 +46,7 @@ def tables(spark) -> dict[str, DataFrame]:
         segments = bronze.tcp_segments.localCheckpoint()
         built = {name: df.localCheckpoint() for name, df in flow_timelines(frames, segments).items()}
         built.update({name: df.localCheckpoint() for name, df in derived_tables(frames, built).items()})
+        built["messages_091"] = messages_091(frames).localCheckpoint()
     finally:
         bronze.release()
     return {**built, "frames": frames, "tcp_segments": segments}
@@ -165,7 +167,8 @@ def test_throughput_adds_up_to_the_messages_sent(tables):
 def test_no_violations_in_clean_traffic(tables):
     found = {rule.id: violations(tables[rule.table], rule).count() for rule in load_rules() if rule.table in tables}
     assert set(found) >= {"amqp10.session.transfer_beyond_window", "amqp091.confirm.unknown_sequence",
-                          "amqp091.consumer.unacked_above_prefetch"}
+                          "amqp091.consumer.unacked_above_prefetch", "amqp091.frame.larger_than_frame_max",
+                          "amqp091.content.cut_short"}
     assert found == {rule_id: 0 for rule_id in found}
 
 

@@ -505,3 +505,40 @@ def test_throughput_counts_messages_and_body_bytes_per_second(spark):
         "scope string, direction string, channel int, address string, second timestamp, messages long, bytes long",
     )
     assertDataFrameEqual(actual, expected)
+
+
+# --- 0-9-1 content framing (spec 4.2.6): header and bodies before the next method ------------------
+
+
+def content(direction: str, body_size: int | None, *bodies: int, method: str = "basic.publish") -> list[dict]:
+    """A content method on channel 1, its header (unless ``body_size`` is None) and body frames."""
+    frames = [dict(direction=direction, method=method, channel=1, exchange="", routing_key="q")]
+    if body_size is not None:
+        frames.append(dict(direction=direction, frame_type="header", method="basic.header", channel=1,
+                           body_size=body_size))
+    frames += [dict(direction=direction, frame_type="body", method=None, channel=1, frame_size=8 + n) for n in bodies]
+    return frames
+
+
+def test_content_cut_short_or_overlong_is_flagged_and_the_capture_end_is_not(spark):
+    events = [
+        dict(direction="c2s", method="channel.open", channel=1),
+        *content("c2s", 10, 4),  # frame 1: 4 of 10 bytes, then a method: cut short
+        *content("c2s", None),  # frame 4: no header before the next method
+        *content("s2c", 3, 3, method="basic.deliver"),  # frame 5: the other direction does not cut frame 4
+        *content("c2s", 5, 5, 3),  # frame 8: 8 bytes for a body-size of 5
+        dict(direction="c2s", method="basic.qos", channel=1, prefetch_count=1),
+        *content("c2s", 0),  # frame 13: an empty body needs no body frame
+        *content("c2s", 10, 4),  # frame 15: cut by the end of the capture, not by a method
+    ]
+    messages = messages_091(frames_df(spark, "amqp-0-9-1", events))
+    assertDataFrameEqual(
+        messages.select("frame_index", "body_size", "body_bytes", "complete", "next_method_frame_index"),
+        spark.createDataFrame(
+            [(1, 10, 4, False, 4), (4, None, 0, False, 8), (5, 3, 3, True, None), (8, 5, 8, False, 12),
+             (13, 0, 0, True, 15), (15, 10, 4, False, None)],
+            "frame_index long, body_size long, body_bytes long, complete boolean, next_method_frame_index long"))
+    rules = {r.id: r for r in load_rules()}
+    found = {rule: sorted(r.frame_index for r in violations(messages, rules[rule]).collect())
+             for rule in ("amqp091.content.cut_short", "amqp091.content.body_exceeds_body_size")}
+    assert found == {"amqp091.content.cut_short": [1, 4], "amqp091.content.body_exceeds_body_size": [8]}
