@@ -24,6 +24,7 @@ from amqpscope.schemas.flow import (
     CHANNEL_UNACKED_SCHEMA,
     CONSUMER_UNACKED_SCHEMA,
     FRAME_LIMITS_SCHEMA,
+    IDLE_GAPS_SCHEMA,
     LINK_CREDIT_SCHEMA,
     SESSION_WINDOW_SCHEMA,
 )
@@ -44,6 +45,7 @@ TABLE_SCHEMAS: Mapping[str, StructType] = {
     "consumer_unacked": CONSUMER_UNACKED_SCHEMA,
     "channel_confirms": CHANNEL_CONFIRMS_SCHEMA,
     "frame_limits": FRAME_LIMITS_SCHEMA,
+    "idle_gaps": IDLE_GAPS_SCHEMA,
     "messages_091": MESSAGES_091_SCHEMA,
 }
 

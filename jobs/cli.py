@@ -27,7 +27,8 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         description="Decode pcap/pcapng captures of AMQP 0-9-1 and 1.0 into Delta tables under --lake "
         "(bronze: captures, connections, frames, quarantine, tcp_segments; messages_091, deliveries_10), "
         "rebuild flow state (link_credit, link_state, session_window, channel_unacked, consumer_unacked, "
-        "channel_confirms, channel_flow, connection_blocked, frame_limits, tcp_flow, flow_intervals, throughput), "
+        "channel_confirms, channel_flow, connection_blocked, frame_limits, idle_gaps, tcp_flow, flow_intervals, "
+        "throughput), "
         "run the Great Expectations suites (violations table, Data Docs) and write an HTML report. "
         "Rotated files of one capture decode as one. "
         "Re-running on the same captures replaces their rows: the lake ends up the same.",

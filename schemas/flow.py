@@ -241,6 +241,26 @@ FRAME_LIMITS_SCHEMA = StructType(
     ]
 )
 
+# Silences of one direction of a connection longer than its heartbeat interval (0-9-1 tune-ok
+# heartbeat; 1.0 half the receiving peer's idle-time-out): the frame ending each (pipelines/idle_gaps.py).
+IDLE_GAPS_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("connection_id", StringType(), False),
+        StructField("direction", StringType(), False),  # the side that was silent
+        StructField("protocol", StringType(), False),
+        StructField("frame_index", LongType(), False),  # the frame ending the silence
+        StructField("ts", TimestampType(), False),
+        StructField("packet_number", LongType(), False),
+        StructField("frame_type", StringType(), False),
+        StructField("method", StringType(), True),
+        StructField("gap_start_ts", TimestampType(), False),  # the direction's frame before
+        StructField("gap_us", LongType(), False),
+        StructField("interval_us", LongType(), False),  # a frame is due at least this often
+        StructField("allowed_us", LongType(), False),  # silence after which the receiver may close
+    ]
+)
+
 # Messages and bytes per second (1-second buckets with traffic) per connection, channel, link and
 # queue / address. A message is a 0-9-1 basic.publish / basic.deliver / basic.get-ok (bytes: its
 # content header's body-size) or a 1.0 delivery (bytes: the transfer payloads).

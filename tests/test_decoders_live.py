@@ -21,6 +21,7 @@ from amqpscope.expectations.catalogue import load_rules, rules_for, violations
 from amqpscope.jobs.ingest import decode_captures, resolve_captures
 from amqpscope.pipelines.channel_unacked import channel_unacked_timeline
 from amqpscope.pipelines.frame_limits import frame_limits_timeline
+from amqpscope.pipelines.idle_gaps import idle_gaps_timeline
 from amqpscope.pipelines.messages import messages_091
 from amqpscope.testbed import decoder_scenarios
 from amqpscope.testbed.broker import RABBITMQ_BIN, PrivateBroker
@@ -169,6 +170,28 @@ def test_amqp091_heartbeats(captures: dict[str, Path], rows: dict[str, list[dict
     beats = [r for r in frames if r["frame_type"] == "heartbeat"]
     assert {r["direction"] for r in beats} == {"c2s", "s2c"}
     assert len(beats) >= 2 * (int(gt["idle_seconds"]) - 1) and {r["channel"] for r in beats} == {0}
+
+
+def test_amqp091_heartbeating_idle_connection_misses_no_heartbeat(
+    spark, captures: dict[str, Path], broker: PrivateBroker
+) -> None:
+    gt = truth(captures["amqp091_heartbeats"])
+    frames = decode_captures(spark, resolve_captures([str(captures["amqp091_heartbeats"])]), (broker.port,)).frames
+    # The gaps worked out here, frame by frame, from the tune-ok on.
+    rows = frames.orderBy("frame_index").collect()
+    tuned = next(r.frame_index for r in rows if r.method == "connection.tune-ok")
+    interval = gt["heartbeat"] * 1_000_000
+    last: dict[str, int] = {}
+    late = {}
+    for r in rows:
+        if r.frame_index >= tuned and r.direction in last and r.ts_us - last[r.direction] > interval:
+            late[r.frame_index] = r.ts_us - last[r.direction]
+        last[r.direction] = r.ts_us
+    timeline = idle_gaps_timeline(frames).collect()
+    assert {r.frame_index: r.gap_us for r in timeline} == late
+    assert {(r.interval_us, r.allowed_us) for r in timeline} <= {(interval, 2 * interval)}
+    # A client and broker heartbeating normally never stay silent for two intervals.
+    assert all(gap < 2 * interval for gap in late.values())
 
 
 def test_amqp091_blocked(captures: dict[str, Path], rows: dict[str, list[dict]]) -> None:

@@ -1,4 +1,5 @@
-"""Negotiated frame size and channel limits (pipelines/frame_limits.py) and the rules on them."""
+"""Negotiated limits and the rules on them: frame size and channels (pipelines/frame_limits.py),
+heartbeats and idle time-outs (pipelines/idle_gaps.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.expectations.catalogue import load_rules, rules_for, violations
 from amqpscope.pipelines.frame_limits import frame_limits_timeline
+from amqpscope.pipelines.idle_gaps import idle_gaps_timeline
 from tests.test_flow_state import frames_df
 
 HEADER = dict(direction="c2s", frame_type="protocol-header", method="amqp-0-9-1", frame_size=8)
@@ -116,3 +118,69 @@ def test_amqp10_frames_sent_under_the_other_peers_open(spark):
                          ], COLUMNS))
     assert found(timeline) == flagged(amqp10_frame_larger_than_max_frame_size=[1, 6],
                                       amqp10_session_channel_above_channel_max=[2, 4])
+
+
+# --- idle_gaps: silences against the negotiated heartbeat / idle time-out ---------------------------
+
+
+def gaps(spark, protocol: str, events: list[tuple[int, dict]]) -> DataFrame:
+    """idle_gaps of one connection whose frames are given as (ms since the first, frame fields)."""
+    frames = frames_df(spark, protocol, [event for _ms, event in events])
+    times = {index: ms for index, (ms, _event) in enumerate(events)}
+    timed = frames.withColumn("ts_us", F.element_at(F.create_map(*[
+        x for index, ms in times.items() for x in (F.lit(index), F.lit(ms * 1000))]), F.col("frame_index")))
+    return idle_gaps_timeline(timed.withColumn("ts", F.timestamp_micros("ts_us")))
+
+
+def test_amqp091_silence_of_two_heartbeats_is_flagged(spark):
+    beat = dict(frame_type="heartbeat", method=None, channel=0)
+    timeline = gaps(spark, "amqp-0-9-1", [
+        (0, HEADER),
+        (10, dict(direction="s2c", method="connection.tune", heartbeat=5)),
+        (20, dict(direction="c2s", method="connection.tune-ok", heartbeat=2)),  # 2 s, both directions
+        (1000, dict(direction="c2s", **beat)),
+        (2500, dict(direction="s2c", **beat)),  # 2.49 s after the tune: late, not yet missed
+        (3500, dict(direction="c2s", **beat)),  # 2.5 s: late
+        (5600, dict(direction="c2s", **beat)),  # 2.1 s: late
+        (9600, dict(direction="c2s", **beat)),  # 4 s: two intervals, missed
+        (9700, dict(direction="s2c", **beat)),  # 7.2 s: missed
+    ])
+    assertDataFrameEqual(timeline.select("frame_index", "direction", "gap_us", "interval_us", "allowed_us"),
+                         spark.createDataFrame([
+                             (4, "s2c", 2_490_000, 2_000_000, 4_000_000),
+                             (5, "c2s", 2_500_000, 2_000_000, 4_000_000),
+                             (6, "c2s", 2_100_000, 2_000_000, 4_000_000),
+                             (7, "c2s", 4_000_000, 2_000_000, 4_000_000),
+                             (8, "s2c", 7_200_000, 2_000_000, 4_000_000),
+                         ], "frame_index long, direction string, gap_us long, interval_us long, allowed_us long"))
+    rule = next(r for r in load_rules() if r.id == "amqp091.connection.heartbeats_missed")
+    assert sorted(r.frame_index for r in violations(timeline, rule).collect()) == [7, 8]
+
+
+def test_no_heartbeat_or_no_negotiation_means_no_gap(spark):
+    silent = [(0, HEADER), (20, dict(direction="c2s", method="connection.tune-ok", heartbeat=0)),
+              (60_000, dict(direction="c2s", method="channel.open", channel=1))]
+    picked_up = [(0, dict(direction="c2s", method="basic.ack", channel=1)),
+                 (60_000, dict(direction="c2s", method="basic.ack", channel=1))]
+    assert gaps(spark, "amqp-0-9-1", silent).count() == 0
+    assert gaps(spark, "amqp-0-9-1", picked_up).count() == 0
+
+
+def test_amqp10_frames_are_held_to_the_receivers_idle_time_out(spark):
+    empty = dict(frame_type="amqp", method=None, channel=0)
+    timeline = gaps(spark, "amqp-1.0", [
+        (0, dict(direction="c2s", frame_type="protocol-header", method="amqp", frame_size=8)),
+        (5, dict(direction="c2s", method="open", idle_time_out=1000)),  # the client closes after 1 s
+        (10, dict(direction="s2c", method="open", idle_time_out=30000)),  # the server after 30 s
+        (600, dict(direction="s2c", **empty)),  # 0.59 s: more than half the client's 1 s, late
+        (1700, dict(direction="s2c", **empty)),  # 1.1 s: beyond the client's time-out
+        (20_000, dict(direction="c2s", **empty)),  # 19.995 s: within the server's 30 s, late
+    ])
+    assertDataFrameEqual(timeline.select("frame_index", "direction", "gap_us", "interval_us", "allowed_us"),
+                         spark.createDataFrame([
+                             (3, "s2c", 590_000, 500_000, 1_000_000),
+                             (4, "s2c", 1_100_000, 500_000, 1_000_000),
+                             (5, "c2s", 19_995_000, 15_000_000, 30_000_000),
+                         ], "frame_index long, direction string, gap_us long, interval_us long, allowed_us long"))
+    rule = next(r for r in load_rules() if r.id == "amqp10.connection.idle_time_out_exceeded")
+    assert [r.frame_index for r in violations(timeline, rule).collect()] == [4]
