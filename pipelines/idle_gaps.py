@@ -4,9 +4,12 @@ AMQP 0-9-1 (spec 4.2.7; connection.tune-ok ``heartbeat``, in seconds, 0: off): e
 frame (a heartbeat if nothing else) at least once an interval, and a peer that receives nothing for
 two intervals or longer should close the connection. The interval applies to both directions.
 
-AMQP 1.0 (transport 2.4.5; open ``idle-time-out``, in milliseconds): a peer closes the connection
-if it receives no frame within its own idle-time-out, so the other peer sends at least every half
-of it (an empty frame if nothing else). Frames sent by one peer are held to the other's time-out.
+AMQP 1.0 (transport 2.4.5; open ``idle-time-out``, in milliseconds): each peer announces "the
+maximum period between activity (frames) on the connection that it desires from its partner", and
+"to avoid spurious timeouts, the value in idle-time-out SHOULD be half the peer's actual timeout
+threshold" (RabbitMQ announces half of its own). So the interval is the receiving peer's
+idle-time-out, and a silence of twice it reaches the receiver's threshold, after which it closes
+the connection. Frames sent by one peer are held to the other's idle-time-out.
 
 A gap is the time between two consecutive frames of one direction, in capture order; the row is
 the frame that ends it, with the interval and allowed silence in force then. Only gaps longer than
@@ -46,15 +49,15 @@ def idle_gaps_timeline(frames: DataFrame) -> DataFrame:
     receiver_timeout_ms = F.when(
         direction == "c2s", _last(is_10 & (method == "open") & (direction == "s2c"), "idle_time_out")
     ).otherwise(_last(is_10 & (method == "open") & (direction == "c2s"), "idle_time_out"))
-    allowed_us = (
-        F.when(is_091 & (heartbeat_s > 0), heartbeat_s * 2_000_000)
+    interval_us = (
+        F.when(is_091 & (heartbeat_s > 0), heartbeat_s * 1_000_000)
         .when(is_10 & (receiver_timeout_ms > 0), receiver_timeout_ms * 1000)
     )
     previous = F.lag("ts_us").over(_direction_in_order())
     gaps = (
         by_connection(frames.filter(is_091 | is_10))
-        .withColumn("allowed_us", allowed_us.cast("long"))
-        .withColumn("interval_us", (F.col("allowed_us") / 2).cast("long"))  # the heartbeat; half a time-out
+        .withColumn("interval_us", interval_us.cast("long"))
+        .withColumn("allowed_us", F.col("interval_us") * 2)  # both specs: two intervals of silence
         .withColumn("gap_start_us", previous)
         .withColumn("gap_us", F.col("ts_us") - F.col("gap_start_us"))
         .filter(F.col("gap_us") > F.col("interval_us"))

@@ -242,7 +242,7 @@ FRAME_LIMITS_SCHEMA = StructType(
 )
 
 # Silences of one direction of a connection longer than its heartbeat interval (0-9-1 tune-ok
-# heartbeat; 1.0 half the receiving peer's idle-time-out): the frame ending each (pipelines/idle_gaps.py).
+# heartbeat; 1.0 the receiving peer's idle-time-out): the frame ending each (pipelines/idle_gaps.py).
 IDLE_GAPS_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),

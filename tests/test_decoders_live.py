@@ -172,26 +172,39 @@ def test_amqp091_heartbeats(captures: dict[str, Path], rows: dict[str, list[dict
     assert len(beats) >= 2 * (int(gt["idle_seconds"]) - 1) and {r["channel"] for r in beats} == {0}
 
 
-def test_amqp091_heartbeating_idle_connection_misses_no_heartbeat(
-    spark, captures: dict[str, Path], broker: PrivateBroker
-) -> None:
-    gt = truth(captures["amqp091_heartbeats"])
-    frames = decode_captures(spark, resolve_captures([str(captures["amqp091_heartbeats"])]), (broker.port,)).frames
-    # The gaps worked out here, frame by frame, from the tune-ok on.
-    rows = frames.orderBy("frame_index").collect()
-    tuned = next(r.frame_index for r in rows if r.method == "connection.tune-ok")
-    interval = gt["heartbeat"] * 1_000_000
-    last: dict[str, int] = {}
+def late_frames(rows: list) -> dict[tuple[str, int], tuple[int, int]]:
+    """(connection, frame index) -> (gap, interval) of every frame ending a silence of its direction
+    longer than the interval negotiated then, worked out one frame at a time (0-9-1: the tune-ok
+    heartbeat for both directions; 1.0: the other peer's open idle-time-out)."""
+    interval: dict[tuple[str, str], int | None] = {}
+    last: dict[tuple[str, str], int] = {}
     late = {}
     for r in rows:
-        if r.frame_index >= tuned and r.direction in last and r.ts_us - last[r.direction] > interval:
-            late[r.frame_index] = r.ts_us - last[r.direction]
-        last[r.direction] = r.ts_us
+        side = (r.connection_id, r.direction)
+        if r.method == "connection.tune-ok" and r.direction == "c2s":
+            for direction in ("c2s", "s2c"):
+                interval[(r.connection_id, direction)] = r.heartbeat * 1_000_000 or None
+        elif r.protocol == "amqp-1.0" and r.method == "open":
+            other = "s2c" if r.direction == "c2s" else "c2s"
+            interval[(r.connection_id, other)] = (r.idle_time_out or 0) * 1000 or None
+        due = interval.get(side)
+        if due and side in last and r.ts_us - last[side] > due:
+            late[(r.connection_id, r.frame_index)] = (r.ts_us - last[side], due)
+        last[side] = r.ts_us
+    return late
+
+
+@pytest.mark.parametrize("scenario", ["amqp091_heartbeats", "amqp10_drain_idle"])
+def test_idle_connections_keep_their_heartbeats(spark, captures: dict[str, Path], broker: PrivateBroker,
+                                                scenario: str) -> None:
+    frames = decode_captures(spark, resolve_captures([str(captures[scenario])]), (broker.port,)).frames
+    late = late_frames(frames.orderBy("connection_id", "frame_index").collect())
     timeline = idle_gaps_timeline(frames).collect()
-    assert {r.frame_index: r.gap_us for r in timeline} == late
-    assert {(r.interval_us, r.allowed_us) for r in timeline} <= {(interval, 2 * interval)}
-    # A client and broker heartbeating normally never stay silent for two intervals.
-    assert all(gap < 2 * interval for gap in late.values())
+    assert {(r.connection_id, r.frame_index): (r.gap_us, r.interval_us) for r in timeline} == late
+    assert all(r.allowed_us == 2 * r.interval_us for r in timeline)
+    # Client and broker heartbeating as negotiated: no silence reaches two intervals.
+    rules = [rule for rule in load_rules() if rule.table == "idle_gaps"]
+    assert [violations(idle_gaps_timeline(frames), rule).count() for rule in rules] == [0, 0]
 
 
 def test_amqp091_blocked(captures: dict[str, Path], rows: dict[str, list[dict]]) -> None:

@@ -170,17 +170,18 @@ def test_amqp10_frames_are_held_to_the_receivers_idle_time_out(spark):
     empty = dict(frame_type="amqp", method=None, channel=0)
     timeline = gaps(spark, "amqp-1.0", [
         (0, dict(direction="c2s", frame_type="protocol-header", method="amqp", frame_size=8)),
-        (5, dict(direction="c2s", method="open", idle_time_out=1000)),  # the client closes after 1 s
-        (10, dict(direction="s2c", method="open", idle_time_out=30000)),  # the server after 30 s
-        (600, dict(direction="s2c", **empty)),  # 0.59 s: more than half the client's 1 s, late
-        (1700, dict(direction="s2c", **empty)),  # 1.1 s: beyond the client's time-out
-        (20_000, dict(direction="c2s", **empty)),  # 19.995 s: within the server's 30 s, late
+        (5, dict(direction="c2s", method="open", idle_time_out=1000)),  # a frame from the server every 1 s
+        (10, dict(direction="s2c", method="open", idle_time_out=30000)),  # from the client every 30 s
+        (900, dict(direction="s2c", **empty)),  # 0.89 s: in time
+        (2100, dict(direction="s2c", **empty)),  # 1.2 s: late
+        (4100, dict(direction="s2c", **empty)),  # 2 s: the client's threshold, twice its idle-time-out
+        (40_000, dict(direction="c2s", **empty)),  # 39.995 s: late for the server, within its 60 s
     ])
     assertDataFrameEqual(timeline.select("frame_index", "direction", "gap_us", "interval_us", "allowed_us"),
                          spark.createDataFrame([
-                             (3, "s2c", 590_000, 500_000, 1_000_000),
-                             (4, "s2c", 1_100_000, 500_000, 1_000_000),
-                             (5, "c2s", 19_995_000, 15_000_000, 30_000_000),
+                             (4, "s2c", 1_200_000, 1_000_000, 2_000_000),
+                             (5, "s2c", 2_000_000, 1_000_000, 2_000_000),
+                             (6, "c2s", 39_995_000, 30_000_000, 60_000_000),
                          ], "frame_index long, direction string, gap_us long, interval_us long, allowed_us long"))
     rule = next(r for r in load_rules() if r.id == "amqp10.connection.idle_time_out_exceeded")
-    assert [r.frame_index for r in violations(timeline, rule).collect()] == [4]
+    assert [r.frame_index for r in violations(timeline, rule).collect()] == [5]
