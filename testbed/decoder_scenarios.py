@@ -300,7 +300,6 @@ def amqp091_frame_max(host: str, port: int, *, messages: int = 6, body_size: int
     parameters = pika.ConnectionParameters(host=host, port=port, frame_max=FRAME_MAX,
                                            credentials=pika.PlainCredentials(*GUEST))
     connection = pika.BlockingConnection(parameters)
-    closed_by: list[tuple[int, str]] = []
     try:
         channel = connection.channel()
         channel.queue_declare(queue, auto_delete=True)
@@ -309,15 +308,21 @@ def amqp091_frame_max(host: str, port: int, *, messages: int = 6, body_size: int
             channel.basic_publish("", queue, message_body("0-9-1", index, body_size * index * 20), rich_properties(index))
         oversized = pika.BasicProperties(headers={"padding": "x" * (2 * FRAME_MAX)})
         channel.basic_publish("", queue, b"too big a header", oversized)
-        try:
-            _wait(connection, lambda: connection.is_closed)
-        except pika.exceptions.ConnectionClosedByBroker as exc:
-            closed_by.append((exc.reply_code, exc.reply_text))
+        closed_by = _closed_by_broker(connection)
     finally:
         if connection.is_open:
             connection.close()
     return {"protocol": "amqp-0-9-1", "frame_max": FRAME_MAX, "messages_published": messages + 1,
-            "closed_by_broker": closed_by[0] if closed_by else None}
+            "closed_by_broker": closed_by}
+
+
+def _closed_by_broker(connection: pika.BlockingConnection) -> tuple[int, str] | None:
+    """Wait for the broker to close ``connection``: its reply code and text (None: closed otherwise)."""
+    try:
+        _wait(connection, lambda: connection.is_closed)
+    except pika.exceptions.ConnectionClosedByBroker as exc:
+        return exc.reply_code, exc.reply_text
+    return None
 
 
 CUT_SHORT_BODY_SIZE = 10
@@ -330,7 +335,6 @@ def amqp091_content_cut_short(host: str, port: int, *, messages: int = 4, body_s
     queue = "amqpscope.dec.cut-short"
     connection = pika.BlockingConnection(
         pika.ConnectionParameters(host=host, port=port, credentials=pika.PlainCredentials(*GUEST)))
-    closed_by: list[tuple[int, str]] = []
     try:
         channel = connection.channel()
         channel.queue_declare(queue, auto_delete=True)
@@ -341,15 +345,12 @@ def amqp091_content_cut_short(host: str, port: int, *, messages: int = 4, body_s
         send(pika.frame.Header(number, CUT_SHORT_BODY_SIZE, pika.BasicProperties()))
         send(pika.frame.Body(number, b"cut"))  # 3 of the 10 bytes the header promised
         send(pika.frame.Method(number, pika.spec.Basic.Qos(prefetch_count=1)))  # a method comes next
-        try:
-            _wait(connection, lambda: connection.is_closed)
-        except pika.exceptions.ConnectionClosedByBroker as exc:
-            closed_by.append((exc.reply_code, exc.reply_text))
+        closed_by = _closed_by_broker(connection)
     finally:
         if connection.is_open:
             connection.close()
     return {"protocol": "amqp-0-9-1", "messages_published": messages + 1, "cut_short_body_size": CUT_SHORT_BODY_SIZE,
-            "closed_by_broker": closed_by[0] if closed_by else None}
+            "closed_by_broker": closed_by}
 
 
 # -- AMQP 1.0 --------------------------------------------------------------------------------
