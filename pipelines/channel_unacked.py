@@ -24,7 +24,13 @@ from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.consumers import method_sent, with_consumers
-from amqpscope.pipelines.partitioning import CHANNEL, by_connection, with_channel_incarnation
+from amqpscope.pipelines.partitioning import (
+    CHANNEL,
+    by_connection,
+    channel_after_frame,
+    frame_of_channel,
+    with_channel_incarnation,
+)
 from amqpscope.pipelines.settlement import settle, with_settlement_rows
 from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA, CONSUMER_UNACKED_SCHEMA
 
@@ -46,16 +52,6 @@ def _consumer_after_frame() -> WindowSpec:
         .orderBy("frame_index")
         .rangeBetween(Window.unboundedPreceding, Window.currentRow)
     )
-
-
-def _channel_after_frame() -> WindowSpec:
-    """A channel's rows in frame order, a frame's rows together: every row sees the state after its frame."""
-    return Window.partitionBy(*CHANNEL).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
-
-
-def _frame_of_channel() -> WindowSpec:
-    """A channel's rows of one frame: how many deliveries a settlement settled."""
-    return Window.partitionBy(*CHANNEL, "frame_index")
 
 
 def _frame_of_consumer() -> WindowSpec:
@@ -90,18 +86,18 @@ def _ledger(frames: DataFrame) -> DataFrame:
         settling=settlement,
     )
     event_qos = is_qos & F.col("_is_event")
-    highest_tag = F.max(F.when(any_delivery & F.col("_is_event"), F.col("delivery_tag"))).over(_channel_after_frame())
+    highest_tag = F.max(F.when(any_delivery & F.col("_is_event"), F.col("delivery_tag"))).over(channel_after_frame())
     return (
         with_settlement_rows(settled)
-        .withColumn("unacked", F.sum("_delta").over(_channel_after_frame()))
+        .withColumn("unacked", F.sum("_delta").over(channel_after_frame()))
         # Incarnation 0: the channel was open before the capture began, its earlier tags unknown.
         .withColumn("delivered", F.when(F.col("incarnation") > 0, F.coalesce(highest_tag, F.lit(0))))
         .withColumn("settled", F.when(settlement & F.col("_is_event"),
-                                      F.sum((~F.col("_is_event")).cast("long")).over(_frame_of_channel())))
-        .withColumn("_last_prefetch", F.last(F.when(event_qos, F.col("prefetch_count")), True).over(_channel_after_frame()))
-        .withColumn("_last_global", F.last(F.when(event_qos, F.col("global")), True).over(_channel_after_frame()))
+                                      F.sum((~F.col("_is_event")).cast("long")).over(frame_of_channel())))
+        .withColumn("_last_prefetch", F.last(F.when(event_qos, F.col("prefetch_count")), True).over(channel_after_frame()))
+        .withColumn("_last_global", F.last(F.when(event_qos, F.col("global")), True).over(channel_after_frame()))
         .withColumn("_channel_prefetch", F.last(F.when(event_qos & is_global, F.col("prefetch_count")), True)
-                    .over(_channel_after_frame()))
+                    .over(channel_after_frame()))
     )
 
 

@@ -10,26 +10,23 @@ the channel. Every window is keyed by channel: one shuffle (``pipelines.partitio
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window, WindowSpec
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.partitioning import CHANNEL, by_connection, channel_so_far, with_channel_incarnation
+from amqpscope.pipelines.partitioning import (
+    CHANNEL,
+    by_connection,
+    channel_after_frame,
+    channel_so_far,
+    frame_of_channel,
+    with_channel_incarnation,
+)
 from amqpscope.pipelines.settlement import settle, with_settlement_rows
 from amqpscope.schemas.flow import CHANNEL_CONFIRMS_SCHEMA
 
 _EVENTS = ("channel.open", "confirm.select", "basic.publish", "basic.ack", "basic.nack")
 _COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "packet_number", "direction", "method",
             "delivery_tag", "multiple")
-
-
-def _channel_after_frame() -> WindowSpec:
-    """A channel's rows in frame order, a frame's rows together: every row sees the counts after its frame."""
-    return Window.partitionBy(*CHANNEL).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
-
-
-def _frame_of_channel() -> WindowSpec:
-    """A channel's rows of one frame: how many sequence numbers a confirm settled."""
-    return Window.partitionBy(*CHANNEL, "frame_index")
 
 
 def channel_confirms_timeline(frames: DataFrame) -> DataFrame:
@@ -50,8 +47,8 @@ def channel_confirms_timeline(frames: DataFrame) -> DataFrame:
     settling = ~F.col("_is_event")
     timeline = (
         with_settlement_rows(settled)
-        .withColumn("confirmed", F.sum(settling.cast("long")).over(_frame_of_channel()))
-        .withColumn("outstanding", F.sum("_delta").over(_channel_after_frame()))
+        .withColumn("confirmed", F.sum(settling.cast("long")).over(frame_of_channel()))
+        .withColumn("outstanding", F.sum("_delta").over(channel_after_frame()))
         .filter(F.col("_is_event"))
         .withColumn("delivery_tag", F.when(is_confirm, F.col("delivery_tag")))
         .withColumn("multiple", F.when(is_confirm, F.col("multiple")))

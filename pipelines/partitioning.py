@@ -34,3 +34,14 @@ def with_channel_incarnation(df: DataFrame) -> DataFrame:
 def channel_so_far() -> WindowSpec:
     """One channel incarnation's frames in order: what a channel's running counts are taken over."""
     return Window.partitionBy(*CHANNEL).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+
+
+def channel_after_frame() -> WindowSpec:
+    """A channel incarnation's rows in frame order, a frame's rows together: every row sees the
+    state after its frame (settlement rows share their settling frame's index)."""
+    return Window.partitionBy(*CHANNEL).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
+
+
+def frame_of_channel() -> WindowSpec:
+    """A channel incarnation's rows of one frame: what that frame settled."""
+    return Window.partitionBy(*CHANNEL, "frame_index")

@@ -59,6 +59,11 @@ def rows(captures: dict[str, Path], broker: PrivateBroker) -> dict[str, list[dic
     return {name: list(stream_rows(path, broker.port)) for name, path in captures.items()}
 
 
+def live_frames(spark, capture: Path, broker: PrivateBroker):
+    """The frames table of a live capture, decoded by the Spark ingest."""
+    return decode_captures(spark, resolve_captures([str(capture)]), (broker.port,)).frames
+
+
 def truth(capture: Path) -> dict:
     [gt] = json.loads(truth_path(capture).read_text())["ground_truth"].values()
     return gt
@@ -111,7 +116,7 @@ def test_amqp091_ack_of_a_settled_tag_is_flagged_and_rabbitmq_closes_the_channel
 ) -> None:
     gt = truth(captures["amqp091_methods"])
     channel, tag = gt["acked_twice_channel"], gt["acked_twice_tag"]
-    frames = decode_captures(spark, resolve_captures([str(captures["amqp091_methods"])]), (broker.port,)).frames
+    frames = live_frames(spark, captures["amqp091_methods"], broker)
     on_channel = frames.filter(f"channel = {channel}").orderBy("frame_index").collect()
     acks = [r for r in on_channel if r.method == "basic.ack"]
     assert [(r.direction, r.delivery_tag) for r in acks] == [("c2s", tag), ("c2s", tag)]
@@ -129,7 +134,7 @@ def test_amqp091_frame_above_frame_max_is_flagged_and_rabbitmq_closes_the_connec
 ) -> None:
     gt = truth(captures["amqp091_frame_max"])
     assert gt["closed_by_broker"][0] == 501  # FRAME_ERROR
-    frames = decode_captures(spark, resolve_captures([str(captures["amqp091_frame_max"])]), (broker.port,)).frames
+    frames = live_frames(spark, captures["amqp091_frame_max"], broker)
     [tune_ok] = frames.filter("method = 'connection.tune-ok'").collect()
     assert tune_ok.frame_max == gt["frame_max"] == 4096
     [close] = frames.filter("method = 'connection.close'").collect()
@@ -150,7 +155,7 @@ def test_amqp091_content_cut_short_is_flagged_and_rabbitmq_closes_the_connection
 ) -> None:
     gt = truth(captures["amqp091_content_cut_short"])
     assert gt["closed_by_broker"][0] == 505  # UNEXPECTED_FRAME
-    frames = decode_captures(spark, resolve_captures([str(captures["amqp091_content_cut_short"])]), (broker.port,)).frames
+    frames = live_frames(spark, captures["amqp091_content_cut_short"], broker)
     [close] = frames.filter("method = 'connection.close'").collect()
     assert (close.direction, close.reply_code) == ("s2c", 505)
     messages = messages_091(frames)
@@ -197,7 +202,7 @@ def late_frames(rows: list) -> dict[tuple[str, int], tuple[int, int]]:
 @pytest.mark.parametrize("scenario", ["amqp091_heartbeats", "amqp10_drain_idle"])
 def test_idle_connections_keep_their_heartbeats(spark, captures: dict[str, Path], broker: PrivateBroker,
                                                 scenario: str) -> None:
-    frames = decode_captures(spark, resolve_captures([str(captures[scenario])]), (broker.port,)).frames
+    frames = live_frames(spark, captures[scenario], broker)
     late = late_frames(frames.orderBy("connection_id", "frame_index").collect())
     timeline = idle_gaps_timeline(frames).collect()
     assert {(r.connection_id, r.frame_index): (r.gap_us, r.interval_us) for r in timeline} == late
