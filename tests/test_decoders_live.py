@@ -64,6 +64,13 @@ def live_frames(spark, capture: Path, broker: PrivateBroker):
     return decode_captures(spark, resolve_captures([str(capture)]), (broker.port,)).frames
 
 
+def assert_closed_by_broker(gt: dict, frames, reply_code: int) -> None:
+    """The client saw the broker close the connection with ``reply_code``, and so does the capture."""
+    assert gt["closed_by_broker"][0] == reply_code
+    [close] = frames.filter("method = 'connection.close'").collect()
+    assert (close.direction, close.reply_code) == ("s2c", reply_code)
+
+
 def truth(capture: Path) -> dict:
     [gt] = json.loads(truth_path(capture).read_text())["ground_truth"].values()
     return gt
@@ -133,12 +140,10 @@ def test_amqp091_frame_above_frame_max_is_flagged_and_rabbitmq_closes_the_connec
     spark, captures: dict[str, Path], broker: PrivateBroker
 ) -> None:
     gt = truth(captures["amqp091_frame_max"])
-    assert gt["closed_by_broker"][0] == 501  # FRAME_ERROR
     frames = live_frames(spark, captures["amqp091_frame_max"], broker)
+    assert_closed_by_broker(gt, frames, 501)  # FRAME_ERROR
     [tune_ok] = frames.filter("method = 'connection.tune-ok'").collect()
     assert tune_ok.frame_max == gt["frame_max"] == 4096
-    [close] = frames.filter("method = 'connection.close'").collect()
-    assert (close.direction, close.reply_code) == ("s2c", 501)
     # pika splits bodies into frames of frame-max, but sends the big content header whole.
     bodies = frames.filter("frame_type = 'body'").collect()
     assert len(bodies) > gt["messages_published"] and max(r.frame_size for r in bodies) == 4096
@@ -154,10 +159,8 @@ def test_amqp091_content_cut_short_is_flagged_and_rabbitmq_closes_the_connection
     spark, captures: dict[str, Path], broker: PrivateBroker
 ) -> None:
     gt = truth(captures["amqp091_content_cut_short"])
-    assert gt["closed_by_broker"][0] == 505  # UNEXPECTED_FRAME
     frames = live_frames(spark, captures["amqp091_content_cut_short"], broker)
-    [close] = frames.filter("method = 'connection.close'").collect()
-    assert (close.direction, close.reply_code) == ("s2c", 505)
+    assert_closed_by_broker(gt, frames, 505)  # UNEXPECTED_FRAME
     messages = messages_091(frames)
     assert messages.filter("method = 'basic.publish'").count() == gt["messages_published"]
     rules = {rule.id: rule for rule in load_rules()}
