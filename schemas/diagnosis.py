@@ -1,0 +1,115 @@
+"""Gold tables of the bottleneck diagnosis (docs/DIAGNOSIS.md): findings and one headline per capture.
+
+``bottlenecks`` has one row per finding: which entity is held back, by which component of the
+path a message takes (the credit-flow chain inside RabbitMQ, a resource alarm, a slow consumer, a
+client not reading, the network), what that does to traffic, when, and the measured figures the
+verdict rests on. ``diagnosis`` has one row per capture: the top finding as the sentence an
+operator reads first, and the ranked list.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+# The bottleneck, named by the stage that holds traffic back (docs/DIAGNOSIS.md, "Components").
+COMPONENTS = (
+    "none",
+    "connection",  # RabbitMQ's reader process (credit flow): a connection in flow, its channels not
+    "channel",  # a channel process (routing): connection in flow, queues not
+    "queue",  # a queue process: connection and channels in flow, the queue not keeping up
+    "message_store",  # persistent messages of at least the embed threshold, written to disk
+    "memory_alarm",
+    "disk_alarm",
+    "alarm",  # a resource alarm whose reason the wire does not say
+    "consumer",  # a slow consumer: unacked held at prefetch / link credit held at 0 while messages wait
+    "client",  # a client not reading its socket: its TCP receive window closed
+    "network",  # loss and retransmission between the peers
+)
+
+# What a finding does to traffic.
+EFFECTS = (
+    "publisher_throttled",  # the broker reads a publisher's socket slower than it sends
+    "blocked",  # connection.blocked / incoming-window 0: publishing stopped by an alarm
+    "consumer_starved",  # a consumer waits for deliveries the broker holds back
+    "head_of_line",  # a consumer slowed because it shares a throttled connection with a publisher
+    "credit_starved",  # an AMQP 1.0 link's sender out of credit while it has messages for it
+    "deliveries_wait_for_acks",  # 0-9-1: deliveries released only as the consumer acks
+    "client_not_reading",  # the client's receive window closed: the broker cannot send
+    "retransmission",  # bytes sent more than once
+)
+
+ENTITY_KINDS = ("connection", "channel", "consumer", "queue", "session", "link", "node")
+
+BOTTLENECKS_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("rank", IntegerType(), False),  # 1 = the headline; ordered by severity of impact
+        StructField("finding_id", StringType(), False),  # stable: capture, rule, entity and start
+        StructField("rule_id", StringType(), False),  # the inference rule, e.g. diagnosis.consumer.prefetch_bound
+        StructField("connection_id", StringType(), True),  # null for a finding about a queue across connections
+        StructField("entity_kind", StringType(), False),  # ENTITY_KINDS
+        StructField("entity", StringType(), False),  # what an operator recognises: queue, consumer tag, link, client:port
+        StructField("connection_name", StringType(), True),  # client-properties connection_name / 1.0 container-id
+        StructField("client", StringType(), True),  # client address:port
+        StructField("channel", IntegerType(), True),
+        StructField("consumer_tag", StringType(), True),
+        StructField("link_name", StringType(), True),
+        StructField("queue", StringType(), True),  # 0-9-1 queue or 1.0 address
+        StructField("component", StringType(), False),  # COMPONENTS
+        StructField("effect", StringType(), False),  # EFFECTS
+        StructField("severity", StringType(), False),  # warning | info
+        StructField("start_ts", TimestampType(), False),
+        StructField("end_ts", TimestampType(), True),  # null: still so when the capture ends
+        StructField("start_packet_number", LongType(), False),
+        StructField("end_packet_number", LongType(), True),
+        StructField("duration_us", LongType(), False),  # time the entity spent held back
+        StructField("lifetime_share", DoubleType(), False),  # duration over the entity's captured lifetime
+        StructField("confidence", DoubleType(), False),  # 0..1
+        StructField("evidence", MapType(StringType(), StringType()), False),  # measured figures, as text
+        StructField("packet_numbers", ArrayType(LongType()), False),  # up to 20 frames to look at, in order
+        StructField("wireshark_filter", StringType(), False),  # ready to paste into Wireshark
+        StructField("explanation", StringType(), False),  # one sentence
+    ]
+)
+
+# One finding as listed in diagnosis.findings.
+FINDING_SUMMARY = StructType(
+    [
+        StructField("rank", IntegerType(), False),
+        StructField("component", StringType(), False),
+        StructField("effect", StringType(), False),
+        StructField("entity_kind", StringType(), False),
+        StructField("entity", StringType(), False),
+        StructField("connection_id", StringType(), True),
+        StructField("start_ts", TimestampType(), False),
+        StructField("end_ts", TimestampType(), True),
+        StructField("start_packet_number", LongType(), False),
+        StructField("confidence", DoubleType(), False),
+        StructField("explanation", StringType(), False),
+    ]
+)
+
+DIAGNOSIS_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("bottleneck", StringType(), False),  # the top finding's component, or "none"
+        StructField("effect", StringType(), True),
+        StructField("entity_kind", StringType(), True),
+        StructField("entity", StringType(), True),
+        StructField("connection_id", StringType(), True),
+        StructField("start_packet_number", LongType(), True),
+        StructField("headline", StringType(), False),  # the sentence an operator reads first
+        StructField("findings_count", IntegerType(), False),
+        StructField("findings", ArrayType(FINDING_SUMMARY), False),  # ranked
+    ]
+)
