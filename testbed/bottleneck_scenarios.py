@@ -321,8 +321,9 @@ def credit_flow(host: str, port: int) -> Truth:
 # -- head-of-line: one 0-9-1 connection publishing into an overloaded queue and consuming another --
 
 
-HOL_ALONE_SECONDS = 1.0  # the shared connection's consumer runs alone before and after the flood
+HOL_ALONE_SECONDS = 1.0  # the shared connection's consumer runs alone before the flood
 HOL_WORK_SECONDS = 0.002  # the consumer's work per message: ~500 acks a second when nothing holds it
+HOL_RECOVERED_ACKS = 250  # acks after the flood that show the consumer back at its own pace
 
 
 def _head_of_line_connection(
@@ -330,7 +331,7 @@ def _head_of_line_connection(
 ) -> dict[str, Any]:
     """Channel 2 consumes ``work`` (prefetch 10) throughout; after HOL_ALONE_SECONDS channel 1 of the
     same connection publishes ``max_messages`` to ``busy`` as fast as the broker reads, then the
-    consumer goes on alone for HOL_ALONE_SECONDS. One lock keeps frames from interleaving."""
+    consumer goes on until it has acked HOL_RECOVERED_ACKS more. One lock keeps frames from interleaving."""
     name = "head-of-line publisher+consumer"
     connection = raw091.RawConnection(host, port, *GUEST, name, sndbuf=PUBLISHER_SNDBUF)
     connection.sock.sendall(raw091.method(2, raw091.CHANNEL, raw091.CHANNEL_OPEN, raw091.shortstr("")))
@@ -365,7 +366,13 @@ def _head_of_line_connection(
                 connection.sock.sendall(burst)  # blocks while the broker does not read this socket
             published += 20
         flood_ended = time.time_ns() // 1000
-        time.sleep(HOL_ALONE_SECONDS)
+        # The broker reads the backlog of publishes before the acks written after it: wait until
+        # the consumer is back at work (HOL_RECOVERED_ACKS acked after the last publish was written).
+        recovered_by = time.monotonic() + SCENARIO_TIMEOUT
+        while sum(1 for t in acks if t > flood_ended) < HOL_RECOVERED_ACKS and time.monotonic() < recovered_by:
+            if errors:
+                break
+            time.sleep(0.05)
     finally:
         stop.set()
         reader.join(SCENARIO_TIMEOUT)
@@ -375,11 +382,16 @@ def _head_of_line_connection(
         raise errors[0]
     common = {"client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
               "client_library": "amqpscope raw091"}  # fmt: skip
+    buckets: dict[int, int] = {}
+    for t in acks:
+        start_ms = (t - flood_started) // 250_000 * 250
+        buckets[start_ms] = buckets.get(start_ms, 0) + 1
     phases = {
+        "publishing_started_us": flood_started, "publishing_written_us": flood_ended,
         "acked_before_publishing": sum(1 for t in acks if t < flood_started),
-        "acked_while_publishing": sum(1 for t in acks if flood_started <= t <= flood_ended),
-        "acked_after_publishing": sum(1 for t in acks if t > flood_ended),
-        "publishing_started_us": flood_started, "publishing_ended_us": flood_ended,
+        "acked_after_publishing_started": sum(1 for t in acks if t >= flood_started),
+        # [start of a 250 ms interval relative to the first publish (ms), acks sent in it]
+        "acks_per_250ms": [[start, buckets.get(start, 0)] for start in range(min(buckets), max(buckets) + 250, 250)],
     }  # fmt: skip
     return {"connection": common, "channels": [
         {"role": "publisher", "channel": 1, "queue": busy, "messages": published, "body_size": 16,

@@ -2,14 +2,18 @@
 
 One ``rabbitmqctl eval`` runs a loop inside the node that calls the functions behind
 ``rabbitmqctl list_connections / list_channels / list_queues`` and ``rabbit_alarm:get_alarms/0``
-and prints one JSON line per sample, stamped with the node's wall clock in microseconds since
+and writes one JSON line per sample to a file, stamped with the node's wall clock in microseconds since
 the epoch (``os:system_time(microsecond)``: the clock tcpdump stamps packets with on the same
 machine). ``rabbitmqctl`` itself takes ~1.8 s a call and the management API refreshes every
 ~5 s, both far too slow to see credit flow, which comes and goes within a second.
 
-The loop prints to the eval's group leader, i.e. the ``rabbitmqctl`` process. When that process
-is stopped (by PID, at the end of the sampling), the loop's next print fails and the loop ends;
-it also ends by itself after ``max_seconds``.
+A sample starts every 0.25 s, or as soon as the previous one is complete when that took longer:
+under heavy credit flow the queue processes, with long mailboxes, answer info calls late and a
+sample took up to ~1.4 s here (``took_us`` records it; ``ts_us`` is when it started).
+
+The loop runs in the process the eval started on the node and checks after every sample that
+the ``rabbitmqctl`` node that started it is still connected: when that process is stopped (by
+PID, at the end of the sampling) the loop ends; it also ends by itself after ``max_seconds``.
 
 States as RabbitMQ 3.10.8 reported them here: a connection is ``running``, ``flow`` (its reader
 is out of credit: credit flow), ``blocking`` (a resource alarm is in force and the connection has
