@@ -7,9 +7,11 @@ and cleared the alarm in (both clocks are this machine's wall clock).
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import pika
 import pytest
@@ -24,6 +26,18 @@ pytestmark = [
     pytest.mark.skipif(not (RABBITMQ_BIN / "rabbitmq-server").exists(), reason="rabbitmq-server not installed"),
     pytest.mark.skipif(shutil.which("epmd") is None, reason="epmd not installed"),
 ]
+
+
+def samples_files_open(broker: PrivateBroker) -> list[str]:
+    """Sample files the node's processes hold open (the loop inside the node writes one)."""
+    found = []
+    for ref in broker.started_processes:
+        fd_dir = Path(f"/proc/{ref.pid}/fd")
+        try:
+            found += [target for fd in fd_dir.iterdir() if "broker-states-" in (target := os.readlink(fd))]
+        except OSError:
+            continue
+    return found
 
 
 def test_sampler_sees_the_memory_alarm_and_the_blocked_publisher() -> None:
@@ -58,9 +72,12 @@ def test_sampler_sees_the_memory_alarm_and_the_blocked_publisher() -> None:
             publisher.join(30)
         connection.close()
         sampler_processes = sampler.started_processes
+        time.sleep(1.5)  # a turn of the loop inside the node: it sees the CLI gone and ends
+        loop_files = samples_files_open(broker)
 
     assert sampler.errors == []
     assert sampler_processes and not any(ref.is_running() for ref in sampler_processes)
+    assert loop_files == [], "the sampling loop still runs inside the node"
     stamps = [s.ts_us for s in sampler.samples]
     assert stamps == sorted(stamps)
     # 0.25 s apart, give or take a loaded machine: never more than a second between two samples.
