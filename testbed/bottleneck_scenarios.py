@@ -318,6 +318,29 @@ def credit_flow(host: str, port: int) -> Truth:
     return _facts("credit_flow", publishers, exchange=fanout, exchange_type="fanout", queues=list(queues))
 
 
+def channel_routing(host: str, port: int) -> Truth:
+    """Two raw publishers of 16-byte messages (20 000 each, as fast as the broker reads them) to a
+    topic exchange whose 200 bindings match none of them: routing is all the work, no queue gets any."""
+    topic, sink = PREFIX + "topic", PREFIX + "topic.sink"
+    connection = _connect(host, port, "amqpscope setup")
+    try:
+        channel = connection.channel()
+        channel.exchange_declare(topic, exchange_type="topic", durable=False)
+        channel.queue_declare(sink, durable=False)
+        for index in range(200):
+            channel.queue_bind(sink, topic, routing_key=f"bn.{index}.*.#")
+    finally:
+        connection.close()
+    publishers = _in_threads(*(
+        (lambda i=i: _raw_publisher(host, port, topic, "nobody.listens.here", 5.0, 20_000, 16,
+                                    f"channel routing publisher {i}"))
+        for i in range(1, 3)
+    ))  # fmt: skip
+    _delete(host, port, (sink,), fanout=topic)
+    return _facts("channel_routing", publishers, exchange=topic, exchange_type="topic", bindings=200,
+                  routing_key="nobody.listens.here", queues_routed_to=[])  # fmt: skip
+
+
 # -- head-of-line: one 0-9-1 connection publishing into an overloaded queue and consuming another --
 
 
@@ -476,6 +499,7 @@ BOTTLENECK_SCENARIOS: Mapping[str, Callable[[str, int], Truth]] = {
     "disk_alarm": disk_alarm,
     "slow_consumer": slow_consumer,
     "credit_flow": credit_flow,
+    "channel_routing": channel_routing,
     "head_of_line": head_of_line,
     "amqp10_slow_link": amqp10_slow_link,
     "slow_reader": slow_reader,
@@ -488,6 +512,7 @@ INTENDED: Mapping[str, str] = {
     "disk_alarm": "disk_alarm",
     "slow_consumer": "consumer",
     "credit_flow": "queue",
+    "channel_routing": "channel",
     "head_of_line": "queue",
     "amqp10_slow_link": "consumer",
     "slow_reader": "client",
