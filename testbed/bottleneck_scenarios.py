@@ -39,6 +39,7 @@ from amqpscope.testbed.truth import broker_summary
 
 PREFIX = "amqpscope.bn."
 PUBLISHER_SNDBUF = 64 << 10  # raw publishers' SO_SNDBUF: what is left unread when they stop stays small
+ALARM_AFTER_SECONDS = 1.5  # traffic after an alarm is cleared: the blocked publisher resumes
 NORMAL_DISK_FREE_LIMIT = "50000000"  # RabbitMQ's default disk_free_limit.absolute (50 MB)
 
 # The broker a scenario runs against, lent by port while the scenarios are registered: alarms
@@ -112,9 +113,9 @@ def _fill(host: str, port: int, queue: str, messages: int, body_size: int, name:
 
 def _paced_publisher(
     host: str, port: int, queue: str, rate: float, seconds: float, body_size: int, name: str,
-    notices: list[dict[str, Any]] | None = None,
+    notices: list[dict[str, Any]] | None = None, stop: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """Publish ``rate`` messages a second for ``seconds`` with pika (no confirms)."""
+    """Publish ``rate`` messages a second for ``seconds`` (or until ``stop``) with pika (no confirms)."""
     connection = _connect(host, port, name)
     if notices is not None:
         connection.add_on_connection_blocked_callback(
@@ -127,7 +128,7 @@ def _paced_publisher(
         client_port = _client_port(connection)
         channel = connection.channel()
         started = time.monotonic()
-        while (elapsed := time.monotonic() - started) < seconds:
+        while (elapsed := time.monotonic() - started) < seconds and not (stop is not None and stop.is_set()):
             due = int(elapsed * rate) + 1
             while sent < due:
                 sent += 1
@@ -225,7 +226,9 @@ def healthy(host: str, port: int) -> Truth:
 
 def _alarm_scenario(host: str, port: int, resource: str, raise_alarm: Callable[[], None],
                     clear_alarm: Callable[[], None]) -> Truth:  # fmt: skip
-    """A publisher at 100 msg/s and a consumer of a filled queue; ``resource`` alarm raised for ~2 s."""
+    """A publisher at 100 msg/s and a slow consumer of a filled queue; after 1 s the ``resource``
+    alarm is raised, cleared 2 s after that took effect, and both go on for 1.5 s after the clearing
+    took effect (rabbitmqctl takes 2-4 s a call here, so the alarm lasts ~4-8 s)."""
     published, consumed = PREFIX + f"{resource}-alarm.publish", PREFIX + f"{resource}-alarm.consume"
     _declare(host, port, (published, consumed))
     filler = _fill(host, port, consumed, 300, 64, f"{resource} alarm filler")
@@ -242,9 +245,12 @@ def _alarm_scenario(host: str, port: int, resource: str, raise_alarm: Callable[[
         alarm["clear_requested_us"] = time.time_ns() // 1000
         clear_alarm()
         alarm["cleared_us"] = time.time_ns() // 1000
+        time.sleep(ALARM_AFTER_SECONDS)
+        stop.set()
 
     publisher, consumer, _ = _in_threads(
-        lambda: _paced_publisher(host, port, published, 100.0, 7.5, 64, f"{resource} alarm publisher", notices),
+        lambda: _paced_publisher(host, port, published, 100.0, SCENARIO_TIMEOUT, 64, f"{resource} alarm publisher",
+                                 notices, stop),  # fmt: skip
         lambda: _consumer(host, port, consumed, 300, 10, f"{resource} alarm consumer", work_seconds=0.02, stop=stop),
         alarm_window,
     )

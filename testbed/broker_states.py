@@ -71,6 +71,7 @@ Value = fun
             {_, longstr, N} -> N;
             _ -> null
         end;
+    (client_properties, _) -> null;
     (_, V) when is_atom(V) -> atom_to_binary(V);
     (_, V) -> Text(V)
 end,

@@ -152,6 +152,8 @@ def broker_summary(samples: Sequence[Sample], facts: Mapping[str, Any]) -> dict[
                 "role": "+".join(sorted(roles.get(connection["peer_port"], ()))) or None,
             })  # fmt: skip
             entry["samples"] += 1
+            # Client properties arrive with connection.start-ok: the first samples may not have them.
+            entry["connection_name"] = entry["connection_name"] or connection["connection_name"]
             states.setdefault(("connection", key), Counter())[connection["state"]] += 1
         for channel in sample["channels"]:
             key = _channel_key(channel)
