@@ -221,6 +221,21 @@ def healthy(host: str, port: int) -> Truth:
     return _facts("healthy", [publisher, consumer, *amqp10])
 
 
+def fast_consumer_at_prefetch(host: str, port: int) -> Truth:
+    """The near miss of a slow consumer: a pika publisher at 150 msg/s and a consumer with prefetch 2
+    that acks at once. Its unacked count touches the prefetch all the time, yet the queue stays
+    empty: nothing waits for it."""
+    queue = PREFIX + "fast-consumer"
+    _declare(host, port, (queue,))
+    seconds, rate = 4.0, 150.0
+    publisher, consumer = _in_threads(
+        lambda: _paced_publisher(host, port, queue, rate, seconds, 64, "fast consumer publisher"),
+        lambda: _consumer(host, port, queue, int(seconds * rate), 2, "fast consumer at prefetch"),
+    )
+    _delete(host, port, (queue,))
+    return _facts("fast_consumer_at_prefetch", [publisher, consumer])
+
+
 # -- alarms ----------------------------------------------------------------------------------------
 
 
@@ -501,6 +516,7 @@ def slow_reader(host: str, port: int) -> Truth:
 
 BOTTLENECK_SCENARIOS: Mapping[str, Callable[[str, int], Truth]] = {
     "healthy": healthy,
+    "fast_consumer_at_prefetch": fast_consumer_at_prefetch,
     "memory_alarm": memory_alarm,
     "disk_alarm": disk_alarm,
     "slow_consumer": slow_consumer,
@@ -514,6 +530,7 @@ BOTTLENECK_SCENARIOS: Mapping[str, Callable[[str, int], Truth]] = {
 # The component each scenario is built to make the bottleneck (docs: testbed/truth.py).
 INTENDED: Mapping[str, str] = {
     "healthy": "none",
+    "fast_consumer_at_prefetch": "none",
     "memory_alarm": "memory_alarm",
     "disk_alarm": "disk_alarm",
     "slow_consumer": "consumer",
