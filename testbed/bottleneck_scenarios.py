@@ -26,19 +26,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import pika
-
+from amqpscope.testbed import bottleneck_clients as clients
 from amqpscope.testbed import raw091
 from amqpscope.testbed.amqp10_clients import LinkPlan, healthy_amqp10, two_receivers
 from amqpscope.testbed.broker import NORMAL_WATERMARK, PrivateBroker
 from amqpscope.testbed.broker_states import SAMPLE_INTERVAL_MS, BrokerStateSampler
 from amqpscope.testbed.capture import capture_scenario, default_capture_port, truth_path
 from amqpscope.testbed.flow_scenarios import ALARM_WATERMARK
-from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, GUEST, SCENARIO_TIMEOUT, SCENARIOS, Truth, message_body
+from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, GUEST, SCENARIO_TIMEOUT, SCENARIOS, Truth
 from amqpscope.testbed.truth import broker_summary
 
 PREFIX = "amqpscope.bn."
-PUBLISHER_SNDBUF = 64 << 10  # raw publishers' SO_SNDBUF: what is left unread when they stop stays small
 ALARM_AFTER_SECONDS = 1.5  # traffic after an alarm is cleared: the blocked publisher resumes
 NORMAL_DISK_FREE_LIMIT = "50000000"  # RabbitMQ's default disk_free_limit.absolute (50 MB)
 
@@ -54,153 +52,8 @@ def _broker(port: int) -> PrivateBroker:
         raise RuntimeError(f"no broker lent for port {port}: run inside registered(broker)") from None
 
 
-def _connect(host: str, port: int, name: str) -> pika.BlockingConnection:
-    parameters = pika.ConnectionParameters(
-        host=host, port=port, credentials=pika.PlainCredentials(*GUEST),
-        client_properties={"connection_name": name},
-    )  # fmt: skip
-    return pika.BlockingConnection(parameters)
-
-
-def _client_port(connection: pika.BlockingConnection) -> int:
-    # pika has no public accessor for the local address of its socket.
-    return int(connection._impl._transport._sock.getsockname()[1])
-
-
-def _declare(host: str, port: int, queues: tuple[str, ...], fanout: str | None = None) -> None:
-    """Declare (purged, transient) queues, bound to a fanout exchange if one is named."""
-    connection = _connect(host, port, "amqpscope setup")
-    try:
-        channel = connection.channel()
-        if fanout is not None:
-            channel.exchange_declare(fanout, exchange_type="fanout", durable=False)
-        for queue in queues:
-            channel.queue_declare(queue, durable=False)
-            channel.queue_purge(queue)
-            if fanout is not None:
-                channel.queue_bind(queue, fanout)
-    finally:
-        connection.close()
-
-
-def _delete(host: str, port: int, queues: tuple[str, ...], fanout: str | None = None) -> None:
-    connection = _connect(host, port, "amqpscope teardown")
-    try:
-        channel = connection.channel()
-        for queue in queues:
-            channel.queue_delete(queue)
-        if fanout is not None:
-            channel.exchange_delete(fanout)
-    finally:
-        connection.close()
-
-
-def _fill(host: str, port: int, queue: str, messages: int, body_size: int, name: str) -> dict[str, Any]:
-    """Publish ``messages`` transient messages to ``queue`` with pika; the publisher's facts."""
-    connection = _connect(host, port, name)
-    try:
-        client_port = _client_port(connection)
-        channel = connection.channel()
-        channel.confirm_delivery()  # the fill is complete when the broker has them all
-        for index in range(1, messages + 1):
-            channel.basic_publish("", queue, message_body("0-9-1", index, body_size))
-        channel.close()
-    finally:
-        connection.close()
-    return {"role": "publisher", "client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
-            "channel": 1, "queue": queue, "messages": messages, "body_size": body_size, "persistent": False}  # fmt: skip
-
-
-def _paced_publisher(
-    host: str, port: int, queue: str, rate: float, seconds: float, body_size: int, name: str,
-    notices: list[dict[str, Any]] | None = None, stop: threading.Event | None = None,
-) -> dict[str, Any]:
-    """Publish ``rate`` messages a second for ``seconds`` (or until ``stop``) with pika (no confirms)."""
-    connection = _connect(host, port, name)
-    if notices is not None:
-        connection.add_on_connection_blocked_callback(
-            lambda _c, frame: notices.append({"notice": "connection.blocked", "reason": frame.method.reason,
-                                              "client_ts_us": time.time_ns() // 1000}))  # fmt: skip
-        connection.add_on_connection_unblocked_callback(
-            lambda _c, _f: notices.append({"notice": "connection.unblocked", "client_ts_us": time.time_ns() // 1000}))
-    sent = 0
-    try:
-        client_port = _client_port(connection)
-        channel = connection.channel()
-        started = time.monotonic()
-        while (elapsed := time.monotonic() - started) < seconds and not (stop is not None and stop.is_set()):
-            due = int(elapsed * rate) + 1
-            while sent < due:
-                sent += 1
-                channel.basic_publish("", queue, message_body("0-9-1", sent, body_size))
-            connection.process_data_events(time_limit=max(0.0, started + sent / rate - time.monotonic()))
-        channel.close()
-    finally:
-        if connection.is_open:
-            connection.close()
-    return {"role": "publisher", "client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
-            "channel": 1, "queue": queue, "messages": sent, "rate_per_second": rate, "body_size": body_size,
-            "persistent": False, "publisher_confirms": False}  # fmt: skip
-
-
-def _consumer(
-    host: str, port: int, queue: str, messages: int, prefetch_count: int, name: str,
-    *, work_seconds: float = 0.0, stop: threading.Event | None = None,
-) -> dict[str, Any]:
-    """Consume ``messages`` (or until ``stop``) with ``basic.qos(prefetch_count)``, acking each singly
-    ``work_seconds`` after it arrives."""
-    connection = _connect(host, port, name)
-    received: list[int] = []
-    try:
-        client_port = _client_port(connection)
-        channel = connection.channel()
-        channel.basic_qos(prefetch_count=prefetch_count, global_qos=False)
-
-        def on_message(ch: Any, method: Any, _properties: Any, _body: bytes) -> None:
-            if work_seconds:
-                time.sleep(work_seconds)  # the slow part
-            ch.basic_ack(delivery_tag=method.delivery_tag)
-            received.append(method.delivery_tag)
-
-        consumer_tag = channel.basic_consume(queue, on_message, auto_ack=False)
-        deadline = time.monotonic() + SCENARIO_TIMEOUT
-        while len(received) < messages and not (stop is not None and stop.is_set()):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name}: consumed {len(received)} of {messages} messages")
-            connection.process_data_events(time_limit=0.1)
-        channel.basic_cancel(consumer_tag)
-        channel.close()
-    finally:
-        if connection.is_open:
-            connection.close()
-    return {"role": "consumer", "client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
-            "channel": 1, "queue": queue, "consumer_tag": consumer_tag, "prefetch_count": prefetch_count,
-            "prefetch_global": False, "acked": len(received), "work_seconds_per_message": work_seconds}  # fmt: skip
-
-
-def _in_threads(*calls: Callable[[], Any]) -> list[Any]:
-    """Run ``calls`` at once; their results in order (the first failure is raised)."""
-    results: list[Any] = [None] * len(calls)
-    errors: list[BaseException] = []
-
-    def run(index: int) -> None:
-        try:
-            results[index] = calls[index]()
-        except BaseException as error:  # re-raised below, in the calling thread
-            errors.append(error)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    return results
-
-
-def _facts(scenario: str, clients: list[dict[str, Any]], **more: Any) -> Truth:
-    return {"scenario": scenario, "clients": clients, **more}
+def _facts(scenario: str, roles: list[dict[str, Any]], **more: Any) -> Truth:
+    return {"scenario": scenario, "clients": roles, **more}
 
 
 # -- healthy -----------------------------------------------------------------------------------
@@ -209,15 +62,15 @@ def _facts(scenario: str, clients: list[dict[str, Any]], **more: Any) -> Truth:
 def healthy(host: str, port: int) -> Truth:
     """A 0-9-1 publisher at 100 msg/s with a fast consumer, and a 1.0 sender + receiver: nothing held back."""
     queue, address_queue = PREFIX + "healthy.091", PREFIX + "healthy.10"
-    _declare(host, port, (queue,))
+    clients.declare(host, port, (queue,))
     seconds, rate = 4.0, 100.0
     expected = int(seconds * rate)
-    publisher, consumer, amqp10 = _in_threads(
-        lambda: _paced_publisher(host, port, queue, rate, seconds, 256, "healthy publisher"),
-        lambda: _consumer(host, port, queue, expected, 50, "healthy consumer"),
+    publisher, consumer, amqp10 = clients.in_threads(
+        lambda: clients.paced_publisher(host, port, queue, rate, seconds, 256, "healthy publisher"),
+        lambda: clients.consumer(host, port, queue, expected, 50, "healthy consumer"),
         lambda: healthy_amqp10(host, port, address_queue, messages=200, rate=50.0, body_size=256),
     )
-    _delete(host, port, (queue, address_queue))
+    clients.delete(host, port, (queue, address_queue))
     return _facts("healthy", [publisher, consumer, *amqp10])
 
 
@@ -226,13 +79,13 @@ def fast_consumer_at_prefetch(host: str, port: int) -> Truth:
     that acks at once. Its unacked count touches the prefetch all the time, yet the queue stays
     empty: nothing waits for it."""
     queue = PREFIX + "fast-consumer"
-    _declare(host, port, (queue,))
+    clients.declare(host, port, (queue,))
     seconds, rate = 4.0, 150.0
-    publisher, consumer = _in_threads(
-        lambda: _paced_publisher(host, port, queue, rate, seconds, 64, "fast consumer publisher"),
-        lambda: _consumer(host, port, queue, int(seconds * rate), 2, "fast consumer at prefetch"),
+    publisher, consumer = clients.in_threads(
+        lambda: clients.paced_publisher(host, port, queue, rate, seconds, 64, "fast consumer publisher"),
+        lambda: clients.consumer(host, port, queue, int(seconds * rate), 2, "fast consumer at prefetch"),
     )
-    _delete(host, port, (queue,))
+    clients.delete(host, port, (queue,))
     return _facts("fast_consumer_at_prefetch", [publisher, consumer])
 
 
@@ -245,8 +98,8 @@ def _alarm_scenario(host: str, port: int, resource: str, raise_alarm: Callable[[
     alarm is raised, cleared 2 s after that took effect, and both go on for 1.5 s after the clearing
     took effect (rabbitmqctl takes 2-4 s a call here, so the alarm lasts ~4-8 s)."""
     published, consumed = PREFIX + f"{resource}-alarm.publish", PREFIX + f"{resource}-alarm.consume"
-    _declare(host, port, (published, consumed))
-    filler = _fill(host, port, consumed, 300, 64, f"{resource} alarm filler")
+    clients.declare(host, port, (published, consumed))
+    filler = clients.fill(host, port, consumed, 300, 64, f"{resource} alarm filler")
     notices: list[dict[str, Any]] = []
     alarm: dict[str, int] = {}
     stop = threading.Event()
@@ -263,13 +116,13 @@ def _alarm_scenario(host: str, port: int, resource: str, raise_alarm: Callable[[
         time.sleep(ALARM_AFTER_SECONDS)
         stop.set()
 
-    publisher, consumer, _ = _in_threads(
-        lambda: _paced_publisher(host, port, published, 100.0, SCENARIO_TIMEOUT, 64, f"{resource} alarm publisher",
+    publisher, consumer, _ = clients.in_threads(
+        lambda: clients.paced_publisher(host, port, published, 100.0, SCENARIO_TIMEOUT, 64, f"{resource} alarm publisher",
                                  notices, stop),  # fmt: skip
-        lambda: _consumer(host, port, consumed, 300, 10, f"{resource} alarm consumer", work_seconds=0.02, stop=stop),
+        lambda: clients.consumer(host, port, consumed, 300, 10, f"{resource} alarm consumer", work_seconds=0.02, stop=stop),
         alarm_window,
     )
-    _delete(host, port, (published, consumed))
+    clients.delete(host, port, (published, consumed))
     return _facts(f"{resource}_alarm", [filler, publisher, consumer], alarm={"resource": resource, **alarm},
                   publisher_notices=notices)  # fmt: skip
 
@@ -301,28 +154,14 @@ def disk_alarm(host: str, port: int) -> Truth:
 def slow_consumer(host: str, port: int) -> Truth:
     """300 messages in a queue, a consumer with prefetch 10 acking each 20 ms after it came: ~6 s."""
     queue = PREFIX + "slow-consumer"
-    _declare(host, port, (queue,))
-    filler = _fill(host, port, queue, 300, 64, "slow consumer filler")
-    consumer = _consumer(host, port, queue, 300, 10, "slow consumer", work_seconds=0.02)
-    _delete(host, port, (queue,))
+    clients.declare(host, port, (queue,))
+    filler = clients.fill(host, port, queue, 300, 64, "slow consumer filler")
+    consumer = clients.consumer(host, port, queue, 300, 10, "slow consumer", work_seconds=0.02)
+    clients.delete(host, port, (queue,))
     return _facts("slow_consumer", [filler, consumer])
 
 
 # -- credit flow: fast publishers of small messages fanned out to several queues -------------------
-
-
-def _raw_publisher(host: str, port: int, exchange: str, routing_key: str, seconds: float, max_messages: int,
-                   body_size: int, name: str, persistent: bool = False) -> dict[str, Any]:  # fmt: skip
-    connection = raw091.RawConnection(host, port, *GUEST, name, sndbuf=PUBLISHER_SNDBUF)
-    try:
-        sent = raw091.publish_for(connection, exchange, routing_key, b"x" * body_size, seconds,
-                                  max_messages=max_messages, persistent=persistent)  # fmt: skip
-        client_port = connection.client_port
-    finally:
-        connection.close()
-    return {"role": "publisher", "client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
-            "client_library": "amqpscope raw091", "channel": 1, "exchange": exchange, "routing_key": routing_key,
-            "messages": sent, "body_size": body_size, "persistent": persistent, "publisher_confirms": False}  # fmt: skip
 
 
 def credit_flow(host: str, port: int) -> Truth:
@@ -330,12 +169,12 @@ def credit_flow(host: str, port: int) -> Truth:
     them) to a fanout exchange bound to four queues."""
     fanout = PREFIX + "fanout"
     queues = tuple(PREFIX + f"fanout.{i}" for i in range(1, 5))
-    _declare(host, port, queues, fanout=fanout)
-    publishers = _in_threads(*(
-        (lambda i=i: _raw_publisher(host, port, fanout, "", 5.0, 10_000, 16, f"credit flow publisher {i}"))
+    clients.declare(host, port, queues, fanout=fanout)
+    publishers = clients.in_threads(*(
+        (lambda i=i: clients.raw_publisher(host, port, fanout, "", 5.0, 10_000, 16, f"credit flow publisher {i}"))
         for i in range(1, 5)
     ))  # fmt: skip
-    _delete(host, port, queues, fanout=fanout)
+    clients.delete(host, port, queues, fanout=fanout)
     return _facts("credit_flow", publishers, exchange=fanout, exchange_type="fanout", queues=list(queues))
 
 
@@ -343,7 +182,7 @@ def channel_routing(host: str, port: int) -> Truth:
     """Two raw publishers of 16-byte messages (20 000 each, as fast as the broker reads them) to a
     topic exchange whose 200 bindings match none of them: routing is all the work, no queue gets any."""
     topic, sink = PREFIX + "topic", PREFIX + "topic.sink"
-    connection = _connect(host, port, "amqpscope setup")
+    connection = clients.connect(host, port, "amqpscope setup")
     try:
         channel = connection.channel()
         channel.exchange_declare(topic, exchange_type="topic", durable=False)
@@ -352,12 +191,12 @@ def channel_routing(host: str, port: int) -> Truth:
             channel.queue_bind(sink, topic, routing_key=f"bn.{index}.*.#")
     finally:
         connection.close()
-    publishers = _in_threads(*(
-        (lambda i=i: _raw_publisher(host, port, topic, "nobody.listens.here", 5.0, 20_000, 16,
+    publishers = clients.in_threads(*(
+        (lambda i=i: clients.raw_publisher(host, port, topic, "nobody.listens.here", 5.0, 20_000, 16,
                                     f"channel routing publisher {i}"))
         for i in range(1, 3)
     ))  # fmt: skip
-    _delete(host, port, (sink,), fanout=topic)
+    clients.delete(host, port, (sink,), fanout=topic)
     return _facts("channel_routing", publishers, exchange=topic, exchange_type="topic", bindings=200,
                   routing_key="nobody.listens.here", queues_routed_to=[])  # fmt: skip
 
@@ -377,7 +216,7 @@ def _head_of_line_connection(
     same connection publishes ``max_messages`` to ``busy`` as fast as the broker reads, then the
     consumer goes on until it has acked HOL_RECOVERED_ACKS more. One lock keeps frames from interleaving."""
     name = "head-of-line publisher+consumer"
-    connection = raw091.RawConnection(host, port, *GUEST, name, sndbuf=PUBLISHER_SNDBUF)
+    connection = raw091.RawConnection(host, port, *GUEST, name, sndbuf=clients.PUBLISHER_SNDBUF)
     connection.sock.sendall(raw091.method(2, raw091.CHANNEL, raw091.CHANNEL_OPEN, raw091.shortstr("")))
     connection.expect(raw091.CHANNEL, raw091.CHANNEL_OPEN_OK)
     consumer = raw091.start_consumer(connection, 2, work, 10, "amqpscope-head-of-line")
@@ -448,21 +287,21 @@ def _head_of_line_connection(
 
 def _flooder(host: str, port: int, queue: str, seconds: float, messages: int, name: str) -> dict[str, Any]:
     time.sleep(HOL_ALONE_SECONDS)  # flood together with the shared connection's publisher
-    return _raw_publisher(host, port, "", queue, seconds, messages, 16, name)
+    return clients.raw_publisher(host, port, "", queue, seconds, messages, 16, name)
 
 
 def head_of_line(host: str, port: int) -> Truth:
     """One connection: channel 1 publishes into a queue three raw publishers also flood, channel 2
     consumes a filled queue; the reader throttled by credit flow slows the consumer's acks too."""
     busy, work = PREFIX + "hol.busy", PREFIX + "hol.work"
-    _declare(host, port, (busy, work))
-    filler = _fill(host, port, work, 3000, 64, "head-of-line filler")
+    clients.declare(host, port, (busy, work))
+    filler = clients.fill(host, port, work, 3000, 64, "head-of-line filler")
     seconds, messages = 5.0, 9_000
-    shared, *flooders = _in_threads(
+    shared, *flooders = clients.in_threads(
         lambda: _head_of_line_connection(host, port, busy, work, seconds, messages),
         *((lambda i=i: _flooder(host, port, busy, seconds, messages, f"head-of-line flooder {i}")) for i in range(1, 4)),
     )  # fmt: skip
-    _delete(host, port, (busy, work))
+    clients.delete(host, port, (busy, work))
     return _facts("head_of_line", [filler, *shared["channels"], *flooders], shared_connection=shared["connection"])
 
 
@@ -473,14 +312,14 @@ def amqp10_slow_link(host: str, port: int) -> Truth:
     """Two queues fed at 50 msg/s each (pika) after 200 each up front; one 1.0 connection receives
     both: the fast link keeps 100 credit topped up, the slow one grants 1 every 0.25 s."""
     fast, slow = PREFIX + "link.fast", PREFIX + "link.slow"
-    _declare(host, port, (fast, slow))
-    fillers = [_fill(host, port, q, 200, 64, f"slow link filler {q}") for q in (fast, slow)]
+    clients.declare(host, port, (fast, slow))
+    fillers = [clients.fill(host, port, q, 200, 64, f"slow link filler {q}") for q in (fast, slow)]
     seconds = 5.0
-    links, *feeders = _in_threads(
+    links, *feeders = clients.in_threads(
         lambda: two_receivers(host, port, LinkPlan(fast, 100, 0.0), LinkPlan(slow, 1, 0.25), seconds),
-        *((lambda q=q: _paced_publisher(host, port, q, 50.0, seconds, 64, f"slow link feeder {q}")) for q in (fast, slow)),
+        *((lambda q=q: clients.paced_publisher(host, port, q, 50.0, seconds, 64, f"slow link feeder {q}")) for q in (fast, slow)),
     )  # fmt: skip
-    _delete(host, port, (fast, slow))
+    clients.delete(host, port, (fast, slow))
     return _facts("amqp10_slow_link", [*fillers, *feeders, *links])
 
 
@@ -491,16 +330,16 @@ def slow_reader(host: str, port: int) -> Truth:
     """Two 1 MiB messages in a queue; a raw consumer (prefetch 1, SO_RCVBUF 32 KiB) reads 16 KiB
     every 50 ms: its TCP receive window closes and the broker cannot send faster."""
     queue = PREFIX + "slow-reader"
-    _declare(host, port, (queue,))
+    clients.declare(host, port, (queue,))
     messages, size, rcvbuf, read_size, pause, prefetch = 2, 1 << 20, 32 << 10, 16 << 10, 0.05, 1
-    filler = _fill(host, port, queue, messages, size, "slow reader filler")
+    filler = clients.fill(host, port, queue, messages, size, "slow reader filler")
     connection = raw091.RawConnection(host, port, *GUEST, "slow reader", rcvbuf=rcvbuf)
     try:
         read = raw091.consume_slowly(connection, queue, prefetch, messages, read_size=read_size, pause=pause)
         client_port = connection.client_port
     finally:
         connection.close()
-    _delete(host, port, (queue,))
+    clients.delete(host, port, (queue,))
     reader = {"role": "consumer", "client_port": client_port, "connection_name": "slow reader",
               "protocol": "amqp-0-9-1", "client_library": "amqpscope raw091", "channel": 1, "queue": queue,
               "prefetch_count": prefetch, "prefetch_global": False, "so_rcvbuf_requested": rcvbuf,
