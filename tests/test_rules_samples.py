@@ -1,0 +1,70 @@
+"""Every bundled sample (samples/**) through every rule: no error but the fault that is really
+there, and every warning explained (issue 14 acceptance)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from amqpscope.expectations.catalogue import load_rules, violations
+from amqpscope.ingest.pcap import capture_id
+from amqpscope.jobs.ingest import decode_captures, resolve_captures
+from amqpscope.pipelines.flow_state import FRAME_TIMELINES
+from amqpscope.pipelines.messages import deliveries_10, messages_091
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+CAPTURES = sorted(p for p in SAMPLES.rglob("*") if p.suffix in (".pcap", ".pcapng"))
+METHODS = SAMPLES / "decoders" / "amqp091-methods.pcap"
+
+
+def truth(capture: Path) -> dict:
+    [gt] = json.loads(capture.with_name(capture.name.rsplit(".", 1)[0] + ".truth.json").read_text())["ground_truth"].values()
+    return gt
+
+
+@pytest.fixture(scope="module")
+def found(spark) -> tuple[dict, Counter]:
+    """(capture name -> [(rule, severity, evidence)], event counts by (capture name, event id))."""
+    captures = resolve_captures([str(c) for c in CAPTURES], group_rotated=False)
+    frames = decode_captures(spark, captures, (5672,)).frames
+    names = {capture_id(c): c.relative_to(SAMPLES).as_posix() for c in CAPTURES}
+    tables = {"frames": frames, "messages_091": messages_091(frames), "deliveries_10": deliveries_10(frames),
+              **{name: build(frames) for name, build in FRAME_TIMELINES.items()}}
+    by_capture: dict[str, list] = {name: [] for name in names.values()}
+    for rule in load_rules():
+        for row in violations(tables[rule.table], rule).collect():
+            by_capture[names[row.capture_id]].append((rule.id, rule.severity, row.channel, dict(row.evidence)))
+    events = Counter((names[r.capture_id], r.event_id) for r in tables["events"].collect())
+    return by_capture, events
+
+
+def test_every_sample_is_analysed():
+    assert len(CAPTURES) == 7
+
+
+def test_no_error_on_the_samples_but_the_double_ack_the_client_really_sent(found):
+    by_capture, _events = found
+    errors = {name: [(rule, channel, evidence.get("delivery_tag")) for rule, severity, channel, evidence in rows
+                     if severity == "error"] for name, rows in by_capture.items()}
+    gt = truth(METHODS)
+    # amqp091_methods acks one delivery twice on purpose; RabbitMQ closed that channel with 406.
+    assert errors == {name: [] for name in by_capture} | {
+        "decoders/amqp091-methods.pcap": [("amqp091.ack.already_settled", gt["acked_twice_channel"],
+                                           str(gt["acked_twice_tag"]))]}
+
+
+def test_warnings_on_the_samples(found):
+    by_capture, _events = found
+    warnings = Counter((name, rule) for name, rows in by_capture.items() for rule, severity, _c, _e in rows
+                       if severity == "warning")
+    assert warnings == Counter()
+
+
+def test_events_on_the_samples(found):
+    _by_capture, events = found
+    # The double ack: RabbitMQ's channel.close 406 PRECONDITION_FAILED.
+    assert events == Counter({("decoders/amqp091-methods.pcap", "amqp091.channel.closed_with_error"): 1})
