@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from amqpscope.expectations.catalogue import load_rules, violations
+from amqpscope.expectations.catalogue import CATALOGUE_PATH, load_rules, violations
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.ingest import decode_captures, resolve_captures
 from amqpscope.pipelines.flow_state import FRAME_TIMELINES
@@ -35,7 +35,7 @@ def found(spark) -> tuple[dict, Counter]:
     tables = {"frames": frames, "messages_091": messages_091(frames), "deliveries_10": deliveries_10(frames),
               **{name: build(frames) for name, build in FRAME_TIMELINES.items()}}
     by_capture: dict[str, list] = {name: [] for name in names.values()}
-    for rule in load_rules():
+    for rule in load_rules(CATALOGUE_PATH):  # the protocol rules (diagnosis.yml judges bottlenecks)
         for row in violations(tables[rule.table], rule).collect():
             by_capture[names[row.capture_id]].append((rule.id, rule.severity, row.channel, dict(row.evidence)))
     events = Counter((names[r.capture_id], r.event_id) for r in tables["events"].collect())
