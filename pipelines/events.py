@@ -13,8 +13,8 @@ Each event is a frame matching one of ``EVENTS`` (severity ``info``; nobody brok
 - ``amqp10.delivery.aborted``: a transfer with aborted=true (2.7.5: the delivery is discarded).
 - ``amqp10.message.undecodable``: a delivery whose message sections the decoder could not read
   (``message-error`` in ``frames.arguments``; e.g. a payload starting mid-section).
-- ``amqp10.link.attached_again``: an attach of a link name its sender had attached before on the
-  connection (a link re-established, e.g. by the broker after a queue restart).
+- ``amqp10.link.attached_again``: an attach of a link (name and role) its sender had attached
+  before on the connection (a link re-established, e.g. by the broker after a queue restart).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ FIRST_ERROR_REPLY_CODE = 300
 
 
 def _link_attached_before() -> WindowSpec:
-    """One sender's attaches of one link name on a connection, in order: whether it was attached before."""
-    return Window.partitionBy(*CONNECTION, "direction", "name").orderBy("frame_index")
+    """One endpoint's attaches of one link (its name and role: a link of the same name the other
+    way is another link, 2.6.1) on a connection, in order: whether it was attached before."""
+    return Window.partitionBy(*CONNECTION, "direction", "name", "role").orderBy("frame_index")
 
 
 # The event ids, in the order of _events (docs/RULES.md lists them).

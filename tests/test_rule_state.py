@@ -242,6 +242,7 @@ def test_events_list_errors_aborts_undecodable_messages_and_reattached_links(spa
         dict(direction="s2c", method="attach", handle=1, name="l", role="sender"),
         dict(direction="c2s", method="attach", handle=0, name="l", role="receiver"),  # the client's first: no event
         dict(direction="s2c", method="attach", handle=1, name="l", role="sender"),  # 8: the broker's second
+        dict(direction="s2c", method="attach", handle=2, name="l", role="receiver"),  # the other way: another link
     ])
     amqp091 = frames_df(spark, "amqp-0-9-1", [
         dict(direction="s2c", method="channel.close", channel=5, reply_code=406, reply_text="PRECONDITION_FAILED"),
@@ -283,3 +284,28 @@ def test_keep_alives_are_told_apart_from_zero_window_probes(spark):
     assertDataFrameEqual(flow.select("packet_number", "is_keep_alive", "is_zero_window_probe"), spark.createDataFrame(
         [(1, False, False), (2, False, False), (3, True, False), (4, False, True), (5, False, False), (6, False, False),
          (7, True, False)], "packet_number long, is_keep_alive boolean, is_zero_window_probe boolean"))
+
+
+def test_basic_recover_settles_the_channels_unacked_deliveries(spark):
+    """amqp091_methods (samples/decoders): a consumer under a global qos of 3 gets 3 deliveries, the
+    client sends basic.recover (RabbitMQ requeues them) and gets them again under tags 4-6: never
+    more than 3 unacked, so no prefetch rule fires."""
+    from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline
+
+    events = [
+        HEADER_091,
+        dict(direction="c2s", method="channel.open", channel=4),
+        dict(direction="c2s", method="basic.qos", channel=4, prefetch_count=3, **{"global": True}),
+        dict(direction="c2s", method="basic.consume", channel=4, queue="q"),
+        dict(direction="s2c", method="basic.consume-ok", channel=4, consumer_tag="c"),
+        *(dict(direction="s2c", method="basic.deliver", channel=4, consumer_tag="c", delivery_tag=t) for t in (1, 2, 3)),
+        dict(direction="c2s", method="basic.recover", channel=4, requeue=True),
+        *(dict(direction="s2c", method="basic.deliver", channel=4, consumer_tag="c", delivery_tag=t) for t in (4, 5, 6)),
+        dict(direction="c2s", method="basic.ack", channel=4, delivery_tag=0, multiple=True),
+    ]
+    frames = frames_df(spark, "amqp-0-9-1", events)
+    channel = channel_unacked_timeline(frames).filter("method = 'basic.deliver'").orderBy("frame_index")
+    assert [r.unacked for r in channel.collect()] == [1, 2, 3, 1, 2, 3]
+    for table, timeline in (("channel_unacked", channel_unacked_timeline(frames)),
+                            ("consumer_unacked", consumer_unacked_timeline(frames))):
+        assert flagged(timeline, table) == {}
