@@ -512,6 +512,38 @@ def _publishing(messages_091: DataFrame, frames: DataFrame) -> DataFrame:
     )
 
 
+def _topic_pattern(binding_key: Column) -> Column:
+    """A topic binding key as a regular expression: '*' one word, '#' zero or more (AMQP 0-9-1 3.1.3.3)."""
+    words = F.regexp_replace(F.regexp_replace(binding_key, r"([.\\^$|?+()\[\]{}])", r"\\$1"), r"\*", "[^.]+")
+    return F.concat(F.lit("^"), F.regexp_replace(words, "#", ".*"), F.lit("$"))
+
+
+def _unrouted_share(messages_091: DataFrame, frames: DataFrame) -> DataFrame:
+    """Per publishing connection: the share of its publishes to an exchange whose declaration and
+    bindings the capture holds and none of which routes them to a queue. Such a publisher gives its
+    channel all the work (routing) and no queue any: the channel is the only stage it can load."""
+    declared = frames.filter(F.col("method") == "exchange.declare").select(
+        "capture_id", "exchange", F.col("arguments")["type"].alias("_type")).distinct()
+    bindings = frames.filter(F.col("method") == "queue.bind").select(
+        "capture_id", "exchange", F.col("routing_key").alias("_binding_key")).distinct()
+    publishes = messages_091.filter((F.col("method") == "basic.publish") & (F.col("exchange") != "")).select(
+        "capture_id", "connection_id", "frame_index", "exchange", "routing_key")
+    known = publishes.join(declared, ["capture_id", "exchange"])
+    matches = (F.col("_type") == "fanout") | (F.col("_type") == "headers") | (
+        (F.col("_type") == "direct") & (F.col("_binding_key") == F.col("routing_key"))) | (
+        (F.col("_type") == "topic") & F.col("routing_key").rlike(_topic_pattern(F.col("_binding_key"))))
+    routed = (known.join(bindings, ["capture_id", "exchange"], "left")
+              .groupBy("capture_id", "connection_id", "frame_index")
+              .agg(F.max(F.coalesce(matches, F.lit(False)).cast("int")).alias("_routed")))
+    every = messages_091.filter(F.col("method") == "basic.publish").groupBy("capture_id", "connection_id").agg(
+        F.count(F.lit(1)).alias("_publishes"))
+    unrouted = routed.filter(F.col("_routed") == 0).groupBy("capture_id", "connection_id").agg(
+        F.count(F.lit(1)).alias("_unrouted"))
+    return every.join(unrouted, ["capture_id", "connection_id"], "left").select(
+        "capture_id", "connection_id",
+        (F.coalesce(F.col("_unrouted"), F.lit(0)) / F.col("_publishes")).alias("unrouted_share"))
+
+
 def _shared_throttling(throttled: DataFrame) -> DataFrame:
     """Per throttled connection: other throttled connections publishing to a destination it shares,
     at overlapping times (a queue slows every publisher feeding it; a channel only its own)."""
@@ -534,7 +566,8 @@ def publisher_throttled_findings(tcp_flow: DataFrame, flow_intervals: DataFrame,
 
     The stage behind it, from what the wire shows: persistent messages of message_store_min_bytes
     and more -> message_store; other connections to the same destination throttled at the same
-    time, or persistent small messages -> queue; else -> channel (the connection's own processes).
+    time, or persistent small messages -> queue; publishes that no captured binding routes to a queue,
+    or else -> channel (the connection's own processes).
     """
     pressure = _pressure(tcp_flow, flow_intervals, frames, "c2s")
     alarmed = connection_blocked.select("capture_id", "connection_id").distinct()
@@ -548,15 +581,23 @@ def publisher_throttled_findings(tcp_flow: DataFrame, flow_intervals: DataFrame,
                           | (F.col("_stall_rate") >= F.lit(float(limits.min_window_stalls))))
                          & (F.col("held_us") >= F.lit(limits.min_held_ms * 1000))))
     shared = _shared_throttling(throttled)
-    found = throttled.join(shared, ["capture_id", "connection_id"], "left").fillna(0, subset=["co_throttled_publishers"])
+    found = (throttled.join(shared, ["capture_id", "connection_id"], "left")
+             .join(_unrouted_share(messages_091, frames), ["capture_id", "connection_id"], "left")
+             .fillna(0, subset=["co_throttled_publishers", "unrouted_share"]))
     persistent = F.col("persistent_share") >= 0.5
     large = F.col("body_size_p50") >= F.lit(limits.message_store_min_bytes)
+    unrouted = F.col("unrouted_share") >= 0.5
     component = (F.when(persistent & large, "message_store")
+                 .when(unrouted, "channel")
                  .when(persistent | (F.col("co_throttled_publishers") > 0), "queue")
                  .otherwise("channel"))
     reason = (F.when(persistent & large, F.concat(
                   F.lit("persistent messages of "), F.col("body_size_p50").cast("string"),
                   F.lit(" bytes on median go to the message store (disk)")))
+              .when(unrouted, F.concat(
+                  F.format_number(F.col("unrouted_share") * 100, 0),
+                  F.lit("% of its publishes match no binding of the exchange the capture saw declared, so no queue "
+                        "takes them: routing in its channel is all the work there is")))
               .when(F.col("co_throttled_publishers") > 0, F.concat(
                   F.col("co_throttled_publishers").cast("string"),
                   F.lit(" other connection(s) publishing to the same destination were throttled at the same time, so a queue they share is slow")))
@@ -571,7 +612,7 @@ def publisher_throttled_findings(tcp_flow: DataFrame, flow_intervals: DataFrame,
         severity=F.lit("warning"),
         duration_us=F.col("held_us"),
         lifetime_share=F.col("_share"),
-        confidence=F.when(persistent & large, 0.55).when(F.col("co_throttled_publishers") > 0, 0.55)
+        confidence=F.when(persistent & large, 0.55).when(unrouted, 0.6).when(F.col("co_throttled_publishers") > 0, 0.55)
         .when(persistent, 0.45).otherwise(0.4),
         evidence=_figures(
             publishes=F.col("publishes"), publish_seconds=_seconds(span_us),
@@ -581,6 +622,7 @@ def publisher_throttled_findings(tcp_flow: DataFrame, flow_intervals: DataFrame,
             stalls_per_second=F.format_number(F.col("_stall_rate"), 1),
             body_size_p50=F.col("body_size_p50"), persistent_share=F.format_number(F.col("persistent_share"), 2),
             co_throttled_publishers=F.col("co_throttled_publishers"),
+            unrouted_share=F.format_number(F.col("unrouted_share"), 2),
             publish_channels=F.array_join(F.col("publish_channels").cast("array<string>"), ","),
             destinations=F.array_join(F.slice(F.col("destinations"), 1, 5), ",")),
         explanation=F.concat(
