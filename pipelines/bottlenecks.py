@@ -321,7 +321,8 @@ def credit_bound_findings(flow_intervals: DataFrame, link_state: DataFrame, fram
     starved = (F.col("direction") == "s2c") & ~F.coalesce(F.col("detail"), F.lit("")).startswith("no flow")
     keys = ("capture_id", "connection_id", "link_name")
     held = _held(flow_intervals, frames, "link", "link_credit_exhausted", keys, starved)
-    receiving = link_state.filter(F.col("sender_side") == "server")
+    # The link's own frames: link_state also has a row per disposition that settled its deliveries.
+    receiving = link_state.filter((F.col("sender_side") == "server") & (F.col("method") != "disposition"))
     stats = (held.join(_link_activity(receiving), list(keys))
              .join(_credit_grants(receiving, limits), list(_LINK)))
     active_us = F.greatest(_us(F.col("last_transfer_ts")) - _us(F.col("first_grant_ts")), F.lit(1))
