@@ -133,7 +133,9 @@ def test_a_consumer_that_keeps_its_prefetch_full_and_acks_slowly_is_the_bottlene
     assert evidence["prefetch_count"] == "5" and evidence["queue"] == "orders"
     # Every ack from a full prefetch frees a slot: 36, the last of them when the queue is empty; 35 refilled.
     assert (int(evidence["slots_freed"]), int(evidence["slots_refilled_at_once"])) == (36, 35)
-    assert rows[0].lifetime_share > 0.95
+    # At prefetch from the 5th delivery to the first ack (25 ms), then from each refill to the next ack
+    # (35 x 24.7 ms), of the 1000 ms from the first delivery to the last ack.
+    assert rows[0].lifetime_share == pytest.approx((25 + 35 * 24.7) / 1000, abs=1e-6)
     assert rows[0].wireshark_filter.startswith("tcp.port == 40001 && frame.number in {")
 
 
