@@ -61,7 +61,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from amqpscope.jobs.lake_stats import file_stats
 from amqpscope.jobs.session import jvm_has_delta
+from amqpscope.schemas.catalog import description, documented
 
 BACKENDS = ("auto", "delta-spark", "delta-rs")
 CAPTURE_ID = "capture_id"
@@ -217,8 +219,9 @@ def _checked_schema_change(path: str, table: StructType, rows: StructType) -> bo
 
     Compared as Delta stores them (every field nullable), field by field.
     """
-    table_fields = json.loads(_delta_schema_json(table))["fields"]
-    rows_fields = json.loads(_delta_schema_json(rows))["fields"]
+    # Column comments (metadata) may change freely: only names, types and order count.
+    table_fields = [{k: v for k, v in f.items() if k != "metadata"} for f in json.loads(_delta_schema_json(table))["fields"]]
+    rows_fields = [{k: v for k, v in f.items() if k != "metadata"} for f in json.loads(_delta_schema_json(rows))["fields"]]
     if rows_fields[: len(table_fields)] == table_fields:
         return len(rows_fields) > len(table_fields)
     by_name = {f["name"]: f for f in rows_fields}
@@ -322,7 +325,9 @@ def _write_delta_rs(
     if timestamp_type != "TIMESTAMP_MICROS":
         raise ValueError("spark.sql.parquet.outputTimestampType must be TIMESTAMP_MICROS, "
                          f"not {timestamp_type} (jobs/session.py sets it)")
-    schema = Schema.from_json(_delta_schema_json(df.schema))
+    name = os.path.basename(path)
+    # The columns' comments of schemas/ go into the Delta schema: readers see what each column means.
+    schema = Schema.from_json(_delta_schema_json(documented(name, df.schema)))
     table = DeltaTable(path) if DeltaTable.is_deltatable(path) else None
     if table is not None:
         # The commit replaces the table's schema with the rows' one: only a widening keeps the other
@@ -358,10 +363,12 @@ def _write_delta_rs(
                 partition_values=f.partition_values,
                 modification_time=int(os.path.getmtime(target) * 1000),
                 data_change=True,
-                stats=json.dumps({"numRecords": f.num_records}),
+                # Row count, min, max and null counts from the footer: readers skip files on them.
+                stats=file_stats(target, df.schema, partition_columns),
             ))
         if table is None:
-            create_table_with_add_actions(path, schema, adds, mode="error", partition_by=partition_columns)
+            create_table_with_add_actions(path, schema, adds, mode="error", partition_by=partition_columns,
+                                          name=name, description=description(name))
         else:
             table.create_write_transaction(
                 adds, mode="overwrite", schema=schema, partition_by=partition_columns,
