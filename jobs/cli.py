@@ -33,7 +33,9 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "throughput), "
         "run the Great Expectations suites (violations table, Data Docs) and write an HTML report. "
         "Rotated files of one capture decode as one. "
-        "Re-running on the same captures replaces their rows: the lake ends up the same.",
+        "Re-running on the same captures replaces their rows: the lake ends up the same. "
+        "This is ingest + derive + report in one run; the runs table records each stage per capture, so a run "
+        "that is killed leaves its captures marked incomplete and the next run repairs them.",
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
     _add_lake_arguments(p)

@@ -140,3 +140,49 @@ def test_license_is_apache_2():
     text = (Path(__file__).resolve().parent.parent / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert "END OF TERMS AND CONDITIONS" in text
+
+
+class _JavaException:
+    """Stands in for py4j's JavaObject of a Throwable (what Py4JJavaError.java_exception is)."""
+
+    def getMessage(self) -> str:
+        return "[DELTA_FAILED] Cannot write to table frames\n\tat org.apache.spark.Foo(Foo.scala:1)"
+
+    def toString(self) -> str:
+        return "org.apache.spark.SparkException: " + self.getMessage()
+
+
+class _JvmError(Exception):
+    java_exception = _JavaException()
+
+    def __str__(self) -> str:  # Py4J's text: the whole trace
+        return "An error occurred while calling o123.save.\n: org.apache.spark.SparkException: ...\n\tat ..."
+
+
+def test_stage_failure_is_one_line_naming_stage_and_table():
+    from amqpscope.jobs.stages import StageClock, StageFailed
+
+    clock = StageClock()
+    with pytest.raises(StageFailed) as caught:
+        with clock.stage("flow_state"):
+            clock.writing("link_credit")
+            raise _JvmError()
+    assert str(caught.value) == "stage flow_state, table link_credit: _JvmError: [DELTA_FAILED] Cannot write to table frames"
+    assert isinstance(caught.value.__cause__, _JvmError)  # the trace stays for -v
+    assert "flow_state" not in clock.seconds
+
+
+def test_cli_prints_a_stage_failure_on_one_line(monkeypatch, capsys):
+    from amqpscope.jobs import entry
+    from amqpscope.jobs.stages import StageFailed
+
+    def failing(config, capture_ids, progress):
+        raise StageFailed("stage verdicts, table violations", _JvmError())
+
+    monkeypatch.setattr(entry, "derive", failing)
+    assert cli_main(["derive", "--lake", "unused"]) == 1
+    err = capsys.readouterr().err
+    assert err == ("amqpscope derive: error: stage verdicts, table violations: _JvmError: [DELTA_FAILED] Cannot "
+                   "write to table frames (run with -v for the full trace)\n")
+    assert cli_main(["-v", "derive", "--lake", "unused"]) == 1
+    assert "Traceback" in capsys.readouterr().err
