@@ -446,7 +446,9 @@ def _hive_layout_matches(
 
 def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) -> DataFrame:
     table = DeltaTable(path)
-    table_schema = StructType.fromJson(json.loads(table.schema().to_json()))
+    # Column comments are for the lake's other readers; rows read back have the plain schema.
+    fields = [{k: v for k, v in f.items() if k != "metadata"} for f in json.loads(table.schema().to_json())["fields"]]
+    table_schema = StructType.fromJson({"type": "struct", "fields": [{**f, "metadata": {}} for f in fields]})
     schema = table_schema if schema is None else schema
     partition_columns = table.metadata().partition_columns
     actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
