@@ -13,3 +13,10 @@ try:
     __version__ = importlib.metadata.version("amqpscope")
 except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
     __version__ = "0+unknown"
+
+
+def register(spark) -> None:  # noqa: ANN001 (PySpark is imported only when this is called)
+    """Make ``spark.read.format("amqp")`` and ``spark.readStream.format("amqp")`` known to ``spark``."""
+    from amqpscope.jobs.datasource import register as register_source
+
+    register_source(spark)
