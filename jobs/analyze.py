@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
-from amqpscope.jobs.derive import DERIVED_TABLES, MESSAGE_TABLES, VERDICT_TABLES, derive
+from amqpscope.jobs.derive import DERIVED_TABLES, GOLD_TABLES, MESSAGE_TABLES, VERDICT_TABLES, derive
 from amqpscope.jobs.ingest import CaptureFile, resolve_captures, superseded_captures
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.landing import ingest_files
@@ -32,7 +32,8 @@ from amqpscope.schemas.runs import OUTCOME_OK
 
 log = logging.getLogger("amqpscope.analyze")
 
-__all__ = ["AnalyzeResult", "FLOW_TABLES", "MESSAGE_TABLES", "VERDICT_TABLES", "analyze", "analyze_files", "main"]
+__all__ = ["AnalyzeResult", "FLOW_TABLES", "GOLD_TABLES", "MESSAGE_TABLES", "VERDICT_TABLES", "analyze", "analyze_files",
+           "headlines", "main"]
 
 
 @dataclass
@@ -44,6 +45,8 @@ class AnalyzeResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     suites_passed: bool = True
     run_id: str = ""
+    # Per capture: the diagnosis headline (pipelines.diagnosis), the top component and its findings.
+    diagnoses: tuple[dict[str, object], ...] = ()
 
 
 def analyze(spark: SparkSession, captures: Sequence[str | Path], config: AnalyzeConfig,
@@ -72,7 +75,7 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
         bronze = ingest_files(spark, lake, files, config.ports, superseded, run_id=run_id, progress=progress)
     try:
         derived = derive(lake, bronze.tables, ids, run_id=run_id, data_docs_dir=config.data_docs_dir,
-                         replace=superseded, clock=clock)
+                         diagnosis_limits=config.diagnosis, replace=superseded, clock=clock)
         runs.forget(lake, superseded)
         with clock.stage("report"):
             report = write_report(
@@ -90,7 +93,13 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
     counts = {name: lake.read(name).filter(lake_capture_filter(ids)).count()
               for name in (*BRONZE_SCHEMAS, *DERIVED_TABLES)}
     return AnalyzeResult(tuple(ids), report, derived.verdicts.data_docs_index, counts, clock.seconds,
-                         derived.verdicts.success, run_id)
+                         derived.verdicts.success, run_id, headlines(lake, ids))
+
+
+def headlines(lake: Lake, capture_ids: Sequence[str]) -> tuple[dict[str, object], ...]:
+    """Per capture: its diagnosis row as plain data (what ``analyze`` and ``diagnose`` print)."""
+    rows = lake.read("diagnosis").filter(lake_capture_filter(capture_ids)).collect()
+    return tuple(row.asDict(recursive=True) for row in sorted(rows, key=lambda r: capture_ids.index(r.capture_id)))
 
 
 def main(captures: Sequence[str], config: AnalyzeConfig, progress: str = "auto") -> AnalyzeResult:

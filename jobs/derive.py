@@ -1,4 +1,4 @@
-"""``amqpscope derive``: messages, flow state and verdicts from the bronze tables in the lake.
+"""``amqpscope derive``: messages, flow state, diagnosis and verdicts from the bronze tables in the lake.
 
 ``derive`` is the one function that turns a set of captures' bronze tables into every derived
 table; ``analyze`` calls it on the tables it has just decoded, the ``derive`` job on the tables
@@ -16,12 +16,15 @@ from pathlib import Path
 import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
 
+from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.suite import VerdictRun, run_verdicts
 from amqpscope.jobs import runs
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.stages import StageClock, lake_capture_filter, stored
 from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
+from amqpscope.pipelines.bottlenecks import bottleneck_findings
+from amqpscope.pipelines.diagnosis import diagnosis
 from amqpscope.pipelines.flow_state import FLOW_TABLES, derived_tables, flow_timelines
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
@@ -31,8 +34,9 @@ log = logging.getLogger("amqpscope.derive")
 
 # Tables derive writes, in order (the flow-state ones are pipelines.flow_state's).
 MESSAGE_TABLES = ("messages_091", "deliveries_10")
+GOLD_TABLES = ("bottlenecks", "diagnosis")
 VERDICT_TABLES = ("violations",)
-DERIVED_TABLES = (*MESSAGE_TABLES, *FLOW_TABLES, *VERDICT_TABLES)
+DERIVED_TABLES = (*MESSAGE_TABLES, *FLOW_TABLES, *GOLD_TABLES, *VERDICT_TABLES)
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ def derive(
     *,
     run_id: str,
     data_docs_dir: Path,
+    diagnosis_limits: DiagnosisThresholds | None = None,
     replace: Sequence[str] = (),
     clock: StageClock | None = None,
 ) -> Derived:
@@ -77,10 +82,18 @@ def derive(
             # Intervals and throughput read the stored timelines back rather than recompute them.
             flow.update(stored(lake, derived_tables(frames, flow), ids, replace, clock))
             tables.update(flow)
+        with clock.stage("diagnosis"):
+            findings = bottleneck_findings(
+                frames=frames, connections=bronze["connections"], messages_091=tables["messages_091"],
+                flow_intervals=tables["flow_intervals"], consumer_unacked=tables["consumer_unacked"],
+                link_state=tables["link_state"], connection_blocked=tables["connection_blocked"],
+                tcp_flow=tables["tcp_flow"], limits=diagnosis_limits or DiagnosisThresholds())
+            tables.update(stored(lake, {"bottlenecks": findings}, ids, replace, clock))
+            tables.update(stored(lake, {"diagnosis": diagnosis(tables["bottlenecks"], bronze["captures"])},
+                                 ids, replace, clock))
         with clock.stage("verdicts"):
             verdicts = run_verdicts({**tables, "frames": frames}, data_docs_dir)
             tables.update(stored(lake, {"violations": verdicts.violations}, ids, replace, clock))
-        # Gold tables computed from `tables` go here, one `stored(...)` each.
     except BaseException as exc:
         if isinstance(exc, Exception):
             _mark_failed(lake, run_id, ids, exc)
@@ -129,7 +142,7 @@ def derive_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
     if todo or orphans:
         log.info("deriving %d capture(s)%s", len(todo), f", removing {len(orphans)} gone" if orphans else "")
         derived = derive(lake, bronze_tables(lake, todo), todo, run_id=run_id, data_docs_dir=config.data_docs_dir,
-                         replace=orphans, clock=clock)
+                         diagnosis_limits=config.diagnosis, replace=orphans, clock=clock)
         suites_passed = derived.verdicts.success
         runs.forget(lake, orphans)
     done = tuple(sorted(set(in_bronze) - set(todo)))

@@ -27,7 +27,7 @@ from amqpscope.jobs.runs import COMPLETE, StageRun, completeness
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "amqp10-credit.pcap"
 # The stages analyze logs with -v, in order ("<time> amqpscope.jobs <stage> ...").
-STAGES = ("ingest", "messages", "flow_state", "verdicts", "report")
+STAGES = ("ingest", "messages", "flow_state", "diagnosis", "verdicts", "report")
 STAGE_LINE = re.compile(r" amqpscope\.jobs (\w+) \.\.\.$")
 
 
