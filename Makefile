@@ -12,7 +12,7 @@ LAKE ?= out/lake
 $(BIN)/amqpscope: setup.cfg pyproject.toml setup.py $(wildcard ingest/*.py)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[spark,test]'
 	touch $@
 
 setup: $(BIN)/amqpscope

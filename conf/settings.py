@@ -23,10 +23,11 @@ class AnalyzeConfig:
     """Everything ``amqpscope analyze`` needs besides the capture files."""
 
     lake: Path
-    master: str = "local[2]"
+    # None: the master spark-submit was given, else local[2]; a Databricks task uses its runtime's session.
+    master: str | None = None
     storage: str = "auto"
     ports: tuple[int, ...] = DEFAULT_PORTS
-    report: Path | None = None  # default: <lake>/report.html
+    report: Path | None = None  # default: <lake>/reports/<run id>.html, one per run
     data_docs: Path | None = None  # default: <lake>/_data_docs
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     # Decode rotated files (tcpdump -C / -G / -W) as the parts of one capture (ingest.rotation).
@@ -41,13 +42,14 @@ class AnalyzeConfig:
             raise ValueError(f"storage must be one of {', '.join(STORAGE_BACKENDS)}, not {self.storage!r}")
         if not self.ports or any(not 0 < p < 65536 for p in self.ports):
             raise ValueError(f"ports must be TCP ports (1-65535), got {self.ports!r}")
-        if not self.master:
+        if self.master is not None and not self.master:
             raise ValueError("master must name a Spark master, e.g. local[2] or spark://host:7077")
         object.__setattr__(self, "lake", Path(self.lake))
 
-    @property
-    def report_path(self) -> Path:
-        return self.report if self.report is not None else self.lake / "report.html"
+    def report_path_for(self, run_id: str) -> Path:
+        """The report of run ``run_id``: ``report`` when set, else one file per run under the lake,
+        so that concurrent runs never overwrite each other's."""
+        return self.report if self.report is not None else self.lake / "reports" / f"{run_id}.html"
 
     @property
     def data_docs_dir(self) -> Path:

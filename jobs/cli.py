@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import sys
+import traceback
 from pathlib import Path
 from typing import Sequence
 
@@ -32,19 +34,26 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "diagnose the bottleneck (bottlenecks, diagnosis), "
         "run the Great Expectations suites (violations table, Data Docs) and write an HTML report. "
         "Rotated files of one capture decode as one. "
-        "Re-running on the same captures replaces their rows: the lake ends up the same.",
+        "Re-running on the same captures replaces their rows: the lake ends up the same. "
+        "This is ingest + derive + report in one run; the runs table records each stage per capture, so a run "
+        "that is killed leaves its captures marked incomplete and the next run repairs them.",
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
     _add_lake_arguments(p)
-    p.add_argument("--report", type=Path, help="HTML report path (default <lake>/report.html)")
-    p.add_argument("--data-docs", type=Path, help="Great Expectations Data Docs directory (default <lake>/_data_docs)")
+    _add_report_arguments(p)
     p.set_defaults(run=_run_analyze)
+
+
+def _add_report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--report", type=Path, help="HTML report path (default <lake>/reports/<run id>.html, one per run)")
+    p.add_argument("--data-docs", type=Path, help="Great Expectations Data Docs directory (default <lake>/_data_docs)")
 
 
 def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lake", help="root directory of the Delta tables (required unless set in --config)")
     p.add_argument("--config", type=Path, help="YAML settings (see conf/analyze.yml); flags win over it")
-    p.add_argument("--master", help="Spark master URL (default local[2])")
+    p.add_argument("--master", help="Spark master URL (default: the one spark-submit was given, else local[2]; "
+                   "on Databricks the runtime's session)")
     p.add_argument("--storage", choices=STORAGE_BACKENDS, help="Delta writer (default auto: delta-spark when the JVM has Delta, else delta-rs)")
     p.add_argument("--ports", type=_ports, help="comma-separated TCP ports carrying AMQP (default 5672); "
                    "AMQP is also recognised on any port by its protocol header")
@@ -76,6 +85,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
     for answer in result.diagnoses:
         print(f"{answer['capture_id'][:12]}: {answer['headline']}", file=sys.stderr)
     print(json.dumps({
+        "run_id": result.run_id,
         "captures": list(result.capture_ids),
         "diagnosis": {a["capture_id"]: {"bottleneck": a["bottleneck"], "headline": a["headline"]}
                       for a in result.diagnoses},
@@ -105,19 +115,62 @@ def _add_ingest(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_ingest(args: argparse.Namespace) -> int:
-    from amqpscope.jobs import landing  # Spark is imported only when a job runs
-    from amqpscope.jobs.progress import Progress
-    from amqpscope.jobs.session import build_session
+    from amqpscope.jobs import entry  # Spark is imported only when a job runs
 
-    config = _config(args)
-    spark = build_session(config.master, "amqpscope-ingest", dict(config.spark_conf))
-    try:
-        with Progress(spark, mode=args.progress) as progress:
-            result = landing.ingest_landing(spark, args.landing, config, progress)
-    finally:
-        spark.stop()
+    result = entry.ingest(args.landing, _config(args), args.progress)
     print(json.dumps({"ingested": list(result.ingested), "skipped": list(result.skipped),
                       "failed": [{"file": f, "reason": r} for f, r in result.failed]}, indent=2))
+    return 0
+
+
+def _add_derive(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "derive",
+        help="derive messages, flow state, diagnosis and verdicts for the captures in the lake that need it",
+        description="Read the bronze tables of the lake and write the derived tables (messages_091, deliveries_10, "
+        "the flow-state tables, bottlenecks, diagnosis, violations and the Great Expectations Data Docs) for every "
+        "capture whose bronze "
+        "rows are newer than its derived rows (the runs table says which), or for the --capture ids given. "
+        "Derived rows of captures gone from the bronze tables are removed. Re-running changes nothing; a run that "
+        "did not finish is repaired by the next.",
+    )
+    p.add_argument("--capture", dest="capture_ids", action="append", metavar="CAPTURE_ID",
+                   help="derive this capture again (repeatable; default: every capture that needs it)")
+    _add_lake_arguments(p)
+    p.add_argument("--data-docs", type=Path, help="Great Expectations Data Docs directory (default <lake>/_data_docs)")
+    p.set_defaults(run=_run_derive)
+
+
+def _run_derive(args: argparse.Namespace) -> int:
+    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+
+    result = entry.derive(_config(args), args.capture_ids, args.progress)
+    print(json.dumps({"derived": list(result.derived), "removed": list(result.removed),
+                      "up_to_date": list(result.up_to_date), "suites_passed": result.suites_passed}, indent=2))
+    return 0
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write the HTML report of captures from the lake",
+        description="Write the HTML report of the chosen captures (default: every capture in the lake) from the "
+        "stored tables. Captures whose derive did not finish on their latest ingest are not reported: they are "
+        "listed as incomplete in the output.",
+    )
+    p.add_argument("--capture", dest="capture_ids", action="append", metavar="CAPTURE_ID",
+                   help="report this capture (repeatable; default: every capture in the lake)")
+    _add_lake_arguments(p)
+    _add_report_arguments(p)
+    p.set_defaults(run=_run_report)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+
+    result = entry.report(_config(args), args.capture_ids, args.progress)
+    print(json.dumps({"report": str(result.report), "captures": list(result.captures),
+                      "incomplete": [{"capture_id": c, "reason": r} for c, r in result.incomplete]}, indent=2))
     return 0
 
 
@@ -174,10 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="amqpscope",
         description="AMQP 0-9-1 / 1.0 packet captures to a Delta lakehouse, flow-control timelines and bottleneck verdicts.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress of each stage")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log progress of each stage, and show the full trace of an error")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_analyze(sub)
     _add_ingest(sub)
+    _add_derive(sub)
+    _add_report(sub)
     _add_diagnose(sub)
     _add_capture(sub)
     return parser
@@ -192,9 +249,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return args.run(args)
-    except (CaptureError, ValueError) as exc:
+    except (CaptureError, ValueError, PermissionError, FileNotFoundError) as exc:
+        # Wrong input: the message says it all.
+        if args.verbose:
+            traceback.print_exc()
         print(f"amqpscope {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a stage failed (StageFailed), a Py4J / JVM error: one line, the trace with -v
+        if args.verbose:
+            traceback.print_exc()
+        print(f"amqpscope {args.command}: error: {_one_line(exc)}"
+              + ("" if args.verbose else " (run with -v for the full trace)"), file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    from amqpscope.jobs.stages import StageFailed, one_line  # imports PySpark: only once a job has run
+
+    return str(exc) if isinstance(exc, StageFailed) else one_line(exc)
+
+
+def version() -> str:
+    """The installed amqpscope's version (its distribution metadata)."""
+    try:
+        return importlib.metadata.version("amqpscope")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import json
 import os
 import re
 import shutil
+import socket
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,7 +61,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from amqpscope.jobs.lake_stats import file_stats
 from amqpscope.jobs.session import jvm_has_delta
+from amqpscope.schemas.catalog import description, documented
 
 BACKENDS = ("auto", "delta-spark", "delta-rs")
 CAPTURE_ID = "capture_id"
@@ -71,6 +75,8 @@ _PARTITION_TYPES = (StringType, BooleanType, ByteType, ShortType, IntegerType, L
 _NULL_PARTITION_DIR = "__HIVE_DEFAULT_PARTITION__"
 _STAGING_DIR = "_staging"
 _TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
+# A staging folder of another host (whose processes we cannot see) is taken as abandoned after this.
+STALE_STAGING_SECONDS = 24 * 3600
 
 
 class Lake:
@@ -130,6 +136,42 @@ class Lake:
         else:
             _write_delta_rs(self.spark, df, path, capture_ids, partition_columns)
 
+    def remove_stale_staging(self) -> list[str]:
+        """Remove the staging folders of delta-rs writes that were killed before they committed
+        (``_staging/<host>-<pid>-<id>`` of a process gone); returns the folders removed. Files of
+        a write that moved them into a partition but did not commit stay for ``vacuum``."""
+        if self.backend != "delta-rs" or not os.path.isdir(self.root):
+            return []
+        removed = []
+        now = time.time()
+        for table in sorted(os.listdir(self.root)):
+            staging_root = os.path.join(self.root, table, _STAGING_DIR)
+            if not os.path.isdir(staging_root):
+                continue
+            for name in sorted(os.listdir(staging_root)):
+                folder = os.path.join(staging_root, name)
+                try:
+                    modified = os.path.getmtime(folder)
+                except OSError:
+                    continue  # its writer finished meanwhile
+                if _staging_is_stale(name, modified, now):
+                    shutil.rmtree(folder, ignore_errors=True)
+                    removed.append(folder)
+            try:
+                os.rmdir(staging_root)
+            except OSError:
+                pass  # still in use
+        return removed
+
+    def capture_ids(self, table: str) -> set[str]:
+        """The captures that have rows in `table` (from the partition values, not the data)."""
+        path = self.table_path(table)
+        if self.backend == "delta-spark":
+            rows = self.spark.read.format("delta").load(path).select(CAPTURE_ID).distinct().collect()
+            return {r[CAPTURE_ID] for r in rows}
+        actions = pa.table(DeltaTable(path).get_add_actions(flatten=True))
+        return {v for v in actions.column(f"partition.{CAPTURE_ID}").to_pylist() if v is not None}
+
     def read(self, table: str, schema: StructType | None = None) -> DataFrame:
         """The current snapshot of `table`; with `schema`, exactly its columns in its order."""
         path = self.table_path(table)
@@ -177,8 +219,9 @@ def _checked_schema_change(path: str, table: StructType, rows: StructType) -> bo
 
     Compared as Delta stores them (every field nullable), field by field.
     """
-    table_fields = json.loads(_delta_schema_json(table))["fields"]
-    rows_fields = json.loads(_delta_schema_json(rows))["fields"]
+    # Column comments (metadata) may change freely: only names, types and order count.
+    table_fields = [{k: v for k, v in f.items() if k != "metadata"} for f in json.loads(_delta_schema_json(table))["fields"]]
+    rows_fields = [{k: v for k, v in f.items() if k != "metadata"} for f in json.loads(_delta_schema_json(rows))["fields"]]
     if rows_fields[: len(table_fields)] == table_fields:
         return len(rows_fields) > len(table_fields)
     by_name = {f["name"]: f for f in rows_fields}
@@ -282,7 +325,9 @@ def _write_delta_rs(
     if timestamp_type != "TIMESTAMP_MICROS":
         raise ValueError("spark.sql.parquet.outputTimestampType must be TIMESTAMP_MICROS, "
                          f"not {timestamp_type} (jobs/session.py sets it)")
-    schema = Schema.from_json(_delta_schema_json(df.schema))
+    name = os.path.basename(path)
+    # The columns' comments of schemas/ go into the Delta schema: readers see what each column means.
+    schema = Schema.from_json(_delta_schema_json(documented(name, df.schema)))
     table = DeltaTable(path) if DeltaTable.is_deltatable(path) else None
     if table is not None:
         # The commit replaces the table's schema with the rows' one: only a widening keeps the other
@@ -292,7 +337,7 @@ def _write_delta_rs(
             raise ValueError(f"table {path} is partitioned by {table.metadata().partition_columns}, "
                              f"not {partition_columns}")
 
-    staging = os.path.join(path, _STAGING_DIR, uuid.uuid4().hex)
+    staging = os.path.join(path, _STAGING_DIR, _staging_name())
     moved: list[str] = []
     committed = False
     try:
@@ -318,10 +363,12 @@ def _write_delta_rs(
                 partition_values=f.partition_values,
                 modification_time=int(os.path.getmtime(target) * 1000),
                 data_change=True,
-                stats=json.dumps({"numRecords": f.num_records}),
+                # Row count, min, max and null counts from the footer: readers skip files on them.
+                stats=file_stats(target, df.schema, partition_columns),
             ))
         if table is None:
-            create_table_with_add_actions(path, schema, adds, mode="error", partition_by=partition_columns)
+            create_table_with_add_actions(path, schema, adds, mode="error", partition_by=partition_columns,
+                                          name=name, description=description(name))
         else:
             table.create_write_transaction(
                 adds, mode="overwrite", schema=schema, partition_by=partition_columns,
@@ -337,6 +384,30 @@ def _write_delta_rs(
             os.rmdir(os.path.dirname(staging))
         except OSError:
             pass  # another write is staging too
+
+
+def _staging_name() -> str:
+    """A staging folder name that says who made it: host, process and a unique part."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def _staging_is_stale(name: str, modified: float, now: float) -> bool:
+    """A staging folder left by a writer that is gone: a process of this host no longer running,
+    or (another host's, or a name from an older amqpscope) untouched for STALE_STAGING_SECONDS."""
+    parts = name.rsplit("-", 2)  # host names may hold "-"
+    host, pid_text = (parts[0], parts[1]) if len(parts) == 3 else ("", "")
+    if host == socket.gethostname() and pid_text.isdigit():
+        pid = int(pid_text)
+        if pid == os.getpid():
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False  # alive, another user's
+        return False
+    return now - modified > STALE_STAGING_SECONDS
 
 
 def _spark_unescape(value: str) -> str:
@@ -375,7 +446,9 @@ def _hive_layout_matches(
 
 def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) -> DataFrame:
     table = DeltaTable(path)
-    table_schema = StructType.fromJson(json.loads(table.schema().to_json()))
+    # Column comments are for the lake's other readers; rows read back have the plain schema.
+    fields = [{k: v for k, v in f.items() if k != "metadata"} for f in json.loads(table.schema().to_json())["fields"]]
+    table_schema = StructType.fromJson({"type": "struct", "fields": [{**f, "metadata": {}} for f in fields]})
     schema = table_schema if schema is None else schema
     partition_columns = table.metadata().partition_columns
     actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()

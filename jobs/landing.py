@@ -11,16 +11,19 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import CaptureError, capture_id
 from amqpscope.ingest.rotation import CapturePart, describe_part, group_parts
-from amqpscope.jobs.ingest import CaptureFile, superseded_captures, write_bronze
+from amqpscope.jobs import runs
+from amqpscope.jobs.ingest import Bronze, CaptureFile, superseded_captures, write_bronze
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.progress import Progress
 from amqpscope.schemas.frames import CAPTURES_SCHEMA, QUARANTINE_SCHEMA
+from amqpscope.schemas.runs import OUTCOME_OK, OUTCOME_RUNNING
 
 log = logging.getLogger("amqpscope.ingest")
 
@@ -45,14 +48,39 @@ def landing_files(landing: Path) -> list[Path]:
     )  # fmt: skip
 
 
+def ingest_files(
+    spark: SparkSession, lake: Lake, captures: Sequence[CaptureFile], ports: tuple[int, ...],
+    superseded: Sequence[str] = (), *, run_id: str, progress: Progress | None = None,
+) -> Bronze:
+    """Decode ``captures`` into the bronze tables (replacing their rows and the ``superseded``
+    captures'), marked ``running`` in the runs table before the first write and ``ok`` after the
+    last; the caller releases the returned tables."""
+    ids = [c.capture_id for c in captures]
+    runs.mark(lake, run_id, "ingest", ids, OUTCOME_RUNNING)
+    try:
+        bronze = write_bronze(spark, lake, captures, ports, superseded, progress)
+    except Exception as exc:
+        try:
+            runs.mark(lake, run_id, "ingest", ids, runs.failed_outcome(exc))
+        except Exception:  # the lake itself may be what failed: the rows stay "running", still incomplete
+            log.warning("could not record the failed ingest of %s", ", ".join(ids), exc_info=True)
+        raise
+    runs.mark(lake, run_id, "ingest", ids, OUTCOME_OK)
+    return bronze
+
+
 def ingest_landing(
-    spark: SparkSession, landing: Path, config: AnalyzeConfig, progress: Progress | None = None
+    spark: SparkSession, landing: Path, config: AnalyzeConfig, progress: Progress | None = None,
+    run_id: str | None = None,
 ) -> LandingResult:
-    """Decode every capture of ``landing`` not in the lake yet; record the ones that cannot be read.
+    """Decode every capture of ``landing`` not in the lake yet (or whose last ingest did not
+    finish); record the ones that cannot be read.
 
     Rotated files are decoded as one capture (``ingest.rotation``); when a new part joins a
     capture already in the lake, the whole capture is decoded again and replaces its rows."""
+    run_id = run_id or runs.new_run_id()
     lake = Lake(spark, config.lake, backend=config.storage)
+    lake.remove_stale_staging()
     known = _known_captures(lake)
     failed_before = {cid for cid, hashes in known.items() if hashes is None}
     parts: dict[str, CapturePart] = {}
@@ -73,7 +101,10 @@ def ingest_landing(
     if fresh:
         if progress is not None:
             progress.step(f"decoding {len(fresh)} capture(s) from {sum(len(c.parts) for c in fresh)} file(s)")
-        write_bronze(spark, lake, fresh, config.ports, superseded_captures(lake, fresh), progress)
+        superseded = superseded_captures(lake, fresh)
+        ingest_files(spark, lake, fresh, config.ports, superseded, run_id=run_id, progress=progress).release()
+        # The superseded captures' derived rows go with the next derive (no bronze rows left).
+        runs.forget(lake, superseded)
     log.info("ingested %d, skipped %d, failed %d", len(fresh), len(skipped), len(failed))
     return LandingResult(
         tuple(c.capture_id for c in fresh), tuple(skipped), tuple((p.name, reason) for p, reason in failed.values())
@@ -81,13 +112,15 @@ def ingest_landing(
 
 
 def _known_captures(lake: Lake) -> dict[str, tuple[str, ...] | None]:
-    """Captures in the lake and the content hashes of their parts (None: recorded as unreadable)."""
+    """Captures in the lake and the content hashes of their parts (None: recorded as unreadable);
+    a capture whose last ingest did not finish is not known, so that it is decoded again."""
     if not lake.exists("captures"):
         return {}
+    unfinished = {cid for (cid, stage), r in runs.stage_runs(lake).items() if stage == "ingest" and not r.ok}
     rows = lake.read("captures").select("capture_id", "status", "parts.content_hash").toLocalIterator()
     return {
         r.capture_id: None if (r.status or "").startswith("failed") else tuple(r.content_hash or (r.capture_id,))
-        for r in rows
+        for r in rows if r.capture_id not in unfinished
     }
 
 

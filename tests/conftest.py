@@ -9,6 +9,9 @@ from amqpscope.jobs.session import build_session
 
 @pytest.fixture(scope="session")
 def spark():
-    session = build_session(master="local[2]", app_name="amqpscope-tests")
+    # Spark waits 15 s by default for a Python process it starts (a streaming source's runner) to
+    # connect back; on a loaded test machine that start alone can take longer.
+    session = build_session(master="local[2]", app_name="amqpscope-tests",
+                            conf={"spark.python.authenticate.socketTimeout": "180s"})
     yield session
     session.stop()

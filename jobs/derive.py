@@ -1,0 +1,161 @@
+"""``amqpscope derive``: messages, flow state, diagnosis and verdicts from the bronze tables in the lake.
+
+``derive`` is the one function that turns a set of captures' bronze tables into every derived
+table; ``analyze`` calls it on the tables it has just decoded, the ``derive`` job on the tables
+read back from the lake for the captures whose bronze rows are newer than their derived rows
+(the ``runs`` table says which).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark.sql.functions as F
+from pyspark.sql import DataFrame, SparkSession
+
+from amqpscope.conf.diagnosis import DiagnosisThresholds
+from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.expectations.suite import VerdictRun, run_verdicts
+from amqpscope.jobs import runs
+from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.stages import StageClock, lake_capture_filter, stored
+from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
+from amqpscope.pipelines.bottlenecks import bottleneck_findings
+from amqpscope.pipelines.diagnosis import diagnosis
+from amqpscope.pipelines.flow_state import FLOW_TABLES, derived_tables, flow_timelines
+from amqpscope.pipelines.messages import deliveries_10, messages_091
+from amqpscope.schemas.bronze import BRONZE_SCHEMAS
+from amqpscope.schemas.runs import OUTCOME_OK, OUTCOME_RUNNING
+
+log = logging.getLogger("amqpscope.derive")
+
+# Tables derive writes, in order (the flow-state ones are pipelines.flow_state's).
+MESSAGE_TABLES = ("messages_091", "deliveries_10")
+GOLD_TABLES = ("bottlenecks", "diagnosis")
+VERDICT_TABLES = ("violations",)
+DERIVED_TABLES = (*MESSAGE_TABLES, *FLOW_TABLES, *GOLD_TABLES, *VERDICT_TABLES)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """The derived tables of a set of captures (as stored) and the verdict suites' run."""
+
+    tables: dict[str, DataFrame]
+    verdicts: VerdictRun
+
+
+def derive(
+    lake: Lake,
+    bronze: Mapping[str, DataFrame],
+    capture_ids: Sequence[str],
+    *,
+    run_id: str,
+    data_docs_dir: Path,
+    diagnosis_limits: DiagnosisThresholds | None = None,
+    replace: Sequence[str] = (),
+    clock: StageClock | None = None,
+) -> Derived:
+    """Every derived table of ``capture_ids`` from their ``bronze`` tables, written to ``lake``.
+
+    Each write replaces the rows of ``capture_ids`` and of ``replace`` (captures superseded by
+    these). The captures are marked ``running`` in the runs table before the first write and
+    ``ok`` after the last, with the ingest run they were derived from."""
+    clock = clock or StageClock()
+    ids = list(capture_ids)
+    replace = sorted({*ids, *replace})
+    sources = {cid: r.run_id for (cid, stage), r in runs.stage_runs(lake, ids).items() if stage == "ingest"}
+    runs.mark(lake, run_id, "derive", ids, OUTCOME_RUNNING, sources)
+    try:
+        frames = bronze["frames"]
+        # Every TCP payload byte is in a frame, in the quarantine or missing: checked before any
+        # table is derived from the frames.
+        assert_bytes_accounted(byte_accounting(bronze["connections"], frames, bronze["quarantine"]))
+        tables: dict[str, DataFrame] = {}
+        with clock.stage("messages"):
+            tables.update(stored(lake, {"messages_091": messages_091(frames), "deliveries_10": deliveries_10(frames)},
+                                 ids, replace, clock))
+        with clock.stage("flow_state"):
+            flow = stored(lake, flow_timelines(frames, bronze["tcp_segments"]), ids, replace, clock)
+            # Intervals and throughput read the stored timelines back rather than recompute them.
+            flow.update(stored(lake, derived_tables(frames, flow), ids, replace, clock))
+            tables.update(flow)
+        with clock.stage("diagnosis"):
+            findings = bottleneck_findings(
+                frames=frames, connections=bronze["connections"], messages_091=tables["messages_091"],
+                flow_intervals=tables["flow_intervals"], consumer_unacked=tables["consumer_unacked"],
+                link_state=tables["link_state"], connection_blocked=tables["connection_blocked"],
+                tcp_flow=tables["tcp_flow"], limits=diagnosis_limits or DiagnosisThresholds())
+            tables.update(stored(lake, {"bottlenecks": findings}, ids, replace, clock))
+            tables.update(stored(lake, {"diagnosis": diagnosis(tables["bottlenecks"], bronze["captures"])},
+                                 ids, replace, clock))
+        with clock.stage("verdicts"):
+            verdicts = run_verdicts({**tables, "frames": frames}, data_docs_dir)
+            tables.update(stored(lake, {"violations": verdicts.violations}, ids, replace, clock))
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            _mark_failed(lake, run_id, ids, exc)
+        raise
+    runs.mark(lake, run_id, "derive", ids, OUTCOME_OK)
+    return Derived(tables, verdicts)
+
+
+def _mark_failed(lake: Lake, run_id: str, ids: Sequence[str], exc: Exception) -> None:
+    try:
+        runs.mark(lake, run_id, "derive", ids, runs.failed_outcome(exc))
+    except Exception:  # the lake itself may be what failed: the row stays "running", still incomplete
+        log.warning("could not record the failed derive of %s", ", ".join(ids), exc_info=True)
+
+
+def bronze_tables(lake: Lake, capture_ids: Sequence[str]) -> dict[str, DataFrame]:
+    """The bronze tables of ``capture_ids`` as stored."""
+    return {name: lake.read(name, schema).filter(lake_capture_filter(capture_ids))
+            for name, schema in BRONZE_SCHEMAS.items()}
+
+
+@dataclass(frozen=True)
+class DeriveResult:
+    derived: tuple[str, ...]  # capture ids derived by this run
+    removed: tuple[str, ...]  # captures no longer in the bronze tables whose derived rows went
+    up_to_date: tuple[str, ...]  # already derived from their latest ingest
+    suites_passed: bool
+
+
+def derive_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequence[str] | None = None,
+                *, run_id: str | None = None, clock: StageClock | None = None) -> DeriveResult:
+    """Derive every capture of the lake whose bronze rows are newer than its derived rows (or the
+    given ``capture_ids``, again); remove the derived rows of captures gone from the bronze tables."""
+    lake = Lake(spark, config.lake, backend=config.storage)
+    run_id = run_id or runs.new_run_id()
+    in_bronze = ingested_captures(lake)
+    if capture_ids is not None:
+        unknown = sorted(set(capture_ids) - set(in_bronze))
+        if unknown:
+            raise ValueError(f"not in the lake's captures table (or unreadable): {', '.join(unknown)}")
+        todo = sorted(set(capture_ids))
+    else:
+        todo = runs.pending_derive(lake, in_bronze)
+    orphans = sorted(_derived_capture_ids(lake) - set(in_bronze) - set(todo))
+    suites_passed = True
+    if todo or orphans:
+        log.info("deriving %d capture(s)%s", len(todo), f", removing {len(orphans)} gone" if orphans else "")
+        derived = derive(lake, bronze_tables(lake, todo), todo, run_id=run_id, data_docs_dir=config.data_docs_dir,
+                         diagnosis_limits=config.diagnosis, replace=orphans, clock=clock)
+        suites_passed = derived.verdicts.success
+        runs.forget(lake, orphans)
+    done = tuple(sorted(set(in_bronze) - set(todo)))
+    return DeriveResult(tuple(todo), tuple(orphans), done, suites_passed)
+
+
+def ingested_captures(lake: Lake) -> list[str]:
+    """Captures in the bronze captures table that were readable (status not failed)."""
+    if not lake.exists("captures"):
+        return []
+    df = lake.read("captures").filter(~F.coalesce(F.col("status"), F.lit("")).startswith("failed"))
+    return sorted(r.capture_id for r in df.select("capture_id").collect())
+
+
+def _derived_capture_ids(lake: Lake) -> set[str]:
+    return {cid for table in DERIVED_TABLES if lake.exists(table) for cid in lake.capture_ids(table)}

@@ -1,0 +1,76 @@
+"""``amqpscope report``: the HTML report of chosen captures, read from the lake.
+
+Only captures whose derive finished on their latest ingest (``runs`` table) are reported; the
+others are listed as incomplete, so a half-analysed capture is never shown as clean.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.jobs import runs
+from amqpscope.jobs.derive import ingested_captures
+from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.report import write_report
+from amqpscope.jobs.stages import StageClock, lake_capture_filter
+from amqpscope.schemas.runs import OUTCOME_OK
+
+log = logging.getLogger("amqpscope.report")
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    report: Path
+    captures: tuple[str, ...]  # reported
+    incomplete: tuple[tuple[str, str], ...]  # (capture id, why it is not reported)
+
+
+def report_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequence[str] | None = None, *,
+                run_id: str | None = None, clock: StageClock | None = None) -> ReportResult:
+    """Write the report of ``capture_ids`` (default: every capture in the lake) from the stored tables."""
+    run_id = run_id or runs.new_run_id()
+    clock = clock or StageClock()
+    lake = Lake(spark, config.lake, backend=config.storage)
+    if not lake.exists("captures"):
+        raise ValueError(f"lake {config.lake} has no captures table: run `amqpscope ingest` and `amqpscope derive` first")
+    listed = ingested_captures(lake)
+    if capture_ids:
+        unknown = sorted(set(capture_ids) - set(listed))
+        if unknown:
+            raise ValueError(f"not in the lake's captures table (or unreadable): {', '.join(unknown)}")
+        chosen = sorted(set(capture_ids))
+    else:
+        chosen = listed
+    state = runs.stage_runs(lake, chosen)
+    reasons = {cid: runs.completeness(state, cid) for cid in chosen}
+    complete = [cid for cid in chosen if reasons[cid] == runs.COMPLETE]
+    incomplete = tuple((cid, reason) for cid, reason in reasons.items() if reason != runs.COMPLETE)
+    for cid, reason in incomplete:
+        log.warning("capture %s not reported: %s (run `amqpscope derive`)", cid, reason)
+    with clock.stage("report"):
+        keep = lake_capture_filter(complete)
+        clock.writing("report")
+        report = write_report(
+            config.report_path_for(run_id),
+            frames=lake.read("frames").filter(keep),
+            connections=lake.read("connections").filter(keep),
+            violations=lake.read("violations").filter(keep),
+            captures=lake.read("captures").filter(keep),
+            verdicts=None,
+            data_docs_index=_data_docs_index(config.data_docs_dir),
+        )
+        runs.mark(lake, run_id, "report", complete, OUTCOME_OK,
+                  {cid: state[(cid, "derive")].run_id for cid in complete})
+    return ReportResult(report, tuple(complete), incomplete)
+
+
+def _data_docs_index(docs_dir: Path) -> Path | None:
+    """The Data Docs site the derive runs built in ``docs_dir``, if any."""
+    found = sorted(docs_dir.rglob("index.html"), key=lambda p: len(p.parts)) if docs_dir.is_dir() else []
+    return found[0] if found else None

@@ -1,0 +1,117 @@
+"""What every job shares: timed stages that name themselves when they fail, and stored tables.
+
+A failure inside a stage (a Py4J / JVM error most often, whose trace is pages long) becomes one
+``StageFailed`` naming the stage and the table being written; the command line prints that line
+and keeps the trace for ``-v``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pyspark.sql.functions as F
+from pyspark import SparkConf
+from pyspark.sql import Column, DataFrame, SparkSession
+
+from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.progress import Progress
+from amqpscope.jobs.session import build_session
+
+log = logging.getLogger("amqpscope.jobs")
+
+
+class StageFailed(RuntimeError):
+    """A stage of a job failed: ``where`` names the stage (and table), the cause is chained."""
+
+    def __init__(self, where: str, cause: BaseException) -> None:
+        self.where = where
+        super().__init__(f"{where}: {one_line(cause)}")
+
+
+def one_line(exc: BaseException) -> str:
+    """The gist of an exception in one line: a JVM error's first line without its Java class prefix."""
+    text = str(exc).strip()
+    java = getattr(exc, "java_exception", None)  # py4j.protocol.Py4JJavaError
+    if java is not None:
+        try:
+            text = str(java.getMessage() or java.toString())
+        except Exception:  # the JVM may be gone (killed executor, stopped context)
+            pass
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+@dataclass
+class StageClock:
+    """Seconds per stage of one run, and where the run is (the stage and table being worked on)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    progress: Progress | None = None
+    table: str | None = None
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time ``name``; a failure inside it becomes a StageFailed naming it and the table."""
+        start = time.perf_counter()
+        self.table = None
+        log.info("%s ...", name)
+        if self.progress is not None:
+            self.progress.step(name)
+        try:
+            yield
+        except StageFailed:
+            raise
+        except Exception as exc:
+            where = f"stage {name}" + (f", table {self.table}" if self.table else "")
+            raise StageFailed(where, exc) from exc
+        self.seconds[name] = time.perf_counter() - start
+        log.info("%s done in %.1f s", name, self.seconds[name])
+
+    def writing(self, table: str) -> None:
+        self.table = table
+        if self.progress is not None:
+            self.progress.detail(f"writing {table}")
+
+
+def stored(lake: Lake, tables: Mapping[str, DataFrame], capture_ids: Sequence[str], replace: Sequence[str],
+           clock: StageClock) -> dict[str, DataFrame]:
+    """Write each table (the rows of ``replace`` go), and return it as read back from the lake."""
+    for name, df in tables.items():
+        clock.writing(name)
+        lake.write(df, name, replace_capture_ids=replace)
+    return {name: lake.read(name).filter(lake_capture_filter(capture_ids)) for name in tables}
+
+
+def lake_capture_filter(capture_ids: Sequence[str]) -> Column:
+    """Rows of the given captures (tables are partitioned by capture_id, so this prunes files)."""
+    return F.col("capture_id").isin(*capture_ids) if capture_ids else F.lit(False)
+
+
+DEFAULT_MASTER = "local[2]"
+
+
+@contextmanager
+def job_session(config: AnalyzeConfig, app_name: str) -> Iterator[SparkSession]:
+    """The job's SparkSession: the runtime's own when there is one (a Databricks task), left running;
+    otherwise one built for the job (on ``config.master``, else the master spark-submit was given,
+    else local[2]) and stopped at the end."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        yield active
+        return
+    master = config.master
+    if master is None:
+        # Under spark-submit the JVM is up already, with --master among its settings.
+        launched = "PYSPARK_GATEWAY_PORT" in os.environ
+        master = SparkConf().get("spark.master", DEFAULT_MASTER) if launched else DEFAULT_MASTER
+    spark = build_session(master, app_name, dict(config.spark_conf))
+    try:
+        yield spark
+    finally:
+        spark.stop()

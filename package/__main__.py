@@ -1,0 +1,7 @@
+"""``python -m amqpscope``: the ``amqpscope`` command."""
+
+import sys
+
+from amqpscope.jobs.cli import main
+
+sys.exit(main())

@@ -1,0 +1,138 @@
+"""The scheduled stages on one lake: the bundle's tasks run locally with its own parameters, give the
+tables ``analyze`` gives, derive only what is new, and change nothing when run again."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.ingest.pcap import capture_id
+from amqpscope.jobs import runs
+from amqpscope.jobs.analyze import analyze
+from amqpscope.jobs.derive import DERIVED_TABLES
+from amqpscope.jobs.lake import Lake
+from amqpscope.schemas.bronze import BRONZE_SCHEMAS
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+FIRST, SECOND = SAMPLES / "amqp10-credit.pcap", SAMPLES / "amqp091-qos-confirms.pcap"
+TABLES = (*BRONZE_SCHEMAS, *DERIVED_TABLES)
+TASK_ORDER = ["ingest", "derive", "report"]
+
+
+def bundle() -> tuple[dict, dict]:
+    """databricks.yml and the job of resources/*.yml, as parsed YAML."""
+    top = yaml.safe_load((ROOT / "databricks.yml").read_text())
+    jobs = {}
+    for pattern in top["include"]:
+        for path in sorted(ROOT.glob(pattern)):
+            jobs.update(yaml.safe_load(path.read_text())["resources"]["jobs"])
+    return top, jobs
+
+
+def substituted(parameters: list[str], values: dict[str, str]) -> list[str]:
+    def one(text: str) -> str:
+        return re.sub(r"\$\{var\.(\w+)\}", lambda m: values[m.group(1)], text)
+
+    return [one(p) for p in parameters]
+
+
+def console_script(name: str):
+    found = [e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == name]
+    assert len(found) == 1, f"no console script {name} in the installed amqpscope"
+    return found[0].load()
+
+
+def test_bundle_declares_the_stages_with_their_parameters():
+    top, jobs = bundle()
+    assert set(top["targets"]) == {"dev", "prod"}
+    assert top["targets"]["dev"]["resources"]["jobs"]["amqpscope"]["schedule"]["pause_status"] == "PAUSED"
+    prod = top["targets"]["prod"]
+    assert "service_principal_name" in prod["run_as"]
+    assert prod["resources"]["jobs"]["amqpscope"]["email_notifications"]["on_failure"]
+    assert top["artifacts"]["amqpscope_wheel"]["type"] == "whl"
+    job = jobs["amqpscope"]
+    assert job["schedule"]["quartz_cron_expression"]
+    tasks = {t["task_key"]: t for t in job["tasks"]}
+    assert list(tasks) == TASK_ORDER
+    assert [t.get("depends_on", [{}])[0].get("task_key") for t in job["tasks"]] == [None, "ingest", "derive"]
+    declared = set(top["variables"])
+    for task in tasks.values():
+        wheel = task["python_wheel_task"]
+        assert wheel["package_name"] == "amqpscope"
+        assert callable(console_script(wheel["entry_point"]))
+        used = set(re.findall(r"\$\{var\.(\w+)\}", " ".join(wheel["parameters"])))
+        assert used <= declared and {"lake_path", "config_path"} <= used
+    assert "landing_path" in " ".join(tasks["ingest"]["python_wheel_task"]["parameters"])
+
+
+@pytest.fixture(scope="module")
+def clean(spark, tmp_path_factory):
+    """The reference: ``analyze`` on the first sample, in one run."""
+    root = tmp_path_factory.mktemp("clean")
+    result = analyze(spark, [str(FIRST)], AnalyzeConfig(lake=root / "lake", storage="delta-rs"))
+    return root / "lake", result
+
+
+def run_tasks(values: dict[str, str], capsys) -> dict[str, dict]:
+    """Every task of the bundle's job, in order, through its console script with its parameters."""
+    _, jobs = bundle()
+    outputs = {}
+    for task in jobs["amqpscope"]["tasks"]:
+        wheel = task["python_wheel_task"]
+        code = console_script(wheel["entry_point"])(substituted(wheel["parameters"], values))
+        captured = capsys.readouterr()
+        assert code == 0, captured.err[-2000:]
+        outputs[task["task_key"]] = json.loads(captured.out)
+    return outputs
+
+
+def test_bundle_tasks_run_locally_and_equal_analyze(spark, tmp_path, clean, capsys):
+    clean_lake, clean_result = clean
+    landing, lake = tmp_path / "landing", tmp_path / "lake"
+    landing.mkdir()
+    config = tmp_path / "analyze.yml"
+    config.write_text(yaml.safe_dump({"lake": "ignored-the-flag-wins", "storage": "delta-rs"}))
+    values = {"landing_path": str(landing), "lake_path": str(lake), "config_path": str(config)}
+    first, second = capture_id(FIRST), capture_id(SECOND)
+    shutil.copy(FIRST, landing / FIRST.name)
+
+    out = run_tasks(values, capsys)
+    assert out["ingest"]["ingested"] == [first]
+    assert out["derive"]["derived"] == [first]
+    assert out["report"]["captures"] == [first] and out["report"]["incomplete"] == []
+    assert Path(out["report"]["report"]).parent == lake / "reports"
+    assert Path(out["report"]["report"]).read_text().count(first) >= 1
+
+    # ingest + derive gives the tables analyze gives.
+    store, reference = Lake(spark, lake), Lake(spark, clean_lake)
+    for table in TABLES:
+        assertDataFrameEqual(store.read(table), reference.read(table))
+    assert {t: store.read(t).count() for t in TABLES} == clean_result.row_counts
+
+    # Run again with nothing new: nothing is decoded or derived, no row changes.
+    again = run_tasks(values, capsys)
+    assert again["ingest"]["ingested"] == [] and again["ingest"]["skipped"] == [first]
+    assert again["derive"]["derived"] == [] and again["derive"]["up_to_date"] == [first]
+    assert again["report"]["report"] != out["report"]["report"]  # a report per run
+
+    # One capture lands: only it is ingested and derived; the first's rows stay as they were.
+    shutil.copy(SECOND, landing / SECOND.name)
+    third = run_tasks(values, capsys)
+    assert third["ingest"]["ingested"] == [second]
+    assert third["derive"]["derived"] == [second] and third["derive"]["up_to_date"] == [first]
+    assert sorted(third["report"]["captures"]) == sorted([first, second])
+    state = runs.stage_runs(store)
+    assert {runs.completeness(state, c) for c in (first, second)} == {runs.COMPLETE}
+    assert state[(first, "derive")].run_id != state[(second, "derive")].run_id
+    for table in TABLES:
+        assertDataFrameEqual(store.read(table).filter(F.col("capture_id") == first), reference.read(table))
