@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.suite import run_verdicts
+from amqpscope.jobs.commits import committed_row_counts
 from amqpscope.jobs.ingest import resolve_captures, superseded_captures, write_bronze
 from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
 from amqpscope.pipelines.messages import deliveries_10, messages_091
@@ -85,8 +86,8 @@ def analyze(spark: SparkSession, captures: Sequence[str | Path], config: Analyze
             # Intervals and throughput read the stored timelines back rather than recompute them.
             flow.update(_stored(lake, derived_tables(frames, flow), ids, replace, progress))
         with _stage(timings, "verdicts", progress):
-            run = run_verdicts({**flow, **messages, "frames": frames}, config.data_docs_dir)
-            lake.write(run.violations, "violations", replace_capture_ids=replace)
+            run = run_verdicts({**flow, **messages, "frames": frames}, config.data_docs_dir, capture_ids=ids,
+                               store=lambda found: lake.write(found, "violations", replace_capture_ids=replace))
         with _stage(timings, "report", progress):
             report = write_report(
                 config.report_path,
@@ -99,8 +100,7 @@ def analyze(spark: SparkSession, captures: Sequence[str | Path], config: Analyze
             )
     finally:
         bronze.release()
-    counts = {name: lake.read(name).filter(lake_capture_filter(ids)).count()
-              for name in (*BRONZE_SCHEMAS, *MESSAGE_TABLES, *FLOW_TABLES, *VERDICT_TABLES)}
+    counts = committed_row_counts(lake, (*BRONZE_SCHEMAS, *MESSAGE_TABLES, *FLOW_TABLES, *VERDICT_TABLES), ids)
     return AnalyzeResult(tuple(ids), report, run.data_docs_index, counts, timings, run.success)
 
 
