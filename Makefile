@@ -37,6 +37,7 @@ bench: setup system-deps
 	$(BIN)/python benchmarks/decode.py
 	$(BIN)/python benchmarks/flow_state.py --frames 10000000
 	$(BIN)/python benchmarks/ingest.py
+	$(BIN)/python benchmarks/end_to_end.py
 
 clean:
 	rm -rf out build *.egg-info ingest/*.so ingest/_compiled_sources.json
