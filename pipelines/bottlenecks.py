@@ -530,7 +530,7 @@ def _unrouted_share(messages_091: DataFrame, frames: DataFrame) -> DataFrame:
     known = publishes.join(declared, ["capture_id", "exchange"])
     matches = (F.col("_type") == "fanout") | (F.col("_type") == "headers") | (
         (F.col("_type") == "direct") & (F.col("_binding_key") == F.col("routing_key"))) | (
-        (F.col("_type") == "topic") & F.col("routing_key").rlike(_topic_pattern(F.col("_binding_key"))))
+        (F.col("_type") == "topic") & F.regexp_like(F.col("routing_key"), _topic_pattern(F.col("_binding_key"))))
     routed = (known.join(bindings, ["capture_id", "exchange"], "left")
               .groupBy("capture_id", "connection_id", "frame_index")
               .agg(F.max(F.coalesce(matches, F.lit(False)).cast("int")).alias("_routed")))
