@@ -158,8 +158,8 @@ def _as_text(column: Column, data_type: DataType) -> Column:
     return column.cast("string")
 
 
-def violations(df: DataFrame, rule: Rule) -> DataFrame:
-    """The rows of `df` that break `rule`, as VIOLATIONS_SCHEMA rows carrying their evidence.
+def violation_row(df: DataFrame, rule: Rule) -> Column:
+    """A row of `df` as the VIOLATIONS_SCHEMA struct of a `rule` violation, carrying its evidence.
 
     Key columns the table lacks (handle on a 0-9-1 table, channel on connections) are null.
     """
@@ -184,4 +184,9 @@ def violations(df: DataFrame, rule: Rule) -> DataFrame:
         else:
             value = F.lit(None)
         columns.append(value.cast(target.dataType).alias(target.name))
-    return df.where(F.expr(rule.violation)).select(*columns)
+    return F.struct(*columns)
+
+
+def violations(df: DataFrame, rule: Rule) -> DataFrame:
+    """The rows of `df` that break `rule`, as VIOLATIONS_SCHEMA rows carrying their evidence."""
+    return df.where(F.expr(rule.violation)).select(violation_row(df, rule).alias("v")).select("v.*")

@@ -1,43 +1,56 @@
-"""Great Expectations suites built from the rule catalogue, validated on Spark DataFrames.
+"""Rules evaluated once, on Spark; Great Expectations suites validated on what that evaluation found.
 
-One suite per input table (``amqpscope.<table>``), one ``UnexpectedRowsExpectation`` per rule whose
-query is ``SELECT ... FROM {batch} WHERE (<rule.violation>)``: the very predicate
-:func:`amqpscope.expectations.catalogue.violations` filters on, so a rule's unexpected count in
-Data Docs is the number of its rows in the violations table.
+Every rule of the catalogue is a row predicate over one table. Each table is read once: its rows
+that break any of its rules become violation rows (one per broken rule), and the violations of
+every table are one DataFrame, written by the caller (analyze: the ``violations`` table). The
+number of violations of each rule is observed while that write runs, so counting costs no
+further Spark job. Great Expectations then validates those counts, one suite per table
+(``amqpscope.<table>``, one expectation per rule: "no row breaks rule X", observed value the
+number of rows that do), in one Checkpoint whose UpdateDataDocsAction writes the Data Docs. GX
+works on a one-row pandas frame of the counts: it never queries the tables again, so a rule's
+count in Data Docs and its rows in the violations table come from one evaluation and agree.
+
+The suites are not stored in the repository as GX JSON: they are built from ``rules.yml`` (which
+is), the same text giving the same suite, and saved in the Data Docs' context on each run.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
-from typing import Any
 
-from pyspark.sql import DataFrame
+import pandas as pd
+import pyspark.sql.functions as F
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, Observation
 
-from amqpscope.expectations.catalogue import Rule, load_rules, rules_for, violations
+from amqpscope.expectations.catalogue import Rule, load_rules, rules_for, violation_row
 from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
 
 # Before GX is imported: no usage analytics from a tool that runs on machines without internet.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
 import great_expectations as gx  # noqa: E402  (needs the environment above)
+from great_expectations.checkpoint import UpdateDataDocsAction  # noqa: E402
 from great_expectations.core.batch_definition import BatchDefinition  # noqa: E402
+from great_expectations.core.run_identifier import RunIdentifier  # noqa: E402
 from great_expectations.data_context import FileDataContext  # noqa: E402
 from great_expectations.data_context.types.base import ProgressBarsConfig  # noqa: E402
 
 SUITE_PREFIX = "amqpscope."
-_DATA_SOURCE = "amqpscope"
+CHECKPOINT_NAME = "amqpscope"
+_DATA_SOURCE = "amqpscope_rule_counts"
+_ASSET = "rule_counts"  # one row: a column per rule, its number of violating rows
 _DOCS_SITE = "local_site"  # the site a file context's default configuration writes
+_RUN_NAME_IDS = 4  # capture ids spelled out in a run name; more are counted
+_ID_CHARS = 16  # of a capture id (a SHA-256) in a run name: unique enough, short enough for a path
 
 # GX's own failure severities, so Data Docs rank our rules the same way reports do.
 _GX_SEVERITY = {"error": "critical", "warning": "warning", "capture": "info"}
-
-# Violation key columns, selected alongside the evidence so the (bounded) rows GX keeps are small.
-_KEY_COLUMNS = tuple(f.name for f in VIOLATIONS_SCHEMA.fields)
 
 
 @dataclass(frozen=True)
@@ -48,7 +61,7 @@ class SuiteResult:
     table: str
     success: bool
     unexpected_counts: Mapping[str, int]  # rule id -> violating rows
-    seconds: float  # wall time of the GX validation
+    seconds: float  # wall time of the Checkpoint run that validated it (with the other suites)
     data_docs_index: Path
 
 
@@ -60,6 +73,7 @@ class VerdictRun:
     suites: tuple[SuiteResult, ...]
     data_docs_index: Path
     data_docs_seconds: float
+    run_name: str = ""  # the GX run: Data Docs list the validations under it
 
     @property
     def success(self) -> bool:
@@ -71,26 +85,57 @@ def suite_name(table: str) -> str:
     return f"{SUITE_PREFIX}{table}"
 
 
-def unexpected_rows_query(rule: Rule, columns: Sequence[str]) -> str:
-    """The GX query listing `rule`'s violating rows: the rule's predicate, verbatim."""
-    wanted = [c for c in (*_KEY_COLUMNS, *rule.evidence) if c in columns]
-    selected = ", ".join(f"`{c}`" for c in dict.fromkeys(wanted)) or "*"
-    # GX fills {batch} with str.format: a literal brace in the predicate must be doubled. The
-    # predicate sits on lines of its own so a trailing "--" comment cannot swallow the ")".
-    predicate = rule.violation.replace("{", "{{").replace("}", "}}")
-    return f"SELECT {selected} FROM {{batch}} WHERE (\n{predicate}\n)"
+def run_name(capture_ids: Sequence[str]) -> str:
+    """The GX run name of a validation of these captures: their ids (shortened), so Data Docs say
+    which captures each run checked."""
+    ids = sorted(set(capture_ids))
+    if not ids:
+        return "amqpscope"
+    shown = "+".join(i[:_ID_CHARS] for i in ids[:_RUN_NAME_IDS])
+    more = f"+{len(ids) - _RUN_NAME_IDS}-more" if len(ids) > _RUN_NAME_IDS else ""
+    return f"captures-{shown}{more}"
 
 
-def build_suite(table: str, rules: Sequence[Rule], columns: Sequence[str]) -> gx.ExpectationSuite:
-    """The expectation suite of `table`: one UnexpectedRowsExpectation per rule."""
+def table_violations(df: DataFrame, table: str, rules: Sequence[Rule]) -> DataFrame:
+    """The violations of `rules` in `df` (VIOLATIONS_SCHEMA), `df` read once for all of them.
+
+    A row breaking several rules gives a violation per rule. A predicate Spark cannot analyse on
+    `df` is a ValueError naming the rule and the table.
+    """
+    try:
+        predicates = [F.expr(rule.violation) for rule in rules]
+        found = F.array(*[F.when(p, violation_row(df, rule)) for p, rule in zip(predicates, rules)])
+        # SQL WHERE semantics: a predicate that is null (state unknown) does not flag the row.
+        breaking = df.where(reduce(lambda a, b: a | b, predicates))
+        return (
+            breaking.select(F.explode(F.filter(found, lambda v: v.isNotNull())).alias("v"))
+            .select("v.*")
+        )
+    except AnalysisException:
+        for rule in rules:  # which one: each analysed alone
+            try:
+                df.select(F.expr(rule.violation))
+            except AnalysisException as exc:
+                raise ValueError(
+                    f"rule {rule.id} ({rule.source}): cannot be evaluated on table {table}: "
+                    f"{exc.getMessage() if hasattr(exc, 'getMessage') else exc}"
+                ) from exc
+        raise
+
+
+def build_suite(table: str, rules: Sequence[Rule]) -> gx.ExpectationSuite:
+    """The expectation suite of `table`: per rule, no row breaks it (observed: the rows that do)."""
     return gx.ExpectationSuite(
         name=suite_name(table),
         expectations=[
-            gx.expectations.UnexpectedRowsExpectation(
-                unexpected_rows_query=unexpected_rows_query(rule, columns),
+            gx.expectations.ExpectColumnMaxToBeBetween(
+                column=rule.id,
+                min_value=0,
+                max_value=0,
                 description=f"{rule.id} ({rule.severity}): {rule.description}",
                 severity=_GX_SEVERITY[rule.severity],
-                meta={"rule_id": rule.id, "severity": rule.severity},
+                meta={"rule_id": rule.id, "severity": rule.severity, "table": table,
+                      "violation": rule.violation},
             )
             for rule in rules
         ],
@@ -107,77 +152,89 @@ def file_context(docs_dir: Path) -> FileDataContext:
     return context
 
 
-def _batch_definition(context: FileDataContext, table: str) -> BatchDefinition:
+def _batch_definition(context: FileDataContext) -> BatchDefinition:
     source = context.data_sources.all().get(_DATA_SOURCE)
     if source is None:
-        # persist=False: GX would persist() every DataFrame it is given and never release it.
-        source = context.data_sources.add_spark(name=_DATA_SOURCE, persist=False)
-    if table in {a.name for a in source.assets}:
-        source.delete_asset(table)  # left by an earlier run in this docs_dir; adding again fails
-    return source.add_dataframe_asset(name=table).add_batch_definition_whole_dataframe(table)
-
-
-def validate_table(
-    context: FileDataContext, table: str, df: DataFrame, rules: Sequence[Rule]
-) -> SuiteResult:
-    """Run `table`'s suite on `df` and store the result for Data Docs (built by the caller).
-
-    GX registers `df` as the Spark temporary view ``tmp_view`` (replacing any view of that name).
-
-    Every rule costs two Spark queries (row count, first rows). They read only the columns the
-    rule uses, which a Parquet or Delta source prunes to; a table computed by an expensive
-    pipeline is worth caching by the caller first.
-    """
-    suite = context.suites.add_or_update(build_suite(table, rules, df.columns))
-    batch = _batch_definition(context, table)
-    definition = context.validation_definitions.add_or_update(
-        gx.ValidationDefinition(name=suite.name, data=batch, suite=suite)
-    )
-    started = time.perf_counter()
-    result = definition.run(batch_parameters={"dataframe": df}, result_format="SUMMARY")
-    seconds = time.perf_counter() - started
-
-    counts: dict[str, int] = {}
-    for outcome in result.results:
-        rule_id = outcome.expectation_config.meta["rule_id"]
-        observed = (outcome.result or {}).get("observed_value")
-        if observed is None:
-            # A rule GX could not evaluate has no count; reporting it as failed would hide that.
-            raise RuntimeError(
-                f"suite {suite.name}: rule {rule_id}: GX could not evaluate it: "
-                f"{_exception_message(outcome.exception_info)}"
-            )
-        counts[rule_id] = int(observed)
-    return SuiteResult(
-        suite_name=suite.name,
-        table=table,
-        success=bool(result.success),
-        unexpected_counts=counts,
-        seconds=seconds,
-        data_docs_index=_docs_index(context),
-    )
-
-
-def _exception_message(info: Mapping[str, Any]) -> str:
-    # GX reports either one exception or one per failed metric, keyed by metric id.
-    if "exception_message" in info:
-        return str(info["exception_message"])
-    return "; ".join(str(getattr(e, "exception_message", e)) for e in info.values())
+        source = context.data_sources.add_pandas(name=_DATA_SOURCE)
+    if _ASSET in {a.name for a in source.assets}:
+        return source.get_asset(_ASSET).get_batch_definition(_ASSET)
+    return source.add_dataframe_asset(name=_ASSET).add_batch_definition_whole_dataframe(_ASSET)
 
 
 def _docs_index(context: FileDataContext) -> Path:
-    # Where the site's index.html is (or will be, once build_data_docs has run).
+    # Where the site's index.html is (or will be, once Data Docs are built).
     site = context.variables.data_docs_sites[_DOCS_SITE]["store_backend"]
     return Path(context.root_directory, site["base_directory"], "index.html")
 
 
+def validate_counts(
+    context: FileDataContext, checked: Mapping[str, Sequence[Rule]], counts: Mapping[str, int], name: str
+) -> tuple[tuple[SuiteResult, ...], float]:
+    """Run every table's suite on the rule counts in one Checkpoint (Data Docs updated by its
+    action); the suite results, in the order of `checked`, and the Checkpoint's wall time."""
+    batch = _batch_definition(context)
+    definitions = []
+    for table, rules in checked.items():
+        suite = context.suites.add_or_update(build_suite(table, rules))
+        definitions.append(context.validation_definitions.add_or_update(
+            gx.ValidationDefinition(name=suite.name, data=batch, suite=suite)))
+    checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
+        name=CHECKPOINT_NAME,
+        validation_definitions=definitions,
+        actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[_DOCS_SITE])],
+        result_format="SUMMARY",
+    ))
+    frame = pd.DataFrame({rule.id: [int(counts.get(rule.id, 0))] for rules in checked.values() for rule in rules})
+    started = time.perf_counter()
+    result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=RunIdentifier(run_name=name))
+    seconds = time.perf_counter() - started
+
+    by_suite = {r.suite_name: r for r in result.run_results.values()}
+    suites = []
+    for table in checked:
+        outcome = by_suite[suite_name(table)]
+        found: dict[str, int] = {}
+        for expectation in outcome.results:
+            rule_id = expectation.expectation_config.meta["rule_id"]
+            observed = (expectation.result or {}).get("observed_value")
+            if observed is None:  # GX failed on a frame of counts: a bug here, not a verdict
+                raise RuntimeError(f"suite {outcome.suite_name}: rule {rule_id}: GX gave no count "
+                                   f"({expectation.exception_info})")
+            found[rule_id] = int(observed)
+        suites.append(SuiteResult(suite_name=outcome.suite_name, table=table, success=bool(outcome.success),
+                                  unexpected_counts=found, seconds=seconds, data_docs_index=_docs_index(context)))
+    return tuple(suites), seconds
+
+
+def _rule_counts(violations: DataFrame, rule_ids: Sequence[str],
+                 store: Callable[[DataFrame], None] | None) -> dict[str, int]:
+    """Violations per rule: observed while `store` writes them (no extra Spark job), else counted."""
+    if not rule_ids:
+        if store is not None:
+            store(violations)
+        return {}
+    if store is None:
+        counted = {r.rule_id: r["count"] for r in violations.groupBy("rule_id").count().collect()}
+        return {rule_id: counted.get(rule_id, 0) for rule_id in rule_ids}
+    observation = Observation("amqpscope_rule_counts")
+    # Aliases by position: rule ids hold dots.
+    observed = violations.observe(observation, *[
+        F.count_if(F.col("rule_id") == F.lit(rule_id)).alias(f"rule_{i}") for i, rule_id in enumerate(rule_ids)])
+    store(observed)
+    values = observation.get
+    return {rule_id: int(values[f"rule_{i}"]) for i, rule_id in enumerate(rule_ids)}
+
+
 def run_verdicts(
-    tables: Mapping[str, DataFrame], docs_dir: Path, *, rules: Sequence[Rule] | None = None
+    tables: Mapping[str, DataFrame], docs_dir: Path, *, rules: Sequence[Rule] | None = None,
+    capture_ids: Sequence[str] = (), store: Callable[[DataFrame], None] | None = None,
 ) -> VerdictRun:
     """Check every table against its rules: violations as data, GX suites and Data Docs in docs_dir.
 
     `rules` defaults to the shipped catalogue. Tables without rules are ignored and rules whose
-    table is absent (a capture without AMQP 1.0 has no link_credit) are skipped.
+    table is absent (a capture without AMQP 1.0 has no link_credit) are skipped. `store`, when
+    given, is called once with the violations DataFrame (to write it) and the counts per rule are
+    taken from that write; `capture_ids` name the GX run.
     """
     if not tables:
         raise ValueError("run_verdicts needs at least one table")
@@ -185,22 +242,21 @@ def run_verdicts(
     checked = {name: rules_for(name, catalogue) for name in tables}
     checked = {name: rules_ for name, rules_ in checked.items() if rules_}
 
-    # Built first: Spark analyses each predicate here, so a bad rule fails before GX starts.
-    found = [violations(tables[name], rule) for name, rules_ in checked.items() for rule in rules_]
+    # Built first: Spark analyses each predicate here, so a bad rule fails before anything runs.
+    found = [table_violations(tables[name], name, rules_) for name, rules_ in checked.items()]
     if found:
         union = reduce(DataFrame.unionByName, found)
     else:
         union = next(iter(tables.values())).sparkSession.createDataFrame([], VIOLATIONS_SCHEMA)
+    counts = _rule_counts(union, [r.id for rules_ in checked.values() for r in rules_], store)
 
     context = file_context(Path(docs_dir))
-    suites = tuple(
-        validate_table(context, name, tables[name], rules_) for name, rules_ in checked.items()
-    )
-    started = time.perf_counter()
-    context.build_data_docs(site_names=[_DOCS_SITE])
-    return VerdictRun(
-        violations=union,
-        suites=suites,
-        data_docs_index=_docs_index(context),
-        data_docs_seconds=time.perf_counter() - started,
-    )
+    name = run_name(capture_ids)
+    if checked:
+        suites, seconds = validate_counts(context, checked, counts, name)
+    else:  # nothing to validate: the site still gets its index
+        started = time.perf_counter()
+        context.build_data_docs(site_names=[_DOCS_SITE])
+        suites, seconds = (), time.perf_counter() - started
+    return VerdictRun(violations=union, suites=suites, data_docs_index=_docs_index(context),
+                      data_docs_seconds=seconds, run_name=name)

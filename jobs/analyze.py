@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
+from amqpscope.jobs.commits import committed_row_counts
 from amqpscope.jobs.derive import DERIVED_TABLES, GOLD_TABLES, MESSAGE_TABLES, VERDICT_TABLES, derive
 from amqpscope.jobs.ingest import CaptureFile, resolve_captures, superseded_captures
 from amqpscope.jobs.lake import Lake
@@ -90,8 +91,7 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
             runs.mark(lake, run_id, "report", ids, OUTCOME_OK, {cid: run_id for cid in ids})
     finally:
         bronze.release()
-    counts = {name: lake.read(name).filter(lake_capture_filter(ids)).count()
-              for name in (*BRONZE_SCHEMAS, *DERIVED_TABLES)}
+    counts = committed_row_counts(lake, (*BRONZE_SCHEMAS, *DERIVED_TABLES), ids)
     return AnalyzeResult(tuple(ids), report, derived.verdicts.data_docs_index, counts, clock.seconds,
                          derived.verdicts.success, run_id, headlines(lake, ids))
 

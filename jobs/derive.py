@@ -92,8 +92,12 @@ def derive(
             tables.update(stored(lake, {"diagnosis": diagnosis(tables["bottlenecks"], bronze["captures"])},
                                  ids, replace, clock))
         with clock.stage("verdicts"):
-            verdicts = run_verdicts({**tables, "frames": frames}, data_docs_dir)
-            tables.update(stored(lake, {"violations": verdicts.violations}, ids, replace, clock))
+            # Rules are evaluated once: the violations are written as they are counted (expectations.suite).
+            clock.writing("violations")
+            verdicts = run_verdicts(
+                {**tables, "frames": frames}, data_docs_dir, capture_ids=ids,
+                store=lambda found: lake.write(found, "violations", replace_capture_ids=replace))
+            tables["violations"] = lake.read("violations").filter(lake_capture_filter(ids))
     except BaseException as exc:
         if isinstance(exc, Exception):
             _mark_failed(lake, run_id, ids, exc)

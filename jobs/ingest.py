@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark import StorageLevel
+from pyspark import StorageLevel, TaskContext
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -34,7 +34,7 @@ from amqpscope.ingest.pcap import CaptureError, Damage, scan
 from amqpscope.ingest.ranges import read_container, split
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.progress import Progress
+from amqpscope.jobs.progress import Progress, TaskCounters
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.packets import PACKETS_SCHEMA
 
@@ -117,6 +117,7 @@ DEFAULT_RANGE_BYTES = 64 << 20
 # (docs/BENCHMARKS.md, Memory); each is written once and read a few times.
 _INTERMEDIATE = StorageLevel.DISK_ONLY
 _BATCH_ROWS = 8192
+_CONNECTION = ("capture_id", "connection_id")
 
 _DECODED_KINDS = tuple(kind for kind in BRONZE_SCHEMAS if kind != "captures")
 _MUX_SCHEMA = StructType(
@@ -151,54 +152,72 @@ def _flow_key(linktype: int, data: bytes, wirelen: int) -> str | None:
     return f"{a}~{b}" if a < b else f"{b}~{a}"
 
 
-def _read_ranges(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _range_reader(counters: str | None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The read task: a range's packets, keyed by connection; its counts go to ``counters``."""
     schema = to_arrow_schema(PACKETS_SCHEMA)
-    for batch in batches:
-        for r in batch.to_pylist():
-            container = read_container(r["path"])
-            rows = []
-            position = r["start"]  # where the last good record started
-            damage: list[Damage] = []  # what scan read past: impossible records, a cut-short end
-            try:
-                # Records are numbered from 1 within their range; the prefix sum makes them global.
-                for index, (offset, ts_us, linktype, data, wirelen) in enumerate(
-                    scan(r["path"], container, r["start"], r["end"], damage), 1
-                ):
-                    position = offset
-                    rows.append({
-                        "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": offset,
-                        "index_in_range": index, "ts_us": ts_us, "linktype": linktype,
-                        "wirelen": wirelen, "data": data, "flow": _flow_key(linktype, data, wirelen),
-                        "error": None,
-                    })  # fmt: skip
-                    if len(rows) >= _BATCH_ROWS:
-                        yield pa.RecordBatch.from_pylist(rows, schema=schema)
-                        rows = []
-            except CaptureError as exc:
-                # A damaged range (a truncated file, most often): what was read stays, the rest is
-                # quarantined with the place and the reason.
-                stop = exc.offset if exc.offset is not None else position
-                rows.append({
-                    "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": stop,
-                    "index_in_range": 0, "ts_us": 0, "linktype": 0, "wirelen": r["end"] - stop, "data": b"",
-                    "flow": None, "error": f"{r['part_label']}{exc.place}: {exc.reason}",
-                })  # fmt: skip
-            for skipped in damage:
-                rows.append({
-                    "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": skipped.offset,
-                    "index_in_range": 0, "ts_us": 0, "linktype": 0, "wirelen": skipped.size, "data": b"",
-                    "flow": None, "error": f"{r['part_label']}{skipped.place}: {skipped.reason}",
-                })  # fmt: skip
-            if rows:
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for r in batch.to_pylist():
+                yield from _read_range(r, schema, counters)
+
+    return read
+
+
+def _read_range(r: dict, schema: pa.Schema, counters: str | None) -> Iterator[pa.RecordBatch]:
+    container = read_container(r["path"])
+    name = f"read-{r['capture_id'][:16]}-{r['range_index']}"
+    rows = []
+    position = r["start"]  # where the last good record started
+    damage: list[Damage] = []  # what scan read past: impossible records, a cut-short end
+    index = 0
+    try:
+        # Records are numbered from 1 within their range; the prefix sum makes them global.
+        for index, (offset, ts_us, linktype, data, wirelen) in enumerate(
+            scan(r["path"], container, r["start"], r["end"], damage), 1
+        ):
+            position = offset
+            rows.append({
+                "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": offset,
+                "index_in_range": index, "ts_us": ts_us, "linktype": linktype,
+                "wirelen": wirelen, "data": data, "flow": _flow_key(linktype, data, wirelen),
+                "error": None,
+            })  # fmt: skip
+            if len(rows) >= _BATCH_ROWS:
                 yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                rows = []
+                TaskCounters.report(counters, name, {"read_bytes": offset - r["start"], "read_packets": index})
+    except CaptureError as exc:
+        # A damaged range (a truncated file, most often): what was read stays, the rest is
+        # quarantined with the place and the reason.
+        stop = exc.offset if exc.offset is not None else position
+        rows.append({
+            "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": stop,
+            "index_in_range": 0, "ts_us": 0, "linktype": 0, "wirelen": r["end"] - stop, "data": b"",
+            "flow": None, "error": f"{r['part_label']}{exc.place}: {exc.reason}",
+        })  # fmt: skip
+    for skipped in damage:
+        rows.append({
+            "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": skipped.offset,
+            "index_in_range": 0, "ts_us": 0, "linktype": 0, "wirelen": skipped.size, "data": b"",
+            "flow": None, "error": f"{r['part_label']}{skipped.place}: {skipped.reason}",
+        })  # fmt: skip
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+    TaskCounters.report(counters, name, {"read_bytes": r["end"] - r["start"], "read_packets": index})
 
 
-def _decode_connections(ports: tuple[int, ...]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _decode_connections(
+    ports: tuple[int, ...], counters: str | None = None
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     arrow_schema = to_arrow_schema(_MUX_SCHEMA)
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         decoders: dict[str, CaptureDecoder] = {}
         rows: list[dict] = []
+        context = TaskContext.get()
+        name = f"decode-{context.stageId() if context else 0}-{context.partitionId() if context else 0}"
+        decoded = 0
 
         def emit(kind: str, row: dict) -> Iterator[pa.RecordBatch]:
             rows.append({"kind": kind, kind: row})
@@ -217,6 +236,8 @@ def _decode_connections(ports: tuple[int, ...]) -> Callable[[Iterator[pa.RecordB
                     decoder = decoders[cid] = CaptureDecoder(cid, ports, segments=True)
                 for kind, row in decoder.packet(number, ts, linktype, data, wirelen):
                     yield from emit(kind, row)
+            decoded += batch.num_rows
+            TaskCounters.report(counters, name, {"decoded_packets": decoded})
         for decoder in decoders.values():
             for kind, row in decoder.finish():
                 yield from emit(kind, row)
@@ -240,9 +261,10 @@ def decode_captures(
     ports: tuple[int, ...],
     range_bytes: int = DEFAULT_RANGE_BYTES,
     connection_partitions: int | None = None,
+    counters: str | None = None,
 ) -> Bronze:
     """The bronze tables of ``captures``, decoded range- and connection-parallel."""
-    tables, persisted = decode_tables(spark, captures, ports, range_bytes, connection_partitions)
+    tables, persisted = decode_tables(spark, captures, ports, range_bytes, connection_partitions, counters)
     return Bronze(tables, tuple(c.capture_id for c in captures), persisted)
 
 
@@ -252,7 +274,10 @@ def write_bronze(
 ) -> Bronze:
     """Decode ``captures`` and write every bronze table, replacing exactly these captures' rows
     (and removing those of the ``superseded`` ones)."""
-    bronze = decode_captures(spark, captures, ports)
+    counters = None
+    if progress is not None:
+        counters = progress.decoding(sum(p.size for c in captures for p in c.parts))
+    bronze = decode_captures(spark, captures, ports, counters=counters)
     for name in BRONZE_SCHEMAS:
         if progress is not None:
             # The first table written runs the decode: its tasks are the ranges, then the connections.
@@ -267,9 +292,11 @@ def decode_tables(
     ports: tuple[int, ...],
     range_bytes: int = DEFAULT_RANGE_BYTES,
     connection_partitions: int | None = None,
+    counters: str | None = None,
 ) -> tuple[dict[str, DataFrame], tuple[DataFrame, ...]]:
     """The bronze tables of ``captures``, decoded range- and connection-parallel, and the persisted
-    intermediates to release once the tables are written."""
+    intermediates to release once the tables are written. Tasks report their counts to the
+    ``counters`` directory when one is given (jobs.progress.TaskCounters)."""
     ranges = plan_ranges(captures, range_bytes)
     multi_part = {c.capture_id for c in captures if len(c.parts) > 1}
     plan_rows = [
@@ -283,28 +310,44 @@ def decode_tables(
         spark.sparkContext.parallelize(plan_rows, max(1, len(plan_rows))),
         "path string, capture_id string, range_index int, start long, end long, part_label string",
     )
-    raw = plan.mapInArrow(_read_ranges, PACKETS_SCHEMA).persist(_INTERMEDIATE)
+    raw = plan.mapInArrow(_range_reader(counters), PACKETS_SCHEMA).persist(_INTERMEDIATE)
     damage = raw.filter(F.col("error").isNotNull())
     records = raw.filter(F.col("error").isNull())
-    packets = (
-        records.join(F.broadcast(_range_bases(spark, records)), on=["capture_id", "range_index"])
-        .withColumn("packet_number", F.col("base") + F.col("index_in_range"))
-        .drop("base")
-        .persist(_INTERMEDIATE)
-    )
-    partitions = connection_partitions or max(spark.sparkContext.defaultParallelism, len(ranges))
-    mux = (
-        packets.filter(F.col("flow").isNotNull())
-        .repartition(partitions, "capture_id", "flow")
-        .sortWithinPartitions("capture_id", "flow", "packet_number")
-        .select("capture_id", "packet_number", "ts_us", "linktype", "data", "wirelen")
-        .mapInArrow(_decode_connections(tuple(ports)), _MUX_SCHEMA)
-        .persist(_INTERMEDIATE)
-    )
+    decode = _decode_connections(tuple(ports), counters)
+    columns = ("capture_id", "packet_number", "ts_us", "linktype", "data", "wirelen")
+    if len(ranges) == len(captures):
+        # Every capture is one byte range, read by one task in capture order: its packets are
+        # numbered by their place in the range and decoded in that task, without a shuffle.
+        packets = records.withColumn("packet_number", F.col("index_in_range").cast("long"))
+        mux = packets.filter(F.col("flow").isNotNull()).select(*columns).mapInArrow(decode, _MUX_SCHEMA)
+        persisted = (raw, mux.persist(_INTERMEDIATE))
+    else:
+        packets = (
+            records.join(F.broadcast(_range_bases(spark, records)), on=["capture_id", "range_index"])
+            .withColumn("packet_number", F.col("base") + F.col("index_in_range"))
+            .drop("base")
+            .persist(_INTERMEDIATE)
+        )
+        partitions = connection_partitions or max(spark.sparkContext.defaultParallelism, len(ranges))
+        mux = (
+            packets.filter(F.col("flow").isNotNull())
+            .repartition(partitions, "capture_id", "flow")
+            .sortWithinPartitions("capture_id", "flow", "packet_number")
+            .select(*columns)
+            .mapInArrow(decode, _MUX_SCHEMA)
+            .persist(_INTERMEDIATE)
+        )
+        persisted = (raw, packets, mux)
     tables = {kind: mux.filter(F.col("kind") == kind).select(f"{kind}.*") for kind in _DECODED_KINDS}
+    # Every flow-state pipeline partitions the frames by connection and something more (channel,
+    # link, session: pipelines.partitioning): frames kept hash-partitioned by connection, in as many
+    # partitions as a shuffle makes, need none of those shuffles.
+    frames = tables["frames"].repartition(int(spark.conf.get("spark.sql.shuffle.partitions")), *_CONNECTION)
+    tables["frames"] = frames.persist(_INTERMEDIATE)
+    persisted = (*persisted, tables["frames"])
     tables["quarantine"] = tables["quarantine"].unionByName(_damage_rows(damage))
     tables["captures"] = _captures_table(spark, captures, packets, damage)
-    return tables, (raw, packets, mux)
+    return tables, persisted
 
 
 def _damage_rows(damage: DataFrame) -> DataFrame:

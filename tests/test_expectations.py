@@ -21,11 +21,12 @@ from amqpscope.expectations.catalogue import (
     violations,
 )
 from amqpscope.expectations.suite import (
+    CHECKPOINT_NAME,
     VerdictRun,
     file_context,
+    run_name,
     run_verdicts,
-    unexpected_rows_query,
-    validate_table,
+    table_violations,
 )
 from amqpscope.pipelines.link_credit import link_credit_timeline
 from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA, LINK_CREDIT_SCHEMA
@@ -317,13 +318,27 @@ def _yaml(entries: list[dict[str, Any]]) -> str:
 # --- Great Expectations --------------------------------------------------------------------
 
 
-def test_gx_query_keeps_the_predicate_and_escapes_braces():
+def test_one_evaluation_keeps_a_predicate_with_braces_and_a_trailing_comment(spark):
     odd = rule_from_mapping({**GOOD, "violation": "method = '{weird}' -- trailing comment"})
-    query = unexpected_rows_query(odd, ["capture_id", "channel", "method"])
-    assert query.format(batch="tmp_view") == (
-        "SELECT `capture_id`, `channel` FROM tmp_view WHERE (\n"
-        "method = '{weird}' -- trailing comment\n)"
-    )
+    table = frames(spark, [{"method": "{weird}"}, {"method": "basic.ack"}, {"method": None}])
+    assert [(r.rule_id, r.frame_index) for r in table_violations(table, "frames", [odd]).collect()] == [
+        ("amqp10.test.rule", 0)]
+
+
+def test_one_evaluation_gives_a_row_per_rule_a_row_breaks(spark):
+    both = [rule_from_mapping({**GOOD, "id": "amqp10.test.wide", "violation": "channel > 1"}),
+            rule_from_mapping({**GOOD, "id": "amqp10.test.odd", "violation": "channel % 2 = 1"})]
+    table = frames(spark, [{"channel": 0}, {"channel": 1}, {"channel": 2}, {"channel": 3}, {"channel": None}])
+    found = sorted((r.rule_id, r.frame_index, r.evidence["channel"])
+                   for r in table_violations(table, "frames", both).collect())
+    assert found == [("amqp10.test.odd", 1, "1"), ("amqp10.test.odd", 3, "3"),
+                     ("amqp10.test.wide", 2, "2"), ("amqp10.test.wide", 3, "3")]
+
+
+def test_run_names_carry_the_capture_ids():
+    first, second = "a" * 64, "b" * 64
+    assert run_name([second, first]) == f"captures-{'a' * 16}+{'b' * 16}"
+    assert run_name([str(i) * 64 for i in range(6)]).endswith("+2-more")
 
 
 @pytest.fixture(scope="module")
@@ -350,9 +365,12 @@ def docs_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("docs")
 
 
+CAPTURE = "c" * 64
+
+
 @pytest.fixture(scope="module")
 def failing_run(failing_tables, docs_dir) -> VerdictRun:
-    return run_verdicts(failing_tables, docs_dir)
+    return run_verdicts(failing_tables, docs_dir, capture_ids=[CAPTURE])
 
 
 def test_gx_suites_fail_where_rules_are_broken(failing_run):
@@ -387,12 +405,27 @@ def test_verdict_violations_are_the_union_of_every_rule(spark, failing_run, fail
     )
 
 
-def test_data_docs_are_written(failing_run):
+def test_data_docs_are_written_by_the_checkpoint_under_the_captures_run_name(failing_run, docs_dir):
     index = failing_run.data_docs_index
     assert index.name == "index.html" and index.is_file()
     assert all(s.data_docs_index == index for s in failing_run.suites)
     assert "amqpscope.link_credit" in index.read_text(encoding="utf-8").replace("/", ".")
     assert all(s.seconds > 0 for s in failing_run.suites)
+    assert failing_run.run_name == f"captures-{'c' * 16}"
+    # Data Docs file each validation under its suite's name and the run's.
+    pages = [p.relative_to(index.parent).parts for p in index.parent.glob("validations/**/*.html")]
+    assert any("link_credit" in parts and failing_run.run_name in parts for parts in pages), pages
+    assert file_context(docs_dir).checkpoints.get(CHECKPOINT_NAME).name == CHECKPOINT_NAME
+
+
+def test_counts_are_taken_from_the_write_of_the_violations(spark, failing_tables, tmp_path):
+    stored: list[list] = []
+    run = run_verdicts(failing_tables, tmp_path, store=lambda found: stored.append(found.collect()))
+    [rows] = stored
+    assert sorted(r.rule_id for r in rows) == [ABOVE_PREFETCH, CREDIT_EXCEEDED, CREDIT_EXCEEDED]
+    counts = {rule_id: n for s in run.suites for rule_id, n in s.unexpected_counts.items()}
+    assert counts[CREDIT_EXCEEDED] == 2 and counts[ABOVE_PREFETCH] == 1
+    assert sum(counts.values()) == 3
 
 
 def test_clean_tables_pass_every_suite_in_a_reused_docs_dir(spark, failing_run, docs_dir):
@@ -409,10 +442,11 @@ def test_clean_tables_pass_every_suite_in_a_reused_docs_dir(spark, failing_run, 
     assert run.data_docs_index == failing_run.data_docs_index
 
 
-def test_a_rule_gx_cannot_evaluate_is_an_error_not_a_failure(spark, tmp_path):
+def test_a_rule_spark_cannot_evaluate_is_an_error_not_a_failure(spark, tmp_path):
     broken = rule_from_mapping({**GOOD, "violation": "no_such_column = 1", "evidence": []})
-    with pytest.raises(RuntimeError, match="rule amqp10.test.rule: GX could not evaluate it"):
-        validate_table(file_context(tmp_path), "frames", frames(spark, [{}]).select("capture_id"), [broken])
+    fine = rule_from_mapping({**GOOD, "id": "amqp10.test.fine"})
+    with pytest.raises(ValueError, match="rule amqp10.test.rule .*cannot be evaluated on table frames"):
+        run_verdicts({"frames": frames(spark, [{}])}, tmp_path, rules=[fine, broken])
 
 
 def test_run_verdicts_needs_a_table(tmp_path):

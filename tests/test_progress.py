@@ -8,8 +8,14 @@ import time
 
 import pytest
 
+import subprocess
+from pathlib import Path
+
 from amqpscope.jobs.cli import build_parser
-from amqpscope.jobs.progress import Progress
+from amqpscope.jobs.ingest import decode_tables, resolve_captures
+from amqpscope.jobs.progress import Progress, SparkWork, TaskCounters, decode_line
+
+SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "mixed.pcapng"
 
 
 class Log(io.StringIO):
@@ -61,3 +67,69 @@ def test_cli_offers_progress_on_both_jobs():
     assert parser.parse_args(["analyze", "x.pcap", "--lake", "l", "--progress", "always"]).progress == "always"
     assert parser.parse_args(["ingest", "dir", "--lake", "l"]).progress == "auto"
     assert parser.parse_args(["ingest", "dir", "--lake", "l", "--no-group-rotated"]).group_rotated is False
+
+
+def test_each_step_counts_its_own_spark_jobs_and_stages(spark):
+    rdd = spark.sparkContext.parallelize(range(8), 2)
+    with Progress(spark, Log(), mode="never") as progress:
+        progress.step("a")
+        rdd.count()  # an RDD action: one job of one stage
+        rdd.count()
+        progress.step("b")
+        rdd.map(lambda x: (x % 2, x)).reduceByKey(lambda a, b: a + b).count()  # one job, a shuffle: two stages
+        work = progress.spark_work()
+    assert work == {"a": SparkWork(jobs=2, stages=2), "b": SparkWork(jobs=1, stages=2)}
+
+
+def test_decode_line_counts_packets_of_the_total_and_the_time_left():
+    # Half the bytes read, 500 packets in them: the capture holds about 1,000. Reading is half the
+    # work and a quarter of those 1,000 are decoded: 37.5 % done in 30 s, 50 s to go at that pace.
+    half = {"read_bytes": 50_000_000, "read_packets": 500, "decoded_packets": 250}
+    assert decode_line(half, 100_000_000, elapsed=30.0) == (
+        "500 of ~1,000 packets read (50 of 100 MB), 250 decoded (38%), about 0:00:50 left")
+    # Everything read: the total is known, not estimated.
+    read = {"read_bytes": 100_000_000, "read_packets": 1_234, "decoded_packets": 0}
+    assert decode_line(read, 100_000_000, elapsed=60.0) == (
+        "1,234 of 1,234 packets read (100 of 100 MB), 0 decoded (50%), about 0:01:00 left")
+    assert decode_line({}, 100_000_000, elapsed=1.0) == "reading the capture"
+
+
+def test_task_counters_sum_the_tasks_files(tmp_path):
+    counters = TaskCounters()
+    try:
+        TaskCounters.report(counters.directory, "read-x-0", {"read_packets": 10, "read_bytes": 100})
+        TaskCounters.report(counters.directory, "read-x-1", {"read_packets": 5, "read_bytes": 50})
+        TaskCounters.report(counters.directory, "read-x-1", {"read_packets": 7, "read_bytes": 70})  # the same task, later
+        TaskCounters.report(None, "read-x-2", {"read_packets": 1})  # progress off: nothing written
+        TaskCounters.report(str(tmp_path / "elsewhere"), "read-x-3", {"read_packets": 1})  # another host's path
+        assert counters.totals() == {"read_packets": 17, "read_bytes": 170}
+        counters.clear()
+        assert counters.totals() == {}
+    finally:
+        counters.close()
+    assert not Path(counters.directory).exists()
+
+
+def _tshark_packets(capture: Path, display_filter: str) -> int:
+    out = subprocess.run(["tshark", "-r", str(capture), "-Y", display_filter, "-T", "fields", "-e", "frame.number"],
+                         capture_output=True, check=True).stdout
+    return len(out.splitlines())
+
+
+@pytest.mark.tshark
+@pytest.mark.parametrize("range_bytes", [16_384, 1 << 26])
+def test_decode_tasks_count_every_packet_of_the_capture(spark, range_bytes):
+    counters = TaskCounters()
+    try:
+        tables, persisted = decode_tables(spark, resolve_captures([SAMPLE]), (5672,), range_bytes=range_bytes,
+                                          counters=counters.directory)
+        tables["frames"].count()
+        totals = counters.totals()
+        for df in persisted:
+            df.unpersist()
+    finally:
+        counters.close()
+    assert totals["read_packets"] == _tshark_packets(SAMPLE, "frame")
+    assert totals["decoded_packets"] == _tshark_packets(SAMPLE, "tcp")
+    # Every byte of the file but its header blocks (pcapng: section header and interface descriptions).
+    assert 0 < SAMPLE.stat().st_size - totals["read_bytes"] < 1024

@@ -1,0 +1,243 @@
+"""End to end: ``amqpscope analyze`` against tshark, and against a bare SparkSession start and stop.
+
+One command (also in ``make bench``):
+
+    .venv/bin/python benchmarks/end_to_end.py [--quick] [--frames 100000,1000000] [--out out/bench-e2e] [--keep]
+
+1. Captures: the bundled ``samples/mixed.pcapng`` and, unless ``--quick``, one capture per
+   ``--frames`` entry built from real traffic as ``benchmarks/decode.py`` builds its own (the bundled
+   samples replicated with a distinct client address per copy until the file holds that many AMQP
+   frames).
+2. Runs, each in its own process (its own JVM) and sampled every 0.5 s from ``/proc`` for the CPU
+   of the whole process tree (driver, JVM, Python workers): a bare ``SparkSession`` start and stop
+   (``jobs.session.build_session``, what analyze starts with), then ``analyze`` of every capture
+   into a fresh lake (``jobs.analyze.main``'s steps: session, analyze with a ``Progress`` that
+   counts the Spark jobs and stages of each step, stop), and
+   ``tshark -r F -o tcp.reassemble_out_of_order:TRUE -n -Y amqp -T fields -e frame.number`` on the
+   same file.
+3. Printed and written to ``OUT/end_to_end.json``: wall and CPU seconds of every run, the Spark jobs
+   and stages of each analyze step, the fixed cost (analyze of the small sample), the marginal CPU
+   cost per frame (between the two largest captures), and the ratios the speed goals are stated in
+   (docs/BENCHMARKS.md, "End to end"). The CPU seconds the rest of the machine used meanwhile are
+   recorded too: on a shared machine wall times are noisy, job and stage counts are not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # decode.py builds captures; ingest.py samples processes
+from decode import DEFAULT_SEEDS, broker_port, build_capture
+from ingest import Sampler, _commit, machine
+
+from amqpscope.testbed.tshark import TSHARK_PREFERENCES
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "samples" / "mixed.pcapng"
+DEFAULT_FRAMES = (100_000, 1_000_000)
+RUN_TIMEOUT_S = 2 * 3600
+# The goals of issue 15, as ratios measured in one run.
+GOALS = {"small_vs_bare_spark_wall": 3.0, "large_vs_tshark_wall": 4.0, "large_vs_tshark_cpu": 8.0,
+         "marginal_cpu_us_per_frame": 60.0, "jobs_per_analyze": 40}
+
+
+# --- the measured runs, each in a child process --------------------------------------------------
+
+
+def _child_spark() -> dict:
+    from amqpscope.jobs.session import build_session
+
+    started = time.perf_counter()
+    spark = build_session("local[2]", "amqpscope-bench-bare")
+    up = time.perf_counter() - started
+    spark.stop()
+    return {"session_start_s": round(up, 2), "seconds": round(time.perf_counter() - started, 2)}
+
+
+def _child_analyze(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
+    from amqpscope.conf.settings import AnalyzeConfig
+    from amqpscope.jobs.analyze import analyze
+    from amqpscope.jobs.progress import Progress
+    from amqpscope.jobs.session import build_session
+
+    config = AnalyzeConfig(lake=Path(lake), ports=ports, report=Path(lake) / "report.html")
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    spark = build_session(config.master, "amqpscope-analyze", dict(config.spark_conf))
+    timings["spark_start"] = time.perf_counter() - started
+    try:
+        with Progress(spark, mode="never") as progress:
+            result = analyze(spark, [capture], config, timings, progress)
+            work = progress.spark_work()
+    finally:
+        spark.stop()
+    timings["total"] = time.perf_counter() - started
+    return {
+        "seconds": round(timings["total"], 2),
+        "stage_seconds": {k: round(v, 2) for k, v in timings.items()},
+        "spark_work": {step: {"jobs": w.jobs, "stages": w.stages} for step, w in work.items()},
+        "jobs": sum(w.jobs for w in work.values()),
+        "stages": sum(w.stages for w in work.values()),
+        "frames": result.row_counts["frames"],
+        "suites_passed": result.suites_passed,
+    }
+
+
+def _measure(command: list[str], log: Path) -> dict:
+    """Run ``command`` sampled: its JSON output (the last stdout line, if any), wall and CPU."""
+    started = time.perf_counter()
+    with open(log, "wb") as stderr:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True, cwd=ROOT)
+        sampler = Sampler(child.pid)
+        sampler.start()
+        try:
+            stdout, _ = child.communicate(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)  # the run's own process group, started above
+            stdout, _ = child.communicate()
+        finally:
+            usage = sampler.stop()
+    wall = time.perf_counter() - started
+    if child.returncode != 0:
+        raise SystemExit(f"{' '.join(command[:4])} ... failed (exit {child.returncode}); see {log}")
+    lines = stdout.decode().strip().splitlines()
+    result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    return {**result, "wall_s": round(wall, 2), "cpu_s": usage.cpu_seconds, "jvm_cpu_s": usage.jvm_cpu_seconds,
+            "python_worker_cpu_s": usage.python_worker_cpu_seconds, "other_cpu_s": usage.other_cpu_seconds,
+            "peak_jvm_mb": round(usage.driver_jvm_mb)}
+
+
+def tshark_command(capture: Path, ports: tuple[int, ...]) -> list[str]:
+    command = ["tshark", "-r", str(capture), *TSHARK_PREFERENCES, "-n"]
+    for port in ports:  # the testbed's broker listens on a free port, not 5672
+        command += ["-d", f"tcp.port=={port},amqp"]
+    return [*command, "-Y", "amqp", "-T", "fields", "-e", "frame.number"]
+
+
+def tshark_frames(capture: Path, ports: tuple[int, ...]) -> int:
+    out = subprocess.run(tshark_command(capture, ports), capture_output=True, check=True).stdout
+    return len(out.splitlines())
+
+
+# --- the benchmark ------------------------------------------------------------------------------
+
+
+def captures(out: Path, frames: tuple[int, ...]) -> list[tuple[str, Path, tuple[int, ...]]]:
+    """(name, file, broker ports) of the sample and of a built capture per entry of ``frames``."""
+    made = [("sample", SAMPLE, (broker_port(SAMPLE),))]
+    seeds = list(DEFAULT_SEEDS)
+    ports = tuple(sorted({broker_port(seed) for seed in seeds}))
+    for target in frames:
+        path = out / f"e2e-{target}.pcap"
+        if not path.exists():
+            print(f"[{time.strftime('%H:%M:%S')}] building a {target:,}-frame capture ...", file=sys.stderr, flush=True)
+            build_capture(seeds, target, path)
+        made.append((f"{target:,} frames", path, ports))
+    return made
+
+
+def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    me = [sys.executable, str(Path(__file__).resolve())]
+    print(f"[{time.strftime('%H:%M:%S')}] bare SparkSession ...", file=sys.stderr, flush=True)
+    bare = _measure([*me, "one-spark"], out / "bare-spark.log")
+    rows = []
+    for name, capture, ports in captures(out, frames):
+        lake = Path(tempfile.mkdtemp(prefix="lake-", dir=out))
+        try:
+            print(f"[{time.strftime('%H:%M:%S')}] analyze {name} ...", file=sys.stderr, flush=True)
+            analyzed = _measure([*me, "one-analyze", str(capture), str(lake), ",".join(map(str, ports))],
+                                out / f"analyze-{capture.stem}.log")
+        finally:
+            if not keep:
+                shutil.rmtree(lake, ignore_errors=True)
+        print(f"[{time.strftime('%H:%M:%S')}] tshark {name} ...", file=sys.stderr, flush=True)
+        tshark = _measure(tshark_command(capture, ports), out / f"tshark-{capture.stem}.log")
+        tshark["frames"] = tshark_frames(capture, ports)
+        rows.append({"name": name, "file": str(capture), "megabytes": round(capture.stat().st_size / 1e6, 1),
+                     "analyze": analyzed, "tshark": tshark})
+    return {"machine": machine(), "commit": _commit(), "load_average_at_end": os.getloadavg(),
+            "bare_spark": bare, "captures": rows, "derived": derived(bare, rows)}
+
+
+def derived(bare: dict, rows: list[dict]) -> dict:
+    """Fixed and marginal cost, and the goals' ratios."""
+    small = rows[0]["analyze"]
+    result = {
+        "fixed_wall_s": small["wall_s"], "fixed_cpu_s": small["cpu_s"], "jobs_per_analyze": small["jobs"],
+        "small_vs_bare_spark_wall": round(small["wall_s"] / bare["wall_s"], 2),
+        "small_vs_tshark_wall": round(small["wall_s"] / rows[0]["tshark"]["wall_s"], 1),
+    }
+    if len(rows) >= 3:
+        medium, large = rows[-2]["analyze"], rows[-1]["analyze"]
+        extra = large["frames"] - medium["frames"]
+        result["marginal_cpu_us_per_frame"] = round(1e6 * (large["cpu_s"] - medium["cpu_s"]) / extra, 1)
+        result["marginal_wall_us_per_frame"] = round(1e6 * (large["wall_s"] - medium["wall_s"]) / extra, 1)
+        tshark = rows[-1]["tshark"]
+        result["large_vs_tshark_wall"] = round(large["wall_s"] / tshark["wall_s"], 1)
+        result["large_vs_tshark_cpu"] = round(large["cpu_s"] / max(tshark["cpu_s"], 0.01), 1)
+        tshark_medium = rows[-2]["tshark"]
+        result["tshark_marginal_cpu_us_per_frame"] = round(
+            1e6 * (tshark["cpu_s"] - tshark_medium["cpu_s"]) / extra, 1)
+    return result
+
+
+def markdown(result: dict) -> str:
+    bare = result["bare_spark"]
+    lines = [f"machine: {result['machine']}; commit {result['commit']}; load average at the end "
+             f"{', '.join(f'{x:.1f}' for x in result['load_average_at_end'])}", "",
+             f"bare SparkSession start + stop: {bare['wall_s']} s wall, {bare['cpu_s']} CPU s", "",
+             "| capture | MB | frames | analyze wall / CPU s | Spark jobs / stages | tshark wall / CPU s | wall ratio | CPU ratio | other CPU s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in result["captures"]:
+        a, t = row["analyze"], row["tshark"]
+        lines.append(f"| {row['name']} | {row['megabytes']} | {a['frames']:,} | {a['wall_s']} / {a['cpu_s']} | "
+                     f"{a['jobs']} / {a['stages']} | {t['wall_s']} / {t['cpu_s']} | "
+                     f"{a['wall_s'] / t['wall_s']:.1f}x | {a['cpu_s'] / max(t['cpu_s'], 0.01):.1f}x | {a['other_cpu_s']} |")
+    steps = list(dict.fromkeys(s for row in result["captures"] for s in row["analyze"]["spark_work"]))
+    lines += ["", "| Spark jobs / stages, wall s | " + " | ".join(steps) + " |", "|---" * (len(steps) + 1) + "|"]
+    for row in result["captures"]:
+        a = row["analyze"]
+        cells = [f"{a['spark_work'][s]['jobs']} / {a['spark_work'][s]['stages']}, {a['stage_seconds'].get(s, 0)}"
+                 if s in a["spark_work"] else "" for s in steps]
+        lines.append(f"| {row['name']} | " + " | ".join(cells) + " |")
+    lines += ["", "| derived | value | goal |", "|---|---|---|"]
+    for key, value in result["derived"].items():
+        lines.append(f"| {key} | {value} | {GOALS.get(key, '')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "one-spark":
+        print(json.dumps(_child_spark()))
+        return 0
+    if argv and argv[0] == "one-analyze":
+        capture, lake, ports = argv[1:4]
+        print(json.dumps(_child_analyze(capture, lake, tuple(int(p) for p in ports.split(",")))))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the bundled sample only (and the bare session)")
+    parser.add_argument("--frames", default=",".join(map(str, DEFAULT_FRAMES)),
+                        help="AMQP frames of each capture built from real traffic (comma-separated)")
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench-e2e")
+    parser.add_argument("--keep", action="store_true", help="keep the lakes written")
+    args = parser.parse_args(argv)
+    frames = () if args.quick else tuple(int(x) for x in args.frames.split(",") if x)
+    result = run(args.out, frames, args.keep)
+    (args.out / "end_to_end.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

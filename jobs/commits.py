@@ -1,0 +1,40 @@
+"""What the Delta log already says about a write: row counts per capture, without reading a table.
+
+Every file a commit adds carries its row count in its statistics (``numRecords``: delta-rs and
+delta-spark both write it), so the rows of a capture are the sum over the files of its partition
+in the table's current snapshot. No Spark job runs; only the log is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from pyspark.sql import functions as F
+
+from amqpscope.jobs.lake import CAPTURE_ID, Lake
+
+
+def committed_rows(path: str, capture_ids: Sequence[str]) -> int | None:
+    """Rows of `capture_ids` in the Delta table at `path`, from the log; None when a file of theirs
+    has no row count in its statistics (the caller then counts the rows)."""
+    actions = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pydict()
+    wanted = set(capture_ids)
+    counts = [n for n, capture in zip(actions["num_records"], actions[f"partition.{CAPTURE_ID}"]) if capture in wanted]
+    if any(n is None for n in counts):
+        return None
+    return int(sum(counts))
+
+
+def committed_row_counts(lake: Lake, tables: Sequence[str], capture_ids: Sequence[str]) -> dict[str, int]:
+    """Rows of `capture_ids` per table, from the Delta log where it is on this machine's filesystem
+    (the delta-rs backend's lakes, and delta-spark's local ones); counted by Spark otherwise."""
+    counts = {}
+    for table in tables:
+        path = lake.table_path(table)
+        rows = committed_rows(path, capture_ids) if "://" not in path else None
+        if rows is None:
+            rows = lake.read(table).filter(F.col(CAPTURE_ID).isin(*capture_ids)).count()
+        counts[table] = rows
+    return counts

@@ -1,0 +1,83 @@
+"""A digest of every table ``analyze`` writes, per capture: what the same-rows test compares.
+
+A table's digest for one capture is the SHA-256 of its rows' own SHA-256 digests, sorted: every
+column of every row counts (as Spark's JSON of the row, in the table's column order), the order in
+which rows were written does not. ``tests/data/table_digests.json`` holds the digests written by
+the code before the speed work (its commit is in the file); to write them again from the code of
+the working tree (say, on ``main`` after a change that is meant to change rows):
+
+    .venv/bin/python -m tests.table_digests tests/data/table_digests.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pyspark.sql.functions as F
+from pyspark.sql import SparkSession
+
+from amqpscope.conf.settings import AnalyzeConfig
+import amqpscope.jobs.analyze as analyze_module
+from amqpscope.jobs.analyze import FLOW_TABLES, MESSAGE_TABLES, VERDICT_TABLES, analyze
+from amqpscope.jobs.lake import Lake
+from amqpscope.schemas.bronze import BRONZE_SCHEMAS
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+# The three samples and the decoder and flow scenario captures (the bottleneck scenarios' 21 MB
+# would make this the slowest test of the suite; their diagnosis has its own acceptance test).
+CAPTURES = tuple(sorted(p for folder in (SAMPLES, SAMPLES / "decoders", SAMPLES / "flow")
+                        for p in folder.iterdir() if p.suffix in (".pcap", ".pcapng")))
+TABLES = (*BRONZE_SCHEMAS, *MESSAGE_TABLES, *FLOW_TABLES, *getattr(analyze_module, "GOLD_TABLES", ()), *VERDICT_TABLES)
+
+
+def table_digests(spark: SparkSession, lake_root: Path, tables=TABLES) -> dict[str, dict[str, dict]]:
+    """table -> capture_id -> {"rows": n, "sha256": digest} of the lake at ``lake_root``."""
+    lake = Lake(spark, lake_root)
+    digests: dict[str, dict[str, dict]] = {}
+    for table in tables:
+        df = lake.read(table)
+        row_digest = F.sha2(F.to_json(F.struct(*[F.col(c) for c in df.columns])), 256)
+        rows: dict[str, list[str]] = {}
+        for r in df.select("capture_id", row_digest.alias("d")).collect():
+            rows.setdefault(r.capture_id, []).append(r.d)
+        digests[table] = {
+            capture: {"rows": len(ds), "sha256": hashlib.sha256("\n".join(sorted(ds)).encode()).hexdigest()}
+            for capture, ds in sorted(rows.items())
+        }
+    return digests
+
+
+def analyze_samples(spark: SparkSession, lake_root: Path, runs: int = 1) -> None:
+    """``analyze`` of every bundled capture in one run into ``lake_root`` (``runs`` times over)."""
+    config = AnalyzeConfig(lake=lake_root, report=lake_root / "report.html", data_docs=lake_root / "docs")
+    for _ in range(runs):
+        analyze(spark, [str(c) for c in CAPTURES], config)
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def main(out: str) -> None:
+    from amqpscope.jobs.session import build_session
+
+    spark = build_session("local[2]", "amqpscope-table-digests")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            analyze_samples(spark, Path(tmp) / "lake")
+            digests = table_digests(spark, Path(tmp) / "lake")
+    finally:
+        spark.stop()
+    document = {"written_by_commit": _commit(), "captures": [str(c.relative_to(ROOT)) for c in CAPTURES],
+                "tables": digests}
+    Path(out).write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
