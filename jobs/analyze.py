@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -20,6 +22,7 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.suite import run_verdicts
 from amqpscope.jobs.ingest import resolve_captures, superseded_captures, write_bronze
 from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
+from amqpscope.pipelines.dq_summary import dq_summary
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.jobs.lake import Lake
@@ -33,6 +36,7 @@ log = logging.getLogger("amqpscope.analyze")
 # Tables written by analyze after the bronze ones and the flow state (pipelines.flow_state), in order.
 MESSAGE_TABLES = ("messages_091", "deliveries_10")
 VERDICT_TABLES = ("violations",)
+GOLD_TABLES = ("dq_summary",)
 
 
 @dataclass
@@ -88,19 +92,30 @@ def analyze(spark: SparkSession, captures: Sequence[str | Path], config: Analyze
             run = run_verdicts({**flow, **messages, "frames": frames}, config.data_docs_dir)
             lake.write(run.violations, "violations", replace_capture_ids=replace)
         with _stage(timings, "report", progress):
+            violations = lake.read("violations").filter(lake_capture_filter(ids))
+            gold = _stored(lake, {"dq_summary": dq_summary(
+                captures=bronze.captures, connections=bronze.connections, frames=frames,
+                quarantine=bronze.quarantine, violations=violations, diagnosis=None,
+                suite_of_rule={rule: s.suite_name for s in run.suites for rule in s.unexpected_counts},
+                suites_run=[s.suite_name for s in run.suites],
+                run_id=uuid.uuid4().hex, run_ts=datetime.now(timezone.utc).replace(tzinfo=None),
+            )}, ids, replace, progress)
             report = write_report(
                 config.report_path,
                 frames=frames,
                 connections=bronze.connections,
-                violations=lake.read("violations").filter(lake_capture_filter(ids)),
+                violations=violations,
                 captures=bronze.captures,
                 verdicts=run,
                 data_docs_index=run.data_docs_index,
+                flow=flow,
+                quarantine=bronze.quarantine,
+                dq_summary=gold["dq_summary"],
             )
     finally:
         bronze.release()
     counts = {name: lake.read(name).filter(lake_capture_filter(ids)).count()
-              for name in (*BRONZE_SCHEMAS, *MESSAGE_TABLES, *FLOW_TABLES, *VERDICT_TABLES)}
+              for name in (*BRONZE_SCHEMAS, *MESSAGE_TABLES, *FLOW_TABLES, *VERDICT_TABLES, *GOLD_TABLES)}
     return AnalyzeResult(tuple(ids), report, run.data_docs_index, counts, timings, run.success)
 
 
