@@ -153,8 +153,13 @@ def check_page(driver, page: Path) -> list[dict[str, Any]]:
     return marks
 
 
-def screenshot(driver, name: str) -> Path:
+def screenshot(driver, name: str, page: Path) -> Path:
+    """Keeps a screenshot of the whole page, and its size and load times (a record, not a check)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    timing = driver.execute_script(
+        "var t = performance.getEntriesByType('navigation')[0];"
+        "return {dom_content_loaded_ms: t.domContentLoadedEventEnd, load_ms: t.loadEventEnd};")
+    (ARTIFACTS / f"report-{name}.json").write_text(json.dumps({"bytes": page.stat().st_size, **timing}) + "\n")
     height = driver.execute_script("return document.body.scrollHeight")
     driver.set_window_size(1400, min(height, 12000))
     target = ARTIFACTS / f"report-{name}.png"
@@ -179,7 +184,7 @@ def test_analyze_report_opens_offline_with_every_chart_drawn(lake, browser):
         "return d.data.filter(function (t) { return / prefetch$/.test(t.name); })"
         ".map(function (t) { return Math.max.apply(null, t.y); });")
     assert prefetch == [10]  # truth: basic.qos(prefetch_count=10, global=false)
-    screenshot(browser, "analyze")
+    screenshot(browser, "analyze", report)
 
 
 def test_dashboard_answers_first_and_drills_down(lake, browser, tmp_path):
@@ -223,7 +228,7 @@ def test_dashboard_answers_first_and_drills_down(lake, browser, tmp_path):
     assert 0 <= landed[0] < landed[1]  # the target is in view
     assert browser.find_element(By.ID, target).text.startswith("Connection ")
     browser.execute_script("window.scrollTo(0, 0)")
-    screenshot(browser, "dashboard")
+    screenshot(browser, "dashboard", page)
 
 
 def test_hostile_names_stay_inert_in_the_browser(spark, browser, tmp_path):

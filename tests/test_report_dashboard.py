@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from html.parser import HTMLParser
 from typing import Any
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual
@@ -209,6 +210,22 @@ class Page(HTMLParser):
             self.text.append(data)
 
 
+HEADLINE = "Publishing on 10.0.0.1:40000 was blocked by a memory alarm for 1.4 s."
+
+
+@pytest.fixture(scope="module")
+def full(spark, tmp_path_factory) -> tuple[str, Page]:
+    """The page with every table: flow state, a diagnosis with two findings (the second one's entity hostile)."""
+    findings = [finding(1), finding(2, finding_id="f2", entity=HOSTILE, component="consumer",
+                                       effect="deliveries_wait_for_acks", entity_kind="consumer",
+                                       consumer_tag=HOSTILE, channel=1, packet_numbers=[])]
+    return render(
+        spark, tmp_path_factory.mktemp("full"), flow=flow_tables(spark),
+        diagnosis=table(spark, DIAGNOSIS_SCHEMA, [diagnosis_row("memory_alarm", HEADLINE, findings)]),
+        bottlenecks=table(spark, BOTTLENECKS_SCHEMA, findings),
+    )
+
+
 def render(spark: SparkSession, tmp_path, **extra: Any) -> tuple[str, Page]:
     arguments: dict[str, Any] = dict(
         frames=table(spark, FRAMES_SCHEMA, FRAMES), connections=table(spark, CONNECTIONS_SCHEMA, CONNECTIONS),
@@ -229,26 +246,22 @@ def words(parsed: Page) -> str:
 # --- the answer first --------------------------------------------------------------------------
 
 
-def test_the_diagnosis_comes_first_with_findings_filters_and_drill_down(spark, tmp_path):
-    headline = "Publishing on 10.0.0.1:40000 was blocked by a memory alarm for 1.4 s."
-    findings = [finding(1)]
-    page, parsed = render(
-        spark, tmp_path,
-        diagnosis=table(spark, DIAGNOSIS_SCHEMA, [diagnosis_row("memory_alarm", headline, findings)]),
-        bottlenecks=table(spark, BOTTLENECKS_SCHEMA, findings),
-    )
+def test_the_diagnosis_comes_first_with_findings_filters_and_drill_down(full):
+    _, parsed = full
     text = words(parsed)
-    assert f"Bottleneck: memory_alarm {headline}" in text
+    assert f"Bottleneck: memory_alarm {HEADLINE}" in text
     # The answer, then the violations, then the context.
-    assert text.index(headline) < text.index("Rule violations") < text.index("Operator context")
+    assert text.index(HEADLINE) < text.index("Rule violations") < text.index("Operator context")
     assert "frame.number in {2 3}" in text
-    assert "reason low on memory" in text  # the evidence map, as a definition list
+    assert "notifications 1 reason low on memory" in text  # the evidence map, as a definition list
     # The frames the finding points at: packets 2 and 3 are c1's start-ok and tune-ok (FRAMES).
     assert "2 2024-05-01 12:00:00.010000 c2s 0 method connection.start-ok 20" in text
     assert "3 2024-05-01 12:00:00.020000 c2s 0 method connection.tune-ok 20" in text
     connection = anchor("cap", "connection", "c1")
-    assert f"#{connection}" in parsed.links  # the finding links to its connection ...
+    assert f"#{connection}" in parsed.links  # the first finding links to its connection ...
     assert connection in parsed.ids  # ... whose section is in the page
+    consumer = anchor("cap", "consumer", "c1", 1, HOSTILE)
+    assert f"#{consumer}" in parsed.links and consumer in parsed.ids  # the second, to its consumer
     finding_anchor = next(i for i in parsed.ids if i.endswith("-finding-1"))
     assert f"#{finding_anchor}" in parsed.links  # and the connection's section links back
 
@@ -261,11 +274,7 @@ def test_no_bottleneck_is_said_plainly(spark, tmp_path):
     )
     assert f"No bottleneck found. {headline}" in words(parsed)
     assert "Bottleneck:" not in words(parsed)
-
-
-def test_without_the_diagnosis_tables_the_page_says_so(spark, tmp_path):
-    _, parsed = render(spark, tmp_path)
-    assert "No diagnosis in this run" in words(parsed)
+    assert 'class="findings"' not in page  # no findings table
 
 
 # --- operator context and data quality ----------------------------------------------------------
@@ -288,8 +297,8 @@ def test_connection_context_reads_products_names_and_limits(spark):
     )
 
 
-def test_report_shows_context_tls_and_data_quality(spark, tmp_path):
-    _, parsed = render(spark, tmp_path)
+def test_report_shows_context_tls_and_data_quality(full):
+    _, parsed = full
     text = words(parsed)
     assert "pika 1.3.2" in text and "RabbitMQ 3.10.8" in text
     assert "client 4,096 / broker 131,072" in text
@@ -342,8 +351,8 @@ def figures(parsed: Page) -> dict[str, dict[str, Any]]:
     return found
 
 
-def test_every_chart_is_drawn_from_the_flow_tables(spark, tmp_path):
-    page, parsed = render(spark, tmp_path, flow=flow_tables(spark))
+def test_every_chart_is_drawn_from_the_flow_tables(full):
+    page, parsed = full
     drawn = figures(parsed)
     unacked = drawn["Unacked deliveries and prefetch per consumer"]["data"]
     assert [t["y"] for t in unacked] == [[1, 2, 1, 2], [2, 2, 2, 2]]  # unacked, then prefetch
@@ -377,10 +386,8 @@ def test_every_chart_is_drawn_from_the_flow_tables(spark, tmp_path):
     assert len(drawn) == 7
 
 
-def test_hostile_names_stay_text_in_charts_and_tooltips(spark, tmp_path):
-    page, parsed = render(spark, tmp_path, flow=flow_tables(spark),
-                          bottlenecks=table(spark, BOTTLENECKS_SCHEMA, [finding(1, entity=HOSTILE)]),
-                          diagnosis=table(spark, DIAGNOSIS_SCHEMA, [diagnosis_row("memory_alarm", HOSTILE, [finding(1)])]))
+def test_hostile_names_stay_text_in_charts_and_tooltips(full):
+    page, parsed = full
     ours = page.replace(_plotly_js(), "")  # the page without the inlined library
     for hostile in (HOSTILE, HOSTILE_IMG, "<img", "<script>alert", "onerror=\""):
         assert hostile not in ours

@@ -88,6 +88,8 @@ def line_chart(
                 "hovertemplate": f"{name}<br>%{{x:.6f}} s: %{{y}}<extra></extra>", **extra,
             })
     layout = _layout(title, y_title)
+    if any(t.get("yaxis") == "y2" for _, _, t in traces):
+        layout["margin"] = {**layout["margin"], "r": 80}  # room for the right-hand axis
     if log_y:
         layout["yaxis"] = {**layout["yaxis"], "type": "log"}
     return {"data": data, "layout": layout, "config": CONFIG}
@@ -124,7 +126,9 @@ def timeline_chart(
                      height=140 + 26 * max(len(order), 1), barmode="overlay")
     layout["yaxis"] = {"type": "category", "categoryorder": "array", "categoryarray": order,
                        "autorange": "reversed", "automargin": True}
-    layout["margin"] = {**layout["margin"], "l": 20}
+    layout["margin"] = {**layout["margin"], "l": 20, "t": 70}
+    # Above the lanes: below them it would cover the time axis of a tall chart.
+    layout["legend"] = {"orientation": "h", "x": 0, "y": 1, "yanchor": "bottom"}
     return {"data": data, "layout": layout, "config": CONFIG}
 
 
