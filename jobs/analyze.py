@@ -98,7 +98,7 @@ def analyze(spark: SparkSession, captures: Sequence[str | Path], config: Analyze
                 quarantine=bronze.quarantine, violations=violations, diagnosis=None,
                 suite_of_rule={rule: s.suite_name for s in run.suites for rule in s.unexpected_counts},
                 suites_run=[s.suite_name for s in run.suites],
-                run_id=uuid.uuid4().hex, run_ts=datetime.now(timezone.utc).replace(tzinfo=None),
+                run_id=uuid.uuid4().hex, run_ts=datetime.now(timezone.utc),
             )}, ids, replace, progress)
             report = write_report(
                 config.report_path,

@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame, Window
 POINTS = 400  # points per series at most
 SERIES = 12  # series per chart and capture at most
 LANES = 60  # swimlanes per capture at most
-INTERVALS_PER_LANE = 200  # the longest intervals of a lane
+INTERVALS_PER_LANE = 100  # the longest intervals of a lane
 MARKERS_PER_RULE = 100  # the earliest violations of a rule
 # Bucket widths for message rates, in seconds: the smallest giving at most RATE_BUCKETS buckets.
 RATE_WIDTHS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 300, 600, 1800, 3600)
