@@ -12,6 +12,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from amqpscope.conf.diagnosis import DiagnosisThresholds
+
 STORAGE_BACKENDS = ("auto", "delta-rs", "delta-spark")
 DEFAULT_PORTS = (5672,)
 
@@ -29,8 +31,12 @@ class AnalyzeConfig:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     # Decode rotated files (tcpdump -C / -G / -W) as the parts of one capture (ingest.rotation).
     group_rotated: bool = True
+    # Thresholds of the bottleneck diagnosis (conf/diagnosis.py; YAML key ``diagnosis:``).
+    diagnosis: DiagnosisThresholds = field(default_factory=DiagnosisThresholds)
 
     def __post_init__(self) -> None:
+        if isinstance(self.diagnosis, Mapping):
+            object.__setattr__(self, "diagnosis", DiagnosisThresholds.from_mapping(self.diagnosis))
         if self.storage not in STORAGE_BACKENDS:
             raise ValueError(f"storage must be one of {', '.join(STORAGE_BACKENDS)}, not {self.storage!r}")
         if not self.ports or any(not 0 < p < 65536 for p in self.ports):

@@ -28,6 +28,7 @@ from amqpscope.schemas.flow import (
     LINK_CREDIT_SCHEMA,
     SESSION_WINDOW_SCHEMA,
 )
+from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA, FRAMES_SCHEMA
 from amqpscope.schemas.messages import MESSAGES_091_SCHEMA
 from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
@@ -47,9 +48,13 @@ TABLE_SCHEMAS: Mapping[str, StructType] = {
     "frame_limits": FRAME_LIMITS_SCHEMA,
     "idle_gaps": IDLE_GAPS_SCHEMA,
     "messages_091": MESSAGES_091_SCHEMA,
+    "bottlenecks": BOTTLENECKS_SCHEMA,
 }
 
 CATALOGUE_PATH = Path(__file__).with_name("rules.yml")
+# Expectations on the diagnosis (docs/DIAGNOSIS.md): a finding fails the suite, so a scheduled
+# job's validation says when a bottleneck was found. Kept apart from the protocol rules.
+DIAGNOSIS_CATALOGUE_PATH = Path(__file__).with_name("diagnosis.yml")
 
 # Dotted, lower-case and stable: reports, Data Docs and stored violations refer to rules by it.
 _RULE_ID = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
@@ -113,8 +118,14 @@ def rule_from_mapping(entry: Mapping[str, Any], source: str = "<inline>") -> Rul
     )
 
 
-def load_rules(path: Path = CATALOGUE_PATH) -> tuple[Rule, ...]:
-    """Load and validate a rule file (rules.yml by default); rule ids must be unique."""
+def load_rules(path: Path | None = None) -> tuple[Rule, ...]:
+    """Load and validate a rule file (default: rules.yml and diagnosis.yml); rule ids must be unique."""
+    if path is None:
+        rules = (*load_rules(CATALOGUE_PATH), *load_rules(DIAGNOSIS_CATALOGUE_PATH))
+        duplicated = sorted({r.id for r in rules if sum(o.id == r.id for o in rules) > 1})
+        if duplicated:
+            raise ValueError(f"rule ids defined twice: {', '.join(duplicated)}")
+        return rules
     path = Path(path)
     document = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(document, Mapping) or not isinstance(document.get("rules"), list):

@@ -30,13 +30,16 @@ from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.report import write_report
 from amqpscope.jobs.session import build_session
 from amqpscope.pipelines.flow_state import FLOW_TABLES, derived_tables, flow_timelines
+from amqpscope.pipelines.bottlenecks import bottleneck_findings
+from amqpscope.pipelines.diagnosis import diagnosis
 
 log = logging.getLogger("amqpscope.analyze")
 
 # Tables written by analyze after the bronze ones and the flow state (pipelines.flow_state), in order.
 MESSAGE_TABLES = ("messages_091", "deliveries_10")
 VERDICT_TABLES = ("violations",)
-GOLD_TABLES = ("dq_summary",)
+GOLD_TABLES = ("bottlenecks", "diagnosis")
+QUALITY_TABLES = ("dq_summary",)
 
 
 @dataclass
@@ -47,6 +50,8 @@ class AnalyzeResult:
     row_counts: dict[str, int]
     stage_seconds: dict[str, float] = field(default_factory=dict)
     suites_passed: bool = True
+    # Per capture: the diagnosis headline (pipelines.diagnosis), the top component and its findings.
+    diagnoses: tuple[dict[str, object], ...] = ()
 
 
 @contextmanager
@@ -88,14 +93,17 @@ def analyze(spark: SparkSession, captures: Sequence[str | Path], config: Analyze
             flow = _stored(lake, flow_timelines(frames, bronze.tcp_segments), ids, replace, progress)
             # Intervals and throughput read the stored timelines back rather than recompute them.
             flow.update(_stored(lake, derived_tables(frames, flow), ids, replace, progress))
+        with _stage(timings, "diagnosis", progress):
+            gold = diagnosis_tables(lake, bronze, flow, messages, config, ids, replace, progress)
         with _stage(timings, "verdicts", progress):
-            run = run_verdicts({**flow, **messages, "frames": frames}, config.data_docs_dir)
+            run = run_verdicts({**flow, **messages, "frames": frames, "bottlenecks": gold["bottlenecks"]},
+                               config.data_docs_dir)
             lake.write(run.violations, "violations", replace_capture_ids=replace)
         with _stage(timings, "report", progress):
             violations = lake.read("violations").filter(lake_capture_filter(ids))
-            gold = _stored(lake, {"dq_summary": dq_summary(
+            quality = _stored(lake, {"dq_summary": dq_summary(
                 captures=bronze.captures, connections=bronze.connections, frames=frames,
-                quarantine=bronze.quarantine, violations=violations, diagnosis=None,
+                quarantine=bronze.quarantine, violations=violations, diagnosis=gold["diagnosis"],
                 suite_of_rule={rule: s.suite_name for s in run.suites for rule in s.unexpected_counts},
                 suites_run=[s.suite_name for s in run.suites],
                 run_id=uuid.uuid4().hex, run_ts=datetime.now(timezone.utc),
@@ -110,13 +118,37 @@ def analyze(spark: SparkSession, captures: Sequence[str | Path], config: Analyze
                 data_docs_index=run.data_docs_index,
                 flow=flow,
                 quarantine=bronze.quarantine,
-                dq_summary=gold["dq_summary"],
+                diagnosis=gold["diagnosis"],
+                bottlenecks=gold["bottlenecks"],
+                dq_summary=quality["dq_summary"],
             )
     finally:
         bronze.release()
     counts = {name: lake.read(name).filter(lake_capture_filter(ids)).count()
-              for name in (*BRONZE_SCHEMAS, *MESSAGE_TABLES, *FLOW_TABLES, *VERDICT_TABLES, *GOLD_TABLES)}
-    return AnalyzeResult(tuple(ids), report, run.data_docs_index, counts, timings, run.success)
+              for name in (*BRONZE_SCHEMAS, *MESSAGE_TABLES, *FLOW_TABLES, *GOLD_TABLES, *VERDICT_TABLES,
+                           *QUALITY_TABLES)}
+    return AnalyzeResult(tuple(ids), report, run.data_docs_index, counts, timings, run.success,
+                         headlines(lake, ids))
+
+
+def diagnosis_tables(lake: Lake, bronze, flow: dict[str, DataFrame], messages: dict[str, DataFrame],
+                     config: AnalyzeConfig, ids: Sequence[str], replace: Sequence[str],
+                     progress: Progress | None = None) -> dict[str, DataFrame]:
+    """The gold tables bottlenecks and diagnosis, written and read back."""
+    findings = bottleneck_findings(
+        frames=bronze.frames, connections=bronze.connections, messages_091=messages["messages_091"],
+        flow_intervals=flow["flow_intervals"], consumer_unacked=flow["consumer_unacked"],
+        link_state=flow["link_state"], connection_blocked=flow["connection_blocked"], tcp_flow=flow["tcp_flow"],
+        limits=config.diagnosis)
+    stored = _stored(lake, {"bottlenecks": findings}, ids, replace, progress)
+    stored.update(_stored(lake, {"diagnosis": diagnosis(stored["bottlenecks"], bronze.captures)}, ids, replace, progress))
+    return stored
+
+
+def headlines(lake: Lake, capture_ids: Sequence[str]) -> tuple[dict[str, object], ...]:
+    """Per capture: its diagnosis row as plain data (what ``analyze`` and ``diagnose`` print)."""
+    rows = lake.read("diagnosis").filter(lake_capture_filter(capture_ids)).collect()
+    return tuple(row.asDict(recursive=True) for row in sorted(rows, key=lambda r: capture_ids.index(r.capture_id)))
 
 
 def _stored(

@@ -29,6 +29,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "rebuild flow state (link_credit, link_state, session_window, channel_unacked, consumer_unacked, "
         "channel_confirms, channel_flow, connection_blocked, frame_limits, idle_gaps, tcp_flow, flow_intervals, "
         "throughput), "
+        "diagnose the bottleneck (bottlenecks, diagnosis), "
         "run the Great Expectations suites (violations table, Data Docs) and write an HTML report. "
         "Rotated files of one capture decode as one. "
         "Re-running on the same captures replaces their rows: the lake ends up the same.",
@@ -72,8 +73,12 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
     config = _config(args)
     result = analyze.main(args.captures, config, args.progress)
+    for answer in result.diagnoses:
+        print(f"{answer['capture_id'][:12]}: {answer['headline']}", file=sys.stderr)
     print(json.dumps({
         "captures": list(result.capture_ids),
+        "diagnosis": {a["capture_id"]: {"bottleneck": a["bottleneck"], "headline": a["headline"]}
+                      for a in result.diagnoses},
         "lake": str(config.lake),
         "tables": result.row_counts,
         "suites_passed": result.suites_passed,
@@ -116,6 +121,40 @@ def _run_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_diagnose(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "diagnose",
+        help="say what the bottleneck is: ranked findings with entities, times, packets and Wireshark filters",
+        description="Print, in plain language, the bottleneck of each capture (resource alarm, a stage of "
+        "RabbitMQ's credit flow, a slow consumer, a client not reading, the network, or none) and its ranked "
+        "findings with entity names, times, packet numbers and a Wireshark display filter (docs/DIAGNOSIS.md). "
+        "Captures already analysed into --lake are answered from its diagnosis and bottlenecks tables without "
+        "starting Spark; others are analysed first (into --lake, or a temporary lake without it).",
+    )
+    p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
+    p.add_argument("--lake", help="lake to answer from and analyse into (default: a temporary lake)")
+    p.add_argument("--config", type=Path, help="YAML settings (see conf/analyze.yml), diagnosis thresholds included")
+    p.add_argument("--json", action="store_true", help="print every finding of every capture as JSON")
+    p.add_argument("--reanalyze", action="store_true", help="analyse again even when the lake has a diagnosis")
+    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help="show analyze's progress on stderr when a capture must be analysed")
+    p.set_defaults(run=_run_diagnose)
+
+
+def _run_diagnose(args: argparse.Namespace) -> int:
+    from amqpscope.jobs import diagnose
+
+    settings = load_yaml(args.config) if args.config else {}
+    if args.lake is not None:
+        settings["lake"] = args.lake
+    config = AnalyzeConfig(**settings) if "lake" in settings else None
+    if config is None and settings:
+        raise SystemExit("amqpscope diagnose: --config without a lake: set --lake or lake: in the file")
+    answers = diagnose.diagnose(args.captures, config, args.progress, args.reanalyze)
+    print(diagnose.render_json(answers) if args.json else diagnose.render_text(answers), end="")
+    return 0
+
+
 def _add_capture(sub: argparse._SubParsersAction) -> None:
     from amqpscope.testbed import capture
 
@@ -139,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_analyze(sub)
     _add_ingest(sub)
+    _add_diagnose(sub)
     _add_capture(sub)
     return parser
 

@@ -83,19 +83,20 @@ BOTTLENECKS_SCHEMA = StructType(
 )
 
 # One finding as listed in diagnosis.findings.
+# Every field nullable: Delta stores nested fields so, and a cast must not narrow them.
 FINDING_SUMMARY = StructType(
     [
-        StructField("rank", IntegerType(), False),
-        StructField("component", StringType(), False),
-        StructField("effect", StringType(), False),
-        StructField("entity_kind", StringType(), False),
-        StructField("entity", StringType(), False),
+        StructField("rank", IntegerType(), True),
+        StructField("component", StringType(), True),
+        StructField("effect", StringType(), True),
+        StructField("entity_kind", StringType(), True),
+        StructField("entity", StringType(), True),
         StructField("connection_id", StringType(), True),
-        StructField("start_ts", TimestampType(), False),
+        StructField("start_ts", TimestampType(), True),
         StructField("end_ts", TimestampType(), True),
-        StructField("start_packet_number", LongType(), False),
-        StructField("confidence", DoubleType(), False),
-        StructField("explanation", StringType(), False),
+        StructField("start_packet_number", LongType(), True),
+        StructField("confidence", DoubleType(), True),
+        StructField("explanation", StringType(), True),
     ]
 )
 

@@ -1,0 +1,65 @@
+"""Thresholds of the bottleneck diagnosis (docs/DIAGNOSIS.md), with their defaults and why.
+
+A finding is made only where traffic was really held back for long enough to matter: healthy
+traffic, a consumer that touches its prefetch but acks at once, or a blocked blip of a few
+milliseconds, gives none. Every figure can be set under ``diagnosis:`` in the analyze YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class DiagnosisThresholds:
+    """What makes a held-back entity a finding."""
+
+    # An interval shorter than this is a blip, not a bottleneck (connection.blocked, zero windows).
+    min_held_ms: float = 100.0
+    # A consumer (or 1.0 receiving link) is prefetch- (credit-) bound when it spends at least this
+    # share of its consuming time with unacked at prefetch (credit at 0) ...
+    consumer_bound_share: float = 0.5
+    # ... its deliveries wait at least this long for their ack on median (a consumer acking as fast
+    # as it is sent is not slow, even when unacked touches prefetch) ...
+    slow_ack_ms: float = 10.0
+    # ... and at least this share of the acks (credit grants) that free a slot are answered by a new
+    # delivery within refill_ms: the broker had messages waiting for it.
+    refill_share: float = 0.5
+    refill_ms: float = 20.0
+    # A publisher is throttled by the broker when it fills the broker's receive window (TCP window
+    # full, or a zero window) for at least this share of its publishing time ...
+    publisher_throttled_share: float = 0.05
+    # ... or its connection's reader stalls at least this many times a second of publishing.
+    min_window_stalls: int = 3
+    # Messages at least this large and persistent go to the message store (RabbitMQ's
+    # queue_index_embed_msgs_below default: 4096 bytes).
+    message_store_min_bytes: int = 4096
+    # Retransmitted bytes above this share of a connection's bytes: the network loses packets.
+    retransmission_share: float = 0.01
+    # A client whose receive window is closed for at least this share of the time the broker had
+    # data for it is not reading its socket.
+    client_window_closed_share: float = 0.1
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"diagnosis.{f.name} must be a non-negative number, got {value!r}")
+        for name in ("consumer_bound_share", "refill_share", "publisher_throttled_share", "retransmission_share",
+                     "client_window_closed_share"):
+            if getattr(self, name) > 1:
+                raise ValueError(f"diagnosis.{name} is a share: between 0 and 1, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> DiagnosisThresholds:
+        """From the YAML's ``diagnosis:`` mapping; an unknown key is an error naming it."""
+        values = dict(values or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown diagnosis setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)

@@ -1,0 +1,116 @@
+"""``amqpscope diagnose``: what the bottleneck is, in a few lines an operator reads.
+
+Captures already analysed into ``--lake`` are answered from its gold tables with delta-rs alone (no
+Spark, a second or so); the others are analysed first (``jobs.analyze``), then answered.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.ingest.rotation import resolve_parts
+
+_MAX_FINDINGS_SHOWN = 10
+
+
+def capture_ids(captures: Sequence[str | Path], group_rotated: bool = True) -> list[tuple[str, str]]:
+    """(capture id, first file) of each capture, as analyze would name them; reads only the files."""
+    return [(parts[0].content_hash, str(parts[0].path)) for parts in resolve_parts(captures, group_rotated)]
+
+
+def _read_gold(lake: Path, table: str, ids: Sequence[str]) -> list[dict[str, Any]]:
+    from deltalake import DeltaTable
+
+    path = lake / table
+    if not DeltaTable.is_deltatable(str(path)):
+        return []
+    rows = DeltaTable(str(path)).to_pyarrow_table(filters=[("capture_id", "in", list(ids))]).to_pylist()
+    return rows
+
+
+def stored_answers(lake: Path, ids: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """The diagnosis and bottlenecks rows of ``ids`` when the lake has a diagnosis for every one."""
+    diagnoses = _read_gold(lake, "diagnosis", ids)
+    if {d["capture_id"] for d in diagnoses} != set(ids):
+        return None
+    return diagnoses, _read_gold(lake, "bottlenecks", ids)
+
+
+def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: str = "never",
+             reanalyze: bool = False) -> list[dict[str, Any]]:
+    """Per capture: its file, diagnosis row and ranked findings (bottlenecks rows), analysing the
+    captures not in the lake yet (a temporary lake when ``config`` is None)."""
+    known = capture_ids(captures, config.group_rotated if config else True)
+    ids = [capture_id for capture_id, _ in known]
+    with tempfile.TemporaryDirectory(prefix="amqpscope-diagnose-") as scratch:
+        if config is None:
+            config = AnalyzeConfig(lake=Path(scratch) / "lake", report=Path(scratch) / "report.html",
+                                   data_docs=Path(scratch) / "data_docs")
+        answers = None if reanalyze else stored_answers(config.lake, ids)
+        if answers is None:
+            from amqpscope.jobs import analyze  # Spark is imported only when a capture must be analysed
+
+            analyze.main(captures, config, progress)
+            answers = stored_answers(config.lake, ids)
+            if answers is None:
+                raise RuntimeError(f"analyze wrote no diagnosis for every capture into {config.lake}")
+    diagnoses, findings = answers
+    by_capture = {d["capture_id"]: d for d in diagnoses}
+    return [
+        {
+            "file": file,
+            **by_capture[capture_id],
+            "findings": sorted((f for f in findings if f["capture_id"] == capture_id), key=lambda f: f["rank"]),
+        }
+        for capture_id, file in known
+    ]
+
+
+def _clock(ts: datetime | None) -> str:
+    return ts.strftime("%H:%M:%S.%f")[:-3] if ts is not None else "capture end"
+
+
+def render_text(answers: Sequence[dict[str, Any]]) -> str:
+    """The plain-language answer: per capture the headline, then the ranked findings with entity,
+    times, packets, confidence and a Wireshark filter."""
+    lines: list[str] = []
+    for answer in answers:
+        lines.append(f"{answer['file']} (capture {answer['capture_id'][:12]})")
+        lines.append(f"  {answer['headline']}")
+        findings = answer["findings"]
+        for f in findings[:_MAX_FINDINGS_SHOWN]:
+            lines.append(
+                f"  {f['rank']}. {f['component']} / {f['effect']}: {f['entity_kind']} {f['entity']}, "
+                f"{_clock(f['start_ts'])}-{_clock(f['end_ts'])} UTC, packets {f['start_packet_number']}-"
+                f"{f['end_packet_number'] if f['end_packet_number'] is not None else 'end'}, "
+                f"held {f['duration_us'] / 1e6:.3f} s ({f['lifetime_share']:.0%}), confidence {f['confidence']:.2f}")
+            lines.append(f"     {f['explanation']}")
+            lines.append(f"     Wireshark: {f['wireshark_filter']}")
+        if len(findings) > _MAX_FINDINGS_SHOWN:
+            lines.append(f"  ... and {len(findings) - _MAX_FINDINGS_SHOWN} more findings (--json lists every one)")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _plain(value: Any) -> Any:
+    """Arrow's Python values made JSON: timestamps as ISO text, map columns (lists of pairs) as objects."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+            return {k: _plain(v) for k, v in value}
+        return [_plain(v) for v in value]
+    return value
+
+
+def render_json(answers: Sequence[dict[str, Any]]) -> str:
+    """Every capture's diagnosis with every finding, as JSON."""
+    return json.dumps({"captures": [_plain(a) for a in answers]}, indent=2) + "\n"

@@ -1,0 +1,337 @@
+"""Inference rules of the bottleneck diagnosis on hand-timed traffic, each with its near miss.
+
+Every test builds the bronze tables of a small exchange whose timing is worked out by hand, runs
+the real flow-state pipelines on them and then the diagnosis, and compares the findings with what
+the timing means (docs/DIAGNOSIS.md): a slow consumer is one that keeps its prefetch full and acks
+slowly while every freed slot is refilled at once; a fast one touching its prefetch is not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from amqpscope.conf.diagnosis import DiagnosisThresholds
+from amqpscope.pipelines.bottlenecks import bottleneck_findings
+from amqpscope.pipelines.diagnosis import diagnosis
+from amqpscope.pipelines.flow_state import derived_tables, flow_timelines
+from amqpscope.pipelines.messages import messages_091
+from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
+from amqpscope.schemas.frames import CAPTURES_SCHEMA, CONNECTIONS_SCHEMA, FRAMES_SCHEMA
+from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def at_ms(ms: float) -> datetime:
+    return T0 + timedelta(microseconds=round(ms * 1000))
+
+
+@dataclass
+class Traffic:
+    """Frames and TCP segments of one capture, added in time order per connection."""
+
+    frames: list[dict] = field(default_factory=list)
+    segments: list[dict] = field(default_factory=list)
+    connections: dict[str, int] = field(default_factory=dict)  # connection id -> client port
+    packet: int = 0
+
+    def connection(self, name: str, port: int) -> None:
+        self.connections[name] = port
+
+    def frame(self, conn: str, ms: float, direction: str, method: str, protocol: str = "amqp-0-9-1", **fields) -> None:
+        self.packet += 1
+        row = {n: None for n in FRAMES_SCHEMA.fieldNames()}
+        index = sum(1 for f in self.frames if f["connection_id"] == conn)
+        row.update(capture_id="cap", connection_id=conn, direction=direction, frame_index=index, ts=at_ms(ms),
+                   ts_us=round(ms * 1000), packet_number=self.packet, stream_offset=0, frame_size=8,
+                   protocol=protocol, frame_type="amqp" if protocol == "amqp-1.0" else "method",
+                   channel=1, method=method, arguments={})
+        row.update(fields)
+        self.frames.append(row)
+
+    def content(self, conn: str, ms: float, direction: str, method: str, body_size: int = 64, delivery_mode=None,
+                **fields) -> None:
+        """A content method, its header and one body frame, in one packet's time."""
+        self.frame(conn, ms, direction, method, **fields)
+        self.frame(conn, ms, direction, None, frame_type="header", body_size=body_size, delivery_mode=delivery_mode,
+                   channel=fields.get("channel", 1))
+        self.frame(conn, ms, direction, None, frame_type="body", frame_size=body_size + 8, channel=fields.get("channel", 1))
+
+    def segment(self, conn: str, ms: float, direction: str, seq: int, ack: int, window: int, payload: int = 0) -> None:
+        self.packet += 1
+        self.segments.append(dict(capture_id="cap", connection_id=conn, direction=direction, packet_number=self.packet,
+                                  ts=at_ms(ms), ts_us=round(ms * 1000), seq_offset=seq, ack_offset=ack, flags=0x18,
+                                  window=window, window_scale=0, effective_window=window, payload_length=payload,
+                                  retransmitted_bytes=0))
+
+
+def findings(spark, traffic: Traffic, limits: DiagnosisThresholds = DiagnosisThresholds()):
+    frames = spark.createDataFrame(traffic.frames, FRAMES_SCHEMA)
+    segments = spark.createDataFrame(traffic.segments, TCP_SEGMENTS_SCHEMA)
+    connections = spark.createDataFrame(
+        [dict(capture_id="cap", connection_id=c, client_address="127.0.0.1", client_port=port,
+              server_address="127.0.0.1", server_port=5672, protocol="amqp-0-9-1", protocol_inferred=False,
+              first_ts=T0, last_ts=T0, frames=0, c2s_bytes=0, s2c_bytes=0, c2s_missing_bytes=0,
+              s2c_missing_bytes=0, retransmitted_bytes=0)
+         for c, port in traffic.connections.items()], CONNECTIONS_SCHEMA)
+    timelines = flow_timelines(frames, segments)
+    flow = {**timelines, **derived_tables(frames, timelines)}
+    found = bottleneck_findings(
+        frames=frames, connections=connections, messages_091=messages_091(frames),
+        flow_intervals=flow["flow_intervals"], consumer_unacked=flow["consumer_unacked"],
+        link_state=flow["link_state"], connection_blocked=flow["connection_blocked"], tcp_flow=flow["tcp_flow"],
+        limits=limits)
+    return found.orderBy("rank").collect()
+
+
+def summary(rows) -> list[tuple]:
+    return [(r.rank, r.rule_id, r.component, r.effect, r.entity_kind, r.entity) for r in rows]
+
+
+# -- consumers ----------------------------------------------------------------------------------
+
+
+def consumer(traffic: Traffic, conn: str, *, prefetch: int, messages: int, ack_after_ms: float,
+             refill_after_ms: float, start_ms: float = 0.0, channel: int = 2, tag: str = "ctag-1") -> float:
+    """A consumer with basic.qos(prefetch) on a queue holding ``messages``: the broker delivers
+    ``prefetch`` at once, the consumer acks each ``ack_after_ms`` after the one before (it works on one
+    message at a time), and the broker refills each freed slot ``refill_after_ms`` after the ack."""
+    t = start_ms
+    traffic.frame(conn, t, "c2s", "basic.qos", channel=channel, prefetch_count=prefetch, **{"global": False})
+    traffic.frame(conn, t, "s2c", "basic.qos-ok", channel=channel)
+    traffic.frame(conn, t, "c2s", "basic.consume", channel=channel, queue="orders")
+    traffic.frame(conn, t + 0.1, "s2c", "basic.consume-ok", channel=channel, consumer_tag=tag)
+    t += 0.2
+    delivered = 0
+    for _ in range(min(prefetch, messages)):
+        delivered += 1
+        traffic.content(conn, t, "s2c", "basic.deliver", channel=channel, consumer_tag=tag, delivery_tag=delivered,
+                        routing_key="orders", exchange="")
+    for acked in range(1, messages + 1):
+        t += ack_after_ms
+        traffic.frame(conn, t, "c2s", "basic.ack", channel=channel, delivery_tag=acked, multiple=False)
+        if delivered < messages:
+            delivered += 1
+            traffic.content(conn, t + refill_after_ms, "s2c", "basic.deliver", channel=channel, consumer_tag=tag,
+                            delivery_tag=delivered, routing_key="orders", exchange="")
+    return t
+
+
+def test_a_consumer_that_keeps_its_prefetch_full_and_acks_slowly_is_the_bottleneck(spark):
+    traffic = Traffic()
+    traffic.connection("conn", 40001)
+    consumer(traffic, "conn", prefetch=5, messages=40, ack_after_ms=25, refill_after_ms=0.3)
+    rows = findings(spark, traffic)
+    assert summary(rows) == [(1, "diagnosis.consumer.prefetch_bound", "consumer", "deliveries_wait_for_acks",
+                              "consumer", "ctag-1")]
+    evidence = rows[0].evidence
+    # Each delivery waits for the 5 before it: 5 x 25 ms on median, 4 x 25 ms for the first ones.
+    assert float(evidence["ack_wait_p50_ms"]) == pytest.approx(125.0, abs=0.5)
+    assert evidence["prefetch_count"] == "5" and evidence["queue"] == "orders"
+    # Every ack from a full prefetch frees a slot: 36, the last of them when the queue is empty; 35 refilled.
+    assert (int(evidence["slots_freed"]), int(evidence["slots_refilled_at_once"])) == (36, 35)
+    assert rows[0].lifetime_share > 0.95
+    assert rows[0].wireshark_filter.startswith("tcp.port == 40001 && frame.number in {")
+
+
+def test_a_fast_consumer_touching_its_prefetch_is_not_a_bottleneck(spark):
+    traffic = Traffic()
+    traffic.connection("conn", 40001)
+    # At prefetch most of the time too, but each delivery is acked within a millisecond and a half.
+    consumer(traffic, "conn", prefetch=5, messages=400, ack_after_ms=0.3, refill_after_ms=0.05)
+    assert findings(spark, traffic) == []
+
+
+def test_a_slow_consumer_of_an_empty_queue_is_not_a_bottleneck(spark):
+    traffic = Traffic()
+    traffic.connection("conn", 40001)
+    # Slow acks, but no delivery follows an ack for 200 ms: the queue had nothing waiting.
+    consumer(traffic, "conn", prefetch=5, messages=30, ack_after_ms=25, refill_after_ms=200)
+    assert [r.rule_id for r in findings(spark, traffic)] == []
+
+
+# -- alarms ------------------------------------------------------------------------------------
+
+
+def blocked(traffic: Traffic, conn: str, reason: str, start_ms: float, end_ms: float) -> None:
+    traffic.frame(conn, start_ms - 10, "c2s", "basic.publish", channel=1, exchange="", routing_key="q")
+    traffic.frame(conn, start_ms, "s2c", "connection.blocked", channel=0, reason=reason)
+    traffic.frame(conn, end_ms, "s2c", "connection.unblocked", channel=0)
+
+
+@pytest.mark.parametrize("reason, component", [("low on memory", "memory_alarm"), ("low on disk", "disk_alarm"),
+                                               ("operator said so", "alarm")])
+def test_connection_blocked_names_its_alarm(spark, reason, component):
+    traffic = Traffic()
+    traffic.connection("conn", 40002)
+    blocked(traffic, "conn", reason, 100, 1400)
+    rows = findings(spark, traffic)
+    assert summary(rows) == [(1, "diagnosis.alarm.connection_blocked", component, "blocked", "connection",
+                              "127.0.0.1:40002")]
+    assert rows[0].duration_us == 1_300_000
+    assert (rows[0].start_packet_number, rows[0].end_packet_number) == (2, 3)
+    assert rows[0].wireshark_filter == "tcp.port == 40002 && frame.number in {2 3}"
+
+
+def test_a_blocked_blip_is_not_a_bottleneck(spark):
+    traffic = Traffic()
+    traffic.connection("conn", 40002)
+    blocked(traffic, "conn", "low on memory", 100, 130)  # 30 ms < min_held_ms 100
+    assert findings(spark, traffic) == []
+    assert [r.component for r in findings(spark, traffic, DiagnosisThresholds(min_held_ms=20))] == ["memory_alarm"]
+
+
+# -- TCP: publishers throttled, clients not reading, head-of-line -----------------------------------
+
+
+def throttled_publisher(traffic: Traffic, conn: str, *, start_ms: float = 0.0, stalls: int = 10,
+                        stall_ms: float = 40.0, body_size: int = 64, delivery_mode=None, routing_key: str = "q") -> float:
+    """A publisher that fills the broker's 1000-byte receive window ``stalls`` times; the broker reopens
+    it ``stall_ms`` later each time (its reader blocked by credit flow meanwhile)."""
+    t, sent = start_ms, 0
+    for _ in range(stalls):
+        traffic.content(conn, t, "c2s", "basic.publish", channel=1, exchange="", routing_key=routing_key,
+                        body_size=body_size, delivery_mode=delivery_mode)
+        traffic.segment(conn, t, "c2s", sent, 0, 65535, 1000)  # fills the window the broker advertised
+        sent += 1000
+        traffic.segment(conn, t + stall_ms, "s2c", 0, sent, 1000)  # read at last: the window opens again
+        t += stall_ms + 1
+    return t
+
+
+def test_a_publisher_filling_the_brokers_window_is_throttled_by_its_channel(spark):
+    traffic = Traffic()
+    traffic.connection("pub", 40003)
+    traffic.segment("pub", 0, "s2c", 0, 0, 1000)
+    throttled_publisher(traffic, "pub")
+    rows = findings(spark, traffic)
+    assert summary(rows) == [(1, "diagnosis.publisher.credit_flow", "channel", "publisher_throttled", "connection",
+                              "127.0.0.1:40003")]
+    assert rows[0].evidence["window_full_stalls"] == "10"
+    # From each full window to the publisher's next segment, 41 ms; the last one has none.
+    assert rows[0].duration_us == 9 * 41_000
+
+
+def test_two_publishers_to_one_queue_throttled_together_point_at_the_queue(spark):
+    traffic = Traffic()
+    for conn, port in (("a", 40004), ("b", 40005)):
+        traffic.connection(conn, port)
+        traffic.segment(conn, 0, "s2c", 0, 0, 1000)
+    throttled_publisher(traffic, "a", routing_key="shared")
+    throttled_publisher(traffic, "b", start_ms=5, routing_key="shared")
+    assert {(r.entity, r.component) for r in findings(spark, traffic)} == {
+        ("127.0.0.1:40004", "queue"), ("127.0.0.1:40005", "queue")}
+
+
+def test_large_persistent_messages_point_at_the_message_store(spark):
+    traffic = Traffic()
+    traffic.connection("pub", 40006)
+    traffic.segment("pub", 0, "s2c", 0, 0, 1000)
+    throttled_publisher(traffic, "pub", body_size=8192, delivery_mode=2)
+    assert [r.component for r in findings(spark, traffic)] == ["message_store"]
+
+
+def test_a_publisher_never_filling_the_window_is_not_throttled(spark):
+    traffic = Traffic()
+    traffic.connection("pub", 40003)
+    traffic.segment("pub", 0, "s2c", 0, 0, 65535)
+    throttled_publisher(traffic, "pub")  # 1000-byte segments against a 64 KB window: never full
+    assert findings(spark, traffic) == []
+
+
+def test_a_consumer_sharing_a_throttled_connection_suffers_head_of_line_blocking(spark):
+    traffic = Traffic()
+    traffic.connection("both", 40007)
+    traffic.segment("both", 0, "s2c", 0, 0, 1000)
+    end = throttled_publisher(traffic, "both")
+    traffic.frame("both", 1, "c2s", "basic.consume", channel=2, queue="other")
+    traffic.frame("both", 2, "s2c", "basic.consume-ok", channel=2, consumer_tag="c-other")
+    for tag, ms in enumerate(range(10, int(end), 40), start=1):
+        traffic.content("both", ms, "s2c", "basic.deliver", channel=2, consumer_tag="c-other", delivery_tag=tag,
+                        exchange="", routing_key="other")
+    rows = findings(spark, traffic)
+    assert summary(rows) == [
+        (1, "diagnosis.publisher.credit_flow", "channel", "publisher_throttled", "connection", "127.0.0.1:40007"),
+        (2, "diagnosis.connection.head_of_line", "channel", "head_of_line", "consumer", "c-other"),
+    ]
+    assert rows[1].evidence["publisher_channels"] == "1" and rows[1].evidence["consumer_channel"] == "2"
+    assert rows[1].start_packet_number == rows[0].start_packet_number
+
+
+def test_a_client_closing_its_receive_window_is_not_reading(spark):
+    traffic = Traffic()
+    traffic.connection("slow", 40008)
+    traffic.frame("slow", 0, "s2c", "basic.deliver", channel=1, consumer_tag="big", delivery_tag=1)
+    traffic.segment("slow", 0, "s2c", 0, 0, 65535, 60000)
+    traffic.segment("slow", 1, "c2s", 0, 60000, 0)  # the client's buffer is full: zero window
+    traffic.segment("slow", 400, "c2s", 0, 60000, 30000)  # it read half, 400 ms later
+    traffic.segment("slow", 401, "s2c", 60000, 0, 65535, 30000)
+    traffic.segment("slow", 402, "c2s", 0, 90000, 0)
+    traffic.segment("slow", 800, "c2s", 0, 90000, 60000)
+    traffic.frame("slow", 801, "s2c", "basic.deliver", channel=1, consumer_tag="big", delivery_tag=2)
+    rows = findings(spark, traffic)
+    assert summary(rows) == [(1, "diagnosis.client.not_reading", "client", "client_not_reading", "connection",
+                              "127.0.0.1:40008")]
+    assert rows[0].evidence["zero_windows"] == "2"
+    assert rows[0].duration_us == 399_000 + 398_000
+
+
+# -- AMQP 1.0 receiving links ------------------------------------------------------------------------
+
+
+def receiving_link(traffic: Traffic, conn: str, name: str, handle: int, *, grants: int, credit: int,
+                   grant_after_ms: float, channel: int = 0) -> None:
+    """The client attaches a receiving link and grants ``credit`` ``grant_after_ms`` after the last was
+    used; the broker has messages waiting and uses each grant at once (0.2 ms a transfer)."""
+    t = 0.0
+    traffic.frame(conn, t, "c2s", "attach", "amqp-1.0", channel=channel, name=name, handle=handle, role="receiver",
+                  source_address=f"/queues/{name}")
+    traffic.frame(conn, t, "s2c", "attach", "amqp-1.0", channel=channel, name=name, handle=handle, role="sender",
+                  source_address=f"/queues/{name}", initial_delivery_count=0)
+    delivery = 0
+    for _ in range(grants):
+        t += grant_after_ms
+        traffic.frame(conn, t, "c2s", "flow", "amqp-1.0", channel=channel, handle=handle, delivery_count=delivery,
+                      link_credit=credit, next_incoming_id=0, incoming_window=1000, next_outgoing_id=0,
+                      outgoing_window=1000)
+        for _ in range(credit):
+            t += 0.2
+            traffic.frame(conn, t, "s2c", "transfer", "amqp-1.0", channel=channel, handle=handle,
+                          delivery_id=delivery, delivery_tag_bytes=bytes([delivery % 256]), more=False, settled=False)
+            delivery += 1
+
+
+def test_a_receiver_granting_credit_slowly_is_a_slow_consumer_and_its_fast_neighbour_is_not(spark):
+    traffic = Traffic()
+    traffic.connection("amqp10", 40009)
+    receiving_link(traffic, "amqp10", "slow", 0, grants=20, credit=2, grant_after_ms=50)
+    receiving_link(traffic, "amqp10", "fast", 1, grants=20, credit=2, grant_after_ms=0.5)
+    rows = findings(spark, traffic)
+    assert summary(rows) == [(1, "diagnosis.consumer.credit_bound", "consumer", "credit_starved", "link", "slow")]
+    assert rows[0].queue == "/queues/slow"
+    assert float(rows[0].evidence["zero_credit_p50_ms"]) == pytest.approx(50.0, abs=0.5)
+
+
+# -- the headline ------------------------------------------------------------------------------------
+
+
+def test_diagnosis_heads_with_the_alarm_and_says_none_for_a_quiet_capture(spark):
+    traffic = Traffic()
+    traffic.connection("conn", 40002)
+    traffic.connection("c2", 40001)
+    blocked(traffic, "conn", "low on memory", 100, 1400)
+    consumer(traffic, "c2", prefetch=5, messages=20, ack_after_ms=25, refill_after_ms=0.3)
+    found = spark.createDataFrame(findings(spark, traffic), BOTTLENECKS_SCHEMA)
+    captures = spark.createDataFrame(
+        [dict({n: None for n in CAPTURES_SCHEMA.fieldNames()}, capture_id=c, file_name=f"{c}.pcap", file_size=1,
+              packets=1) for c in ("cap", "quiet")], CAPTURES_SCHEMA)
+    rows = {r.capture_id: r for r in diagnosis(found, captures).collect()}
+    assert rows["cap"].bottleneck == "memory_alarm" and rows["cap"].findings_count == 2
+    assert [f.component for f in rows["cap"].findings] == ["memory_alarm", "consumer"]
+    assert rows["cap"].headline.startswith("Bottleneck: memory alarm (blocked) on connection 127.0.0.1:40002, "
+                                           "from 00:00:00.100 UTC (packet ")
+    assert rows["quiet"].bottleneck == "none" and rows["quiet"].findings == []
+    assert rows["quiet"].headline.startswith("No bottleneck")
