@@ -146,11 +146,12 @@ def open_page(driver, page: Path) -> list[dict[str, Any]]:
     return driver.execute_script(MARKS)
 
 
-def requests(driver) -> list[str]:
+def requests(driver, page: str) -> list[str]:
+    """What the page's document asked for (the browser's own chrome:// pages are not the page's)."""
     sent = []
     for entry in driver.get_log("performance"):
         message = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.requestWillBeSent":
+        if message["method"] == "Network.requestWillBeSent" and message["params"].get("documentURL") == page:
             sent.append(message["params"]["request"]["url"])
     return sent
 
@@ -159,7 +160,7 @@ def check_page(driver, page: Path) -> list[dict[str, Any]]:
     marks = open_page(driver, page)
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
-    assert requests(driver) == [page.resolve().as_uri()]  # the page itself, nothing else
+    assert requests(driver, page.resolve().as_uri()) == [page.resolve().as_uri()]  # the page itself, nothing else
     assert marks, "no chart on the page"
     for chart in marks:
         assert chart["traces"] > 0 and chart["lines"] + chart["points"] + chart["bars"] > 0, chart
