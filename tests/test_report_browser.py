@@ -239,7 +239,7 @@ def test_dashboard_answers_first_and_drills_down(lake, browser, tmp_path):
     landed = browser.execute_script(
         "var r = document.getElementById(arguments[0]).getBoundingClientRect();"
         "return [r.top, window.innerHeight];", target)
-    assert 0 <= landed[0] < landed[1]  # the target is in view
+    assert -1 <= landed[0] < landed[1]  # the target is in view (at the top: within a pixel's rounding)
     assert browser.find_element(By.ID, target).text.startswith("Connection ")
     browser.execute_script("window.scrollTo(0, 0)")
     screenshot(browser, "dashboard", page)
