@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SAMPLE ?= samples/mixed.pcapng
 LAKE ?= out/lake
 
-.PHONY: setup system-deps demo test captures bench clean
+.PHONY: setup system-deps demo test captures bench fuzz clean
 
 # The decoders' per-packet modules are compiled at install (setup.py, ingest/compiled.py): a change
 # to any of them rebuilds, so that `make test` and `make demo` never run a stale build.
@@ -37,6 +37,20 @@ bench: setup system-deps
 	$(BIN)/python benchmarks/decode.py
 	$(BIN)/python benchmarks/flow_state.py --frames 10000000
 	$(BIN)/python benchmarks/ingest.py
+
+# A long fuzz run of the per-packet decoder (docs/RELIABILITY.md), compiled and as Python source side
+# by side, FUZZ_MINUTES each (default 30); findings are kept in tests/fuzz_crashes/ as regression tests.
+FUZZ_MINUTES ?= 30
+FUZZ_SEED ?= 12
+fuzz: setup
+	mkdir -p out/fuzz
+	$(BIN)/python -m tests.fuzz --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED) --summary out/fuzz/compiled.json \
+	  > out/fuzz/compiled.log 2>&1 & compiled=$$!; \
+	AMQPSCOPE_PURE_PYTHON=1 $(BIN)/python -m tests.fuzz --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED) \
+	  --summary out/fuzz/python.json > out/fuzz/python.log 2>&1; python_status=$$?; \
+	wait $$compiled; compiled_status=$$?; \
+	cat out/fuzz/compiled.json out/fuzz/python.json; \
+	test $$compiled_status -eq 0 -a $$python_status -eq 0
 
 clean:
 	rm -rf out build *.egg-info ingest/*.so ingest/_compiled_sources.json

@@ -26,9 +26,11 @@ from amqpscope.schemas.flow import (
     FRAME_LIMITS_SCHEMA,
     IDLE_GAPS_SCHEMA,
     LINK_CREDIT_SCHEMA,
+    LINK_STATE_SCHEMA,
     SESSION_WINDOW_SCHEMA,
 )
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
+from amqpscope.schemas.lifecycle import LIFECYCLE_10_SCHEMA, LIFECYCLE_091_SCHEMA
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA, FRAMES_SCHEMA
 from amqpscope.schemas.messages import MESSAGES_091_SCHEMA
 from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
@@ -49,6 +51,9 @@ TABLE_SCHEMAS: Mapping[str, StructType] = {
     "idle_gaps": IDLE_GAPS_SCHEMA,
     "messages_091": MESSAGES_091_SCHEMA,
     "bottlenecks": BOTTLENECKS_SCHEMA,
+    "link_state": LINK_STATE_SCHEMA,
+    "lifecycle_10": LIFECYCLE_10_SCHEMA,
+    "lifecycle_091": LIFECYCLE_091_SCHEMA,
 }
 
 CATALOGUE_PATH = Path(__file__).with_name("rules.yml")

@@ -18,6 +18,7 @@ from amqpscope.ingest.amqp091_methods import METHODS, decode_basic_properties
 from amqpscope.ingest.amqp091_values import short_of
 from amqpscope.ingest.amqp10_types import DecodeError
 from amqpscope.ingest.framing import RawFrame, new_frame
+from amqpscope.ingest.limits import BUDGET
 from amqpscope.ingest.specs import amqp091
 
 PROTOCOL: Final[str] = "amqp-0-9-1"
@@ -70,6 +71,11 @@ class Amqp091Format:
         # The frame-end octet is the evidence; until it has arrived, the answer is unknown.
         return None if end >= len(buf) else buf[end] == FRAME_END
 
+    def evidence(self, buf: bytes | memoryview, pos: int) -> int:
+        if len(buf) - pos < FRAME_HEADER_SIZE:
+            return FRAME_HEADER_SIZE
+        return FRAME_HEADER_SIZE + _unpack_size(buf, pos + 3)[0] + 1  # to the frame-end octet
+
     def take_frames(self, buf: bytes, pos: int, end: int, base: int, packet_number: int, ts_us: int,
                     out: list) -> int:
         frame_types = FRAME_TYPES  # a protocol header's "A" (0x41) is no frame type: it stops here
@@ -120,6 +126,7 @@ def decode_frame(data: bytes) -> dict[str, Any]:
     """Decode a complete 0-9-1 frame into its kind and named arguments (spec names, unsnaked)."""
     frame_type, channel, size = _HEADER.unpack_from(data, 0)
     end = FRAME_HEADER_SIZE + size
+    BUDGET.start(len(data))
     if frame_type == FRAME_METHOD:
         if size < 4:
             raise short_of(4, FRAME_HEADER_SIZE, end)

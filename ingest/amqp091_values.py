@@ -13,7 +13,10 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Callable, Final
 
-from amqpscope.ingest.amqp10_types import DecodeError
+from mypy_extensions import mypyc_attr
+
+from amqpscope.ingest.amqp10_types import DecodeError, likely_unit
+from amqpscope.ingest.limits import BUDGET
 
 # Arguments that carry credentials: never decoded into a row (the mechanism is kept).
 SECRET_ARGUMENTS: Final = frozenset(
@@ -83,15 +86,29 @@ def skip_longstr(data: bytes, pos: int, end: int) -> int:
     return _longstr_bytes(data, pos, end)[1]
 
 
-def timestamp(seconds: int, offset: int) -> datetime:
-    """A 0-9-1 timestamp (POSIX seconds, spec 4.2.5.4) as an aware datetime."""
+@mypyc_attr(native_class=False)  # compiled classes cannot subclass int
+class PosixTime(int):
+    """A 0-9-1 timestamp that is no moment as seconds: the raw integer, kept as it was sent.
+
+    Many publishers put milliseconds or microseconds there (``int(time.time() * 1e6)``): valid on
+    the wire (a 64-bit integer), so never a reason to drop the frame.
+    """
+
+    def described(self) -> str:
+        """The integer, with the unit it is likely in (``amqp10_types.likely_unit``)."""
+        return likely_unit(int(self), 1)
+
+
+def timestamp(seconds: int, offset: int) -> datetime | PosixTime:
+    """A 0-9-1 timestamp (POSIX seconds, spec 4.2.5.4) as an aware datetime, or the raw integer
+    (``PosixTime``) when it is beyond the years a datetime holds as seconds."""
     try:
         return datetime.fromtimestamp(seconds, tz=timezone.utc)
     except (OverflowError, OSError, ValueError):
-        raise DecodeError(f"timestamp {seconds} out of range", offset) from None
+        return PosixTime(seconds)
 
 
-def _timestamp(data: bytes, pos: int, end: int) -> tuple[datetime, int]:
+def _timestamp(data: bytes, pos: int, end: int) -> tuple[datetime | PosixTime, int]:
     seconds, stop = _longlong(data, pos, end)
     return timestamp(seconds, pos), stop
 
@@ -119,21 +136,33 @@ def _sized(data: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
 
 
 def read_table(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
-    """A field table (spec 4.2.5.5): size, then (shortstr name, typed value) pairs."""
+    """A field table (spec 4.2.5.5): size, then (shortstr name, typed value) pairs.
+
+    Tables and arrays nest; their depth counts against ``ingest.limits.MAX_DEPTH`` (every value
+    takes a byte at least, so the bytes bound how many there are).
+    """
+    exceeded = BUDGET.enter()
+    if exceeded is not None:
+        raise DecodeError(exceeded, pos)
     stop, pos = _sized(data, pos, end, "field table")
     table: dict[str, Any] = {}
     while pos < stop:
         key, pos = read_shortstr(data, pos, stop)
         table[key], pos = _field_value(data, pos, stop)
+    BUDGET.leave()
     return table, pos
 
 
 def _array(data: bytes, pos: int, end: int) -> tuple[list[Any], int]:
+    exceeded = BUDGET.enter()
+    if exceeded is not None:
+        raise DecodeError(exceeded, pos)
     stop, pos = _sized(data, pos, end, "field array")
     items: list[Any] = []
     while pos < stop:
         value, pos = _field_value(data, pos, stop)
         items.append(value)
+    BUDGET.leave()
     return items, pos
 
 

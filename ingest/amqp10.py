@@ -17,9 +17,10 @@ from amqpscope.ingest.amqp10_types import (
     DECODERS_BY_CODE,
     DecodeError,
     Described,
-    decode_value,
+    read_value,
 )
 from amqpscope.ingest.framing import RawFrame, new_frame
+from amqpscope.ingest.limits import BUDGET
 from amqpscope.ingest.specs import Composite, amqp10
 
 PROTOCOL: Final = "amqp-1.0"
@@ -40,8 +41,15 @@ SECRET_FIELDS: Final = frozenset({("sasl-init", "initial-response"), ("sasl-resp
 # Message sections in their spec order (messaging 3.2); the body is one of the three in the middle.
 SECTIONS: Final = tuple(c.name for c in sorted(_SPEC.described.values(), key=lambda c: c.code) if "section" in c.provides)
 BODY_SECTIONS: Final = ("data", "amqp-sequence", "amqp-value")
-# Per section name: its rank in SECTIONS, whether it may follow itself (data, amqp-sequence), whether it is a body.
-_SECTION_RULES: Final = {name: (rank, name in BODY_SECTIONS[:2], name in BODY_SECTIONS) for rank, name in enumerate(SECTIONS)}
+# What a section's value must decode to, by its source type in the spec (messaging 3.2; "*": anything).
+_SOURCE_TYPES: Final[dict[str, type]] = {"list": list, "map": dict, "annotations": dict, "binary": bytes}
+_TYPE_NAMES: Final[dict[type, str]] = {list: "list", dict: "map", bytes: "binary"}
+# Per section name: its rank in SECTIONS, whether it may follow itself (data, amqp-sequence), whether it
+# is a body, and the type its value must have (None: any).
+_SECTION_RULES: Final = {
+    c.name: (SECTIONS.index(c.name), c.name in BODY_SECTIONS[:2], c.name in BODY_SECTIONS, _SOURCE_TYPES.get(c.source))
+    for c in _SPEC.described.values() if c.name in SECTIONS
+}  # fmt: skip
 
 
 class Amqp10Format:
@@ -75,6 +83,11 @@ class Amqp10Format:
         if size == doff * 4:
             return True
         return None if body >= len(buf) else buf[body] == 0x00
+
+    def evidence(self, buf: bytes | memoryview, pos: int) -> int:
+        if len(buf) - pos < FRAME_HEADER_SIZE:
+            return FRAME_HEADER_SIZE
+        return buf[pos + 4] * 4 + 1  # to the first octet of the body
 
     def take_frames(self, buf: bytes, pos: int, end: int, base: int, packet_number: int, ts_us: int,
                     out: list) -> int:
@@ -122,9 +135,9 @@ def _decode_described(buf: bytes, pos: int) -> tuple[Any, Any, int]:
     """
     if pos + 3 < len(buf) and buf[pos] == 0x00 and buf[pos + 1] == 0x53:
         decoder = DECODERS_BY_CODE[buf[pos + 3]]  # of the value: decode_value's first step, inlined
-        value, end = decode_value(buf, pos + 3) if decoder is None else decoder(buf, pos + 4)
+        value, end = read_value(buf, pos + 3) if decoder is None else decoder(buf, pos + 4)
         return buf[pos + 2], value, end
-    value, end = decode_value(buf, pos)
+    value, end = read_value(buf, pos)
     if isinstance(value, Described):
         return value.descriptor, value.value, end
     return _NOT_DESCRIBED, value, end
@@ -208,6 +221,7 @@ def decode_frame(data: bytes) -> dict[str, Any]:
     kind = FRAME_TYPES[frame_type]
     if size == body_start:
         return {"frame_type": "empty", "channel": channel, "arguments": {}}
+    BUDGET.start(len(data))
     descriptor, items, end = _decode_described(data, body_start)
     if descriptor is _NOT_DESCRIBED:
         raise DecodeError("frame body is not a described performative", body_start)
@@ -246,6 +260,7 @@ def decode_message(payload: bytes) -> list[Section]:
     Offsets in errors are from the start of the message.
     """
     sections: list[Section] = []
+    BUDGET.start(len(payload))
     pos = 0
     order = -1
     body: str | None = None
@@ -256,7 +271,9 @@ def decode_message(payload: bytes) -> list[Section]:
         rules = None if composite is None else _SECTION_RULES.get(composite.name)
         if composite is None or rules is None:
             raise DecodeError("message data is not a message section", start)
-        rank, repeats, is_body = rules
+        rank, repeats, is_body, source_type = rules
+        if source_type is not None and not isinstance(inner, source_type):
+            raise DecodeError(f"{composite.name} section is not a {_TYPE_NAMES[source_type]}", start)
         # Sections come in spec order, and only body sections repeat (data, amqp-sequence).
         if rank < order or (rank == order and not repeats):
             raise DecodeError(f"{composite.name} section out of order", start)

@@ -26,6 +26,7 @@ from typing import Any, Callable, Final
 
 from mypy_extensions import mypyc_attr
 
+from amqpscope.ingest.limits import BUDGET, MAX_DEPTH, MAX_VALUE_BYTES
 from amqpscope.ingest.specs import Encoding, amqp10
 
 
@@ -44,6 +45,25 @@ class Symbol(str):
 
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# Units applications put in a timestamp field instead of the protocol's, finest last: (name, per second).
+_UNITS: Final = (("milliseconds", 10**3), ("microseconds", 10**6), ("nanoseconds", 10**9))
+# The years a timestamp's likely unit must place it in to be named (a guess, so a narrow one).
+_PLAUSIBLE_YEARS: Final = range(1970, 2200)
+
+
+def likely_unit(value: int, per_second: int) -> str:
+    """A timestamp that is no moment in its protocol's unit (``per_second`` ticks a second): the raw
+    integer, and the finer unit that would make it a moment of these centuries, if one does."""
+    for name, ticks in _UNITS:
+        if ticks <= per_second:
+            continue
+        try:
+            moment = _EPOCH + timedelta(microseconds=value * 1_000_000 // ticks)
+        except OverflowError:
+            continue
+        if moment.year in _PLAUSIBLE_YEARS:
+            return f"{value} (likely {name}: {moment.isoformat()})"
+    return str(value)
 
 
 @mypyc_attr(native_class=False)  # nor int
@@ -57,6 +77,10 @@ class Timestamp(int):
             return _EPOCH + timedelta(milliseconds=int(self))
         except OverflowError:
             return None
+
+    def described(self) -> str:
+        """The raw integer of a timestamp beyond the datetime range, with its likely unit."""
+        return likely_unit(int(self), 1000)
 
 
 @dataclass(frozen=True)
@@ -176,6 +200,8 @@ def _char(raw: bytes) -> str:
     code_point = int.from_bytes(raw, "big")
     if code_point > 0x10FFFF:
         raise ValueError(f"U+{code_point:X} is beyond Unicode")
+    if 0xD800 <= code_point <= 0xDFFF:  # UTF-32 has no surrogates (nor can a table's text hold one)
+        raise ValueError(f"U+{code_point:X} is a surrogate, not a character")
     return chr(code_point)
 
 
@@ -203,6 +229,8 @@ def _variable(enc: Encoding) -> Decoder:
             pos += 1
         else:
             size, pos = read_size(buf, pos)
+            if size > MAX_VALUE_BYTES:
+                raise DecodeError(f"{enc.name} of {size} bytes, above {MAX_VALUE_BYTES} (limit)", pos - width)
         stop = pos + size
         if stop > len(buf):
             raise short_of(size, pos, len(buf) - pos)
@@ -232,6 +260,7 @@ def _sequence(enc: Encoding) -> Decoder:
     is_array = enc.category == "array"
     by_code = _BY_CODE  # filled once every decoder exists
     width = enc.width
+    budget = BUDGET
 
     def decode(buf: bytes, pos: int) -> tuple[Any, int]:
         length = len(buf)
@@ -254,6 +283,11 @@ def _sequence(enc: Encoding) -> Decoder:
         # so those are only bounded, against a count that would loop for ever.
         if count > size and (not is_array or count > _MAX_ZERO_WIDTH_ELEMENTS):
             raise DecodeError(f"{enc.name} of {size} bytes cannot hold {count} elements", pos)
+        # Limits (ingest.limits), checked before anything is built: nesting, and the values a
+        # frame may build (zero-width array elements multiply when arrays nest).
+        exceeded = budget.enter() or budget.take(count)
+        if exceeded is not None:
+            raise DecodeError(exceeded, pos)
         items: list[Any] = []
         append = items.append
         if is_array:
@@ -274,12 +308,13 @@ def _sequence(enc: Encoding) -> Decoder:
                     continue
                 known = by_code[code]
                 if known is None:
-                    value, pos = decode_value(buf, pos)  # described, or an unknown code to report
+                    value, pos = read_value(buf, pos)  # described, or an unknown code to report
                 else:
                     value, pos = known(buf, pos + 1)
                 append(value)
         if pos != end:
             raise DecodeError(f"{enc.name} size {size} disagrees with its {count} elements", pos)
+        budget.leave()
         if is_map:
             if count % 2:
                 raise DecodeError(f"{enc.name} has an odd number ({count}) of elements", pos)
@@ -314,8 +349,12 @@ def _constructor(buf: bytes, pos: int) -> tuple[Decoder, int]:
         raise short_of(1, pos, 0)
     code = buf[pos]
     if code == 0x00:
-        descriptor, pos = decode_value(buf, pos + 1)
+        exceeded = BUDGET.enter()
+        if exceeded is not None:
+            raise DecodeError(exceeded, pos)
+        descriptor, pos = read_value(buf, pos + 1)
         inner, pos = _constructor(buf, pos)
+        BUDGET.leave()
 
         def described(b: bytes, p: int) -> tuple[Any, int]:
             value, p = inner(b, p)
@@ -329,7 +368,16 @@ def _constructor(buf: bytes, pos: int) -> tuple[Decoder, int]:
 
 
 def decode_value(buf: bytes, pos: int = 0) -> tuple[Any, int]:
-    """Decode one AMQP value at ``pos``; returns the value and the position after it."""
+    """Decode one AMQP value at ``pos``; returns the value and the position after it.
+
+    The value is held to the limits of ``ingest.limits`` as one frame of ``len(buf)`` bytes.
+    """
+    BUDGET.start(len(buf))
+    return read_value(buf, pos)
+
+
+def read_value(buf: bytes, pos: int) -> tuple[Any, int]:
+    """``decode_value`` within the frame being decoded: counts against its limits, started by the caller."""
     if pos >= len(buf):
         raise short_of(1, pos, 0)
     code = buf[pos]
@@ -337,14 +385,19 @@ def decode_value(buf: bytes, pos: int = 0) -> tuple[Any, int]:
     if decoder is not None:
         return decoder(buf, pos + 1)
     if code == 0x00:
-        # A described value read directly (what ``_constructor`` would build a closure for).
-        descriptor, pos = decode_value(buf, pos + 1)
-        value, pos = decode_value(buf, pos)
+        # A described value read directly (what ``_constructor`` would build a closure for). The
+        # descriptor is itself a value, possibly described: nesting counts either way.
+        exceeded = BUDGET.enter()
+        if exceeded is not None:
+            raise DecodeError(exceeded, pos)
+        descriptor, pos = read_value(buf, pos + 1)
+        value, pos = read_value(buf, pos)
+        BUDGET.leave()
         return Described(descriptor, value), pos
     raise DecodeError(f"unknown format code 0x{code:02x}", pos)
 
 
-def value_extent(buf: bytes, pos: int) -> int | None:
+def value_extent(buf: bytes, pos: int, depth: int = 0) -> int | None:
     """Bytes the value at ``pos`` occupies, read from its constructor and size alone (None: not there yet).
 
     Lets a decoder tell a value cut off at the end of a frame (a section continued in the next
@@ -358,7 +411,9 @@ def value_extent(buf: bytes, pos: int) -> int | None:
         code = buf[pos]
         if code != 0x00:
             break
-        descriptor = value_extent(buf, pos + 1)
+        if depth >= MAX_DEPTH:
+            raise DecodeError(f"descriptors nested deeper than {MAX_DEPTH} levels (limit)", pos)
+        descriptor = value_extent(buf, pos + 1, depth + 1)
         if descriptor is None:
             return None
         pos += 1 + descriptor

@@ -15,7 +15,7 @@ from amqpscope.ingest.amqp10_types import DecodeError
 from amqpscope.ingest.messages import StreamDecoder, stream_decoder
 from amqpscope.ingest.framing import FrameFormat, FrameSplitter, RawFrame, Unframed
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_FIN, TCP_RST, TCP_SYN, TCP_ACK, Segment, parse_tcp
-from amqpscope.ingest.pcap import CaptureError, read_container, read_records, scan
+from amqpscope.ingest.pcap import Damage, read_container, read_records, scan
 from amqpscope.ingest.rows import add_arguments
 from amqpscope.ingest.tcp import Data, DirectionStream, Event, Gap
 
@@ -274,7 +274,7 @@ class CaptureDecoder:
             else:
                 try:
                     decoded = decode(data)
-                except (DecodeError, ValueError, KeyError, IndexError) as exc:
+                except Exception as exc:  # noqa: BLE001  (any failure inside one frame is that frame's)
                     rows.append(("quarantine", self._undecodable(conn, direction, item, exc)))
                     continue
             row = {
@@ -295,12 +295,24 @@ class CaptureDecoder:
                 "class_id": decoded.get("class_id"),
                 "method_id": decoded.get("method_id"),
             }
+            try:
+                add_arguments(row, protocol, decoded)
+            except Exception as exc:  # noqa: BLE001  (a decoded value no row can hold: the frame's too)
+                rows.append(("quarantine", self._undecodable(conn, direction, item, exc)))
+                continue
             conn.frames += 1
-            rows.append(("frames", add_arguments(row, protocol, decoded)))
+            rows.append(("frames", row))
 
     def _undecodable(self, conn: _Connection, direction: str, raw: RawFrame, exc: Exception) -> Row:
-        offset = raw.offset + getattr(exc, "offset", 0)
-        reason = getattr(exc, "reason", str(exc))
+        """The quarantine row of a whole frame that did not decode: the reason, and where in the stream.
+
+        A ``DecodeError`` names its reason and offset; any other exception is a decoder defect,
+        kept by its type and message at the frame's first byte, so that decoding goes on.
+        """
+        if isinstance(exc, DecodeError):
+            offset, reason = raw.offset + exc.offset, exc.reason
+        else:
+            offset, reason = raw.offset, f"{type(exc).__name__}: {str(exc)[:200]}"
         reason = f"undecodable {conn.protocol} frame: {reason} (byte {offset})"
         return self._quarantine(conn, direction, raw.offset, len(raw.data), raw.packet_number, reason)
 
@@ -495,32 +507,38 @@ def decode_capture(path: str | Path, capture_id: str, ports: tuple[int, ...] = D
     ("tcp_segments", row) too with ``segments=True``.
 
     Records are read as the Spark ingest reads a range (``ingest.pcap.scan``); a file damaged part
-    way (cut short) keeps what was read, and the unread rest is a quarantine row and the capture's
-    ``status``, as there.
+    way keeps what was read: past a record of impossible length reading goes on at the next
+    plausible record, and what was skipped (or, cut short, the unread rest) is a quarantine row
+    and the capture's ``status``, as there.
     """
     container = read_container(path)
     file_size = Path(path).stat().st_size
     decoder = CaptureDecoder(capture_id, ports, segments)
     packet = decoder.packet
-    damage: CaptureError | None = None
-    try:
-        for number, (_offset, ts_us, linktype, data, wirelen) in enumerate(
-            scan(path, container, container.data_start, file_size), 1
-        ):
-            rows = packet(number, ts_us, linktype, data, wirelen)
-            if rows:
-                yield from rows
-    except CaptureError as exc:
-        damage = exc
+    damage: list[Damage] = []
+    for number, (_offset, ts_us, linktype, data, wirelen) in enumerate(
+        scan(path, container, container.data_start, file_size, damage), 1
+    ):
+        rows = packet(number, ts_us, linktype, data, wirelen)
+        if rows:
+            yield from rows
     yield from decoder.finish()
-    status = "ok"
-    if damage is not None:
-        error = f"{damage.place}: {damage.reason}"
-        status = f"damaged: {error}"
-        damaged_at = file_size if damage.offset is None else damage.offset  # scan names the offset
+    for skipped in damage:
         yield "quarantine", {
             "capture_id": capture_id, "connection_id": None, "direction": None,
-            "stream_offset": damaged_at, "byte_count": file_size - damaged_at,  # here a file offset
-            "packet_number": None, "missing": False, "reason": f"capture file damaged: {error}",
+            "stream_offset": skipped.offset, "byte_count": skipped.size,  # here a file offset
+            "packet_number": None, "missing": False,
+            "reason": f"capture file damaged: {skipped.place}: {skipped.reason}",
         }  # fmt: skip
-    yield "captures", decoder.capture_row(path, file_size, status)
+    yield "captures", decoder.capture_row(path, file_size, damage_status(damage))
+
+
+def damage_status(damage: Sequence[Damage]) -> str:
+    """``captures.status`` of a capture read past ``damage``: its first place, and how much in all."""
+    if not damage:
+        return "ok"
+    first = damage[0]
+    status = f"damaged: {first.place}: {first.reason}"
+    if len(damage) > 1:
+        status += f" (and {len(damage) - 1} more places: {sum(d.size for d in damage)} bytes skipped in all)"
+    return status

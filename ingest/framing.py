@@ -58,6 +58,9 @@ class FrameFormat(Protocol):
         Used to resynchronise after an error.
         """
 
+    def evidence(self, buf: bytes | memoryview, pos: int) -> int:
+        """How many bytes from ``pos`` on ``plausible`` needs to decide (it answered None with fewer)."""
+
     def take_frames(self, buf: bytes, pos: int, end: int, base: int, packet_number: int, ts_us: int,
                     out: list[RawFrame | Unframed]) -> int:
         """Append the complete, well-formed frames from ``pos`` on to ``out``; where they stop.
@@ -79,7 +82,14 @@ class FrameSplitter:
         self.fmt = fmt
         self._buf = bytearray()
         self._base = start_offset  # stream offset of self._buf[0]
-        self._wanted = 0  # length of the incomplete frame at the start of self._buf, when known
+        # Bytes self._buf must hold before anything more can be decided: the length of the incomplete
+        # frame at its start, or what the boundary candidate being looked at needs.
+        self._wanted = 0
+        # While self._buf starts with bytes that cannot be framed: why, and the next position (in
+        # self._buf) to look at for a frame boundary. Every byte is looked at once, however many
+        # packets the unframeable run spans: resynchronisation is linear in the bytes scanned.
+        self._unframeable: str | None = None
+        self._scan = 0
 
     @property
     def pending(self) -> int:
@@ -106,6 +116,16 @@ class FrameSplitter:
         take_frames = fmt.take_frames
         base = self._base
         self._wanted = 0
+        reason = self._unframeable
+        if reason is not None:
+            # Still looking for the boundary after the unframeable bytes at the start of the buffer.
+            self._unframeable = None
+            skipped = self._boundary(buf, 0, self._scan)
+            if skipped is None:
+                self._unframeable = reason
+                return out
+            out.append(Unframed(base, skipped, packet_number, reason))
+            pos = skipped
         while pos < end:
             # Runs of complete, well-formed frames (nearly all the bytes) in the version's own loop;
             # the rest of this loop handles what stops it: a header, an error, a frame not yet whole.
@@ -122,9 +142,10 @@ class FrameSplitter:
             try:
                 length = fmt.frame_length(buf, pos)
             except ValueError as exc:
-                skipped = self._resync(buf, pos)
+                skipped = self._boundary(buf, pos, pos + 1)
                 if skipped is None:
                     # No boundary in sight yet: keep the bytes until more arrive or the stream ends.
+                    self._unframeable = str(exc)
                     break
                 out.append(Unframed(base + pos, skipped, packet_number, str(exc)))
                 pos += skipped
@@ -134,7 +155,8 @@ class FrameSplitter:
                 break
             reason = fmt.validate(buf, pos, length)
             if reason is not None:
-                skipped = self._resync(buf, pos + 1)
+                skipped = self._boundary(buf, pos + 1, pos + 2)
+                self._wanted = 0  # no wait: the frame's own length is the fallback
                 size = length if skipped is None else 1 + skipped
                 out.append(Unframed(base + pos, size, packet_number, reason))
                 pos += size
@@ -149,30 +171,52 @@ class FrameSplitter:
         self._base = base + pos
         return out
 
-    def _resync(self, buf: bytes, start: int) -> int | None:
-        """Bytes from ``start`` to the next plausible frame boundary, None if none is visible yet."""
-        end = min(len(buf), start + RESYNC_WINDOW)
-        for pos in range(start + 1, end):
+    def _boundary(self, buf: bytes, start: int, first: int) -> int | None:
+        """Bytes from ``start`` to the next plausible frame boundary, looking from ``first`` on.
+
+        None when none is visible yet: then ``self._scan`` (from ``start``) is where to look again and
+        ``self._wanted`` how many bytes from ``start`` that needs. No boundary within RESYNC_WINDOW
+        bytes: that many are given up (the caller quarantines them, and goes on past them).
+        """
+        limit = start + RESYNC_WINDOW
+        end = min(len(buf), limit)
+        fmt = self.fmt
+        pos = first
+        while pos < end:
             if protocol_header_at(buf, pos):
                 return pos - start
-            verdict = self.fmt.plausible(buf, pos)
+            verdict = fmt.plausible(buf, pos)
             if verdict:
                 return pos - start
-            if verdict is None:
-                return None  # wait for more bytes before deciding
+            if verdict is None:  # a candidate whose evidence has not arrived yet
+                self._scan = pos - start
+                self._wanted = pos - start + max(fmt.evidence(buf, pos), PROTOCOL_HEADER_SIZE)
+                return None
+            pos += 1
+        if pos >= limit:
+            return RESYNC_WINDOW
+        self._scan = pos - start
+        self._wanted = pos - start + 1
         return None
 
-    def close(self, packet_number: int, reason: str = "stream ended inside a frame") -> Unframed | None:
-        """End of stream: whatever is still buffered is an incomplete frame."""
+    def close(self, packet_number: int, reason: str | None = None) -> Unframed | None:
+        """End of stream: whatever is still buffered is an incomplete frame, or bytes that never framed."""
         if not self._buf:
             return None
+        if reason is None:
+            reason = self._unframeable or "stream ended inside a frame"
         left = Unframed(self._base, len(self._buf), packet_number, reason)
         self._base += len(self._buf)
         self._buf.clear()
+        self._unframeable, self._scan, self._wanted = None, 0, 0
         return left
 
     def skip(self, size: int, packet_number: int, reason: str) -> Unframed | None:
         """A capture gap: drop what was buffered (it cannot complete) and move past the hole."""
-        left = self.close(packet_number, f"incomplete frame before a capture gap ({reason})")
+        before = f"before a capture gap ({reason})"
+        if self._unframeable is not None:
+            left = self.close(packet_number, f"{self._unframeable} ({before})")
+        else:
+            left = self.close(packet_number, f"incomplete frame {before}")
         self._base += size
         return left

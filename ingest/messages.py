@@ -80,6 +80,8 @@ def _message(frames: int, payload: bytes, aborted: bool) -> dict[str, Any]:
         message["sections"] = amqp10.decode_message(payload)
     except DecodeError as exc:
         message["error"] = f"{exc.reason} (message byte {exc.offset})"
+    except Exception as exc:  # noqa: BLE001  (a defect decoding one message leaves its transfer decoded)
+        message["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     return message
 
 

@@ -30,6 +30,13 @@ MAX_RECORD: Final = 1 << 18  # 256 KiB: larger than any snapshot length in use
 _BLOCK: Final = 1 << 20
 # A record claiming more than this is damage, not a packet (and must not size a read).
 _MAX_CLAIMED: Final = 1 << 26
+_PCAPNG_BLOCK_TYPES: Final = frozenset(
+    {PCAPNG_SHB, PCAPNG_IDB, PCAPNG_PB, PCAPNG_SPB, 4, 5, PCAPNG_EPB, 7, 9, 10, 0x0BAD, 0x40000BAD}
+)
+# How many consecutive plausible records make a boundary certain enough.
+_CHAIN: Final = 4
+_SCAN_LIMIT: Final = 16 << 20  # give up looking for a boundary this far past a nominal offset
+_MAX_CAPTURE_SECONDS: Final = 366 * 86_400
 
 
 class CaptureError(ValueError):
@@ -41,6 +48,15 @@ class CaptureError(ValueError):
         self.place = place
         self.reason = reason
         self.offset = offset  # file offset of the damage, where known
+
+
+class Damage(NamedTuple):
+    """Bytes of a capture file that ``scan`` could not read as records, and went past."""
+
+    offset: int  # file offset of the first byte skipped
+    size: int  # bytes skipped: to the next plausible record, or to the end of the file
+    place: str  # "record at byte N" / "block at byte N"
+    reason: str  # what was wrong there, and how much was skipped
 
 
 class Record(NamedTuple):
@@ -137,16 +153,42 @@ def _interface(endian: str, body: bytes) -> tuple[int, int]:
 RawRecord = tuple[int, int, int, bytes, int]
 
 
-def scan(path: str | Path, c: Container, start: int, end: int) -> Iterator[RawRecord]:
+def scan(path: str | Path, c: Container, start: int, end: int, damage: list[Damage] | None = None
+         ) -> Iterator[RawRecord]:
     """Every packet record starting in [start, end) of the file, as plain tuples (the fast path).
 
     ``start`` must be a record boundary. Damage (a record cut by the end of the file, an
-    impossible length) raises ``CaptureError`` with its file offset, after every record before it.
+    impossible length) raises ``CaptureError`` with its file offset, after every record before it;
+    given a ``damage`` list, it is appended there instead and, past an impossible record, reading
+    goes on from the next plausible record boundary (``find_boundary``).
     """
-    return (_pcap_records if c.kind == "pcap" else _pcapng_records)(path, c, start, end)
+    return (_pcap_records if c.kind == "pcap" else _pcapng_records)(path, c, start, end, damage)
 
 
-def _pcap_records(path: str | Path, c: Container, start: int, end: int) -> Iterator[RawRecord]:
+def _skip_damage(path: str | Path, c: Container, offset: int, place: str, reason: str, damage: list[Damage] | None
+                 ) -> int:
+    """Past an impossible record at ``offset``: where reading goes on (the file's size: nowhere).
+
+    Raises ``CaptureError`` when the caller keeps no ``damage`` list.
+    """
+    if damage is None:
+        raise CaptureError(path, place, reason, offset=offset)
+    size = Path(path).stat().st_size
+    try:
+        resume = find_boundary(path, c, offset + 1, size)
+    except CaptureError:
+        resume = size
+    skipped = resume - offset
+    if resume < size:
+        reason = f"{reason}; {skipped} bytes skipped to the next record"
+    else:
+        reason = f"{reason}; the {skipped} bytes to the end of the file skipped (no record found in them)"
+    damage.append(Damage(offset, skipped, place, reason))
+    return resume
+
+
+def _pcap_records(path: str | Path, c: Container, start: int, end: int, damage: list[Damage] | None
+                  ) -> Iterator[RawRecord]:
     unpack = struct.Struct(c.endian + "IIII").unpack_from
     nano, linktype = c.nano, c.linktype
     with open(path, "rb") as f:
@@ -156,24 +198,37 @@ def _pcap_records(path: str | Path, c: Container, start: int, end: int) -> Itera
             if len(buf) - pos < 16:
                 buf, base, pos = buf[pos:] + f.read(_BLOCK), base + pos, 0
                 if len(buf) < 16:
-                    raise CaptureError(path, f"record at byte {base}", "file ends inside a record header", offset=base)
+                    if damage is None:
+                        raise CaptureError(path, f"record at byte {base}", "file ends inside a record header",
+                                           offset=base)
+                    damage.append(Damage(base, len(buf), f"record at byte {base}", "file ends inside a record header"))
+                    return
             sec, frac, caplen, wirelen = unpack(buf, pos)
+            if caplen > MAX_RECORD:
+                # No capture tool writes such a record (Wireshark refuses above 256 KiB): the
+                # length is damage, and must not size a read. Go on at the next record boundary.
+                place = f"record at byte {base + pos}"
+                resume = _skip_damage(path, c, base + pos, place, f"impossible captured length {caplen}", damage)
+                f.seek(resume)
+                buf, base, pos = f.read(_BLOCK), resume, 0
+                continue
             stop = pos + 16 + caplen
             if stop > len(buf):
-                if caplen > _MAX_CLAIMED:
-                    raise CaptureError(path, f"record at byte {base + pos}", f"impossible captured length {caplen}",
-                                       offset=base + pos)
                 buf, base, pos = buf[pos:] + f.read(max(_BLOCK, 16 + caplen)), base + pos, 0
                 stop = 16 + caplen
                 if stop > len(buf):
                     reason = f"file ends {stop - len(buf)} bytes into a packet"
-                    raise CaptureError(path, f"record at byte {base}", reason, offset=base)
+                    if damage is None:
+                        raise CaptureError(path, f"record at byte {base}", reason, offset=base)
+                    damage.append(Damage(base, len(buf), f"record at byte {base}", reason))
+                    return
             ts_us = sec * 1_000_000 + (frac // 1000 if nano else frac)
             yield base + pos, ts_us, linktype, buf[pos + 16 : stop], wirelen
             pos = stop
 
 
-def _pcapng_records(path: str | Path, c: Container, start: int, end: int) -> Iterator[RawRecord]:
+def _pcapng_records(path: str | Path, c: Container, start: int, end: int, damage: list[Damage] | None
+                    ) -> Iterator[RawRecord]:
     endian = c.endian
     # Interfaces described after the first packet apply from there on; only a reader that started
     # at or before the first packet has seen every description before them, so only it can number them.
@@ -186,7 +241,11 @@ def _pcapng_records(path: str | Path, c: Container, start: int, end: int) -> Ite
             if len(buf) - pos < 12:
                 buf, base, pos = buf[pos:] + f.read(_BLOCK), base + pos, 0
                 if len(buf) < 12:
-                    raise CaptureError(path, f"block at byte {base}", "file ends inside a block header", offset=base)
+                    if damage is None:
+                        raise CaptureError(path, f"block at byte {base}", "file ends inside a block header",
+                                           offset=base)
+                    damage.append(Damage(base, len(buf), f"block at byte {base}", "file ends inside a block header"))
+                    return
             block_type, length = struct.unpack_from(endian + "II", buf, pos)
             if block_type == PCAPNG_SHB:
                 # A new section (a concatenated file) may change the byte order; its interfaces restart.
@@ -195,13 +254,27 @@ def _pcapng_records(path: str | Path, c: Container, start: int, end: int) -> Ite
                 interfaces = []
             if length < _MIN_BLOCK.get(block_type, 12) or length % 4 or length > _MAX_CLAIMED:
                 place = f"block at byte {base + pos}"
-                raise CaptureError(path, place, f"impossible block length {length}", offset=base + pos)
+                resume = _skip_damage(path, c, base + pos, place, f"impossible block length {length}", damage)
+                f.seek(resume)
+                buf, base, pos = f.read(_BLOCK), resume, 0
+                continue
             stop = pos + length
             if stop > len(buf):
                 buf, base, pos = buf[pos:] + f.read(max(_BLOCK, length)), base + pos, 0
                 stop = length
                 if stop > len(buf):
-                    raise CaptureError(path, f"block at byte {base}", "file ends inside a block", offset=base)
+                    if damage is None:
+                        raise CaptureError(path, f"block at byte {base}", "file ends inside a block", offset=base)
+                    damage.append(Damage(base, len(buf), f"block at byte {base}", "file ends inside a block"))
+                    return
+            if struct.unpack_from(endian + "I", buf, stop - 4)[0] != length:
+                # Every block repeats its length at its end (pcapng 3.1): a block without it is damage.
+                place = f"block at byte {base + pos}"
+                resume = _skip_damage(path, c, base + pos, place, f"block length {length} not repeated at its end",
+                                      damage)
+                f.seek(resume)
+                buf, base, pos = f.read(_BLOCK), resume, 0
+                continue
             if block_type == PCAPNG_EPB:
                 iface, hi, lo, caplen, wirelen = struct.unpack_from(endian + "IIIII", buf, pos + 8)
                 linktype, ticks = interfaces[iface] if iface < len(interfaces) else (0, 1_000_000)
@@ -221,6 +294,78 @@ def _pcapng_records(path: str | Path, c: Container, start: int, end: int) -> Ite
             elif block_type == PCAPNG_SHB:
                 complete = True
             pos = stop
+
+
+# --- record boundaries (where a damaged file or a byte range is read from) -----------------------
+
+
+def _pcap_record_ok(c: Container, buf: bytes, pos: int, previous_sec: int | None) -> int | None:
+    """Length of a plausible pcap record at ``pos``, or None."""
+    if pos + 16 > len(buf):
+        return None
+    sec, frac, caplen, wirelen = struct.unpack_from(c.endian + "IIII", buf, pos)
+    if frac >= (1_000_000_000 if c.nano else 1_000_000) or caplen > c.snaplen or caplen > wirelen or wirelen > MAX_RECORD:
+        return None
+    if previous_sec is not None and abs(sec - previous_sec) > 86_400:
+        return None
+    # Records of one capture lie within its era: after its first record (a day of clock slack).
+    if c.first_sec is not None and not c.first_sec - 86_400 <= sec <= c.first_sec + _MAX_CAPTURE_SECONDS:
+        return None
+    return 16 + caplen
+
+
+def _pcapng_block_ok(c: Container, buf: bytes, pos: int) -> int | None:
+    if pos + 12 > len(buf):
+        return None
+    block_type, length = struct.unpack_from(c.endian + "II", buf, pos)
+    if block_type not in _PCAPNG_BLOCK_TYPES or length < 12 or length % 4 or length > MAX_RECORD + 64:
+        return None
+    if pos + length > len(buf):
+        return None
+    (trailer,) = struct.unpack_from(c.endian + "I", buf, pos + length - 4)
+    return length if trailer == length else None
+
+
+def _chain_ok(c: Container, buf: bytes, pos: int) -> bool:
+    """``pos`` starts a record and the next ones chain from it (or the data ends cleanly)."""
+    previous_sec: int | None = None
+    for _ in range(_CHAIN):
+        if pos == len(buf):
+            return True
+        if c.kind == "pcap":
+            length = _pcap_record_ok(c, buf, pos, previous_sec)
+            if length is not None:
+                previous_sec = struct.unpack_from(c.endian + "I", buf, pos)[0]
+        else:
+            length = _pcapng_block_ok(c, buf, pos)
+        if length is None:
+            return False
+        pos += length
+    return True
+
+
+def find_boundary(path: str | Path, c: Container, offset: int, file_size: int) -> int:
+    """The first record boundary at or after ``offset`` (``file_size`` if there is none).
+
+    Record boundaries are not marked in either format: a candidate offset is accepted only when it
+    and the next few records after it all parse as plausible record headers (sizes within the
+    snapshot length, timestamps in the capture's era, pcapng lengths repeated at both ends of the
+    block). Raises ``CaptureError`` when none is found within 16 MiB.
+    """
+    if offset <= c.data_start:
+        return c.data_start
+    window = (_CHAIN + 1) * (MAX_RECORD + 64)
+    with open(path, "rb") as f:
+        scanned = 0
+        while offset < file_size and scanned < _SCAN_LIMIT:
+            f.seek(offset)
+            buf = f.read(window + (1 << 16))
+            for pos in range(0, min(len(buf), 1 << 16)):
+                if _chain_ok(c, buf, pos):
+                    return offset + pos
+            offset += 1 << 16
+            scanned += 1 << 16
+    raise CaptureError(path, f"byte {offset}", "no record boundary found: the file is damaged here")
 
 
 def read_records(path: str | Path) -> Iterator[Record]:

@@ -15,8 +15,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Final
 
-from amqpscope.ingest.amqp10_types import Timestamp
-from amqpscope.schemas.frames import FRAME_KEY_FIELDS, FRAME_KIND_FIELDS, FRAMES_COLUMNS
+from amqpscope.ingest.amqp091_values import PosixTime
+from amqpscope.ingest.amqp10_types import Described, Timestamp
+from amqpscope.ingest.limits import MAX_DEPTH
+from amqpscope.schemas.frames import FRAME_KEY_FIELDS, FRAME_KIND_FIELDS, FRAMES_COLUMNS, FRAMES_SCHEMA
 
 # Columns a frame argument never fills: the frame's own identity (connection.close's class-id is
 # an argument, the frame's class_id is not) and the map of the others.
@@ -50,6 +52,16 @@ for (_section, _field), _name in _SECTION_COLUMNS.items():
 # Sections kept whole as text in ``arguments`` (maps of annotations and application properties).
 _MAP_SECTIONS: Final = frozenset({"delivery-annotations", "message-annotations", "application-properties", "footer"})
 _INT64_MIN, _INT64_END = -(1 << 63), 1 << 63  # a long column's range
+# What each typed column can hold, from its Spark type: a value of another kind or beyond the range
+# (a field of the wrong type on the wire, a ulong above 2^63-1) is kept as text in ``arguments``
+# instead, so that no decoded value can fail the Arrow conversion of its batch.
+_KINDS: Final[dict[str, tuple[type, int, int]]] = {
+    f.name: {
+        "string": (str, 0, 0), "boolean": (bool, 0, 0), "binary": (bytes, 0, 0),
+        "bigint": (int, _INT64_MIN, _INT64_END), "int": (int, -(1 << 31), 1 << 31),
+    }.get(f.dataType.simpleString(), (type(None), 0, 0))
+    for f in FRAMES_SCHEMA.fields
+}  # fmt: skip
 
 
 def text(value: Any) -> str | None:
@@ -64,12 +76,33 @@ def text(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, Timestamp):
         moment = value.datetime
-        return moment.isoformat(timespec="milliseconds") if moment is not None else str(int(value))
+        return moment.isoformat(timespec="milliseconds") if moment is not None else value.described()
+    if isinstance(value, PosixTime):
+        return value.described()
     if isinstance(value, (int, float, Decimal, uuid.UUID)):
         return str(value)
     if isinstance(value, datetime):
         return value.isoformat()
-    return _ENCODER.encode(value)
+    try:
+        return _ENCODER.encode(value)
+    except (TypeError, ValueError):
+        # Map keys JSON has no form for (1.0 lists, described values, binaries as keys): rendered
+        # as text first, the rest as before.
+        return _ENCODER.encode(_plain_keys(value, 0))
+
+
+def _plain_keys(value: Any, depth: int) -> Any:
+    """``value`` with every map key JSON cannot take rendered by ``text``; as deep as the decoders allow."""
+    if depth > 2 * MAX_DEPTH:  # decoded values nest at most MAX_DEPTH; a described one adds a level
+        raise ValueError(f"value nested deeper than {2 * MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        return {
+            (k if k is None or isinstance(k, (str, int, float)) else text(k)): _plain_keys(v, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_plain_keys(v, depth + 1) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:
@@ -77,8 +110,10 @@ def _json_default(value: Any) -> Any:
         return value.hex()
     if isinstance(value, tuple):
         return list(value)
-    if isinstance(value, Timestamp):
+    if isinstance(value, (Timestamp, PosixTime)):
         return text(value)
+    if isinstance(value, Described):  # left as it was decoded only where it is a map key
+        return {"descriptor": value.descriptor, "value": value.value}
     return str(value)
 
 
@@ -130,12 +165,14 @@ def add_arguments(row: dict[str, Any], protocol: str, decoded: dict[str, Any]) -
                 extra[name] = None
             else:
                 _argument(row, extra, name, None, value)
-        elif value is None or kind is str or kind is bool or kind is bytes or (
-            kind is int and _INT64_MIN <= value < _INT64_END
-        ):
-            row[column] = value
+        elif value is None:
+            row[column] = None
         else:
-            _argument(row, extra, name, column, value)
+            fits, low, end = _KINDS[column]
+            if kind is fits and (kind is not int or low <= value < end):
+                row[column] = value
+            else:
+                _argument(row, extra, name, column, value)
     # Only 1.0 transfers have these ("in" before reading: a cheaper test than a call to get).
     if "payload" in decoded and decoded["payload"] is not None:
         row["payload_size"] = len(decoded["payload"])
@@ -153,17 +190,16 @@ def _argument(row: dict[str, Any], extra: dict[str, str | None], name: str, colu
         if nested is not None and kind is dict:
             for member, nested_column in nested:
                 row[nested_column] = text(value.get(member))
-        elif column is not None and kind is dict and "$type" in value:
+        elif column is not None and kind is dict and "$type" in value and _KINDS[column][0] is str:
             # A delivery state or outcome: the column holds its name (accepted, rejected ...).
             row[column] = value["$type"]
         extra[name] = text(value)
-    elif kind is int:
-        # 1.0 ulong fields (max-message-size) can exceed a signed 64-bit column.
-        extra[name] = str(value)
-    elif isinstance(value, str):
+    elif isinstance(value, str) and _KINDS[column][0] is str:
         row[column] = str(value)  # a symbol
     else:
-        row[column] = value
+        # A value its column cannot hold: a 1.0 ulong (max-message-size) above 2^63-1, or a field
+        # of another type than the spec's (a malformed or hostile peer).
+        extra[name] = text(value)
 
 
 def _message_columns(row: dict[str, Any], extra: dict[str, str | None], message: dict[str, Any]) -> None:
@@ -183,6 +219,8 @@ def _message_columns(row: dict[str, Any], extra: dict[str, str | None], message:
             columns = _SECTION_COLUMNS_BY_NAME[section.name]
             for name, value in section.value.items():
                 column = columns.get(name)
+                if column == "priority" and not (value is None or (type(value) is int and 0 <= value < 256)):
+                    column = None  # a priority that is no ubyte: kept as text
                 if column is not None:
                     row[column] = value if column == "priority" or value is None else text(value)
                 elif value is not None:

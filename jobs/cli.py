@@ -28,7 +28,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "(bronze: captures, connections, frames, quarantine, tcp_segments; messages_091, deliveries_10), "
         "rebuild flow state (link_credit, link_state, session_window, channel_unacked, consumer_unacked, "
         "channel_confirms, channel_flow, connection_blocked, frame_limits, idle_gaps, tcp_flow, flow_intervals, "
-        "throughput), "
+        "throughput; rule state lifecycle_10, lifecycle_091; events), "
         "diagnose the bottleneck (bottlenecks, diagnosis), "
         "run the Great Expectations suites (violations table, Data Docs) and write an HTML report. "
         "Rotated files of one capture decode as one. "

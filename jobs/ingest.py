@@ -30,7 +30,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from amqpscope.ingest.capture import CaptureDecoder
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, parse_tcp
-from amqpscope.ingest.pcap import CaptureError, scan
+from amqpscope.ingest.pcap import CaptureError, Damage, scan
 from amqpscope.ingest.ranges import read_container, split
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.jobs.lake import Lake
@@ -158,10 +158,11 @@ def _read_ranges(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             container = read_container(r["path"])
             rows = []
             position = r["start"]  # where the last good record started
+            damage: list[Damage] = []  # what scan read past: impossible records, a cut-short end
             try:
                 # Records are numbered from 1 within their range; the prefix sum makes them global.
                 for index, (offset, ts_us, linktype, data, wirelen) in enumerate(
-                    scan(r["path"], container, r["start"], r["end"]), 1
+                    scan(r["path"], container, r["start"], r["end"], damage), 1
                 ):
                     position = offset
                     rows.append({
@@ -181,6 +182,12 @@ def _read_ranges(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                     "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": stop,
                     "index_in_range": 0, "ts_us": 0, "linktype": 0, "wirelen": r["end"] - stop, "data": b"",
                     "flow": None, "error": f"{r['part_label']}{exc.place}: {exc.reason}",
+                })  # fmt: skip
+            for skipped in damage:
+                rows.append({
+                    "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": skipped.offset,
+                    "index_in_range": 0, "ts_us": 0, "linktype": 0, "wirelen": skipped.size, "data": b"",
+                    "flow": None, "error": f"{r['part_label']}{skipped.place}: {skipped.reason}",
                 })  # fmt: skip
             if rows:
                 yield pa.RecordBatch.from_pylist(rows, schema=schema)

@@ -321,7 +321,8 @@ def credit_bound_findings(flow_intervals: DataFrame, link_state: DataFrame, fram
     starved = (F.col("direction") == "s2c") & ~F.coalesce(F.col("detail"), F.lit("")).startswith("no flow")
     keys = ("capture_id", "connection_id", "link_name")
     held = _held(flow_intervals, frames, "link", "link_credit_exhausted", keys, starved)
-    receiving = link_state.filter(F.col("sender_side") == "server")
+    # The link's own frames: link_state also has a row per disposition that settled its deliveries.
+    receiving = link_state.filter((F.col("sender_side") == "server") & (F.col("method") != "disposition"))
     stats = (held.join(_link_activity(receiving), list(keys))
              .join(_credit_grants(receiving, limits), list(_LINK)))
     active_us = F.greatest(_us(F.col("last_transfer_ts")) - _us(F.col("first_grant_ts")), F.lit(1))
@@ -530,7 +531,7 @@ def _unrouted_share(messages_091: DataFrame, frames: DataFrame) -> DataFrame:
     known = publishes.join(declared, ["capture_id", "exchange"])
     matches = (F.col("_type") == "fanout") | (F.col("_type") == "headers") | (
         (F.col("_type") == "direct") & (F.col("_binding_key") == F.col("routing_key"))) | (
-        (F.col("_type") == "topic") & F.col("routing_key").rlike(_topic_pattern(F.col("_binding_key"))))
+        (F.col("_type") == "topic") & F.regexp_like(F.col("routing_key"), _topic_pattern(F.col("_binding_key"))))
     routed = (known.join(bindings, ["capture_id", "exchange"], "left")
               .groupBy("capture_id", "connection_id", "frame_index")
               .agg(F.max(F.coalesce(matches, F.lit(False)).cast("int")).alias("_routed")))

@@ -4,7 +4,8 @@ Delivery tags on a channel run 1, 2, 3 ... over basic.deliver and basic.get-ok, 
 settlement is found without replaying the channel one event at a time, by the one settlement rule
 (``pipelines.settlement``): an ack / nack / reject settles its own tag, a ``multiple`` one every
 outstanding tag up to its own (tag 0: all), and one naming a tag that is not outstanding settles
-nothing. Unacked after an event is then a running sum of +1 per delivery and -1 per settlement,
+nothing. A basic.recover settles every outstanding delivery (RabbitMQ requeues them and redelivers
+them under new tags). Unacked after an event is then a running sum of +1 per delivery and -1 per settlement,
 over the channel or over one consumer's deliveries.
 ``delivered`` (the highest tag sent so far) and ``settled`` (what a settlement settled: 0 when
 the tag it names is not outstanding) are what the rules on unknown and twice-settled tags read.
@@ -36,7 +37,10 @@ from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA, CONSUMER_UNACKED_SCHE
 
 _DELIVERIES = ("basic.deliver", "basic.get-ok")
 _SETTLEMENTS = ("basic.ack", "basic.nack", "basic.reject")
-_EVENTS = (*_DELIVERIES, *_SETTLEMENTS, "basic.qos", "channel.open", "basic.consume", "basic.consume-ok",
+# basic.recover: RabbitMQ requeues every unacknowledged delivery of the channel (redelivered with
+# new tags), so it settles them all, as an ack of tag 0 with multiple would.
+_RECOVERS = ("basic.recover", "basic.recover-async")
+_EVENTS = (*_DELIVERIES, *_SETTLEMENTS, *_RECOVERS, "basic.qos", "channel.open", "basic.consume", "basic.consume-ok",
            "basic.cancel-ok", "basic.get", "basic.get-empty")
 _COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "packet_number", "direction", "method",
             "consumer_tag", "delivery_tag", "multiple", "prefetch_count", "global", "no_ack", "queue")
@@ -77,8 +81,11 @@ def _ledger(frames: DataFrame) -> DataFrame:
     )
     events = events.withColumn("_is_delivery", any_delivery & ~F.coalesce("_no_ack", F.lit(False)))  # no-ack: a tag, never an ack
 
+    recover = F.col("method").isin(*_RECOVERS) & (F.col("direction") == "c2s")
+    events = (events.withColumn("delivery_tag", F.when(recover, F.lit(0)).otherwise(F.col("delivery_tag")))
+              .withColumn("multiple", F.when(recover, F.lit(True)).otherwise(F.col("multiple"))))
     # Consumer acks travel client to server; broker acks on the same channel are publisher confirms.
-    settlement = F.col("method").isin(*_SETTLEMENTS) & (F.col("direction") == "c2s")
+    settlement = F.col("method").isin(*_SETTLEMENTS, *_RECOVERS) & (F.col("direction") == "c2s")
     settled = settle(
         events, CHANNEL,
         sent=F.when(any_delivery, F.col("delivery_tag")),
@@ -92,7 +99,7 @@ def _ledger(frames: DataFrame) -> DataFrame:
         .withColumn("unacked", F.sum("_delta").over(channel_after_frame()))
         # Incarnation 0: the channel was open before the capture began, its earlier tags unknown.
         .withColumn("delivered", F.when(F.col("incarnation") > 0, F.coalesce(highest_tag, F.lit(0))))
-        .withColumn("settled", F.when(settlement & F.col("_is_event"),
+        .withColumn("settled", F.when(settlement & ~recover & F.col("_is_event"),
                                       F.sum((~F.col("_is_event")).cast("long")).over(frame_of_channel())))
         .withColumn("_last_prefetch", F.last(F.when(event_qos, F.col("prefetch_count")), True).over(channel_after_frame()))
         .withColumn("_last_global", F.last(F.when(event_qos, F.col("global")), True).over(channel_after_frame()))

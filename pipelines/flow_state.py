@@ -15,7 +15,10 @@ from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consum
 from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.flow_intervals import flow_intervals
 from amqpscope.pipelines.frame_limits import frame_limits_timeline
+from amqpscope.pipelines.events import events_timeline
 from amqpscope.pipelines.idle_gaps import idle_gaps_timeline
+from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
+from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
 from amqpscope.pipelines.link_credit import link_credit_timeline, link_state_timeline
 from amqpscope.pipelines.sessions import session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
@@ -33,6 +36,10 @@ FRAME_TIMELINES = {
     "channel_flow": channel_flow_intervals,
     "frame_limits": frame_limits_timeline,
     "idle_gaps": idle_gaps_timeline,
+    # Rule state and events (expectations/rules.yml, docs/RULES.md).
+    "lifecycle_10": lifecycle_10_timeline,
+    "lifecycle_091": lifecycle_091_timeline,
+    "events": events_timeline,
 }
 TIMELINE_TABLES = (*FRAME_TIMELINES, "tcp_flow")
 DERIVED_TABLES = ("flow_intervals", "throughput")

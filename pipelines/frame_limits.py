@@ -11,9 +11,12 @@ AMQP 0-9-1 (connection.tune / tune-ok, RabbitMQ's definition and the 0-9-1 spec'
 
 AMQP 1.0 (transport 2.7.1, open; 2.4.1): a peer announces in its open the largest frame it accepts
 (max-frame-size, default 2^32-1) and the highest channel it accepts (channel-max, default 65535).
-Frames a peer sends before the other's open arrives are at most 512 octets (MIN-MAX-FRAME-SIZE)
-and on channel 0; after it, at most that open's max-frame-size, and a begin on a channel above the
-other peer's channel-max breaks the limit.
+After that open has arrived, a larger frame or a begin on a higher channel breaks the limit.
+Before it, the limits in force are unknown (null): a peer may pipeline its open with a begin,
+attach and more (2.4.2, "pipelined open") as long as the frames are "known a priori to conform to
+the capabilities and limitations of its partner", which only the partner knows. Every peer accepts
+frames of 512 octets (MIN-MAX-FRAME-SIZE): ``peer_opened`` says whether the other peer's open had
+arrived, so a rule can call a larger pipelined frame a risk, not a breach.
 
 The limits follow frames in capture order. A connection picked up mid-stream (its protocol
 header not captured) has no known limits: null, and no rule can flag its frames.
@@ -96,13 +99,11 @@ def frame_limits_timeline(frames: DataFrame) -> DataFrame:
         .when(is_091, F.lit(FRAME_MIN_SIZE_091))
         .when(peer_opened, _no_limit_if(F.coalesce(peer_max_frame_size, F.lit(NO_FRAME_SIZE_LIMIT_10)),
                                         NO_FRAME_SIZE_LIMIT_10))
-        .otherwise(F.lit(MIN_MAX_FRAME_SIZE_10))
     )
     channel_limit = (
         F.when(~started, F.lit(None))
         .when(is_091 & tuned, _no_limit_if(_last(tune_ok, "channel_max"), 0))
         .when(is_10 & peer_opened, F.coalesce(peer_channel_max, F.lit(DEFAULT_CHANNEL_MAX_10)))
-        .when(is_10, F.lit(0))
     )
     limits = (
         # Only the frames that set limits or could break them enter the window.
@@ -113,6 +114,7 @@ def frame_limits_timeline(frames: DataFrame) -> DataFrame:
         .withColumn("offered_channel_max", F.when(tune_ok, _last(tune, "channel_max")))
         .withColumn("tuned_frame_max", F.when(tune_ok, F.col("frame_max")))
         .withColumn("tuned_channel_max", F.when(tune_ok, F.col("channel_max")))
+        .withColumn("peer_opened", F.when(is_10 & started, peer_opened))
         .filter(candidate)
     )
     return limits.select(*[F.col(f.name).cast(f.dataType) for f in FRAME_LIMITS_SCHEMA.fields])

@@ -16,7 +16,9 @@ serial arithmetic throughout (the second form keeps a credit near 2^32 from wrap
 
 Unsettled deliveries (link_state only) need delivery-ids, which are numbered per session and
 direction: a delivery is settled by a settled transfer frame of its own or by the first settled
-disposition of either endpoint whose [first, last] range names it (2.6.12, 2.7.6).
+disposition of either endpoint whose [first, last] range names it (2.6.12, 2.7.6). A disposition
+has no handle: it gets a row of its own on every link whose deliveries it settled, carrying the
+link's state as of that frame, so the last row of a link counts every settlement seen before it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ _COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "pack
             "protocol", "handle", "name", "role", "initial_delivery_count", "target_address", "source_address",
             "delivery_count", "link_credit", "available", "drain", "echo", "delivery_id", "more", "aborted", "settled",
             "payload_size")
+# What a settling frame passes to the deliveries it settles (frame_index first: structs order by it).
+_SETTLING_FIELDS = ("frame_index", "ts", "packet_number", "direction", "channel", "method", "role")
+# The link-state columns a disposition row takes over from the link's previous row.
+_CARRIED = ("delivery_count_snd", "link_credit_snd", "delivery_count_rcv", "link_credit_rcv", "available", "drain",
+            "deliveries_in_flight", "sender_announced_no_credit")
 
 # Window specifications are built per call: PySpark needs an active session to build one.
 
@@ -64,6 +71,11 @@ def _link_before() -> WindowSpec:
     return Window.partitionBy(*_LINK).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, -1)
 
 
+def _link_in_order() -> WindowSpec:
+    """A link's frames in order, for the previous frame's state."""
+    return Window.partitionBy(*_LINK).orderBy("frame_index")
+
+
 def _link_after_frame() -> WindowSpec:
     """A link's rows in frame order, a frame's rows together: each row sees the count after its frame."""
     return Window.partitionBy(*_LINK).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
@@ -82,6 +94,11 @@ def _same_id_later() -> WindowSpec:
 def _same_delivery() -> WindowSpec:
     """The transfer frames of one delivery (from its first frame on): the first one settling it."""
     return Window.partitionBy(*_LINK, "_delivery_start")
+
+
+def _link_frame_rows() -> WindowSpec:
+    """A link's rows of one frame (a disposition settling several of its deliveries has one each)."""
+    return Window.partitionBy(*_LINK, "frame_index").orderBy("_delivery_start")
 
 
 def _session_direction_so_far() -> WindowSpec:
@@ -138,6 +155,12 @@ def _credit_state(events: DataFrame) -> DataFrame:
         .withColumn("link_credit_snd", F.coalesce(F.col("link_credit_rcv"), F.lit(0)) - F.col("deliveries_in_flight"))
         .withColumn("link_credit_snd_before", F.when(F.col("is_new_delivery"), F.col("link_credit_snd") + 1))
         .withColumn("sender_side", F.when(F.col("sender_direction") == "c2s", "client").otherwise("server"))
+        # A link's last flow is the sender's, saying credit 0: until the receiver flows again.
+        .withColumn("sender_announced_no_credit", _last(
+            F.when(receiver_flow, F.lit(False))
+            .when(is_flow & from_sender & F.col("link_credit").isNotNull(), F.col("link_credit") == 0)))
+        .withColumn("delivery_first_id", F.when(is_transfer, _last(F.when(F.col("is_new_delivery"), F.col("delivery_id")))))
+        .withColumn("delivery_count_snd_before", F.lag("delivery_count_snd").over(_link_in_order()))
     )
     return state
 
@@ -159,9 +182,12 @@ def _disposition_target() -> Column:
 
 
 def _settled_at(state: DataFrame) -> DataFrame:
-    """``state`` (link frames, dispositions, begins) with ``_settled_at`` on each delivery's first
-    transfer: the first frame that settled it (a settled transfer of its own, or a settled
-    disposition naming its delivery-id), or null."""
+    """``state`` (link frames, dispositions, begins) with ``_settled_by`` on each delivery's first
+    transfer: the _SETTLING_FIELDS of the first frame that settled it (a settled transfer of its
+    own, or a settled disposition naming its delivery-id), or null."""
+    # The frame's own role: _credit_state's role is the one its handle was attached with, and a
+    # disposition has no handle.
+    settling = F.struct(*(F.col(n) for n in _SETTLING_FIELDS if n != "role"), F.col("_frame_role").alias("role"))
     is_new = F.col("is_new_delivery")
     is_disposition = (F.col("method") == "disposition") & F.coalesce(F.col("settled"), F.lit(False)) & F.col("first").isNotNull()
     numbered = (
@@ -176,13 +202,13 @@ def _settled_at(state: DataFrame) -> DataFrame:
     by_id = (
         numbered.withColumn("_k", F.explode(named))
         .withColumn("_id", F.when(F.col("_k") >= 0, serial(F.col("first") + F.col("_k"))).when(is_new, F.col("delivery_id")))
-        .withColumn("_disposition_at", F.min(F.when(F.col("_k") >= 0, F.col("frame_index"))).over(_same_id_later()))
+        .withColumn("_disposition_at", F.min(F.when(F.col("_k") >= 0, settling)).over(_same_id_later()))
         .filter(F.col("_k") < 0)
     )
     settled_transfer = (F.col("method") == "transfer") & (F.col("role") == "sender") & F.coalesce(F.col("settled"), F.lit(False))
     return (
-        by_id.withColumn("_transfer_at", F.min(F.when(settled_transfer, F.col("frame_index"))).over(_same_delivery()))
-        .withColumn("_settled_at", F.when(is_new, F.least("_transfer_at", "_disposition_at")))
+        by_id.withColumn("_transfer_at", F.min(F.when(settled_transfer, settling)).over(_same_delivery()))
+        .withColumn("_settled_by", F.when(is_new, F.least("_transfer_at", "_disposition_at")))
     )
 
 
@@ -191,17 +217,38 @@ def link_state_timeline(frames: DataFrame) -> DataFrame:
     performatives = frames.filter(
         (F.col("protocol") == "amqp-1.0") & F.col("method").isin("begin", "disposition", *_LINK_METHODS)
     ).select(*_COLUMNS, "remote_channel", "frame_type", "first", "last")
-    bound = bind_sessions(by_connection(performatives)).withColumn("_disposition_target", _disposition_target())
+    bound = (bind_sessions(by_connection(performatives)).withColumn("_disposition_target", _disposition_target())
+             .withColumn("_frame_role", F.col("role")))
     link_frame = F.col("method").isin(*_LINK_METHODS) & F.col("handle").isNotNull() & F.col("link_name").isNotNull()
-    settled = _settled_at(_credit_state(bound)).withColumn("_link_frame", link_frame)
+    state = _credit_state(bound)
+    # Each endpoint's handle of the link, for the rows of the dispositions it sends.
+    for direction in ("c2s", "s2c"):
+        state = state.withColumn(f"_{direction}_handle", _last(F.when(F.col("direction") == direction, F.col("handle"))))
+    settled = _settled_at(state).withColumn("_link_frame", link_frame)
     # Each settled delivery gets a second row at the frame that settled it, so the running count
     # over the link's frames counts it there ("range": a frame's rows see the count after it).
-    timeline = (
-        settled.withColumn("_is_event", F.explode(F.when(F.col("_settled_at").isNotNull(), F.array(F.lit(True), F.lit(False)))
+    doubled = (
+        settled.withColumn("_is_event", F.explode(F.when(F.col("_settled_by").isNotNull(), F.array(F.lit(True), F.lit(False)))
                                                   .otherwise(F.array(F.lit(True)))))
-        .withColumn("frame_index", F.when(F.col("_is_event"), F.col("frame_index")).otherwise(F.col("_settled_at")))
         .withColumn("_delta", F.when(~F.col("_is_event"), -1).when(F.col("is_new_delivery"), 1).otherwise(0))
-        .withColumn("unsettled", F.sum("_delta").over(_link_after_frame()))
-        .filter(F.col("_is_event") & F.col("_link_frame"))
     )
+    for name in _SETTLING_FIELDS:
+        doubled = doubled.withColumn(name, F.when(F.col("_is_event"), F.col(name)).otherwise(F.col(f"_settled_by.{name}")))
+    # A disposition's row: the link as of that frame, the link's state carried from its previous row.
+    by_disposition = ~F.col("_is_event") & (F.col("method") == "disposition")
+    for name in _CARRIED:
+        doubled = doubled.withColumn(name, F.when(F.col("_is_event"), F.col(name)).otherwise(
+            F.last(F.when(F.col("_is_event"), F.col(name)), True).over(_link_so_far())))
+    timeline = (
+        doubled.withColumn("unsettled", F.sum("_delta").over(_link_after_frame()))
+        .filter((F.col("_is_event") & F.col("_link_frame")) | by_disposition)
+        .withColumn("_nth", F.row_number().over(_link_frame_rows()))
+        .filter(~by_disposition | (F.col("_nth") == 1))
+        .withColumn("handle", F.when(by_disposition, F.when(F.col("direction") == "c2s", F.col("_c2s_handle"))
+                                     .otherwise(F.col("_s2c_handle"))).otherwise(F.col("handle")))
+        .withColumn("is_new_delivery", F.col("is_new_delivery") & ~by_disposition)
+    )
+    for name in ("delivery_id", "payload_size", "link_credit_snd_before", "echo", "link_credit", "delivery_count",
+                 "delivery_first_id", "delivery_count_snd_before"):
+        timeline = timeline.withColumn(name, F.when(~by_disposition, F.col(name)))
     return timeline.select(*[F.col(f.name).cast(f.dataType) for f in LINK_STATE_SCHEMA.fields])

@@ -4,6 +4,11 @@ Over a connection's segments in capture order (both directions): the window each
 advertised, what each side has sent (highest stream offset) and what the other side has
 acknowledged of it. A sender whose bytes in flight reach the peer's window has filled it; a
 receiver advertising a zero window stops its peer, which may only probe until a window update.
+
+A zero-window probe carries new data (the next byte) into a closed window (RFC 9293 3.8.6.1); a
+keep-alive carries no new data: its sequence number is one below what the sender has sent, with
+0 or 1 garbage byte (RFC 9293 3.8.4), whatever the window. Wireshark tells them apart the same
+way (tcp.analysis.keep_alive, tcp.analysis.zero_window_probe).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pyspark.sql import functions as F
 from amqpscope.schemas.tcp import TCP_FLOW_SCHEMA
 
 _RST = 0x04
+_SYN_FIN_RST = 0x07
 _CONNECTION = ("capture_id", "connection_id")
 
 
@@ -24,6 +30,11 @@ def _connection_so_far() -> WindowSpec:
         .orderBy("packet_number")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
+
+
+def _direction_before() -> WindowSpec:
+    """One direction's segments before this one: the stream offset it had sent up to."""
+    return Window.partitionBy(*_CONNECTION, "direction").orderBy("packet_number").rowsBetween(Window.unboundedPreceding, -1)
 
 
 def _direction_in_order() -> WindowSpec:
@@ -60,8 +71,11 @@ def tcp_flow_timeline(tcp_segments: DataFrame) -> DataFrame:
         .withColumn("is_window_update", (own_before == 0) & (F.col("effective_window") > 0) & ~is_reset)
         .withColumn("is_window_full", has_payload & (F.col("bytes_in_flight") >= F.col("peer_window")) & (F.col("peer_window") > 0))
         .withColumn("is_retransmission", F.col("retransmitted_bytes") > 0)
-        .withColumn("is_zero_window_probe", has_payload & (F.col("peer_window") == 0))
+        # seq one below the next byte to send, at most one byte, no SYN / FIN / RST.
+        .withColumn("is_keep_alive", (F.col("payload_length") <= 1) & (F.col("flags").bitwiseAND(F.lit(_SYN_FIN_RST)) == 0)
+                    & (F.col("seq_offset") == F.max(sent_end).over(_direction_before()) - 1))
+        .withColumn("is_zero_window_probe", has_payload & (F.col("peer_window") == 0) & ~F.coalesce(F.col("is_keep_alive"), F.lit(False)))
     )
-    booleans = ("is_window_update", "is_window_full", "is_zero_window_probe")
+    booleans = ("is_window_update", "is_window_full", "is_zero_window_probe", "is_keep_alive")
     state = state.fillna(False, subset=list(booleans))
     return state.select(*[F.col(f.name).cast(f.dataType) for f in TCP_FLOW_SCHEMA.fields])

@@ -64,14 +64,16 @@ CHANNEL_UNACKED_SCHEMA = StructType(
 
 _FRAME_POSITION = [StructField("packet_number", LongType(), False)]  # where Wireshark shows the frame
 
-# AMQP 1.0 link state after every attach, flow, transfer and detach of a link (spec 2.6.7): the
+# AMQP 1.0 link state after every attach, flow, transfer and detach of a link (spec 2.6.7), and
+# after every disposition that settled deliveries of the link (one row per such link): the
 # link_credit columns plus the receiver's side, echo, deliveries in flight and unsettled deliveries.
-# link_credit is this table's projection onto LINK_CREDIT_SCHEMA.
+# link_credit is this table's projection onto LINK_CREDIT_SCHEMA (its link frames).
 LINK_STATE_SCHEMA = StructType(
     _EVENT_KEY
     + _FRAME_POSITION
     + [
-        StructField("handle", LongType(), False),  # the handle of the endpoint sending this frame
+        # The handle of the endpoint sending this frame (a disposition: that endpoint's handle of the link).
+        StructField("handle", LongType(), False),
         StructField("link_name", StringType(), False),
         StructField("role", StringType(), True),  # role of the endpoint sending this frame: "sender" / "receiver"
         StructField("sender_side", StringType(), False),  # "client" or "server": who sends messages
@@ -94,6 +96,15 @@ LINK_STATE_SCHEMA = StructType(
         # Deliveries sent unsettled and not settled since by a settled transfer or a settled
         # disposition of either endpoint (2.6.12): the link's unsettled map, as seen on the wire.
         StructField("unsettled", LongType(), False),
+        # Appended for the link rules (expectations/rules.yml; lakes widen by appended columns):
+        StructField("link_credit", LongType(), True),  # flow frames: the link-credit this flow carries
+        StructField("delivery_count", LongType(), True),  # flow frames: the delivery-count this flow carries
+        # The sender's last flow since the receiver's last flow announced link-credit 0: the
+        # sender said it has no credit (e.g. its answer to a drain), so it may not start a delivery.
+        StructField("sender_announced_no_credit", BooleanType(), True),
+        # Transfer frames: the delivery-id the delivery's first transfer carried (2.7.5).
+        StructField("delivery_first_id", LongType(), True),
+        StructField("delivery_count_snd_before", LongType(), True),  # delivery_count_snd of the link's previous row
     ]
 )
 
@@ -238,6 +249,9 @@ FRAME_LIMITS_SCHEMA = StructType(
         StructField("offered_channel_max", LongType(), True),
         StructField("tuned_frame_max", LongType(), True),
         StructField("tuned_channel_max", LongType(), True),
+        # 1.0 rows of a connection whose start was captured: whether the other peer's open had
+        # arrived (before it the limits are unknown: a pipelined open, transport 2.4.2).
+        StructField("peer_opened", BooleanType(), True),
     ]
 )
 

@@ -68,7 +68,10 @@ TCP_FLOW_SCHEMA = StructType(
         StructField("is_window_full", BooleanType(), False),
         StructField("is_retransmission", BooleanType(), False),  # payload bytes already seen
         StructField("retransmitted_bytes", LongType(), False),
-        # The sender sent this payload while the peer's last advertised window was 0 (a zero-window probe).
+        # The sender sent new payload while the peer's last advertised window was 0 (a zero-window probe).
         StructField("is_zero_window_probe", BooleanType(), False),
+        # Appended: a TCP keep-alive (RFC 9293 3.8.4): no new data, seq one below the next byte to
+        # send; a keep-alive into a zero window is not a zero-window probe.
+        StructField("is_keep_alive", BooleanType(), False),
     ]
 )

@@ -24,5 +24,7 @@ VIOLATIONS_SCHEMA = StructType(
         StructField("frame_index", LongType(), True),
         StructField("ts", TimestampType(), True),
         StructField("evidence", MapType(StringType(), StringType()), True),
+        # The frame's packet (tshark frame.number) where the rule's table has one: drill-down.
+        StructField("packet_number", LongType(), True),
     ]
 )

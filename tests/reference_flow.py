@@ -185,7 +185,8 @@ class LinkMachine:
             sid = self.binder.see(f)
             if f["method"] == "disposition":
                 if sid is not None and f.get("settled"):
-                    self._disposition(f, sid)
+                    # A row on every link the disposition settled deliveries of, its state as of then.
+                    rows.extend(self._row(f, link, f["role"], False) for link in self._disposition(f, sid))
                 continue
             if f["method"] not in ("attach", "flow", "transfer", "detach") or f.get("handle") is None:
                 continue
@@ -240,21 +241,26 @@ class LinkMachine:
             return new
         return False
 
-    def _disposition(self, f: Frame, sid: int) -> None:
+    def _disposition(self, f: Frame, sid: int) -> list[_Link]:
+        """Settle what the disposition names; the links it settled deliveries of, in order of their first."""
         # role=receiver: about deliveries sent towards the disposition's sender; role=sender: its own.
         sender_direction = flip(f["direction"]) if f["role"] == "receiver" else f["direction"]
         sent = self.sent.get((sid, sender_direction), [])
         known_ids = [d for d, _link, _n in sent if d is not None]
         first = f.get("first")
         if first is None or not known_ids:
-            return
+            return []
         last = f["last"] if f.get("last") is not None else first
         # Only ids already sent can be settled: at most from first to the last id sent.
         span = min(serial_diff(last, first) + 1, serial_diff(known_ids[-1], first) + 1, len(sent))
         named = {serial_add(first, k) for k in range(max(span, 0))}
+        settled: list[_Link] = []
         for delivery_id, link, ordinal in sent:
-            if delivery_id in named:
+            if delivery_id in named and ordinal in link.unsettled:
                 link.unsettled.discard(ordinal)
+                if all(link is not other for other in settled):
+                    settled.append(link)
+        return settled
 
     @staticmethod
     def _row(f: Frame, link: _Link, role: str, new_delivery: bool) -> Row:

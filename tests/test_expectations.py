@@ -121,7 +121,7 @@ def test_new_delivery_without_credit_is_one_violation(spark):
         violations(timeline, rule(CREDIT_EXCEEDED)),
         expected(spark, [
             ("cap", CREDIT_EXCEEDED, "error", rule(CREDIT_EXCEEDED).description, "conn-1", 0, 0, 4,
-             at(4), evidence),
+             at(4), evidence, None),  # link_credit has no packet_number
         ]),
     )
 
@@ -155,7 +155,7 @@ def test_unacked_above_prefetch_is_flagged_and_at_prefetch_is_not(spark):
         violations(timeline, rule(ABOVE_PREFETCH)),
         expected(spark, [
             ("cap", ABOVE_PREFETCH, "error", rule(ABOVE_PREFETCH).description, "conn-2", 1, None, 4,
-             at(4), evidence),
+             at(4), evidence, None),
         ]),
     )
 
@@ -183,7 +183,7 @@ def test_heartbeat_on_a_channel_other_than_zero(spark):
         violations(table, rule(HEARTBEAT_CHANNEL)),
         expected(spark, [
             ("cap", HEARTBEAT_CHANNEL, "error", rule(HEARTBEAT_CHANNEL).description, "conn-3", 3,
-             None, 1, at(1), evidence),
+             None, 1, at(1), evidence, 2),  # the frame's packet: drill-down
         ]),
     )
 

@@ -296,7 +296,9 @@ def test_link_state_counts_deliveries_in_flight_and_unsettled(spark):
         "frame_index", "method", "delivery_count_snd", "link_credit_snd", "delivery_count_rcv", "deliveries_in_flight", "unsettled")
     expected = spark.createDataFrame(
         [(2, "attach", 0, 0, 0, 0, 0), (3, "attach", 0, 0, 0, 0, 0), (4, "flow", 0, 3, 0, 0, 0), (5, "transfer", 1, 2, 0, 1, 1),
-         (6, "transfer", 2, 1, 0, 2, 2), (7, "flow", 2, 2, 1, 1, 2), (9, "transfer", 3, 1, 1, 2, 0)],
+         (6, "transfer", 2, 1, 0, 2, 2), (7, "flow", 2, 2, 1, 1, 2),
+         (8, "disposition", 2, 2, 1, 1, 0),  # settles both: the link's state as of then
+         (9, "transfer", 3, 1, 1, 2, 0)],
         "frame_index long, method string, delivery_count_snd long, link_credit_snd long, delivery_count_rcv long, "
         "deliveries_in_flight long, unsettled long",
     )

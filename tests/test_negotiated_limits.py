@@ -96,7 +96,7 @@ def test_amqp10_frames_sent_under_the_other_peers_open(spark):
     events = [
         dict(direction="c2s", frame_type="protocol-header", method="amqp", frame_size=8),
         dict(direction="c2s", method="open", max_frame_size=1000, channel_max=3, frame_size=600),  # above 512
-        dict(direction="c2s", method="begin", channel=1),  # before the server's open: channel 0 only
+        dict(direction="c2s", method="begin", channel=1),  # pipelined before the server's open: limits unknown
         dict(direction="s2c", method="open", frame_size=60),  # defaults: no frame limit, channels to 65535
         dict(direction="s2c", method="begin", channel=4),  # above the client's channel-max 3
         dict(direction="s2c", method="transfer", channel=0, frame_size=1000),  # at the client's limit
@@ -107,8 +107,8 @@ def test_amqp10_frames_sent_under_the_other_peers_open(spark):
     timeline = frame_limits_timeline(frames_df(spark, "amqp-1.0", events))
     assertDataFrameEqual(timeline.select("frame_index", "method", "frame_size", "frame_size_limit", "channel_limit"),
                          spark.createDataFrame([
-                             (1, "open", 600, 512, 0),
-                             (2, "begin", 8, 512, 0),
+                             (1, "open", 600, None, None),
+                             (2, "begin", 8, None, None),
                              (3, "open", 60, 1000, 3),
                              (4, "begin", 8, 1000, 3),
                              (5, "transfer", 1000, 1000, 3),
@@ -116,8 +116,30 @@ def test_amqp10_frames_sent_under_the_other_peers_open(spark):
                              (7, "transfer", 10**6, None, 65535),
                              (8, "begin", 8, None, 65535),
                          ], COLUMNS))
-    assert found(timeline) == flagged(amqp10_frame_larger_than_max_frame_size=[1, 6],
-                                      amqp10_session_channel_above_channel_max=[2, 4])
+    assert [r.peer_opened for r in timeline.orderBy("frame_index").collect()] == [False, False] + [True] * 6
+    assert found(timeline) == flagged(amqp10_frame_larger_than_max_frame_size=[6],
+                                      amqp10_session_channel_above_channel_max=[4],
+                                      amqp10_frame_pipelined_above_min_max_frame_size=[1])
+
+
+def test_amqp10_pipelined_open_and_begin_are_not_flagged(spark):
+    """qpid-proton sends open and begin on channel 1 in one packet, before the broker's open
+    (transport 2.4.2): the issue 14 false alarm, both opens announcing channel-max 32767."""
+    events = [
+        dict(direction="c2s", frame_type="protocol-header", method="amqp", frame_size=8),
+        dict(direction="c2s", method="open", channel=0, channel_max=32767, frame_size=120),
+        dict(direction="c2s", method="begin", channel=1, frame_size=40),
+        dict(direction="c2s", method="attach", channel=1, frame_size=300),
+        dict(direction="s2c", frame_type="protocol-header", method="amqp", frame_size=8),
+        dict(direction="s2c", method="open", channel=0, channel_max=32767, frame_size=100),
+        dict(direction="s2c", method="begin", channel=0, frame_size=40),
+        dict(direction="c2s", method="begin", channel=2, frame_size=40),
+    ]
+    timeline = frame_limits_timeline(frames_df(spark, "amqp-1.0", events))
+    assert [(r.method, r.channel, r.channel_limit, r.peer_opened) for r in timeline.orderBy("frame_index").collect()] == [
+        ("open", 0, None, False), ("begin", 1, None, False), ("open", 0, 32767, True),
+        ("begin", 0, 32767, True), ("begin", 2, 32767, True)]
+    assert found(timeline) == flagged()
 
 
 # --- idle_gaps: silences against the negotiated heartbeat / idle time-out ---------------------------

@@ -69,3 +69,34 @@ def test_truncated_capture_keeps_what_was_read_and_quarantines_the_rest(spark, t
     finally:
         for df in persisted:
             df.unpersist()
+
+
+def test_a_record_of_impossible_length_is_read_past_as_by_the_one_pass_decoder(spark, tmp_path):
+    # Issue 12: a record header claiming 0x7FFFFFF0 captured bytes in the middle of a real capture.
+    whole = SAMPLES[0]
+    data = whole.read_bytes()
+    at, pos = None, 24
+    while pos < len(data) // 2:  # the first record boundary past the middle of the file
+        pos += 16 + int.from_bytes(data[pos + 8 : pos + 12], "little")
+        at = pos
+    assert whole.suffix == ".pcap" and data[:4] == b"\xd4\xc3\xb2\xa1" and at is not None
+    bogus = data[at : at + 8] + (0x7FFFFFF0).to_bytes(4, "little") * 2 + b"\xa5" * 40
+    damaged = tmp_path / "impossible.pcap"
+    damaged.write_bytes(data[:at] + bogus + data[at:])
+    reference = defaultdict(list)
+    for kind, row in decode_capture(damaged, "x"):
+        reference[kind].append(row)
+    captures = resolve_captures([damaged])
+    tables, persisted = decode_tables(spark, captures, (5672,), range_bytes=16_384)
+    try:
+        [capture] = tables["captures"].collect()
+        reason = f"record at byte {at}: impossible captured length {0x7FFFFFF0}; {len(bogus)} bytes skipped to the next record"
+        assert capture.status == reference["captures"][0]["status"] == f"damaged: {reason}"
+        [damage] = tables["quarantine"].filter("reason LIKE 'capture file damaged%'").collect()
+        assert (damage.stream_offset, damage.byte_count, damage.reason) == (at, len(bogus), f"capture file damaged: {reason}")
+        # Every record after the damage is read: the frames of the undamaged file, all of them.
+        clean_frames = sum(1 for kind, _row in decode_capture(whole, "w") if kind == "frames")
+        assert tables["frames"].count() == len(reference["frames"]) == clean_frames
+    finally:
+        for df in persisted:
+            df.unpersist()

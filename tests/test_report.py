@@ -65,11 +65,11 @@ def violations(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame(
         [
             ("cap-a", "amqp091.channel.unacked_above_prefetch", "error", "above prefetch", "a1", 1,
-             None, 7, T0 + timedelta(seconds=2), {"unacked": "3", "prefetch_count": "2"}),
+             None, 7, T0 + timedelta(seconds=2), {"unacked": "3", "prefetch_count": "2"}, None),
             ("cap-a", "amqp091.channel.unacked_above_prefetch", "error", "above prefetch", "a1", 1,
-             None, 3, T0 + timedelta(seconds=1), {"unacked": "3", "prefetch_count": "2"}),
+             None, 3, T0 + timedelta(seconds=1), {"unacked": "3", "prefetch_count": "2"}, None),
             ("cap-a", "amqp10.test.warned", "warning", "a heuristic", "a2", 0, 0, 5, T0,
-             {"note": HOSTILE}),
+             {"note": HOSTILE}, 6),
         ],
         VIOLATIONS_SCHEMA,
     )

@@ -1,0 +1,75 @@
+"""The fuzz target (``tests.fuzzing.run``) for a bounded, deterministic run, and every input a fuzz
+run ever kept (``tests/fuzz_crashes/``), replayed as a regression test.
+
+``run`` raises when anything escapes the decoder, when bytes go unaccounted for, or when a row
+does not fit its Arrow schema. The long run is ``make fuzz`` (``tests/fuzz.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests import amqp_bytes as b
+from tests.fuzzing import CRASHES, ISSUE_CASES, Case, corpus, generated, mutated, run
+
+# Derandomized (the same examples every run), no per-example deadline (never a timing assertion in
+# a unit test: ``make fuzz`` measures time per input), about a minute in all.
+BOUNDED = settings(
+    derandomize=True, deadline=None, database=None, max_examples=250,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+)  # fmt: skip
+HEADERS = [b.HEADER_091, b.HEADER_10, b.HEADER_10_SASL, b"AMQP\x00\x00\x09", b""]
+
+
+@BOUNDED
+@given(st.sampled_from(HEADERS), st.binary(max_size=4000), st.binary(max_size=600), st.integers(1, 1460),
+       st.booleans())  # fmt: skip
+def test_any_bytes_after_a_protocol_header(header, c2s, s2c, segment, handshake):
+    run(Case(header + c2s, s2c, segment, handshake))
+
+
+# The generators draw many numbers an input: from a plain seeded generator (Hypothesis picks the seed),
+# as recording each draw for shrinking would cost more than the decode.
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+@BOUNDED
+@given(SEEDS)
+def test_mutated_real_streams(seed: int):
+    run(mutated(random.Random(seed)))
+
+
+@BOUNDED
+@given(SEEDS)
+def test_structure_aware_frames_of_both_type_systems(seed: int):
+    run(generated(random.Random(seed)))
+
+
+def test_the_seed_corpus_decodes_cleanly_where_it_is_real_traffic():
+    seeds = corpus()
+    real = seeds[: len(seeds) - len(ISSUE_CASES)]
+    assert len(real) >= 6  # both directions of the samples' connections
+    for case in real:
+        out = run(case)
+        # The streams are cut at a few kilobytes: only the frame the cut falls in may be left over.
+        assert len(out["quarantine"]) <= 2
+        assert all(q["reason"] == "unframeable bytes: stream ended inside a frame" for q in out["quarantine"])
+        assert len(out["frames"]) > 10
+
+
+KEPT = sorted(CRASHES.glob("*.json"))
+
+
+@pytest.mark.parametrize("path", KEPT + list(ISSUE_CASES), ids=lambda p: p.stem if isinstance(p, Path) else p)
+def test_kept_findings_and_issue_cases_decode_within_the_invariants(path):
+    if isinstance(path, Path):
+        case = Case.from_json(json.dumps(json.loads(path.read_text())["case"]))
+    else:
+        case = ISSUE_CASES[path]
+    run(case)
