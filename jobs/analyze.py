@@ -87,6 +87,11 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
                 captures=bronze.captures,
                 verdicts=derived.verdicts,
                 data_docs_index=derived.verdicts.data_docs_index,
+                flow={name: derived.tables[name] for name in FLOW_TABLES},
+                quarantine=bronze.quarantine,
+                diagnosis=derived.tables["diagnosis"],
+                bottlenecks=derived.tables["bottlenecks"],
+                dq_summary=derived.tables["dq_summary"],
             )
             runs.mark(lake, run_id, "report", ids, OUTCOME_OK, {cid: run_id for cid in ids})
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pyspark.sql.functions as F
@@ -25,6 +26,7 @@ from amqpscope.jobs.stages import StageClock, lake_capture_filter, stored
 from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
 from amqpscope.pipelines.bottlenecks import bottleneck_findings
 from amqpscope.pipelines.diagnosis import diagnosis
+from amqpscope.pipelines.dq_summary import dq_summary
 from amqpscope.pipelines.flow_state import FLOW_TABLES, derived_tables, flow_timelines
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
@@ -36,7 +38,8 @@ log = logging.getLogger("amqpscope.derive")
 MESSAGE_TABLES = ("messages_091", "deliveries_10")
 GOLD_TABLES = ("bottlenecks", "diagnosis")
 VERDICT_TABLES = ("violations",)
-DERIVED_TABLES = (*MESSAGE_TABLES, *FLOW_TABLES, *GOLD_TABLES, *VERDICT_TABLES)
+QUALITY_TABLES = ("dq_summary",)
+DERIVED_TABLES = (*MESSAGE_TABLES, *FLOW_TABLES, *GOLD_TABLES, *VERDICT_TABLES, *QUALITY_TABLES)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,14 @@ def derive(
                 {**tables, "frames": frames}, data_docs_dir, capture_ids=ids,
                 store=lambda found: lake.write(found, "violations", replace_capture_ids=replace))
             tables["violations"] = lake.read("violations").filter(lake_capture_filter(ids))
+            # One row per capture and run for data-quality dashboards (pipelines.dq_summary).
+            tables.update(stored(lake, {"dq_summary": dq_summary(
+                captures=bronze["captures"], connections=bronze["connections"], frames=frames,
+                quarantine=bronze["quarantine"], violations=tables["violations"], diagnosis=tables["diagnosis"],
+                suite_of_rule={rule: s.suite_name for s in verdicts.suites for rule in s.unexpected_counts},
+                suites_run=[s.suite_name for s in verdicts.suites],
+                run_id=run_id, run_ts=datetime.now(timezone.utc),
+            )}, ids, replace, clock))
     except BaseException as exc:
         if isinstance(exc, Exception):
             _mark_failed(lake, run_id, ids, exc)

@@ -18,6 +18,7 @@ from amqpscope.jobs import runs
 from amqpscope.jobs.derive import ingested_captures
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.report import write_report
+from amqpscope.pipelines.flow_state import FLOW_TABLES
 from amqpscope.jobs.stages import StageClock, lake_capture_filter
 from amqpscope.schemas.runs import OUTCOME_OK
 
@@ -64,6 +65,10 @@ def report_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
             captures=lake.read("captures").filter(keep),
             verdicts=None,
             data_docs_index=_data_docs_index(config.data_docs_dir),
+            flow={name: lake.read(name).filter(keep) for name in FLOW_TABLES if lake.exists(name)},
+            quarantine=lake.read("quarantine").filter(keep),
+            **{name: lake.read(name).filter(keep) for name in ("diagnosis", "bottlenecks", "dq_summary")
+               if lake.exists(name)},
         )
         runs.mark(lake, run_id, "report", complete, OUTCOME_OK,
                   {cid: state[(cid, "derive")].run_id for cid in complete})

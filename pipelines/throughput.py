@@ -110,8 +110,19 @@ def _per_second(messages: DataFrame, scope: str) -> DataFrame:
     ])
 
 
+def message_events(frames: DataFrame, link_state: DataFrame | None) -> DataFrame:
+    """One row per message frame (0-9-1 publish / deliver / get-ok, 1.0 transfer carrying bytes):
+    capture_id, connection_id, protocol, direction, channel, link_name, address, ts, messages, bytes.
+
+    The rows the throughput table sums per second; the report buckets them at other widths.
+    """
+    messages = _amqp091_messages(frames)
+    if link_state is not None:
+        messages = messages.unionByName(_amqp10_messages(link_state))
+    return messages.filter((F.col("messages") > 0) | (F.col("bytes") > 0))
+
+
 def throughput(frames: DataFrame, link_state: DataFrame) -> DataFrame:
     """The throughput table (``schemas.flow.THROUGHPUT_SCHEMA``) from the frames and link_state tables."""
-    messages = _amqp091_messages(frames).unionByName(_amqp10_messages(link_state)).filter(
-        (F.col("messages") > 0) | (F.col("bytes") > 0))
+    messages = message_events(frames, link_state)
     return reduce(DataFrame.unionByName, [_per_second(messages, scope) for scope in _SCOPES])

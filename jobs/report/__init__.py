@@ -1,0 +1,393 @@
+"""The report: one self-contained HTML page per run, an operator's dashboard of the captures.
+
+The answer first (the diagnosis headline and the ranked bottleneck findings, then the rule
+violations), then the operator's context (products, limits, queues, consumers, links), the
+timelines and plots, a section per connection to drill down to, and the data-quality view.
+
+All aggregation and downsampling happen in Spark (``tables``, ``context``, ``series``); only
+bounded rows reach the driver. The page is rendered from Jinja2 templates with autoescaping on,
+and the charts are Plotly figures whose library is inlined once: nothing is fetched when the page
+opens. Every value from the wire is hostile input: escaped in the HTML, escaped again inside the
+charts' JSON and shown by Plotly as text (``charts``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import pyspark.sql.functions as F
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from pyspark.sql import DataFrame
+
+from amqpscope.jobs.report.context import consumer_context, connection_context, link_context, queue_context
+from amqpscope.jobs.report.figures import capture_figures
+from amqpscope.jobs.report.tables import (
+    EXAMPLES_PER_RULE,
+    MAX_CAPTURES,
+    Section,
+    capture_rows,
+    connection_summary,
+    frame_counts,
+    severity_rank,
+    top_rows,
+    ts_text,
+    violation_counts,
+    violation_examples,
+)
+from amqpscope.pipelines.accounting import byte_accounting
+
+if TYPE_CHECKING:  # the suite module imports Great Expectations, which a report does not need
+    from amqpscope.expectations.suite import VerdictRun
+
+__all__ = [
+    "connection_summary", "frame_counts", "violation_counts", "violation_examples", "write_report", "anchor",
+]
+
+TEMPLATES = Path(__file__).with_name("templates")
+FINDINGS_SHOWN = 50  # bottleneck findings per capture
+FRAMES_PER_FINDING = 20  # bottlenecks.packet_numbers holds up to 20
+
+TLS_ADVICE = (
+    "amqpscope does not decrypt TLS. To see these connections' AMQP, capture where the traffic is "
+    "plain (a test listener on 5672, or a TLS-terminating proxy's backend side); or record the TLS "
+    "session keys (SSLKEYLOGFILE with OpenSSL- or NSS-based clients, ssl.SSLContext.keylog_filename "
+    "in Python) and open the capture with the key log in Wireshark (tls.keylog_file)."
+)
+
+
+def anchor(capture_id: str, kind: str, *key: Any) -> str:
+    """The HTML id of an entity's place in the page: stable, and free of anything from the wire."""
+    digest = hashlib.sha1("\x1f".join(map(str, (capture_id, kind, *key))).encode()).hexdigest()[:12]
+    return f"{kind[:4]}-{digest}"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Every table the report reads (flow-state tables by name; any may be missing)."""
+
+    frames: DataFrame
+    connections: DataFrame
+    violations: DataFrame
+    captures: DataFrame | None
+    flow: Mapping[str, DataFrame]
+    quarantine: DataFrame | None
+    diagnosis: DataFrame | None
+    bottlenecks: DataFrame | None
+    dq_summary: DataFrame | None
+
+
+def _spans(inputs: Inputs, shown: Sequence[str]) -> dict[str, tuple[int, int]]:
+    # Capture id -> (first, last) packet time in epoch microseconds: the charts' time origin.
+    source = inputs.captures if inputs.captures is not None else inputs.connections
+    rows = (
+        source.where(F.col("capture_id").isin(list(shown)))
+        .groupBy("capture_id")
+        .agg(F.min(F.unix_micros("first_ts")).alias("first"), F.max(F.unix_micros("last_ts")).alias("last"))
+        .collect()
+    )
+    return {r["capture_id"]: (r["first"], r["last"]) for r in rows if r["first"] is not None}
+
+
+def _by_capture(df: DataFrame, shown: Sequence[str], order: Sequence[Any], limit: int) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for row in df.where(F.col("capture_id").isin(list(shown))).orderBy("capture_id", *order).limit(limit).collect():
+        grouped.setdefault(row["capture_id"], []).append(row.asDict(recursive=True))
+    return grouped
+
+
+def _finding_frames(frames: DataFrame, findings: Mapping[str, list[dict]]) -> dict[tuple[str, int], list[dict]]:
+    # The frames a finding points at (its packet_numbers), by (capture, packet number).
+    wanted = {(c, p) for c, rows in findings.items() for r in rows for p in (r["packet_numbers"] or [])[:FRAMES_PER_FINDING]}
+    if not wanted:
+        return {}
+    rows = (
+        frames.where(F.col("capture_id").isin(sorted({c for c, _ in wanted}))
+                     & F.col("packet_number").isin(sorted({p for _, p in wanted})))
+        .select("capture_id", "packet_number", "connection_id", "direction", "channel", "frame_type", "method",
+                "frame_size", ts_text("ts"))
+        .orderBy("capture_id", "packet_number", "connection_id")
+        .limit(10 * len(wanted))
+        .collect()
+    )
+    found: dict[tuple[str, int], list[dict]] = {}
+    for row in rows:
+        if (row["capture_id"], row["packet_number"]) in wanted:
+            found.setdefault((row["capture_id"], row["packet_number"]), []).append(row.asDict())
+    return found
+
+
+def _accounting(inputs: Inputs, shown: Sequence[str]) -> dict[str, list[dict]]:
+    if inputs.quarantine is None:
+        return {}
+    per_direction = (
+        byte_accounting(inputs.connections, inputs.frames, inputs.quarantine)
+        .groupBy("capture_id", "direction")
+        .agg(*[F.sum(c).alias(c) for c in ("payload_bytes", "framed_bytes", "quarantined_bytes", "missing_bytes")],
+             F.count(F.when(~F.col("balanced"), 1)).alias("unbalanced"))
+    )
+    return _by_capture(per_direction, shown, ["direction"], 2 * MAX_CAPTURES)
+
+
+def _quarantine_reasons(inputs: Inputs, shown: Sequence[str]) -> dict[str, Section]:
+    if inputs.quarantine is None:
+        return {}
+    reasons = inputs.quarantine.groupBy("capture_id", "reason", "missing").agg(
+        F.count(F.lit(1)).alias("runs"), F.sum("byte_count").alias("bytes"), F.min("packet_number").alias("first_packet"))
+    return top_rows(reasons, shown, [F.col("bytes").desc(), F.col("reason")])
+
+
+def _wireshark_filter(connection: Mapping[str, Any] | None, packet_number: int | None) -> str | None:
+    if packet_number is not None:
+        return f"frame.number == {packet_number}"
+    if connection is None:
+        return None
+    ip = "ipv6" if ":" in connection["client_address"] else "ip"
+    return f"{ip}.addr == {connection['client_address']} && tcp.port == {connection['client_port']}"
+
+
+def _docs_href(index: Path, report: Path) -> str:
+    # Relative, so the report and the Data Docs can be moved or served together.
+    try:
+        target = os.path.relpath(index.resolve(), report.resolve().parent)
+    except ValueError:  # another drive on Windows: no relative path exists
+        return index.resolve().as_uri()
+    return quote(Path(target).as_posix())
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(str(TEMPLATES)),
+        autoescape=select_autoescape(["html", "j2"], default=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["text"] = _text
+    env.filters["num"] = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    return env
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return str(value)
+
+
+@lru_cache(maxsize=1)
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs  # imported only when a page has charts
+
+    script = get_plotlyjs()
+    # Inlined in a <script> element: it must not end it early.
+    assert "</script" not in script.lower()
+    return script
+
+
+def write_report(
+    path: Path,
+    *,
+    frames: DataFrame,
+    connections: DataFrame,
+    violations: DataFrame,
+    captures: DataFrame | None,
+    verdicts: VerdictRun | None,
+    data_docs_index: Path | None,
+    flow: Mapping[str, DataFrame] | None = None,
+    quarantine: DataFrame | None = None,
+    diagnosis: DataFrame | None = None,
+    bottlenecks: DataFrame | None = None,
+    dq_summary: DataFrame | None = None,
+) -> Path:
+    """Write the HTML report of the captures to `path` and return it.
+
+    ``flow`` holds flow-state tables by name (flow_intervals, consumer_unacked, link_state,
+    channel_confirms, tcp_flow, throughput): each chart is drawn when its table is given.
+    ``diagnosis`` / ``bottlenecks`` (schemas.diagnosis), ``quarantine`` and ``dq_summary``
+    (schemas.quality) add their sections. `data_docs_index` defaults to the Data Docs of
+    `verdicts`, when there are verdicts.
+    """
+    path = Path(path)
+    inputs = Inputs(frames, connections, violations, captures, dict(flow or {}), quarantine, diagnosis,
+                    bottlenecks, dq_summary)
+    listed, capture_total = capture_rows(captures, [connections, frames, violations])
+    shown = [c["capture_id"] for c in listed]
+
+    sections = {
+        "connections": top_rows(connection_summary(connections), shown,
+                                [(F.col("c2s_bytes") + F.col("s2c_bytes")).desc(), F.col("connection_id")]),
+        "frames": top_rows(frame_counts(frames), shown,
+                           [F.col("frames").desc(), F.col("protocol"), F.col("frame_type"), F.col("method")]),
+        "counts": top_rows(violation_counts(violations), shown,
+                           [severity_rank("severity"), F.col("violations").desc(), F.col("rule_id")]),
+        "context": top_rows(connection_context(frames, connections), shown,
+                            [F.col("frames").desc(), F.col("connection_id")]),
+        "queues": top_rows(queue_context(frames, inputs.flow.get("throughput")), shown,
+                           [F.coalesce(F.col("messages_in"), F.lit(0)).desc(), F.col("address")]),
+        "quarantine": _quarantine_reasons(inputs, shown),
+    }
+    if "consumer_unacked" in inputs.flow:
+        sections["consumers"] = top_rows(consumer_context(inputs.flow["consumer_unacked"]), shown,
+                                         [F.col("deliveries").desc(), F.col("consumer_tag")])
+    if "link_state" in inputs.flow:
+        sections["links"] = top_rows(link_context(inputs.flow["link_state"]), shown,
+                                     [F.col("deliveries").desc(), F.col("link_name")])
+    examples = _by_capture(violation_examples(violations), shown, ["rule_id", "example"],
+                           MAX_CAPTURES * 50 * EXAMPLES_PER_RULE)
+    diagnoses = _by_capture(diagnosis, shown, [], MAX_CAPTURES) if diagnosis is not None else {}
+    findings = (_by_capture(bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN), shown, ["rank"],
+                            MAX_CAPTURES * FINDINGS_SHOWN) if bottlenecks is not None else {})
+    finding_frames = _finding_frames(frames, findings)
+    dq_rows = _by_capture(dq_summary, shown, ["run_ts"], MAX_CAPTURES) if dq_summary is not None else {}
+    accounting = _accounting(inputs, shown)
+    spans = _spans(inputs, shown)
+
+    time_zone = frames.sparkSession.conf.get("spark.sql.session.timeZone")
+    index = data_docs_index or (verdicts.data_docs_index if verdicts is not None else None)
+    models = [
+        _capture_model(capture, inputs, sections, examples.get(capture["capture_id"], []),
+                       diagnoses.get(capture["capture_id"]), findings.get(capture["capture_id"], []),
+                       finding_frames, dq_rows.get(capture["capture_id"], []),
+                       accounting.get(capture["capture_id"], []), spans.get(capture["capture_id"]))
+        for capture in listed
+    ]
+    figures = capture_figures(inputs, models, spans) if inputs.flow or bottlenecks is not None else {}
+    for model in models:
+        model["charts"] = figures.get(model["capture_id"], [])
+    charts_drawn = any(model["charts"] for model in models)
+    page = _environment().get_template("report.html.j2").render(
+        time_zone=str(time_zone),
+        capture_total=capture_total,
+        captures=models,
+        suites=_suites(verdicts),
+        docs_href=_docs_href(index, path) if index is not None else None,
+        tls_advice=TLS_ADVICE,
+        plotly_js=_plotly_js() if charts_drawn else None,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def _suites(verdicts: VerdictRun | None) -> list[dict[str, Any]] | None:
+    if verdicts is None:
+        return None
+    return [
+        {"name": s.suite_name, "table": s.table, "outcome": "passed" if s.success else "failed",
+         "rules": sorted(s.unexpected_counts.items()), "seconds": s.seconds}
+        for s in verdicts.suites
+    ]
+
+
+def _capture_model(
+    capture: Mapping[str, Any], inputs: Inputs, sections: Mapping[str, Mapping[str, Section]],
+    examples: list[dict], diagnosis: list[dict] | None, findings: list[dict],
+    finding_frames: Mapping[tuple[str, int], list[dict]], dq_rows: list[dict], accounting: list[dict],
+    span: tuple[int, int] | None,
+) -> dict[str, Any]:
+    """Everything the template shows of one capture, with the anchors that tie it together."""
+    capture_id = capture["capture_id"]
+
+    def rows(name: str) -> Section | None:
+        return sections.get(name, {}).get(capture_id)
+
+    context = rows("context")
+    if context is not None:
+        context = Section(tuple({**r, "anchor": anchor(capture_id, "connection", r["connection_id"])}
+                                for r in context.rows), context.total)
+    connections = {r["connection_id"]: r for r in (context.rows if context else ())}
+    entities: dict[str, dict[str, Any]] = {}
+    for connection_id, row in connections.items():
+        entities[connection_id] = {
+            "anchor": row["anchor"], "row": row,
+            "label": row["connection_name"] or row["client"], "consumers": [], "links": [],
+            "findings": [], "violations": [],
+        }
+    anchors = {e["anchor"] for e in entities.values()}
+    for kind in ("consumers", "links"):
+        section = rows(kind)
+        for row in (section.rows if section else ()):
+            entity = entities.get(row["connection_id"])
+            key = (row["channel"], row["consumer_tag"]) if kind == "consumers" else (row["link_name"], row["sender_side"])
+            row = {**row, "anchor": anchor(capture_id, kind[:-1], row["connection_id"], *key)}
+            if entity is not None:
+                entity[kind].append(row)
+                anchors.add(row["anchor"])
+    queues = rows("queues")
+    queue_rows = [{**r, "anchor": anchor(capture_id, "queue", r["address"])} for r in (queues.rows if queues else ())]
+    anchors.update(r["anchor"] for r in queue_rows)
+
+    def target(connection_id: str | None, channel: Any = None, consumer_tag: Any = None, link_name: Any = None,
+               sender_side: Any = None, queue: Any = None) -> str | None:
+        # The most specific entity section the page has for these keys.
+        candidates = []
+        if consumer_tag is not None:
+            candidates.append(anchor(capture_id, "consumer", connection_id, channel, consumer_tag))
+        if link_name is not None:
+            candidates += [anchor(capture_id, "link", connection_id, link_name, side) for side in (sender_side, "client", "server")]
+        if queue is not None:
+            candidates += [anchor(capture_id, "queue", f"/queues/{queue}"), anchor(capture_id, "queue", queue)]
+        if connection_id is not None:
+            candidates.append(anchor(capture_id, "connection", connection_id))
+        return next((c for c in candidates if c in anchors), None)
+
+    finding_models = []
+    for f in findings:
+        frames = [fr for p in (f["packet_numbers"] or [])[:FRAMES_PER_FINDING]
+                  for fr in finding_frames.get((capture_id, p), [])
+                  if f["connection_id"] is None or fr["connection_id"] == f["connection_id"]]
+        model = {**f, "target": target(f["connection_id"], f["channel"], f["consumer_tag"], f["link_name"], None, f["queue"]),
+                 "frames": frames, "evidence": sorted((f["evidence"] or {}).items())}
+        finding_models.append(model)
+        if f["connection_id"] in entities:
+            entities[f["connection_id"]]["findings"].append(model)
+    example_models = []
+    for e in examples:
+        connection = connections.get(e["connection_id"])
+        model = {**e, "target": target(e["connection_id"]),
+                 "filter": _wireshark_filter(connection, e["packet_number"]),
+                 "evidence": sorted((e["evidence"] or {}).items())}
+        example_models.append(model)
+        if e["connection_id"] in entities:
+            entities[e["connection_id"]]["violations"].append(model)
+    tls = [r for r in (rows("connections").rows if rows("connections") else ()) if r["protocol"] == "tls"]
+    return {
+        "capture_id": capture_id,
+        "anchor": anchor(capture_id, "capture"),
+        "capture": capture,
+        "duration_s": (span[1] - span[0]) / 1e6 if span else None,
+        "diagnosis": diagnosis[0] if diagnosis else None,
+        "diagnosed": inputs.diagnosis is not None,
+        "findings": finding_models,
+        "counts": rows("counts"),
+        "examples": example_models,
+        "connections": rows("connections"),
+        "context": context,
+        "entities": list(entities.values()),
+        "queues": queue_rows,
+        "queues_total": queues.total if queues else 0,
+        "consumers": rows("consumers"),
+        "links": rows("links"),
+        "has_consumers": "consumers" in sections,
+        "has_links": "links" in sections,
+        "tls": tls,
+        "frames": rows("frames"),
+        "quarantine": rows("quarantine"),
+        "has_quarantine": inputs.quarantine is not None,
+        "accounting": accounting,
+        "dq": dq_rows,
+        "charts": [],
+    }

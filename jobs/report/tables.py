@@ -1,0 +1,141 @@
+"""The report's tables: connections, frame counts and rule violations per capture, top rows only.
+
+Every aggregation runs in Spark; only bounded, aggregated rows reach the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+
+import pyspark.sql.functions as F
+from pyspark.sql import Column, DataFrame, Window
+
+from amqpscope.expectations.catalogue import SEVERITIES
+
+TOP_ROWS = 50  # rows per table and capture
+MAX_CAPTURES = 50
+EXAMPLES_PER_RULE = 3
+_TS_FORMAT = "yyyy-MM-dd HH:mm:ss.SSSSSS"
+
+
+def endpoint(address: str, port: str) -> Column:
+    # IPv6 addresses are bracketed so the port stays readable: [::1]:5672.
+    host = F.when(F.col(address).contains(":"), F.concat(F.lit("["), F.col(address), F.lit("]")))
+    return F.concat(host.otherwise(F.col(address)), F.lit(":"), F.col(port).cast("string"))
+
+
+def ts_text(column: str) -> Column:
+    # Formatted in Spark, in the session time zone, so the page does not depend on the driver's.
+    return F.date_format(F.col(column), _TS_FORMAT).alias(column)
+
+
+def connection_summary(connections: DataFrame) -> DataFrame:
+    """One row per connection: endpoints, protocol, frames, bytes and bytes the capture missed."""
+    return connections.select(
+        "capture_id",
+        "connection_id",
+        endpoint("client_address", "client_port").alias("client"),
+        endpoint("server_address", "server_port").alias("server"),
+        "protocol",
+        "frames",
+        "c2s_bytes",
+        "s2c_bytes",
+        (F.col("c2s_missing_bytes") + F.col("s2c_missing_bytes")).alias("missing_bytes"),
+        ts_text("first_ts"),
+        ts_text("last_ts"),
+    )
+
+
+def frame_counts(frames: DataFrame) -> DataFrame:
+    """Frames and bytes on the wire per capture, protocol, frame type and method."""
+    return frames.groupBy("capture_id", "protocol", "frame_type", "method").agg(
+        F.count(F.lit(1)).alias("frames"), F.sum("frame_size").alias("bytes")
+    )
+
+
+def severity_rank(column: str) -> Column:
+    # Errors first, then warnings, then capture problems; anything else last.
+    rank = F.lit(len(SEVERITIES))
+    for position, severity in enumerate(SEVERITIES):
+        rank = F.when(F.col(column) == severity, F.lit(position)).otherwise(rank)
+    return rank
+
+
+def _packet_number(df: DataFrame) -> Column:
+    if "packet_number" in df.columns:
+        return F.col("packet_number").cast("long").alias("packet_number")
+    return F.lit(None).cast("long").alias("packet_number")
+
+
+def violation_counts(violations: DataFrame) -> DataFrame:
+    """Violations per capture, rule and severity, with the rule's description."""
+    return violations.groupBy("capture_id", "rule_id", "severity").agg(
+        F.count(F.lit(1)).alias("violations"), F.min("description").alias("description")
+    )
+
+
+def violation_examples(violations: DataFrame, per_rule: int = EXAMPLES_PER_RULE) -> DataFrame:
+    """The first `per_rule` violations of each rule in each capture, in capture order.
+
+    ``packet_number`` is null where the violations table has no such column (written before it had one).
+    """
+    # Orders a rule's violations in time within its capture, to show the earliest ones.
+    first_seen = Window.partitionBy("capture_id", "rule_id").orderBy(
+        "ts", "connection_id", "frame_index"
+    )
+    return (
+        violations.withColumn("example", F.row_number().over(first_seen))
+        .where(F.col("example") <= per_rule)
+        .select(
+            "capture_id", "rule_id", "example", "connection_id", "channel", "handle",
+            "frame_index", _packet_number(violations), ts_text("ts"), "evidence",
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Section:
+    """Rows of one table of one capture, at most TOP_ROWS, and how many there were in all."""
+
+    rows: tuple[Mapping[str, Any], ...]
+    total: int
+
+
+def top_rows(df: DataFrame, captures: Sequence[str], order: Sequence[Column]) -> dict[str, Section]:
+    # Per capture: the first TOP_ROWS rows in `order`, and the count of all of them.
+    capture_rows = Window.partitionBy("capture_id")  # unordered: counts a capture's rows
+    ranked_in_capture = capture_rows.orderBy(*order)  # the table's own order, busiest first
+    ranked = (
+        df.where(F.col("capture_id").isin(list(captures)))
+        .withColumn("_rank", F.row_number().over(ranked_in_capture))
+        .withColumn("_total", F.count(F.lit(1)).over(capture_rows))
+        .where(F.col("_rank") <= TOP_ROWS)
+        .orderBy("capture_id", "_rank")
+    )
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    totals: dict[str, int] = {}
+    for row in ranked.collect():
+        record = row.asDict()
+        totals[record["capture_id"]] = record.pop("_total")
+        record.pop("_rank")
+        grouped.setdefault(record["capture_id"], []).append(record)
+    return {c: Section(tuple(grouped[c]), totals[c]) for c in grouped}
+
+
+def capture_rows(
+    captures: DataFrame | None, tables: Iterable[DataFrame]
+) -> tuple[list[dict[str, Any]], int]:
+    # The captures shown (first MAX_CAPTURES by id) and how many there are.
+    if captures is not None:
+        listed = captures.select(
+            "capture_id", "file_name", "file_size", "packets",
+            ts_text("first_ts"), ts_text("last_ts"),
+        )
+    else:
+        listed = reduce(DataFrame.unionByName, [t.select("capture_id") for t in tables]).distinct()
+    total = listed.count()
+    rows = [r.asDict() for r in listed.orderBy("capture_id").limit(MAX_CAPTURES).collect()]
+    return rows, total

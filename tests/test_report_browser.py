@@ -1,0 +1,271 @@
+"""The report in a real browser: Debian's chromium, headless, driven through chromium-driver by Selenium.
+
+The lake is made by ``analyze`` from two bundled samples (samples/mixed.pcapng and
+samples/flow/amqp091-memory-alarm.pcap). Expected values come from their ground truth
+(``*.truth.json``: what the clients and the broker did), not from the report. The page is opened
+from disk and must: log no console error, make no network request (Chrome's performance log), draw
+every chart with data (marks counted in the SVG), show the diagnosis, and land a drill-down link on
+its target. A screenshot of each page is kept in out/artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+
+from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.jobs.analyze import analyze
+from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.report import write_report
+from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = [ROOT / "samples" / "mixed.pcapng", ROOT / "samples" / "flow" / "amqp091-memory-alarm.pcap"]
+ARTIFACTS = ROOT / "out" / "artifacts"
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None or DRIVER is None, reason="chromium / chromium-driver not installed"),
+]
+
+selenium = pytest.importorskip("selenium")
+from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+def truth(sample: Path) -> dict[str, Any]:
+    return json.loads(sample.with_name(sample.name.split(".")[0] + ".truth.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory) -> tuple[Lake, Path, list[str]]:
+    """A lake and report made by ``analyze`` of SAMPLES; AMQPSCOPE_TEST_LAKE and AMQPSCOPE_TEST_REPORT
+    name ones it made already (``amqpscope analyze`` of the same two samples), to spare the run."""
+    made = os.environ.get("AMQPSCOPE_TEST_LAKE"), os.environ.get("AMQPSCOPE_TEST_REPORT")
+    if all(made):
+        store = Lake(spark, made[0])
+        names = [s.name for s in SAMPLES]
+        ids = [r["capture_id"] for r in store.read("captures").where(F.col("file_name").isin(names)).collect()]
+        assert len(ids) == len(SAMPLES)
+        return store, Path(made[1]), ids
+    root = tmp_path_factory.mktemp("browser")
+    config = AnalyzeConfig(lake=root / "lake", report=root / "analyze-report.html")
+    result = analyze(spark, [str(s) for s in SAMPLES], config)
+    return Lake(spark, config.lake), result.report, list(result.capture_ids)
+
+
+def alarm_diagnosis(lake: Lake, capture_ids: list[str]):
+    """Diagnosis rows for the memory-alarm capture, standing in for the diagnosis pipeline's.
+
+    What they say is the sample's ground truth (a memory alarm blocked the publisher, reason "low on
+    memory"); where it happened is the lake's connection_blocked interval.
+    """
+    spark = lake.spark
+    blocked = lake.read("connection_blocked").where(F.col("capture_id").isin(capture_ids)).collect()
+    assert len(blocked) == 1  # truth: one connection.blocked, one connection.unblocked
+    b = blocked[0]
+    connection = lake.read("connections").where(
+        (F.col("capture_id") == b["capture_id"]) & (F.col("connection_id") == b["connection_id"])).collect()[0]
+    client = f"{connection['client_address']}:{connection['client_port']}"
+    reason = truth(SAMPLES[1])["ground_truth"]["amqp091_memory_alarm"]["blocked_reason"]
+    explanation = f"RabbitMQ's memory alarm blocked publishing on {client} ({reason})."
+    finding = dict(
+        capture_id=b["capture_id"], rank=1, finding_id="alarm-1", rule_id="diagnosis.alarm.blocked",
+        connection_id=b["connection_id"], entity_kind="connection", entity=client, connection_name=None,
+        client=client, channel=None, consumer_tag=None, link_name=None, queue=None, component="memory_alarm",
+        effect="blocked", severity="warning", start_ts=b["start_ts"], end_ts=b["end_ts"],
+        start_packet_number=b["start_packet_number"], end_packet_number=b["end_packet_number"],
+        duration_us=b["duration_us"], lifetime_share=0.5, confidence=0.9, evidence={"reason": reason},
+        packet_numbers=[b["start_packet_number"], b["end_packet_number"]],
+        wireshark_filter=f"frame.number in {{{b['start_packet_number']} {b['end_packet_number']}}}",
+        explanation=explanation,
+    )
+    summary = {k: finding[k] for k in ("rank", "component", "effect", "entity_kind", "entity", "connection_id",
+                                       "start_ts", "end_ts", "start_packet_number", "confidence", "explanation")}
+    diagnosis = [dict(capture_id=b["capture_id"], bottleneck="memory_alarm", effect="blocked",
+                      entity_kind="connection", entity=client, connection_id=b["connection_id"],
+                      start_packet_number=b["start_packet_number"], headline=explanation, findings_count=1,
+                      findings=[summary])]
+    healthy = [dict(capture_id=c, bottleneck="none", effect=None, entity_kind=None, entity=None, connection_id=None,
+                    start_packet_number=None, headline="Every connection kept up with its traffic.",
+                    findings_count=0, findings=[]) for c in capture_ids if c != b["capture_id"]]
+    return (spark.createDataFrame(diagnosis + healthy, DIAGNOSIS_SCHEMA),
+            spark.createDataFrame([finding], BOTTLENECKS_SCHEMA), explanation)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-dev-shm-usage",
+                 f"--user-data-dir={profile}", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
+    driver.set_page_load_timeout(120)
+    try:
+        yield driver
+    finally:
+        driver.quit()  # ends chromium and the driver process it started
+
+
+# Drawn marks per chart: bars, line paths with a drawn path, and point markers.
+MARKS = """
+return Array.from(document.querySelectorAll('div.chart')).map(function (div) {
+  var lines = Array.from(div.querySelectorAll('.scatterlayer path.js-line'))
+      .filter(function (p) { return (p.getAttribute('d') || '').length > 1; }).length;
+  var points = div.querySelectorAll('.scatterlayer path.point').length;
+  var bars = div.querySelectorAll('.barlayer .point path').length;
+  return {id: div.id, title: (div.querySelector('.gtitle') || {}).textContent || '', lines: lines,
+          points: points, bars: bars, traces: (div.data || []).length};
+});
+"""
+
+
+def open_page(driver, page: Path) -> list[dict[str, Any]]:
+    driver.get_log("performance")  # drop what earlier pages logged
+    driver.get_log("browser")
+    driver.get(page.resolve().as_uri())
+    # Plotly draws several SVG layers a chart: every chart has its first once it is drawn.
+    WebDriverWait(driver, 120).until(lambda d: d.execute_script(
+        "return Array.from(document.querySelectorAll('div.chart')).every(function (c) {"
+        " return c.querySelector('.main-svg') !== null; })"))
+    return driver.execute_script(MARKS)
+
+
+def requests(driver, page: str) -> list[str]:
+    """What the page's document asked for (the browser's own chrome:// pages are not the page's)."""
+    sent = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent" and message["params"].get("documentURL") == page:
+            sent.append(message["params"]["request"]["url"])
+    return sent
+
+
+def check_page(driver, page: Path) -> list[dict[str, Any]]:
+    marks = open_page(driver, page)
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []
+    assert requests(driver, page.resolve().as_uri()) == [page.resolve().as_uri()]  # the page itself, nothing else
+    assert marks, "no chart on the page"
+    for chart in marks:
+        assert chart["traces"] > 0 and chart["lines"] + chart["points"] + chart["bars"] > 0, chart
+    return marks
+
+
+def screenshot(driver, name: str, page: Path) -> Path:
+    """Keeps a screenshot of the whole page, and its size and load times (a record, not a check)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    timing = driver.execute_script(
+        "var t = performance.getEntriesByType('navigation')[0];"
+        "return {dom_content_loaded_ms: t.domContentLoadedEventEnd, load_ms: t.loadEventEnd};")
+    (ARTIFACTS / f"report-{name}.json").write_text(json.dumps({"bytes": page.stat().st_size, **timing}) + "\n")
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1400, min(height, 12000))
+    target = ARTIFACTS / f"report-{name}.png"
+    driver.save_screenshot(str(target))
+    driver.set_window_size(1400, 1000)
+    return target
+
+
+def test_analyze_report_opens_offline_with_every_chart_drawn(lake, browser):
+    _, report, _ = lake
+    marks = check_page(browser, report)
+    titles = [m["title"] for m in marks]
+    # Ground truth: mixed.pcapng has a prefetch-10 consumer (0-9-1), 1.0 links and confirms;
+    # the memory-alarm capture has publisher confirms. Each kind of chart is there for them.
+    for title in ("Unacked deliveries and prefetch per consumer", "AMQP 1.0 link credit",
+                  "Publisher confirms outstanding per channel", "TCP receive window advertised",
+                  "Messages and bytes per second per connection", "Timeline"):
+        assert any(t.startswith(title) for t in titles), (title, titles)
+    prefetch = browser.execute_script(
+        "var d = Array.from(document.querySelectorAll('div.chart')).find(function (x) {"
+        " return x.data && x.data.some(function (t) { return / prefetch$/.test(t.name); }); });"
+        "return d.data.filter(function (t) { return / prefetch$/.test(t.name); })"
+        ".map(function (t) { return Math.max.apply(null, t.y); });")
+    assert prefetch == [10]  # truth: basic.qos(prefetch_count=10, global=false)
+    screenshot(browser, "analyze", report)
+
+
+def test_dashboard_answers_first_and_drills_down(lake, browser, tmp_path):
+    store, _, capture_ids = lake
+    diagnosis, bottlenecks, explanation = alarm_diagnosis(store, capture_ids)
+    tables = {name: store.read(name).where(F.col("capture_id").isin(capture_ids))
+              for name in ("frames", "connections", "violations", "captures", "quarantine", "flow_intervals",
+                           "consumer_unacked", "link_state", "channel_confirms", "tcp_flow", "throughput",
+                           "dq_summary")}
+    page = write_report(
+        tmp_path / "report.html", frames=tables["frames"], connections=tables["connections"],
+        violations=tables["violations"], captures=tables["captures"], verdicts=None, data_docs_index=None,
+        flow={k: tables[k] for k in ("flow_intervals", "consumer_unacked", "link_state", "channel_confirms",
+                                     "tcp_flow", "throughput")},
+        quarantine=tables["quarantine"], diagnosis=diagnosis, bottlenecks=bottlenecks,
+        dq_summary=tables["dq_summary"],
+    )
+    check_page(browser, page)
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert "BOTTLENECK: MEMORY_ALARM" in body.upper() and explanation in body
+    assert "No bottleneck found. Every connection kept up with its traffic." in body
+    # Context from the wire equals the ground truth: broker product and version, client version.
+    alarm = truth(SAMPLES[1])
+    assert f"{alarm['broker']['product']} {alarm['broker']['version']}" in body
+    assert alarm["ground_truth"]["amqp091_memory_alarm"]["client_version"] in body
+    # The blocked interval on the timeline lies within the alarm (raised .. cleared, truth).
+    blocked = browser.execute_script(
+        "return Array.from(document.querySelectorAll('div.chart')).flatMap(function (d) {"
+        " return (d.data || []).filter(function (t) { return t.name === 'connection_blocked'; })"
+        ".map(function (t) { return t.x; }); });")
+    assert len(blocked) == 1 and len(blocked[0]) == 1
+    assert 0.5 < blocked[0][0] <= alarm["ground_truth"]["amqp091_memory_alarm"]["alarm_cleared_after_seconds"] + 0.4
+
+    link = browser.find_element(By.CSS_SELECTOR, "table.findings a.drill")
+    target = link.get_attribute("href").split("#", 1)[1]
+    link.click()
+    WebDriverWait(browser, 10).until(lambda d: d.execute_script("return location.hash") == f"#{target}")
+    landed = browser.execute_script(
+        "var r = document.getElementById(arguments[0]).getBoundingClientRect();"
+        "return [r.top, window.innerHeight];", target)
+    assert -1 <= landed[0] < landed[1]  # the target is in view (at the top: within a pixel's rounding)
+    assert browser.find_element(By.ID, target).text.startswith("Connection ")
+    browser.execute_script("window.scrollTo(0, 0)")
+    screenshot(browser, "dashboard", page)
+
+
+def test_hostile_names_stay_inert_in_the_browser(spark, browser, tmp_path):
+    from tests.test_report_dashboard import HOSTILE, flow_tables, render
+
+    _, _ = render(spark, tmp_path, flow=flow_tables(spark))
+    check_page(browser, tmp_path / "report.html")
+    # Hover a drawn point of every chart (the mouse over it, as a person would): tooltips show names as text.
+    tooltips = []
+    for chart in browser.find_elements(By.CSS_SELECTOR, "div.chart"):
+        marks = chart.find_elements(By.CSS_SELECTOR, ".scatterlayer path.point, .barlayer .point path")
+        if marks:
+            browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", marks[0])
+            ActionChains(browser).move_to_element(marks[0]).perform()
+            tooltips.append(browser.execute_script(
+                "return Array.from(document.querySelectorAll('.hoverlayer')).map(function (h) {"
+                " return h.textContent; }).join(' ');"))
+    state = browser.execute_script(
+        "return {pwned: window.pwned === undefined ? null : window.pwned,"
+        " images: document.querySelectorAll('img').length,"
+        " scripts: document.querySelectorAll('script:not([type])').length};")
+    assert state["pwned"] is None and state["images"] == 0 and state["scripts"] == 2
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text  # noqa: B018 (reading it is the check)
+    assert HOSTILE in browser.find_element(By.TAG_NAME, "body").text
+    assert any("<script>alert('x')</script>" in t for t in tooltips), tooltips
