@@ -190,16 +190,17 @@ def test_a_blocked_blip_is_not_a_bottleneck(spark):
 
 
 def throttled_publisher(traffic: Traffic, conn: str, *, start_ms: float = 0.0, stalls: int = 10,
-                        stall_ms: float = 40.0, body_size: int = 64, delivery_mode=None, routing_key: str = "q") -> float:
-    """A publisher that fills the broker's 1000-byte receive window ``stalls`` times; the broker reopens
-    it ``stall_ms`` later each time (its reader blocked by credit flow meanwhile)."""
+                        stall_ms: float = 40.0, body_size: int = 64, delivery_mode=None, routing_key: str = "q",
+                        window: int = 1000) -> float:
+    """A publisher that fills the broker's 1000-byte receive window ``stalls`` times; the broker acks
+    ``stall_ms`` later each time, advertising ``window`` again (its reader blocked by credit flow meanwhile)."""
     t, sent = start_ms, 0
     for _ in range(stalls):
         traffic.content(conn, t, "c2s", "basic.publish", channel=1, exchange="", routing_key=routing_key,
                         body_size=body_size, delivery_mode=delivery_mode)
         traffic.segment(conn, t, "c2s", sent, 0, 65535, 1000)  # fills the window the broker advertised
         sent += 1000
-        traffic.segment(conn, t + stall_ms, "s2c", 0, sent, 1000)  # read at last: the window opens again
+        traffic.segment(conn, t + stall_ms, "s2c", 0, sent, window)  # read at last: the window opens again
         t += stall_ms + 1
     return t
 
@@ -240,7 +241,7 @@ def test_a_publisher_never_filling_the_window_is_not_throttled(spark):
     traffic = Traffic()
     traffic.connection("pub", 40003)
     traffic.segment("pub", 0, "s2c", 0, 0, 65535)
-    throttled_publisher(traffic, "pub")  # 1000-byte segments against a 64 KB window: never full
+    throttled_publisher(traffic, "pub", window=65535)  # 1000-byte segments against a 64 KB window: never full
     assert findings(spark, traffic) == []
 
 
