@@ -282,6 +282,11 @@ def _link_in_order() -> WindowSpec:
     return Window.partitionBy(*_LINK).orderBy("frame_index")
 
 
+def _link_after_row() -> WindowSpec:
+    """The rows of a link after each row: the next delivery after a credit grant."""
+    return _link_in_order().rowsBetween(1, Window.unboundedFollowing)
+
+
 def _credit_grants(link_state: DataFrame, limits: DiagnosisThresholds) -> DataFrame:
     """Per link: the receiver's flows that lifted the sender's credit from 0, and how many a new
     delivery followed within refill_ms (the sender had a message waiting for it)."""
@@ -289,13 +294,13 @@ def _credit_grants(link_state: DataFrame, limits: DiagnosisThresholds) -> DataFr
     grants = (
         link_state
         .withColumn("_credit_before", F.lag("link_credit_snd").over(window))
-        .withColumn("_next_new", F.lead("is_new_delivery").over(window))
-        .withColumn("_next_us", F.lead(_us(F.col("ts"))).over(window))
+        # The next delivery, whatever comes between (RabbitMQ answers a flow with a flow of its own).
+        .withColumn("_next_us", F.first(F.when(F.col("is_new_delivery"), _us(F.col("ts"))), ignorenulls=True)
+                    .over(_link_after_row()))
         .filter((F.col("method") == "flow") & (F.col("role") == "receiver")
                 & (F.col("_credit_before") <= 0) & (F.col("link_credit_snd") > 0))
     )
-    used = F.coalesce(F.col("_next_new"), F.lit(False)) & (
-        F.col("_next_us") - _us(F.col("ts")) <= F.lit(limits.refill_ms * 1000))
+    used = F.coalesce(F.col("_next_us") - _us(F.col("ts")) <= F.lit(limits.refill_ms * 1000), F.lit(False))
     return grants.groupBy(*_LINK).agg(
         F.count(F.lit(1)).alias("grants"),
         F.sum(used.cast("long")).alias("grants_used_at_once"),
@@ -546,14 +551,13 @@ def _unrouted_share(messages_091: DataFrame, frames: DataFrame) -> DataFrame:
 
 
 def _shared_throttling(throttled: DataFrame) -> DataFrame:
-    """Per throttled connection: other throttled connections publishing to a destination it shares,
-    at overlapping times (a queue slows every publisher feeding it; a channel only its own)."""
-    mine = throttled.select("capture_id", "connection_id", "start_ts", "end_ts", F.explode("destinations").alias("_dest"))
-    theirs = mine.select("capture_id", F.col("connection_id").alias("_other"), F.col("start_ts").alias("_o_start"),
-                         F.col("end_ts").alias("_o_end"), "_dest")
-    overlapping = (mine.join(theirs, ["capture_id", "_dest"])
-                   .filter((F.col("_other") != F.col("connection_id"))
-                           & (F.col("_o_start") <= F.col("end_ts")) & (F.col("_o_end") >= F.col("start_ts"))))
+    """Per throttled connection: other throttled connections of the capture publishing to a
+    destination it shares (a queue slows every publisher feeding it; a channel only its own). Their
+    stalls need not overlap: under credit flow each reader is blocked and unblocked many times a
+    second (the seeds saw ~80), so two publishers' closed windows rarely coincide to the packet."""
+    mine = throttled.select("capture_id", "connection_id", F.explode("destinations").alias("_dest"))
+    theirs = mine.select("capture_id", F.col("connection_id").alias("_other"), "_dest")
+    overlapping = (mine.join(theirs, ["capture_id", "_dest"]).filter(F.col("_other") != F.col("connection_id")))
     return overlapping.groupBy("capture_id", "connection_id").agg(
         F.countDistinct("_other").alias("co_throttled_publishers"))
 
@@ -601,7 +605,7 @@ def publisher_throttled_findings(tcp_flow: DataFrame, flow_intervals: DataFrame,
                         "takes them: routing in its channel is all the work there is")))
               .when(F.col("co_throttled_publishers") > 0, F.concat(
                   F.col("co_throttled_publishers").cast("string"),
-                  F.lit(" other connection(s) publishing to the same destination were throttled at the same time, so a queue they share is slow")))
+                  F.lit(" other connection(s) publishing to the same destination were throttled too, so a queue they share is slow")))
               .when(persistent, F.lit("persistent messages make each queue write its index"))
               .otherwise(F.lit("no other publisher to its destinations was throttled, so this connection's channel (routing) is the slow stage")))
     return _candidate(
@@ -701,10 +705,21 @@ def _wireshark_filter() -> Column:
             .otherwise(F.lit("amqp")))
 
 
+# Which findings answer "why is the broker slow?" first: a resource alarm stops every publisher; the
+# credit-flow stages are the broker's own; a slow consumer or client is the application's; packet
+# loss is below all of them (and on a loaded host even loopback drops packets).
+_COMPONENT_PRIORITY = {"memory_alarm": 0, "disk_alarm": 0, "alarm": 0, "connection": 1, "channel": 1, "queue": 1,
+                       "message_store": 1, "consumer": 2, "client": 2, "network": 3}
+
+
 def _rank_in_capture() -> WindowSpec:
-    """A capture's findings, most consequential first: time held back weighted by confidence."""
+    """A capture's findings, most consequential first: by component (alarms, then the broker's
+    credit-flow stages, then consumers and clients, then the network), then by time held back
+    weighted by confidence."""
+    priority = F.coalesce(F.element_at(F.create_map(*[F.lit(x) for kv in _COMPONENT_PRIORITY.items() for x in kv]),
+                                       F.col("component")), F.lit(len(_COMPONENT_PRIORITY)))
     return Window.partitionBy("capture_id").orderBy(
-        F.col("severity").asc(), (F.col("duration_us") * F.col("confidence")).desc(),
+        F.col("severity").asc(), priority.asc(), (F.col("duration_us") * F.col("confidence")).desc(),
         F.col("start_packet_number").asc(), F.col("rule_id").asc(), F.col("entity").asc())
 
 

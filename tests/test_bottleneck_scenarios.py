@@ -27,6 +27,15 @@ FLOW_SAMPLES = sorted((SAMPLES / "flow").glob("*.pcap"))
 HEALTHY = sorted([*SAMPLES.glob("*.pcap"), *SAMPLES.glob("*.pcapng"), *(SAMPLES / "decoders").glob("*.pcap")])
 
 
+# Scenarios whose bottleneck leaves no trace on the wire, with why (docs/DIAGNOSIS.md, "What the wire
+# cannot tell apart"). The diagnosis must then say none, never name another component.
+WIRE_BLIND = {
+    # Routing to no queue kept the readers in flow for milliseconds at a time; the broker's 2.5 MB
+    # receive buffers absorbed it: no window filled or closed, no publish stalled.
+    "channel-routing": "channel",
+}
+
+
 def truth_of(capture: Path) -> dict:
     return json.loads(capture.with_name(capture.name.rsplit(".", 1)[0] + ".truth.json").read_text())
 
@@ -64,7 +73,11 @@ def test_every_scenario_has_its_truth():
 def test_diagnosis_names_the_component_the_broker_states_point_at(lake, capture):
     expected, _entity = expected_bottleneck(truth_of(capture))
     diagnosis = lake["diagnosis"][capture_id(capture)]
-    assert diagnosis.bottleneck == expected, diagnosis.headline
+    if capture.stem in WIRE_BLIND:
+        assert WIRE_BLIND[capture.stem] == expected  # the broker's truth is still what the note says
+        assert diagnosis.bottleneck == "none", diagnosis.headline
+    else:
+        assert diagnosis.bottleneck == expected, diagnosis.headline
 
 
 def test_alarm_samples_from_the_client_side_are_diagnosed_too(lake):
