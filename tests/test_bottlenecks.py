@@ -1,13 +1,14 @@
 """Inference rules of the bottleneck diagnosis on hand-timed traffic, each with its near miss.
 
-Every test builds the bronze tables of a small exchange whose timing is worked out by hand, runs
-the real flow-state pipelines on them and then the diagnosis, and compares the findings with what
-the timing means (docs/DIAGNOSIS.md): a slow consumer is one that keeps its prefetch full and acks
+Every case builds the bronze tables of a small exchange whose timing is worked out by hand (one
+capture each); the real flow-state pipelines and the diagnosis run once on all of them together,
+and each test compares its capture's findings with what the timing means (docs/DIAGNOSIS.md): a slow consumer is one that keeps its prefetch full and acks
 slowly while every freed slot is refilled at once; a fast one touching its prefetch is not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -33,6 +34,7 @@ def at_ms(ms: float) -> datetime:
 class Traffic:
     """Frames and TCP segments of one capture, added in time order per connection."""
 
+    capture_id: str = "cap"
     frames: list[dict] = field(default_factory=list)
     segments: list[dict] = field(default_factory=list)
     connections: dict[str, int] = field(default_factory=dict)  # connection id -> client port
@@ -45,7 +47,7 @@ class Traffic:
         self.packet += 1
         row = {n: None for n in FRAMES_SCHEMA.fieldNames()}
         index = sum(1 for f in self.frames if f["connection_id"] == conn)
-        row.update(capture_id="cap", connection_id=conn, direction=direction, frame_index=index, ts=at_ms(ms),
+        row.update(capture_id=self.capture_id, connection_id=conn, direction=direction, frame_index=index, ts=at_ms(ms),
                    ts_us=round(ms * 1000), packet_number=self.packet, stream_offset=0, frame_size=8,
                    protocol=protocol, frame_type="amqp" if protocol == "amqp-1.0" else "method",
                    channel=1, method=method, arguments={})
@@ -62,29 +64,57 @@ class Traffic:
 
     def segment(self, conn: str, ms: float, direction: str, seq: int, ack: int, window: int, payload: int = 0) -> None:
         self.packet += 1
-        self.segments.append(dict(capture_id="cap", connection_id=conn, direction=direction, packet_number=self.packet,
+        self.segments.append(dict(capture_id=self.capture_id, connection_id=conn, direction=direction, packet_number=self.packet,
                                   ts=at_ms(ms), ts_us=round(ms * 1000), seq_offset=seq, ack_offset=ack, flags=0x18,
                                   window=window, window_scale=0, effective_window=window, payload_length=payload,
                                   retransmitted_bytes=0))
 
 
-def findings(spark, traffic: Traffic, limits: DiagnosisThresholds = DiagnosisThresholds()):
-    frames = spark.createDataFrame(traffic.frames, FRAMES_SCHEMA)
-    segments = spark.createDataFrame(traffic.segments, TCP_SEGMENTS_SCHEMA)
-    connections = spark.createDataFrame(
-        [dict(capture_id="cap", connection_id=c, client_address="127.0.0.1", client_port=port,
-              server_address="127.0.0.1", server_port=5672, protocol="amqp-0-9-1", protocol_inferred=False,
-              first_ts=T0, last_ts=T0, frames=0, c2s_bytes=0, s2c_bytes=0, c2s_missing_bytes=0,
-              s2c_missing_bytes=0, retransmitted_bytes=0)
-         for c, port in traffic.connections.items()], CONNECTIONS_SCHEMA)
-    timelines = flow_timelines(frames, segments)
-    flow = {**timelines, **derived_tables(frames, timelines)}
-    found = bottleneck_findings(
-        frames=frames, connections=connections, messages_091=messages_091(frames),
-        flow_intervals=flow["flow_intervals"], consumer_unacked=flow["consumer_unacked"],
-        link_state=flow["link_state"], connection_blocked=flow["connection_blocked"], tcp_flow=flow["tcp_flow"],
-        limits=limits)
-    return found.orderBy("rank").collect()
+class Diagnosed:
+    """The cases' captures run through the flow-state pipelines once; findings per capture and limits."""
+
+    def __init__(self, spark, cases: dict[str, Traffic]):
+        frames = spark.createDataFrame([f for t in cases.values() for f in t.frames], FRAMES_SCHEMA)
+        segments = spark.createDataFrame([s for t in cases.values() for s in t.segments], TCP_SEGMENTS_SCHEMA)
+        connections = spark.createDataFrame(
+            [dict(capture_id=t.capture_id, connection_id=c, client_address="127.0.0.1", client_port=port,
+                  server_address="127.0.0.1", server_port=5672, protocol="amqp-0-9-1", protocol_inferred=False,
+                  first_ts=T0, last_ts=T0, frames=0, c2s_bytes=0, s2c_bytes=0, c2s_missing_bytes=0,
+                  s2c_missing_bytes=0, retransmitted_bytes=0)
+             for t in cases.values() for c, port in t.connections.items()], CONNECTIONS_SCHEMA)
+        timelines = flow_timelines(frames, segments)
+        flow = {name: table.cache() for name, table in {**timelines, **derived_tables(frames, timelines)}.items()}
+        self.inputs = dict(
+            frames=frames.cache(), connections=connections, messages_091=messages_091(frames).cache(),
+            flow_intervals=flow["flow_intervals"], consumer_unacked=flow["consumer_unacked"],
+            link_state=flow["link_state"], connection_blocked=flow["connection_blocked"], tcp_flow=flow["tcp_flow"])
+        self.by_limits: dict[DiagnosisThresholds, dict[str, list]] = {}
+
+    def __call__(self, capture_id: str, limits: DiagnosisThresholds = DiagnosisThresholds()) -> list:
+        if limits not in self.by_limits:
+            rows = bottleneck_findings(**self.inputs, limits=limits).orderBy("capture_id", "rank").collect()
+            self.by_limits[limits] = {}
+            for row in rows:
+                self.by_limits[limits].setdefault(row.capture_id, []).append(row)
+        return self.by_limits[limits].get(capture_id, [])
+
+
+CASES: dict[str, Callable[[Traffic], object]] = {}
+
+
+def case(build: Callable[[Traffic], object]) -> Callable[[Traffic], object]:
+    """Registers ``build`` as the maker of the capture named after it."""
+    CASES[build.__name__] = build
+    return build
+
+
+@pytest.fixture(scope="module")
+def findings(spark) -> Diagnosed:
+    built = {}
+    for name, build in CASES.items():
+        built[name] = Traffic(capture_id=name)
+        build(built[name])
+    return Diagnosed(spark, built)
 
 
 def summary(rows) -> list[tuple]:
@@ -120,11 +150,28 @@ def consumer(traffic: Traffic, conn: str, *, prefetch: int, messages: int, ack_a
     return t
 
 
-def test_a_consumer_that_keeps_its_prefetch_full_and_acks_slowly_is_the_bottleneck(spark):
-    traffic = Traffic()
+@case
+def slow_consumer(traffic: Traffic) -> None:
     traffic.connection("conn", 40001)
     consumer(traffic, "conn", prefetch=5, messages=40, ack_after_ms=25, refill_after_ms=0.3)
-    rows = findings(spark, traffic)
+
+
+@case
+def fast_consumer(traffic: Traffic) -> None:
+    traffic.connection("conn", 40001)
+    # At prefetch most of the time too, but each delivery is acked within a millisecond and a half.
+    consumer(traffic, "conn", prefetch=5, messages=400, ack_after_ms=0.3, refill_after_ms=0.05)
+
+
+@case
+def slow_consumer_empty_queue(traffic: Traffic) -> None:
+    traffic.connection("conn", 40001)
+    # Slow acks, but no delivery follows an ack for 200 ms: the queue had nothing waiting.
+    consumer(traffic, "conn", prefetch=5, messages=30, ack_after_ms=25, refill_after_ms=200)
+
+
+def test_a_consumer_that_keeps_its_prefetch_full_and_acks_slowly_is_the_bottleneck(findings):
+    rows = findings("slow_consumer")
     assert summary(rows) == [(1, "diagnosis.consumer.prefetch_bound", "consumer", "deliveries_wait_for_acks",
                               "consumer", "ctag-1")]
     evidence = rows[0].evidence
@@ -139,20 +186,12 @@ def test_a_consumer_that_keeps_its_prefetch_full_and_acks_slowly_is_the_bottlene
     assert rows[0].wireshark_filter.startswith("tcp.port == 40001 && frame.number in {")
 
 
-def test_a_fast_consumer_touching_its_prefetch_is_not_a_bottleneck(spark):
-    traffic = Traffic()
-    traffic.connection("conn", 40001)
-    # At prefetch most of the time too, but each delivery is acked within a millisecond and a half.
-    consumer(traffic, "conn", prefetch=5, messages=400, ack_after_ms=0.3, refill_after_ms=0.05)
-    assert findings(spark, traffic) == []
+def test_a_fast_consumer_touching_its_prefetch_is_not_a_bottleneck(findings):
+    assert findings("fast_consumer") == []
 
 
-def test_a_slow_consumer_of_an_empty_queue_is_not_a_bottleneck(spark):
-    traffic = Traffic()
-    traffic.connection("conn", 40001)
-    # Slow acks, but no delivery follows an ack for 200 ms: the queue had nothing waiting.
-    consumer(traffic, "conn", prefetch=5, messages=30, ack_after_ms=25, refill_after_ms=200)
-    assert [r.rule_id for r in findings(spark, traffic)] == []
+def test_a_slow_consumer_of_an_empty_queue_is_not_a_bottleneck(findings):
+    assert [r.rule_id for r in findings("slow_consumer_empty_queue")] == []
 
 
 # -- alarms ------------------------------------------------------------------------------------
@@ -164,13 +203,24 @@ def blocked(traffic: Traffic, conn: str, reason: str, start_ms: float, end_ms: f
     traffic.frame(conn, end_ms, "s2c", "connection.unblocked", channel=0)
 
 
-@pytest.mark.parametrize("reason, component", [("low on memory", "memory_alarm"), ("low on disk", "disk_alarm"),
-                                               ("operator said so", "alarm")])
-def test_connection_blocked_names_its_alarm(spark, reason, component):
-    traffic = Traffic()
+ALARMS = {"memory_alarm": "low on memory", "disk_alarm": "low on disk", "alarm": "operator said so"}
+for _component, _reason in ALARMS.items():
+    def _alarm(traffic: Traffic, reason: str = _reason) -> None:
+        traffic.connection("conn", 40002)
+        blocked(traffic, "conn", reason, 100, 1400)
+    _alarm.__name__ = f"blocked_{_component}"
+    case(_alarm)
+
+
+@case
+def blocked_blip(traffic: Traffic) -> None:
     traffic.connection("conn", 40002)
-    blocked(traffic, "conn", reason, 100, 1400)
-    rows = findings(spark, traffic)
+    blocked(traffic, "conn", "low on memory", 100, 130)  # 30 ms < min_held_ms 100
+
+
+@pytest.mark.parametrize("component", ALARMS)
+def test_connection_blocked_names_its_alarm(findings, component):
+    rows = findings(f"blocked_{component}")
     assert summary(rows) == [(1, "diagnosis.alarm.connection_blocked", component, "blocked", "connection",
                               "127.0.0.1:40002")]
     assert rows[0].duration_us == 1_300_000
@@ -178,12 +228,9 @@ def test_connection_blocked_names_its_alarm(spark, reason, component):
     assert rows[0].wireshark_filter == "tcp.port == 40002 && frame.number in {2 3}"
 
 
-def test_a_blocked_blip_is_not_a_bottleneck(spark):
-    traffic = Traffic()
-    traffic.connection("conn", 40002)
-    blocked(traffic, "conn", "low on memory", 100, 130)  # 30 ms < min_held_ms 100
-    assert findings(spark, traffic) == []
-    assert [r.component for r in findings(spark, traffic, DiagnosisThresholds(min_held_ms=20))] == ["memory_alarm"]
+def test_a_blocked_blip_is_not_a_bottleneck(findings):
+    assert findings("blocked_blip") == []
+    assert [r.component for r in findings("blocked_blip", DiagnosisThresholds(min_held_ms=20))] == ["memory_alarm"]
 
 
 # -- TCP: publishers throttled, clients not reading, head-of-line -----------------------------------
@@ -205,48 +252,38 @@ def throttled_publisher(traffic: Traffic, conn: str, *, start_ms: float = 0.0, s
     return t
 
 
-def test_a_publisher_filling_the_brokers_window_is_throttled_by_its_channel(spark):
-    traffic = Traffic()
+@case
+def throttled(traffic: Traffic) -> None:
     traffic.connection("pub", 40003)
     traffic.segment("pub", 0, "s2c", 0, 0, 1000)
     throttled_publisher(traffic, "pub")
-    rows = findings(spark, traffic)
-    assert summary(rows) == [(1, "diagnosis.publisher.credit_flow", "channel", "publisher_throttled", "connection",
-                              "127.0.0.1:40003")]
-    assert rows[0].evidence["window_full_stalls"] == "10"
-    # From each full window to the publisher's next segment, 41 ms; the last one has none.
-    assert rows[0].duration_us == 9 * 41_000
 
 
-def test_two_publishers_to_one_queue_throttled_together_point_at_the_queue(spark):
-    traffic = Traffic()
+@case
+def two_throttled_to_one_queue(traffic: Traffic) -> None:
     for conn, port in (("a", 40004), ("b", 40005)):
         traffic.connection(conn, port)
         traffic.segment(conn, 0, "s2c", 0, 0, 1000)
     throttled_publisher(traffic, "a", routing_key="shared")
     throttled_publisher(traffic, "b", start_ms=5, routing_key="shared")
-    assert {(r.entity, r.component) for r in findings(spark, traffic)} == {
-        ("127.0.0.1:40004", "queue"), ("127.0.0.1:40005", "queue")}
 
 
-def test_large_persistent_messages_point_at_the_message_store(spark):
-    traffic = Traffic()
+@case
+def large_persistent(traffic: Traffic) -> None:
     traffic.connection("pub", 40006)
     traffic.segment("pub", 0, "s2c", 0, 0, 1000)
     throttled_publisher(traffic, "pub", body_size=8192, delivery_mode=2)
-    assert [r.component for r in findings(spark, traffic)] == ["message_store"]
 
 
-def test_a_publisher_never_filling_the_window_is_not_throttled(spark):
-    traffic = Traffic()
+@case
+def never_full_window(traffic: Traffic) -> None:
     traffic.connection("pub", 40003)
     traffic.segment("pub", 0, "s2c", 0, 0, 65535)
     throttled_publisher(traffic, "pub", window=65535)  # 1000-byte segments against a 64 KB window: never full
-    assert findings(spark, traffic) == []
 
 
-def test_a_consumer_sharing_a_throttled_connection_suffers_head_of_line_blocking(spark):
-    traffic = Traffic()
+@case
+def head_of_line(traffic: Traffic) -> None:
     traffic.connection("both", 40007)
     traffic.segment("both", 0, "s2c", 0, 0, 1000)
     end = throttled_publisher(traffic, "both")
@@ -255,17 +292,10 @@ def test_a_consumer_sharing_a_throttled_connection_suffers_head_of_line_blocking
     for tag, ms in enumerate(range(10, int(end), 40), start=1):
         traffic.content("both", ms, "s2c", "basic.deliver", channel=2, consumer_tag="c-other", delivery_tag=tag,
                         exchange="", routing_key="other")
-    rows = findings(spark, traffic)
-    assert summary(rows) == [
-        (1, "diagnosis.publisher.credit_flow", "channel", "publisher_throttled", "connection", "127.0.0.1:40007"),
-        (2, "diagnosis.connection.head_of_line", "channel", "head_of_line", "consumer", "c-other"),
-    ]
-    assert rows[1].evidence["publisher_channels"] == "1" and rows[1].evidence["consumer_channel"] == "2"
-    assert rows[1].start_packet_number == rows[0].start_packet_number
 
 
-def test_a_client_closing_its_receive_window_is_not_reading(spark):
-    traffic = Traffic()
+@case
+def not_reading(traffic: Traffic) -> None:
     traffic.connection("slow", 40008)
     traffic.frame("slow", 0, "s2c", "basic.deliver", channel=1, consumer_tag="big", delivery_tag=1)
     traffic.segment("slow", 0, "s2c", 0, 0, 65535, 60000)
@@ -275,7 +305,42 @@ def test_a_client_closing_its_receive_window_is_not_reading(spark):
     traffic.segment("slow", 402, "c2s", 0, 90000, 0)
     traffic.segment("slow", 800, "c2s", 0, 90000, 60000)
     traffic.frame("slow", 801, "s2c", "basic.deliver", channel=1, consumer_tag="big", delivery_tag=2)
-    rows = findings(spark, traffic)
+
+
+def test_a_publisher_filling_the_brokers_window_is_throttled_by_its_channel(findings):
+    rows = findings("throttled")
+    assert summary(rows) == [(1, "diagnosis.publisher.credit_flow", "channel", "publisher_throttled", "connection",
+                              "127.0.0.1:40003")]
+    assert rows[0].evidence["window_full_stalls"] == "10"
+    # From each full window to the publisher's next segment, 41 ms; the last one has none.
+    assert rows[0].duration_us == 9 * 41_000
+
+
+def test_two_publishers_to_one_queue_throttled_together_point_at_the_queue(findings):
+    assert {(r.entity, r.component) for r in findings("two_throttled_to_one_queue")} == {
+        ("127.0.0.1:40004", "queue"), ("127.0.0.1:40005", "queue")}
+
+
+def test_large_persistent_messages_point_at_the_message_store(findings):
+    assert [r.component for r in findings("large_persistent")] == ["message_store"]
+
+
+def test_a_publisher_never_filling_the_window_is_not_throttled(findings):
+    assert findings("never_full_window") == []
+
+
+def test_a_consumer_sharing_a_throttled_connection_suffers_head_of_line_blocking(findings):
+    rows = findings("head_of_line")
+    assert summary(rows) == [
+        (1, "diagnosis.publisher.credit_flow", "channel", "publisher_throttled", "connection", "127.0.0.1:40007"),
+        (2, "diagnosis.connection.head_of_line", "channel", "head_of_line", "consumer", "c-other"),
+    ]
+    assert rows[1].evidence["publisher_channels"] == "1" and rows[1].evidence["consumer_channel"] == "2"
+    assert rows[1].start_packet_number == rows[0].start_packet_number
+
+
+def test_a_client_closing_its_receive_window_is_not_reading(findings):
+    rows = findings("not_reading")
     assert summary(rows) == [(1, "diagnosis.client.not_reading", "client", "client_not_reading", "connection",
                               "127.0.0.1:40008")]
     assert rows[0].evidence["zero_windows"] == "2"
@@ -307,12 +372,15 @@ def receiving_link(traffic: Traffic, conn: str, name: str, handle: int, *, grant
             delivery += 1
 
 
-def test_a_receiver_granting_credit_slowly_is_a_slow_consumer_and_its_fast_neighbour_is_not(spark):
-    traffic = Traffic()
+@case
+def slow_and_fast_receivers(traffic: Traffic) -> None:
     traffic.connection("amqp10", 40009)
     receiving_link(traffic, "amqp10", "slow", 0, grants=20, credit=2, grant_after_ms=50)
     receiving_link(traffic, "amqp10", "fast", 1, grants=20, credit=2, grant_after_ms=0.5)
-    rows = findings(spark, traffic)
+
+
+def test_a_receiver_granting_credit_slowly_is_a_slow_consumer_and_its_fast_neighbour_is_not(findings):
+    rows = findings("slow_and_fast_receivers")
     assert summary(rows) == [(1, "diagnosis.consumer.credit_bound", "consumer", "credit_starved", "link", "slow")]
     assert rows[0].queue == "/queues/slow"
     assert float(rows[0].evidence["zero_credit_p50_ms"]) == pytest.approx(50.0, abs=0.5)
@@ -321,20 +389,25 @@ def test_a_receiver_granting_credit_slowly_is_a_slow_consumer_and_its_fast_neigh
 # -- the headline ------------------------------------------------------------------------------------
 
 
-def test_diagnosis_heads_with_the_alarm_and_says_none_for_a_quiet_capture(spark):
-    traffic = Traffic()
+@case
+def alarm_and_slow_consumer(traffic: Traffic) -> None:
     traffic.connection("conn", 40002)
     traffic.connection("c2", 40001)
     blocked(traffic, "conn", "low on memory", 100, 1400)
     consumer(traffic, "c2", prefetch=5, messages=20, ack_after_ms=25, refill_after_ms=0.3)
-    found = spark.createDataFrame(findings(spark, traffic), BOTTLENECKS_SCHEMA)
+
+
+def test_diagnosis_heads_with_the_alarm_and_says_none_for_a_quiet_capture(spark, findings):
+    found = spark.createDataFrame(findings("alarm_and_slow_consumer"), BOTTLENECKS_SCHEMA)
     captures = spark.createDataFrame(
         [dict({n: None for n in CAPTURES_SCHEMA.fieldNames()}, capture_id=c, file_name=f"{c}.pcap", file_size=1,
-              packets=1) for c in ("cap", "quiet")], CAPTURES_SCHEMA)
+              packets=1) for c in ("alarm_and_slow_consumer", "quiet")], CAPTURES_SCHEMA)
     rows = {r.capture_id: r for r in diagnosis(found, captures).collect()}
-    assert rows["cap"].bottleneck == "memory_alarm" and rows["cap"].findings_count == 2
-    assert [f.component for f in rows["cap"].findings] == ["memory_alarm", "consumer"]
-    assert rows["cap"].headline.startswith("Bottleneck: memory alarm (blocked) on connection 127.0.0.1:40002, "
-                                           "from 00:00:00.100 UTC (packet ")
+    cap = rows["alarm_and_slow_consumer"]
+    assert cap.bottleneck == "memory_alarm" and cap.findings_count == 2
+    assert [f.component for f in cap.findings] == ["memory_alarm", "consumer"]
+    assert cap.headline.startswith("Bottleneck: memory alarm (blocked) on connection 127.0.0.1:40002, "
+                                   "from 00:00:00.100 UTC (packet ")
     assert rows["quiet"].bottleneck == "none" and rows["quiet"].findings == []
     assert rows["quiet"].headline.startswith("No bottleneck")
+

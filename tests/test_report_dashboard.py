@@ -158,7 +158,7 @@ def flow_tables(spark: SparkSession) -> dict[str, DataFrame]:
         dict(capture_id="cap", connection_id="c1", direction="s2c", packet_number=50 + i,
              ts=T0 + timedelta(milliseconds=30 * i), ts_us=0, payload_length=100, effective_window=w,
              is_zero_window=w == 0, is_window_update=False, is_window_full=False, is_retransmission=False,
-             retransmitted_bytes=0, is_zero_window_probe=False)
+             retransmitted_bytes=0, is_zero_window_probe=False, is_keep_alive=False)
         for i, w in enumerate([65535, 0, 65535])
     ]
     intervals = [
