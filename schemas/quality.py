@@ -19,6 +19,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+# The columns that name the run which wrote a row: two runs on the same input differ only in them.
+RUN_COLUMNS = ("run_id", "run_ts")
+
 DQ_SUMMARY_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),

@@ -24,6 +24,7 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.runs import COMPLETE, StageRun, completeness
+from amqpscope.schemas.quality import RUN_COLUMNS
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "amqp10-credit.pcap"
 # The stages analyze logs with -v, in order ("<time> amqpscope.jobs <stage> ...").
@@ -85,10 +86,12 @@ def run_to_end(lake: Path) -> dict:
 
 
 def tables(lake: Path) -> dict[str, list[str]]:
-    """Every Delta table under ``lake`` as delta-rs reads it: rows as sorted JSON text."""
+    """Every Delta table under ``lake`` as delta-rs reads it: rows as sorted JSON text, without the
+    columns naming the run that wrote them."""
     found = {}
     for path in sorted(p for p in lake.iterdir() if (p / "_delta_log").is_dir()):
-        rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+        rows = [{k: v for k, v in r.items() if k not in RUN_COLUMNS}
+                for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()]
         found[path.name] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
     return found
 
