@@ -14,15 +14,14 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.analyze import FLOW_TABLES, MESSAGE_TABLES, VERDICT_TABLES, analyze
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.jobs.lake import Lake
 from amqpscope.testbed import tshark
+from tests.paths import SAMPLE_CAPTURES as CAPTURES
+from tests.paths import SAMPLES
 
-SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-CAPTURES = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".pcap", ".pcapng"))
 ALL_TABLES = (*BRONZE_SCHEMAS, *MESSAGE_TABLES, *FLOW_TABLES, *VERDICT_TABLES)
 
 
@@ -31,12 +30,9 @@ def truth(capture: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def lake(spark, tmp_path_factory):
-    """All samples analysed once into one lake; the result of the run is kept for the tests."""
-    root = tmp_path_factory.mktemp("lake")
-    config = AnalyzeConfig(lake=root, report=root / "report.html")
-    result = analyze(spark, [str(c) for c in CAPTURES], config)
-    return root, config, result
+def lake(samples_lake):
+    """All samples analysed once into one lake (conftest.samples_lake); the run's result is kept."""
+    return samples_lake
 
 
 def our_frames(spark, config, capture: Path) -> list:
