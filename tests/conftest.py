@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.session import build_session
 from tests.paths import SAMPLE_CAPTURES
 
@@ -25,9 +27,6 @@ def samples_lake(spark, tmp_path_factory):
     """The three bundled samples (samples/*.pcap, *.pcapng) analysed once into one lake, shared by
     the modules that check that lake; they may re-run analyze on it (re-runs change nothing).
     Returns the lake's root, the config and the run's result."""
-    from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs.analyze import analyze
-
     root = tmp_path_factory.mktemp("samples-lake")
     config = AnalyzeConfig(lake=root, report=root / "report.html")
     return root, config, analyze(spark, [str(c) for c in SAMPLE_CAPTURES], config)

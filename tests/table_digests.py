@@ -26,9 +26,8 @@ import amqpscope.jobs.analyze as analyze_module
 from amqpscope.jobs.analyze import FLOW_TABLES, MESSAGE_TABLES, VERDICT_TABLES, analyze
 from amqpscope.jobs.lake import Lake
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
+from tests.paths import ROOT, SAMPLES
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = ROOT / "samples"
 # The three samples and the decoder and flow scenario captures (the bottleneck scenarios' 21 MB
 # would make this the slowest test of the suite; their diagnosis has its own acceptance test).
 CAPTURES = tuple(sorted(p for folder in (SAMPLES, SAMPLES / "decoders", SAMPLES / "flow")

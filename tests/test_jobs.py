@@ -22,9 +22,8 @@ from amqpscope.jobs.derive import DERIVED_TABLES
 from amqpscope.jobs.lake import Lake
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.quality import RUN_COLUMNS
+from tests.paths import ROOT, SAMPLES
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = ROOT / "samples"
 FIRST, SECOND = SAMPLES / "amqp10-credit.pcap", SAMPLES / "amqp091-qos-confirms.pcap"
 TABLES = (*BRONZE_SCHEMAS, *DERIVED_TABLES)
 TASK_ORDER = ["ingest", "derive", "report"]

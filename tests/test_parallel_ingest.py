@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 from pyspark.sql.types import StructType, TimestampType
@@ -13,8 +12,9 @@ from pyspark.testing import assertDataFrameEqual
 from amqpscope.ingest.capture import decode_capture
 from amqpscope.jobs.ingest import decode_tables, plan_ranges, resolve_captures
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
+from tests.paths import SAMPLE_CAPTURES
 
-SAMPLES = sorted(p for p in (Path(__file__).resolve().parent.parent / "samples").iterdir() if p.suffix in (".pcap", ".pcapng"))
+SAMPLES = SAMPLE_CAPTURES
 
 
 @pytest.fixture(scope="module")
