@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
+from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 
 # Columns a rule fills; naming, ranking, the filter and the id are added once for all rules.
@@ -56,11 +57,7 @@ def _figures(**values: Column) -> Column:
 
 def _candidate(df: DataFrame, **columns: Column) -> DataFrame:
     """Rows in the candidate shape: the given columns, the rest taken from ``df`` by name or null."""
-    return df.select(*[
-        (columns[f.name] if f.name in columns else F.col(f.name) if f.name in df.columns else F.lit(None))
-        .cast(f.dataType).alias(f.name)
-        for f in _CANDIDATE.fields
-    ])
+    return in_schema(df, _CANDIDATE, **columns)
 
 
 def _first_packets(column: str) -> Column:

@@ -16,6 +16,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.accounting import byte_accounting
+from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.quality import DQ_SUMMARY_SCHEMA
 
 _SEVERITIES = ("error", "warning", "capture")
@@ -96,8 +97,4 @@ def dq_summary(
         "suites_failed": failed,
         "suites_passed": F.size(failed) == 0,
     }
-    return joined.select(*[
-        (values[f.name] if f.name in values else F.col(f.name) if f.name in joined.columns else F.lit(None))
-        .cast(f.dataType).alias(f.name)
-        for f in DQ_SUMMARY_SCHEMA.fields
-    ])
+    return in_schema(joined, DQ_SUMMARY_SCHEMA, **values)

@@ -25,6 +25,7 @@ from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.intervals import intervals
+from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.flow import FLOW_INTERVALS_SCHEMA
 
 def _flipped(direction: Column) -> Column:
@@ -33,11 +34,7 @@ def _flipped(direction: Column) -> Column:
 
 def _shaped(df: DataFrame, entity: str, cause: str, **columns: Column) -> DataFrame:
     """Interval rows in FLOW_INTERVALS_SCHEMA: entity and cause, plus the given key / detail columns."""
-    values = {"entity": F.lit(entity), "cause": F.lit(cause), **columns}
-    return df.select(*[
-        (values[f.name] if f.name in values else F.col(f.name) if f.name in df.columns else F.lit(None)).cast(f.dataType).alias(f.name)
-        for f in FLOW_INTERVALS_SCHEMA.fields
-    ])
+    return in_schema(df, FLOW_INTERVALS_SCHEMA, **{"entity": F.lit(entity), "cause": F.lit(cause), **columns})
 
 
 def link_credit_intervals(link_state: DataFrame) -> DataFrame:

@@ -18,6 +18,7 @@ from functools import reduce
 from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.flow import THROUGHPUT_SCHEMA
 
 _MESSAGES = ("basic.publish", "basic.deliver", "basic.get-ok")
@@ -104,10 +105,7 @@ def _per_second(messages: DataFrame, scope: str) -> DataFrame:
         grouped = grouped.filter(F.col("link_name").isNotNull())
     if scope == "address":
         grouped = grouped.filter(F.col("address").isNotNull())
-    return grouped.select(*[
-        (F.lit(scope) if f.name == "scope" else F.col(f.name) if f.name in grouped.columns else F.lit(None)).cast(f.dataType).alias(f.name)
-        for f in THROUGHPUT_SCHEMA.fields
-    ])
+    return in_schema(grouped, THROUGHPUT_SCHEMA, scope=F.lit(scope))
 
 
 def message_events(frames: DataFrame, link_state: DataFrame | None) -> DataFrame:
