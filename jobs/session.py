@@ -26,16 +26,30 @@ _BASE_CONF = {
 }
 
 
-def build_session(master: str = "local[2]", app_name: str = "amqpscope", conf: dict[str, str] | None = None) -> SparkSession:
-    """Build (or reuse) the SparkSession for an amqpscope job."""
+DEFAULT_MASTER = "local[2]"
+
+
+def launched_by_spark_submit() -> bool:
+    """True in a driver that spark-submit started: its JVM is up, with --master among its settings."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "amqpscope",
+                  conf: dict[str, str] | None = None) -> SparkSession:
+    """Build (or reuse) the SparkSession for an amqpscope job, on ``master``; None: the master
+    spark-submit was given, else local[2]."""
+    if master is None and not launched_by_spark_submit():
+        master = DEFAULT_MASTER
     # Executors must run the interpreter that has amqpscope installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # pandas-on-Spark (used by pyspark.testing) asks for this on both driver and executors.
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
-    if master.startswith("local"):
+    if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, no interface guessing
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:  # else spark-submit's JVM has spark.master set already
+        builder = builder.master(master)
     for key, value in {**_BASE_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

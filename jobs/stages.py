@@ -8,14 +8,12 @@ and keeps the trace for ``-v``.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pyspark.sql.functions as F
-from pyspark import SparkConf
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
@@ -93,9 +91,6 @@ def lake_capture_filter(capture_ids: Sequence[str]) -> Column:
     return F.col("capture_id").isin(*capture_ids) if capture_ids else F.lit(False)
 
 
-DEFAULT_MASTER = "local[2]"
-
-
 @contextmanager
 def job_session(config: AnalyzeConfig, app_name: str) -> Iterator[SparkSession]:
     """The job's SparkSession: the runtime's own when there is one (a Databricks task), left running;
@@ -105,12 +100,7 @@ def job_session(config: AnalyzeConfig, app_name: str) -> Iterator[SparkSession]:
     if active is not None:
         yield active
         return
-    master = config.master
-    if master is None:
-        # Under spark-submit the JVM is up already, with --master among its settings.
-        launched = "PYSPARK_GATEWAY_PORT" in os.environ
-        master = SparkConf().get("spark.master", DEFAULT_MASTER) if launched else DEFAULT_MASTER
-    spark = build_session(master, app_name, dict(config.spark_conf))
+    spark = build_session(config.master, app_name, dict(config.spark_conf))
     try:
         yield spark
     finally:

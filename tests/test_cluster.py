@@ -1,44 +1,81 @@
-"""``amqpscope analyze`` on a real Spark standalone cluster (master + two workers on loopback)
-writes the same tables as local mode (the suite's local session analysing the same samples)."""
+"""The Databricks bundle's tasks (ingest -> derive -> report, resources/*.yml), each run by
+``spark-submit`` on a real Spark standalone cluster (master + two workers on loopback) with the
+bundle's own parameters, write the same tables as ``analyze`` in local mode (the suite's shared
+lake of the same samples)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from pyspark.testing import assertDataFrameEqual
 
+from amqpscope.jobs import entry, runs
+from amqpscope.jobs.commits import committed_row_counts
 from amqpscope.jobs.lake import Lake
 from amqpscope.testbed.spark_cluster import StandaloneCluster
 from tests.paths import SAMPLE_CAPTURES
+from tests.test_jobs import TABLES, TASK_ORDER, bundle, same_input, substituted
 
-SAMPLES = [str(p) for p in SAMPLE_CAPTURES]
-COMPARED = ("captures", "connections", "frames", "quarantine", "link_credit", "channel_unacked", "violations")
+COMPARED = ("captures", "connections", "frames", "quarantine", "link_credit", "channel_unacked", "violations",
+            "bottlenecks", "diagnosis", "dq_summary")
+SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")
 
 
-def run_analyze(lake: Path, master: str) -> dict:
-    """The CLI in its own process: a SparkContext per process, so the cluster's can't be the suite's."""
-    out = subprocess.run(
-        [sys.executable, "-m", "amqpscope.jobs.cli", "analyze", *SAMPLES, "--lake", str(lake), "--master", master],
-        capture_output=True, text=True, timeout=600,
-    )
+def submit(master: str, entry_point: str, parameters: list[str], log: Path) -> dict:
+    """One task as spark-submit runs it: jobs/entry.py with the stage first, then the task's
+    parameters; its JSON answer. Its own process: a SparkContext per process."""
+    command = [str(SPARK_SUBMIT), "--master", master, entry.__file__,
+               entry_point.removeprefix("amqpscope-"), *parameters]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    out = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+    log.write_text(out.stderr)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
 
 
 @pytest.mark.cluster
-def test_standalone_cluster_matches_local_mode(spark, samples_lake, tmp_path):
+def test_bundle_tasks_on_a_standalone_cluster_match_local_mode(spark, samples_lake, tmp_path):
     local_lake, _config, local = samples_lake
+    landing, lake = tmp_path / "landing", tmp_path / "cluster"
+    landing.mkdir()
+    for sample in SAMPLE_CAPTURES:
+        shutil.copy(sample, landing / sample.name)
+    config = tmp_path / "analyze.yml"
+    config.write_text(yaml.safe_dump({"storage": "delta-rs"}))
+    values = {"landing_path": str(landing), "lake_path": str(lake), "config_path": str(config)}
+    _, jobs = bundle()
+    tasks = jobs["amqpscope"]["tasks"]
+    assert [t["task_key"] for t in tasks] == TASK_ORDER
+
     with StandaloneCluster(tmp_path / "cluster-work", workers=2) as cluster:
-        remote = run_analyze(tmp_path / "cluster", cluster.master_url)
-        # The run really used the cluster: the application registered with the master.
-        assert "Registered app amqpscope-analyze" in (tmp_path / "cluster-work" / "master.log").read_text()
+        outputs = {}
+        for task in tasks:
+            wheel = task["python_wheel_task"]
+            outputs[task["task_key"]] = submit(cluster.master_url, wheel["entry_point"],
+                                               substituted(wheel["parameters"], values),
+                                               tmp_path / f"{task['task_key']}.log")
+        master_log = (tmp_path / "cluster-work" / "master.log").read_text()
     assert cluster.alive() == []
-    assert remote["tables"] == local.row_counts
+    # Every task really ran on the cluster: its application registered with the master.
+    for stage in TASK_ORDER:
+        assert f"Registered app amqpscope-{stage}" in master_log
+
+    ids = sorted(local.capture_ids)
+    assert sorted(outputs["ingest"]["ingested"]) == ids
+    assert sorted(outputs["derive"]["derived"]) == ids
+    assert sorted(outputs["report"]["captures"]) == ids and outputs["report"]["incomplete"] == []
+    assert Path(outputs["report"]["report"]).is_file()
+
+    remote, reference = Lake(spark, lake), Lake(spark, local_lake)
+    state = runs.stage_runs(remote)
+    assert {runs.completeness(state, c) for c in ids} == {runs.COMPLETE}
+    assert committed_row_counts(remote, TABLES, ids) == local.row_counts
     for table in COMPARED:
-        expected = Lake(spark, local_lake).read(table)
-        actual = Lake(spark, tmp_path / "cluster").read(table)
-        assertDataFrameEqual(actual, expected)
+        assertDataFrameEqual(same_input(remote, table), same_input(reference, table))
