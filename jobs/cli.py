@@ -181,8 +181,9 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
         description="Print, in plain language, the bottleneck of each capture (resource alarm, a stage of "
         "RabbitMQ's credit flow, a slow consumer, a client not reading, the network, or none) and its ranked "
         "findings with entity names, times, packet numbers and a Wireshark display filter (docs/DIAGNOSIS.md). "
-        "Captures already analysed into --lake are answered from its diagnosis and bottlenecks tables without "
-        "starting Spark; others are analysed first (into --lake, or a temporary lake without it).",
+        "Captures already analysed into --lake by a run that finished are answered from its diagnosis and "
+        "bottlenecks tables without starting Spark; others (not in the lake, or left incomplete by a killed or "
+        "failed run) are analysed first (into --lake, or a temporary lake without it).",
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
     p.add_argument("--lake", help="lake to answer from and analyse into (default: a temporary lake)")

@@ -1,7 +1,9 @@
 """``amqpscope diagnose``: what the bottleneck is, in a few lines an operator reads.
 
-Captures already analysed into ``--lake`` are answered from its gold tables with delta-rs alone (no
-Spark, a second or so); the others are analysed first (``jobs.analyze``), then answered.
+Captures already analysed into ``--lake`` by a run that finished are answered from its gold tables
+with delta-rs alone (no Spark, a second or so); the others (not in the lake, or left incomplete by a
+run killed or failed part way: the runs table says which) are analysed first (``jobs.analyze``,
+which repairs them), then answered.
 """
 
 from __future__ import annotations
@@ -34,10 +36,21 @@ def _read_gold(lake: Path, table: str, ids: Sequence[str]) -> list[dict[str, Any
     return rows
 
 
+def incomplete(lake: Path, ids: Sequence[str]) -> list[str]:
+    """Those of ``ids`` whose rows the runs table does not call complete (a run killed or failed
+    part way, a derive older than the latest ingest, no run recorded): ``jobs.runs.completeness``."""
+    from amqpscope.jobs.runs import COMPLETE, RUNS_TABLE, StageRun, completeness
+
+    runs = [StageRun(**r) for r in _read_gold(lake, RUNS_TABLE, ids)]
+    by_stage = {(r.capture_id, r.stage): r for r in runs}
+    return [cid for cid in ids if completeness(by_stage, cid) != COMPLETE]
+
+
 def stored_answers(lake: Path, ids: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
-    """The diagnosis and bottlenecks rows of ``ids`` when the lake has a diagnosis for every one."""
+    """The diagnosis and bottlenecks rows of ``ids`` when the lake has a diagnosis for every one,
+    each from a complete run."""
     diagnoses = _read_gold(lake, "diagnosis", ids)
-    if {d["capture_id"] for d in diagnoses} != set(ids):
+    if {d["capture_id"] for d in diagnoses} != set(ids) or incomplete(lake, ids):
         return None
     return diagnoses, _read_gold(lake, "bottlenecks", ids)
 

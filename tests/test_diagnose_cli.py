@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
+from deltalake import DeltaTable, write_deltalake
 
 from amqpscope.ingest.pcap import capture_id
+from amqpscope.jobs.diagnose import incomplete, stored_answers
+from amqpscope.schemas.runs import OUTCOME_RUNNING
+from tests.paths import SAMPLES
 
-SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "flow" / "amqp091-memory-alarm.pcap"
+SAMPLE = SAMPLES / "flow" / "amqp091-memory-alarm.pcap"
 
 
 def diagnose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -55,3 +61,20 @@ def test_a_missing_file_is_named(tmp_path):
     answer = diagnose(str(tmp_path / "nope.pcap"), "--lake", str(tmp_path / "lake"))
     assert answer.returncode != 0
     assert "nope.pcap" in answer.stderr
+
+
+def test_a_capture_left_incomplete_is_not_answered_from_the_lake(lake, tmp_path):
+    """A run killed after its diagnosis was written but before derive was marked done (the runs
+    table's outcome still "running"): the stored answer is not taken, so diagnose analyses again."""
+    ids = [capture_id(SAMPLE)]
+    assert incomplete(lake, ids) == [] and stored_answers(lake, ids) is not None
+    killed = tmp_path / "killed-lake"
+    shutil.copytree(lake, killed)
+    table = DeltaTable(str(killed / "runs"))
+    runs = table.to_pyarrow_table()
+    derive = pc.equal(runs["stage"], "derive")
+    outcome = pc.if_else(derive, OUTCOME_RUNNING, runs["outcome"])
+    runs = runs.set_column(runs.schema.get_field_index("outcome"), "outcome", outcome)
+    write_deltalake(str(killed / "runs"), runs, mode="overwrite", partition_by=table.metadata().partition_columns)
+    assert incomplete(killed, ids) == ids
+    assert stored_answers(killed, ids) is None
