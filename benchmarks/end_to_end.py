@@ -14,7 +14,9 @@ One command (also in ``make bench``):
    into a fresh lake (``jobs.analyze.main``'s steps: session, analyze with a ``Progress`` that
    counts the Spark jobs and stages of each step, stop), and
    ``tshark -r F -o tcp.reassemble_out_of_order:TRUE -n -Y amqp -T fields -e frame.number`` on the
-   same file.
+   same file; then, where Debian's chromium and chromium-driver are installed, the analyze's
+   ``report.html`` opened from disk in headless chromium (``testbed.browser``): its size and the
+   milliseconds to DOMContentLoaded, load and every chart drawn.
 3. Printed and written to ``OUT/end_to_end.json``: wall and CPU seconds of every run, the Spark jobs
    and stages of each analyze step, the fixed cost (analyze of the small sample), the marginal CPU
    cost per frame (between the two largest captures), and the ratios the speed goals are stated in
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # decode.py builds cap
 from decode import DEFAULT_SEEDS, broker_port, build_capture
 from ingest import Sampler, _commit, machine
 
+from amqpscope.testbed import browser
 from amqpscope.testbed.tshark import TSHARK_PREFERENCES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +119,23 @@ def _measure(command: list[str], log: Path) -> dict:
             "peak_jvm_mb": round(usage.driver_jvm_mb)}
 
 
+def report_page(page: Path, out: Path) -> dict:
+    """What the analyze's report weighs and how long headless chromium takes to open it from disk
+    (DOMContentLoaded, load, every chart drawn); empty without chromium and chromium-driver."""
+    if not browser.available() or not page.exists():
+        return {}
+    profile = Path(tempfile.mkdtemp(prefix="chromium-", dir=out))
+    try:
+        with browser.headless_chromium(profile) as driver:
+            drawn = browser.open_drawn(driver, page)
+            timing = browser.page_timing(driver)
+            charts = driver.execute_script("return document.querySelectorAll('div.chart').length")
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    return {"bytes": page.stat().st_size, "charts": charts, **{k: round(v) for k, v in timing.items()},
+            "charts_drawn_ms": round(drawn)}
+
+
 def tshark_command(capture: Path, ports: tuple[int, ...]) -> list[str]:
     command = ["tshark", "-r", str(capture), *TSHARK_PREFERENCES, "-n"]
     for port in ports:  # the testbed's broker listens on a free port, not 5672
@@ -157,6 +177,8 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
             print(f"[{time.strftime('%H:%M:%S')}] analyze {name} ...", file=sys.stderr, flush=True)
             analyzed = _measure([*me, "one-analyze", str(capture), str(lake), ",".join(map(str, ports))],
                                 out / f"analyze-{capture.stem}.log")
+            print(f"[{time.strftime('%H:%M:%S')}] report of {name} in chromium ...", file=sys.stderr, flush=True)
+            page = report_page(lake / "report.html", out)
         finally:
             if not keep:
                 shutil.rmtree(lake, ignore_errors=True)
@@ -164,7 +186,7 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
         tshark = _measure(tshark_command(capture, ports), out / f"tshark-{capture.stem}.log")
         tshark["frames"] = tshark_frames(capture, ports)
         rows.append({"name": name, "file": str(capture), "megabytes": round(capture.stat().st_size / 1e6, 1),
-                     "analyze": analyzed, "tshark": tshark})
+                     "analyze": analyzed, "tshark": tshark, "report": page})
     return {"machine": machine(), "commit": _commit(), "load_average_at_end": os.getloadavg(),
             "bare_spark": bare, "captures": rows, "derived": derived(bare, rows)}
 
@@ -210,6 +232,12 @@ def markdown(result: dict) -> str:
         cells = [f"{a['spark_work'][s]['jobs']} / {a['spark_work'][s]['stages']}, {a['stage_seconds'].get(s, 0)}"
                  if s in a["spark_work"] else "" for s in steps]
         lines.append(f"| {row['name']} | " + " | ".join(cells) + " |")
+    pages = [(row["name"], row["report"]) for row in result["captures"] if row.get("report")]
+    if pages:
+        lines += ["", "| report of | bytes | charts | DOMContentLoaded ms | load ms | charts drawn ms |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {name} | {p['bytes']:,} | {p['charts']} | {p['dom_content_loaded_ms']} | {p['load_ms']} | "
+                  f"{p['charts_drawn_ms']} |" for name, p in pages]
     lines += ["", "| derived | value | goal |", "|---|---|---|"]
     for key, value in result["derived"].items():
         lines.append(f"| {key} | {value} | {GOALS.get(key, '')} |")

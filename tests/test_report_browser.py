@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +23,20 @@ from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.report import write_report
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
+from amqpscope.testbed.browser import available, headless_chromium, open_drawn, page_timing
+from tests.paths import ROOT
+from tests.paths import SAMPLES as SAMPLES_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = [ROOT / "samples" / "mixed.pcapng", ROOT / "samples" / "flow" / "amqp091-memory-alarm.pcap"]
+SAMPLES = [SAMPLES_DIR / "mixed.pcapng", SAMPLES_DIR / "flow" / "amqp091-memory-alarm.pcap"]
 ARTIFACTS = ROOT / "out" / "artifacts"
-CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(CHROMIUM is None or DRIVER is None, reason="chromium / chromium-driver not installed"),
+    pytest.mark.skipif(not available(), reason="chromium / chromium-driver not installed"),
 ]
 
 selenium = pytest.importorskip("selenium")
-from selenium import webdriver  # noqa: E402
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -106,20 +104,8 @@ def alarm_diagnosis(lake: Lake, capture_ids: list[str]):
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-dev-shm-usage",
-                 f"--user-data-dir={profile}", "--window-size=1400,1000"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
-    driver.set_page_load_timeout(120)
-    try:
+    with headless_chromium(tmp_path_factory.mktemp("chromium-profile")) as driver:
         yield driver
-    finally:
-        driver.quit()  # ends chromium and the driver process it started
 
 
 # Drawn marks per chart: bars, line paths with a drawn path, and point markers.
@@ -138,11 +124,7 @@ return Array.from(document.querySelectorAll('div.chart')).map(function (div) {
 def open_page(driver, page: Path) -> list[dict[str, Any]]:
     driver.get_log("performance")  # drop what earlier pages logged
     driver.get_log("browser")
-    driver.get(page.resolve().as_uri())
-    # Plotly draws several SVG layers a chart: every chart has its first once it is drawn.
-    WebDriverWait(driver, 120).until(lambda d: d.execute_script(
-        "return Array.from(document.querySelectorAll('div.chart')).every(function (c) {"
-        " return c.querySelector('.main-svg') !== null; })"))
+    open_drawn(driver, page)
     return driver.execute_script(MARKS)
 
 
@@ -170,9 +152,7 @@ def check_page(driver, page: Path) -> list[dict[str, Any]]:
 def screenshot(driver, name: str, page: Path) -> Path:
     """Keeps a screenshot of the whole page, and its size and load times (a record, not a check)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    timing = driver.execute_script(
-        "var t = performance.getEntriesByType('navigation')[0];"
-        "return {dom_content_loaded_ms: t.domContentLoadedEventEnd, load_ms: t.loadEventEnd};")
+    timing = page_timing(driver)
     (ARTIFACTS / f"report-{name}.json").write_text(json.dumps({"bytes": page.stat().st_size, **timing}) + "\n")
     height = driver.execute_script("return document.body.scrollHeight")
     driver.set_window_size(1400, min(height, 12000))
