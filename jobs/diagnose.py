@@ -26,7 +26,7 @@ def capture_ids(captures: Sequence[str | Path], group_rotated: bool = True) -> l
     return [(parts[0].content_hash, str(parts[0].path)) for parts in resolve_parts(captures, group_rotated)]
 
 
-def _read_gold(lake: Path, table: str, ids: Sequence[str]) -> list[dict[str, Any]]:
+def _read_capture_rows(lake: Path, table: str, ids: Sequence[str]) -> list[dict[str, Any]]:
     from deltalake import DeltaTable
 
     path = lake / table
@@ -41,7 +41,7 @@ def incomplete(lake: Path, ids: Sequence[str]) -> list[str]:
     part way, a derive older than the latest ingest, no run recorded): ``jobs.runs.completeness``."""
     from amqpscope.jobs.runs import COMPLETE, RUNS_TABLE, StageRun, completeness
 
-    runs = [StageRun(**r) for r in _read_gold(lake, RUNS_TABLE, ids)]
+    runs = [StageRun(**r) for r in _read_capture_rows(lake, RUNS_TABLE, ids)]
     by_stage = {(r.capture_id, r.stage): r for r in runs}
     return [cid for cid in ids if completeness(by_stage, cid) != COMPLETE]
 
@@ -49,10 +49,10 @@ def incomplete(lake: Path, ids: Sequence[str]) -> list[str]:
 def stored_answers(lake: Path, ids: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
     """The diagnosis and bottlenecks rows of ``ids`` when the lake has a diagnosis for every one,
     each from a complete run."""
-    diagnoses = _read_gold(lake, "diagnosis", ids)
+    diagnoses = _read_capture_rows(lake, "diagnosis", ids)
     if {d["capture_id"] for d in diagnoses} != set(ids) or incomplete(lake, ids):
         return None
-    return diagnoses, _read_gold(lake, "bottlenecks", ids)
+    return diagnoses, _read_capture_rows(lake, "bottlenecks", ids)
 
 
 def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: str = "never",
