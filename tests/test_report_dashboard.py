@@ -427,6 +427,19 @@ def test_downsampling_bounds_points_and_keeps_the_extremes(spark):
     assert kept.x == (0.0, 0.001, 0.002, 0.003, 0.004) and kept.values["unacked"] == (0, 1, 2, 3, 4)
 
 
+def test_busiest_keeps_the_heaviest_series_of_each_capture(spark):
+    # Per capture, series weigh: a 5, b 5 (tie: by key), c 9, d 1; capture two has one series.
+    rows = [("one", k, w) for k, ws in {"a": (2, 3), "b": (5,), "c": (4, 4, 1), "d": (1,)}.items() for w in ws]
+    rows += [("two", "z", 1), ("two", "z", 1)]
+    df = spark.createDataFrame(rows, "capture_id string, key string, weight long")
+    kept = S.busiest(df, ["key"], S.F.col("weight"), limit=3)
+    expected = spark.createDataFrame(
+        [("one", "c", w, 1, 4) for w in (4, 4, 1)] + [("one", "a", w, 2, 4) for w in (2, 3)]
+        + [("one", "b", 5, 3, 4), ("two", "z", 1, 1, 1), ("two", "z", 1, 1, 1)],
+        "capture_id string, key string, weight long, _series_rank int, _series_total int")
+    assertDataFrameEqual(kept, expected)
+
+
 def test_rate_buckets_are_sub_second_for_short_captures():
     assert S.rate_width(2.0) == 0.01  # 200 buckets; 5 ms would make 400
     assert S.rate_width(0.05) == 0.001

@@ -52,17 +52,21 @@ def rate_width(duration_s: float) -> float:
 def busiest(df: DataFrame, keys: Sequence[str], weight: Column, limit: int = SERIES) -> DataFrame:
     """``df`` restricted to the ``limit`` series (``keys``) of each capture with the most ``weight``,
     with ``_series_rank`` (1 = busiest) and ``_series_total`` (series in the capture)."""
+    # Every window here and in what follows (downsample, rate buckets, lanes) partitions by the
+    # capture and more: one exchange by capture serves them all, where ranking the series apart
+    # and joining them back cost three Spark jobs more per chart.
+    series = Window.partitionBy("capture_id", *keys)  # unordered: a series' weight
     # Ranks a capture's series, heaviest first (ties by key, so the choice is stable).
     heaviest_first = Window.partitionBy("capture_id").orderBy(F.col("_weight").desc(), *keys)
-    totals = Window.partitionBy("capture_id")  # unordered: counts a capture's series
-    ranked = (
-        df.groupBy("capture_id", *keys).agg(F.sum(weight).alias("_weight"))
-        .withColumn("_series_rank", F.row_number().over(heaviest_first))
-        .withColumn("_series_total", F.count(F.lit(1)).over(totals))
+    in_capture = Window.partitionBy("capture_id")  # unordered: counts a capture's series
+    return (
+        df.repartition("capture_id")
+        .withColumn("_weight", F.sum(weight).over(series))
+        .withColumn("_series_rank", F.dense_rank().over(heaviest_first))
+        .withColumn("_series_total", F.max("_series_rank").over(in_capture))
         .where(F.col("_series_rank") <= limit)
         .drop("_weight")
     )
-    return df.join(F.broadcast(ranked), on=["capture_id", *keys])
 
 
 def downsample(
@@ -91,7 +95,6 @@ def downsample(
     return (
         bucketed.groupBy(*series, *extra, "_bucket")
         .agg(F.min("_x").alias("x"), *[agg.alias(name) for name, agg in values.items()])
-        .drop("_bucket")
     )
 
 
@@ -107,10 +110,14 @@ class Series:
 
 def collect_series(df: DataFrame, keys: Sequence[str], names: Sequence[str]) -> dict[str, list[Series]]:
     """Per capture, the series of a downsampled frame, busiest first."""
-    order = ["capture_id", *(["_series_rank"] if "_series_rank" in df.columns else keys), "x"]
+    rank = ["_series_rank"] if "_series_rank" in df.columns else []
+    tie = ["_bucket"] if "_bucket" in df.columns else []  # a series' points in time, equal times too
+    records = [row.asDict() for row in df.collect()]
+    # Bounded rows (SERIES x POINTS a capture): ordered here, which spares Spark a sort's two jobs.
+    records.sort(key=lambda r: (r["capture_id"], *(_sortable(r[k]) for k in rank or keys), r["x"],
+                                *(r[k] for k in tie)))
     grouped: dict[str, dict[tuple, dict]] = {}
-    for row in df.orderBy(*order).collect():
-        record = row.asDict()
+    for record in records:
         key = tuple(record[k] for k in keys)
         entry = grouped.setdefault(record["capture_id"], {}).setdefault(
             key, {"x": [], "values": {n: [] for n in names}, "total": record.get("_series_total") or 1}
@@ -125,6 +132,11 @@ def collect_series(df: DataFrame, keys: Sequence[str], names: Sequence[str]) -> 
         ]
         for capture, by_key in grouped.items()
     }
+
+
+def _sortable(value: object) -> tuple[bool, object]:
+    # Spark's ascending order: nulls first.
+    return (value is not None, value)
 
 
 # --- the charts' data ----------------------------------------------------------------------------
