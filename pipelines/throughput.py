@@ -30,6 +30,7 @@ _SCOPES = {
     "link": ("connection_id", "protocol", "direction", "channel", "link_name", "address"),
     "address": ("direction", "address"),
 }
+_GROUPED = ("connection_id", "protocol", "direction", "channel", "link_name", "address")  # every scope's keys
 
 
 def _channel_direction_in_order() -> WindowSpec:
@@ -97,17 +98,6 @@ def _amqp10_messages(link_state: DataFrame) -> DataFrame:
     )
 
 
-def _per_second(messages: DataFrame, scope: str) -> DataFrame:
-    keys = _SCOPES[scope]
-    grouped = messages.groupBy("capture_id", *keys, F.date_trunc("second", F.col("ts")).alias("second")).agg(
-        F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"))
-    if scope == "link":
-        grouped = grouped.filter(F.col("link_name").isNotNull())
-    if scope == "address":
-        grouped = grouped.filter(F.col("address").isNotNull())
-    return in_schema(grouped, THROUGHPUT_SCHEMA, scope=F.lit(scope))
-
-
 def message_events(frames: DataFrame, link_state: DataFrame | None) -> DataFrame:
     """One row per message frame (0-9-1 publish / deliver / get-ok, 1.0 transfer carrying bytes):
     capture_id, connection_id, protocol, direction, channel, link_name, address, ts, messages, bytes.
@@ -122,5 +112,19 @@ def message_events(frames: DataFrame, link_state: DataFrame | None) -> DataFrame
 
 def throughput(frames: DataFrame, link_state: DataFrame) -> DataFrame:
     """The throughput table (``schemas.flow.THROUGHPUT_SCHEMA``) from the frames and link_state tables."""
-    messages = message_events(frames, link_state)
-    return reduce(DataFrame.unionByName, [_per_second(messages, scope) for scope in _SCOPES])
+    messages = message_events(frames, link_state).withColumn("second", F.date_trunc("second", F.col("ts")))
+    # One aggregation by grouping sets for every scope: the message rows (windows and joins over
+    # the frames) are found once, not once per scope. A column outside a scope's set is null.
+    grouped_by = ("capture_id", *_GROUPED, "second")
+    sums = messages.groupingSets([("capture_id", *keys, "second") for keys in _SCOPES.values()], *grouped_by).agg(
+        F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"), F.grouping_id().alias("_set"))
+    scope = F.lit(None)
+    for name, keys in _SCOPES.items():
+        # grouping_id: a bit per grouping column, the first the most significant, set when left out.
+        in_set = ("capture_id", *keys, "second")
+        left_out = sum(1 << (len(grouped_by) - 1 - i) for i, c in enumerate(grouped_by) if c not in in_set)
+        scope = F.when(F.col("_set") == left_out, F.lit(name)).otherwise(scope)
+    scoped = sums.withColumn("scope", scope).filter(
+        ((F.col("scope") != "link") | F.col("link_name").isNotNull())
+        & ((F.col("scope") != "address") | F.col("address").isNotNull()))
+    return in_schema(scoped, THROUGHPUT_SCHEMA)
