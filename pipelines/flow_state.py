@@ -6,7 +6,7 @@ bronze frames and tcp_segments tables; flow_intervals and throughput are derived
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pyspark.sql import DataFrame
 
@@ -20,12 +20,12 @@ from amqpscope.pipelines.idle_gaps import idle_gaps_timeline
 from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
 from amqpscope.pipelines.link_credit import link_credit_timeline, link_state_timeline
-from amqpscope.pipelines.sessions import session_window_timeline
+from amqpscope.pipelines.sessions import session_map, session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.pipelines.throughput import throughput
 
 # Tables computed from the frames table, by name.
-FRAME_TIMELINES = {
+FRAME_TIMELINES: dict[str, Callable[..., DataFrame]] = {
     "link_credit": link_credit_timeline,
     "channel_unacked": channel_unacked_timeline,
     "link_state": link_state_timeline,
@@ -41,14 +41,22 @@ FRAME_TIMELINES = {
     "lifecycle_091": lifecycle_091_timeline,
     "events": events_timeline,
 }
+# Those that bind AMQP 1.0 frames to sessions: they share one session map (sessions.session_map).
+_BY_SESSION = ("link_state", "session_window", "lifecycle_10")
 TIMELINE_TABLES = (*FRAME_TIMELINES, "tcp_flow")
 DERIVED_TABLES = ("flow_intervals", "throughput")
 FLOW_TABLES = (*TIMELINE_TABLES, *DERIVED_TABLES)
 
 
 def flow_timelines(frames: DataFrame, tcp_segments: DataFrame) -> dict[str, DataFrame]:
-    """The flow-state timelines (TIMELINE_TABLES) from the bronze frames and tcp_segments tables."""
-    return {**{name: build(frames) for name, build in FRAME_TIMELINES.items()}, "tcp_flow": tcp_flow_timeline(tcp_segments)}
+    """The flow-state timelines (TIMELINE_TABLES) from the bronze frames and tcp_segments tables.
+
+    The session map is computed here, once (a Spark job now): each of the three tables that use it
+    would otherwise find it again, twice in its own plan (about twenty query stages on the sample)."""
+    sessions = session_map(frames).localCheckpoint()
+    timelines = {name: build(frames, sessions) if name in _BY_SESSION else build(frames)
+                 for name, build in FRAME_TIMELINES.items()}
+    return {**timelines, "tcp_flow": tcp_flow_timeline(tcp_segments)}
 
 
 def derived_tables(frames: DataFrame, timelines: Mapping[str, DataFrame]) -> dict[str, DataFrame]:

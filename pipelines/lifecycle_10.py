@@ -66,8 +66,9 @@ def _state(sets: Column, clears: Column, window: WindowSpec) -> Column:
     return F.coalesce(F.last(F.when(sets, F.lit(True)).when(clears, F.lit(False)), True).over(window), F.lit(False))
 
 
-def lifecycle_10_timeline(frames: DataFrame) -> DataFrame:
-    """The lifecycle_10 table from the frames table."""
+def lifecycle_10_timeline(frames: DataFrame, sessions: DataFrame | None = None) -> DataFrame:
+    """The lifecycle_10 table from the frames table (and its ``sessions.session_map``, computed when
+    not given)."""
     method = F.col("method")
     header = (F.col("frame_type") == "protocol-header") & (method == "amqp")
     amqp = by_connection(frames.filter((F.col("protocol") == AMQP10) & F.col("frame_type").isin("protocol-header", "amqp", "empty"))
@@ -79,7 +80,7 @@ def lifecycle_10_timeline(frames: DataFrame) -> DataFrame:
         .withColumn("closed_before", F.when(F.col("started"), _seen(method == "close", _direction_before())))
         .filter(F.col("frame_type") != "protocol-header")
     )
-    performatives = bind_sessions(endpoint.filter(F.col("frame_type") == "amqp"))
+    performatives = bind_sessions(endpoint.filter(F.col("frame_type") == "amqp"), sessions)
     is_begin = method == "begin"
     sessions = (
         performatives.withColumn("_session", F.sum(is_begin.cast("int")).over(_endpoint_channel(0)))

@@ -212,12 +212,13 @@ def _settled_at(state: DataFrame) -> DataFrame:
     )
 
 
-def link_state_timeline(frames: DataFrame) -> DataFrame:
-    """The link_state table (``schemas.flow.LINK_STATE_SCHEMA``) from the frames table."""
+def link_state_timeline(frames: DataFrame, sessions: DataFrame | None = None) -> DataFrame:
+    """The link_state table (``schemas.flow.LINK_STATE_SCHEMA``) from the frames table (and its
+    ``sessions.session_map``, computed when not given)."""
     performatives = frames.filter(
         (F.col("protocol") == "amqp-1.0") & F.col("method").isin("begin", "disposition", *_LINK_METHODS)
     ).select(*_COLUMNS, "remote_channel", "frame_type", "first", "last")
-    bound = (bind_sessions(by_connection(performatives)).withColumn("_disposition_target", _disposition_target())
+    bound = (bind_sessions(by_connection(performatives), sessions).withColumn("_disposition_target", _disposition_target())
              .withColumn("_frame_role", F.col("role")))
     link_frame = F.col("method").isin(*_LINK_METHODS) & F.col("handle").isNotNull() & F.col("link_name").isNotNull()
     state = _credit_state(bound)

@@ -48,19 +48,15 @@ def _session_so_far() -> WindowSpec:
     return Window.partitionBy(*_SESSION).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
 
 
-def bind_sessions(frames: DataFrame) -> DataFrame:
-    """AMQP 1.0 performatives of ``frames`` with ``session_id``, ``client_channel`` and ``server_channel``.
-
-    Frames sent on a channel before any begin there (the capture missed it) belong to no session:
-    their session columns are null.
-    """
-    amqp = frames.filter((F.col("protocol") == "amqp-1.0") & (F.col("frame_type") == "amqp") & F.col("channel").isNotNull())
-    bound = amqp.withColumn(
-        "_begin_index", F.last(F.when(F.col("method") == "begin", F.col("frame_index")), True).over(_endpoint_channel())
-    )
-
-    begins = amqp.filter(F.col("method") == "begin").select(
-        "capture_id", "connection_id", "direction", "channel", "remote_channel", F.col("frame_index").alias("_begin_index"))
+def session_map(frames: DataFrame) -> DataFrame:
+    """Per AMQP 1.0 begin of ``frames`` (``_begin_index``, its frame_index): the session it opened or
+    answered (``session_id``) and that session's ``client_channel`` and ``server_channel``. A few
+    rows: ``flow_timelines`` computes them once for the pipelines that bind frames to sessions."""
+    begins = frames.filter(
+        (F.col("protocol") == "amqp-1.0") & (F.col("frame_type") == "amqp") & (F.col("method") == "begin")
+        & F.col("channel").isNotNull()
+    ).select("capture_id", "connection_id", "direction", "channel", "remote_channel",
+             F.col("frame_index").alias("_begin_index"))
     # An answering begin joins the session of the latest begin the peer sent on its remote-channel.
     answers = begins.filter(F.col("remote_channel").isNotNull()).alias("a")
     opened = begins.alias("b")
@@ -82,8 +78,22 @@ def bind_sessions(frames: DataFrame) -> DataFrame:
         F.max(F.when(F.col("direction") == "c2s", F.col("channel"))).alias("client_channel"),
         F.max(F.when(F.col("direction") == "s2c", F.col("channel"))).alias("server_channel"),
     )
-    sessions = endpoints.select("capture_id", "connection_id", "direction", "_begin_index", "session_id").join(
+    return endpoints.select("capture_id", "connection_id", "direction", "_begin_index", "session_id").join(
         channels, on=list(_SESSION))
+
+
+def bind_sessions(frames: DataFrame, sessions: DataFrame | None = None) -> DataFrame:
+    """AMQP 1.0 performatives of ``frames`` with ``session_id``, ``client_channel`` and ``server_channel``.
+
+    ``sessions`` is ``session_map`` of the capture's frames (computed from ``frames`` when not given:
+    these must then hold every begin). Frames sent on a channel before any begin there (the capture
+    missed it) belong to no session: their session columns are null.
+    """
+    amqp = frames.filter((F.col("protocol") == "amqp-1.0") & (F.col("frame_type") == "amqp") & F.col("channel").isNotNull())
+    bound = amqp.withColumn(
+        "_begin_index", F.last(F.when(F.col("method") == "begin", F.col("frame_index")), True).over(_endpoint_channel())
+    )
+    sessions = session_map(amqp) if sessions is None else sessions
     return bound.join(F.broadcast(sessions), on=["capture_id", "connection_id", "direction", "_begin_index"], how="left").drop(
         "_begin_index")
 
@@ -92,10 +102,11 @@ def _last(col: Column) -> Column:
     return F.last(col, ignorenulls=True).over(_session_so_far())
 
 
-def session_window_timeline(frames: DataFrame) -> DataFrame:
-    """The session_window table (``schemas.flow.SESSION_WINDOW_SCHEMA``) from the frames table."""
+def session_window_timeline(frames: DataFrame, sessions: DataFrame | None = None) -> DataFrame:
+    """The session_window table (``schemas.flow.SESSION_WINDOW_SCHEMA``) from the frames table (and
+    its ``session_map``, computed when not given)."""
     performatives = frames.filter((F.col("protocol") == "amqp-1.0") & F.col("method").isin(*_SESSION_METHODS)).select(*_COLUMNS)
-    state = bind_sessions(by_connection(performatives)).filter(F.col("session_id").isNotNull())
+    state = bind_sessions(by_connection(performatives), sessions).filter(F.col("session_id").isNotNull())
     is_transfer = F.col("method") == "transfer"
     announces = F.col("method").isin("begin", "flow")
     restates = announces & F.col("next_outgoing_id").isNotNull()
