@@ -9,6 +9,8 @@ further Spark job. Great Expectations then validates those counts, one suite per
 number of rows that do), in one Checkpoint whose UpdateDataDocsAction writes the Data Docs. GX
 works on a one-row pandas frame of the counts: it never queries the tables again, so a rule's
 count in Data Docs and its rows in the violations table come from one evaluation and agree.
+Since GX needs nothing but those counts, it runs on a thread of its own (``start_verdicts``): the
+job writes its next tables and its report meanwhile, and waits for GX only at the end.
 
 The suites are not stored in the repository as GX JSON: they are built from ``rules.yml`` (which
 is), the same text giving the same suite, and saved in the Data Docs' context on each run.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
@@ -225,11 +228,27 @@ def _rule_counts(violations: DataFrame, rule_ids: Sequence[str],
     return {rule_id: int(values[f"rule_{i}"]) for i, rule_id in enumerate(rule_ids)}
 
 
-def run_verdicts(
+@dataclass(frozen=True)
+class PendingVerdicts:
+    """A verdict run whose rules are evaluated and violations stored, while Great Expectations
+    validates the counts and writes Data Docs on a thread of its own: pure Python, it runs while the
+    job goes on with Spark. ``result()`` waits for it (and raises what it raised)."""
+
+    violations: DataFrame
+    suite_of_rule: Mapping[str, str]  # rule id -> the suite that checks it
+    suites_run: tuple[str, ...]
+    validation: Future[VerdictRun]
+
+    def result(self) -> VerdictRun:
+        return self.validation.result()
+
+
+def start_verdicts(
     tables: Mapping[str, DataFrame], docs_dir: Path, *, rules: Sequence[Rule] | None = None,
     capture_ids: Sequence[str] = (), store: Callable[[DataFrame], None] | None = None,
-) -> VerdictRun:
-    """Check every table against its rules: violations as data, GX suites and Data Docs in docs_dir.
+) -> PendingVerdicts:
+    """Check every table against its rules: violations as data (now), GX suites and Data Docs in
+    docs_dir (on a thread: ``PendingVerdicts.result``).
 
     `rules` defaults to the shipped catalogue. Tables without rules are ignored and rules whose
     table is absent (a capture without AMQP 1.0 has no link_credit) are skipped. `store`, when
@@ -250,13 +269,34 @@ def run_verdicts(
         union = next(iter(tables.values())).sparkSession.createDataFrame([], VIOLATIONS_SCHEMA)
     counts = _rule_counts(union, [r.id for rules_ in checked.values() for r in rules_], store)
 
-    context = file_context(Path(docs_dir))
-    name = run_name(capture_ids)
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amqpscope-gx")
+    validation = executor.submit(_validate, Path(docs_dir), checked, counts, union, run_name(capture_ids))
+    executor.shutdown(wait=False)  # the thread ends with the validation
+    return PendingVerdicts(
+        violations=union,
+        suite_of_rule={rule.id: suite_name(table) for table, rules_ in checked.items() for rule in rules_},
+        suites_run=tuple(suite_name(table) for table in checked),
+        validation=validation,
+    )
+
+
+def _validate(docs_dir: Path, checked: Mapping[str, Sequence[Rule]], counts: Mapping[str, int],
+              violations: DataFrame, name: str) -> VerdictRun:
+    # GX only: no Spark call here (it runs beside the job's own Spark work).
+    context = file_context(docs_dir)
     if checked:
         suites, seconds = validate_counts(context, checked, counts, name)
     else:  # nothing to validate: the site still gets its index
         started = time.perf_counter()
         context.build_data_docs(site_names=[_DOCS_SITE])
         suites, seconds = (), time.perf_counter() - started
-    return VerdictRun(violations=union, suites=suites, data_docs_index=_docs_index(context),
+    return VerdictRun(violations=violations, suites=suites, data_docs_index=_docs_index(context),
                       data_docs_seconds=seconds, run_name=name)
+
+
+def run_verdicts(
+    tables: Mapping[str, DataFrame], docs_dir: Path, *, rules: Sequence[Rule] | None = None,
+    capture_ids: Sequence[str] = (), store: Callable[[DataFrame], None] | None = None,
+) -> VerdictRun:
+    """``start_verdicts``, waited for."""
+    return start_verdicts(tables, docs_dir, rules=rules, capture_ids=capture_ids, store=store).result()

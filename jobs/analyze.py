@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
 from amqpscope.jobs.commits import committed_row_counts
-from amqpscope.jobs.derive import DERIVED_TABLES, GOLD_TABLES, MESSAGE_TABLES, VERDICT_TABLES, derive
+from amqpscope.jobs.derive import DERIVED_TABLES, GOLD_TABLES, MESSAGE_TABLES, VERDICT_TABLES, VERDICTS_MODULE, derive
 from amqpscope.jobs.ingest import CaptureFile, resolve_captures, superseded_captures
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.landing import ingest_files
@@ -85,20 +85,22 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
                 connections=bronze.connections,
                 violations=derived.tables["violations"],
                 captures=bronze.captures,
-                verdicts=derived.verdicts,
-                data_docs_index=derived.verdicts.data_docs_index,
+                verdicts=derived.verdicts,  # GX may still be at work: the report waits for it last
+                data_docs_index=None,
                 flow={name: derived.tables[name] for name in FLOW_TABLES},
                 quarantine=bronze.quarantine,
                 diagnosis=derived.tables["diagnosis"],
                 bottlenecks=derived.tables["bottlenecks"],
                 dq_summary=derived.tables["dq_summary"],
+                accounting=derived.accounting,
             )
             runs.mark(lake, run_id, "report", ids, OUTCOME_OK, {cid: run_id for cid in ids})
     finally:
         bronze.release()
     counts = committed_row_counts(lake, (*BRONZE_SCHEMAS, *DERIVED_TABLES), ids)
-    return AnalyzeResult(tuple(ids), report, derived.verdicts.data_docs_index, counts, clock.seconds,
-                         derived.verdicts.success, run_id, headlines(lake, ids))
+    verdicts = derived.verdicts.result()
+    return AnalyzeResult(tuple(ids), report, verdicts.data_docs_index, counts, clock.seconds,
+                         verdicts.success, run_id, headlines(lake, ids))
 
 
 def headlines(lake: Lake, capture_ids: Sequence[str]) -> tuple[dict[str, object], ...]:
@@ -115,7 +117,7 @@ def main(captures: Sequence[str], config: AnalyzeConfig, progress: str = "auto")
     check_lake_writable(config.lake)
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    with job_session(config, "amqpscope-analyze") as spark:
+    with job_session(config, "amqpscope-analyze", preload_modules=(VERDICTS_MODULE,)) as spark:
         timings["spark_start"] = time.perf_counter() - start
         with Progress(spark, mode=progress) as reporter:
             result = analyze_files(spark, files, config, timings, reporter)

@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.expectations.suite import VerdictRun, run_verdicts
 from amqpscope.jobs import runs
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.stages import StageClock, lake_capture_filter, stored
@@ -31,6 +31,12 @@ from amqpscope.pipelines.flow_state import FLOW_TABLES, derived_tables, flow_tim
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.runs import OUTCOME_OK, OUTCOME_RUNNING
+
+if TYPE_CHECKING:
+    from amqpscope.expectations.suite import PendingVerdicts
+
+# Imports Great Expectations (seconds of Python): a job preloads it while Spark starts (job_session).
+VERDICTS_MODULE = "amqpscope.expectations.suite"
 
 log = logging.getLogger("amqpscope.derive")
 
@@ -44,10 +50,12 @@ DERIVED_TABLES = (*MESSAGE_TABLES, *FLOW_TABLES, *GOLD_TABLES, *VERDICT_TABLES, 
 
 @dataclass(frozen=True)
 class Derived:
-    """The derived tables of a set of captures (as stored) and the verdict suites' run."""
+    """The derived tables of a set of captures (as stored) and the verdict suites' run (Great
+    Expectations may still be writing Data Docs: ``verdicts.result()`` waits for it)."""
 
     tables: dict[str, DataFrame]
-    verdicts: VerdictRun
+    verdicts: PendingVerdicts
+    accounting: DataFrame  # the bronze tables' byte accounting (pipelines.accounting), as checked
 
 
 def derive(
@@ -74,8 +82,10 @@ def derive(
     try:
         frames = bronze["frames"]
         # Every TCP payload byte is in a frame, in the quarantine or missing: checked before any
-        # table is derived from the frames.
-        assert_bytes_accounted(byte_accounting(bronze["connections"], frames, bronze["quarantine"]))
+        # table is derived from the frames. Computed once (a row per connection and direction),
+        # it is also what dq_summary sums.
+        accounting = byte_accounting(bronze["connections"], frames, bronze["quarantine"]).localCheckpoint()
+        assert_bytes_accounted(accounting)
         tables: dict[str, DataFrame] = {}
         with clock.stage("messages"):
             tables.update(stored(lake, {"messages_091": messages_091(frames), "deliveries_10": deliveries_10(frames)},
@@ -95,26 +105,28 @@ def derive(
             tables.update(stored(lake, {"diagnosis": diagnosis(tables["bottlenecks"], bronze["captures"])},
                                  ids, replace, clock))
         with clock.stage("verdicts"):
+            from amqpscope.expectations.suite import start_verdicts
+
             # Rules are evaluated once: the violations are written as they are counted (expectations.suite).
             clock.writing("violations")
-            verdicts = run_verdicts(
+            verdicts = start_verdicts(
                 {**tables, "frames": frames}, data_docs_dir, capture_ids=ids,
                 store=lambda found: lake.write(found, "violations", replace_capture_ids=replace))
             tables["violations"] = lake.read("violations").filter(lake_capture_filter(ids))
-            # One row per capture and run for data-quality dashboards (pipelines.dq_summary).
+            # One row per capture and run for data-quality dashboards (pipelines.dq_summary), written
+            # while GX validates the counts.
             tables.update(stored(lake, {"dq_summary": dq_summary(
                 captures=bronze["captures"], connections=bronze["connections"], frames=frames,
                 quarantine=bronze["quarantine"], violations=tables["violations"], diagnosis=tables["diagnosis"],
-                suite_of_rule={rule: s.suite_name for s in verdicts.suites for rule in s.unexpected_counts},
-                suites_run=[s.suite_name for s in verdicts.suites],
-                run_id=run_id, run_ts=datetime.now(timezone.utc),
+                suite_of_rule=verdicts.suite_of_rule, suites_run=list(verdicts.suites_run),
+                run_id=run_id, run_ts=datetime.now(timezone.utc), accounting=accounting,
             )}, ids, replace, clock))
     except BaseException as exc:
         if isinstance(exc, Exception):
             _mark_failed(lake, run_id, ids, exc)
         raise
     runs.mark(lake, run_id, "derive", ids, OUTCOME_OK)
-    return Derived(tables, verdicts)
+    return Derived(tables, verdicts, accounting)
 
 
 def _mark_failed(lake: Lake, run_id: str, ids: Sequence[str], exc: Exception) -> None:
@@ -158,7 +170,7 @@ def derive_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
         log.info("deriving %d capture(s)%s", len(todo), f", removing {len(orphans)} gone" if orphans else "")
         derived = derive(lake, bronze_tables(lake, todo), todo, run_id=run_id, data_docs_dir=config.data_docs_dir,
                          diagnosis_limits=config.diagnosis, replace=orphans, clock=clock)
-        suites_passed = derived.verdicts.success
+        suites_passed = derived.verdicts.result().success
         runs.forget(lake, orphans)
     done = tuple(sorted(set(in_bronze) - set(todo)))
     return DeriveResult(tuple(todo), tuple(orphans), done, suites_passed)

@@ -32,12 +32,12 @@ def ingest(landing: Path, config: AnalyzeConfig, progress: str = "auto"):
 
 def derive(config: AnalyzeConfig, capture_ids: Sequence[str] | None = None, progress: str = "auto"):
     """``amqpscope derive``: derived tables for the captures whose bronze rows are newer."""
-    from amqpscope.jobs.derive import derive_lake
+    from amqpscope.jobs.derive import VERDICTS_MODULE, derive_lake
     from amqpscope.jobs.progress import Progress
     from amqpscope.jobs.stages import StageClock, job_session
 
     check_lake_writable(config.lake)
-    with job_session(config, "amqpscope-derive") as spark, Progress(spark, mode=progress) as reporter:
+    with job_session(config, "amqpscope-derive", preload_modules=(VERDICTS_MODULE,)) as spark, Progress(spark, mode=progress) as reporter:
         return derive_lake(spark, config, capture_ids, clock=StageClock(progress=reporter))
 
 

@@ -7,7 +7,9 @@ and keeps the trace for ``-v``.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -91,11 +93,25 @@ def lake_capture_filter(capture_ids: Sequence[str]) -> Column:
     return F.col("capture_id").isin(*capture_ids) if capture_ids else F.lit(False)
 
 
+def preload(modules: Sequence[str]) -> None:
+    """Import ``modules`` on a background thread: Python work done while the JVM starts. A later
+    import waits for it (the import lock); a failure here is raised by that import instead."""
+    def load() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # the job's own import will raise it, where it is needed
+                log.debug("preloading %s failed", name, exc_info=True)
+    if modules:
+        threading.Thread(target=load, name="amqpscope-preload", daemon=True).start()
+
+
 @contextmanager
-def job_session(config: AnalyzeConfig, app_name: str) -> Iterator[SparkSession]:
+def job_session(config: AnalyzeConfig, app_name: str, preload_modules: Sequence[str] = ()) -> Iterator[SparkSession]:
     """The job's SparkSession: the runtime's own when there is one (a Databricks task), left running;
     otherwise one built for the job (on ``config.master``, else the master spark-submit was given,
-    else local[2]) and stopped at the end."""
+    else local[2]) and stopped at the end. ``preload_modules`` are imported while it starts."""
+    preload(preload_modules)
     active = SparkSession.getActiveSession()
     if active is not None:
         yield active

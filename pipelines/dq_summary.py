@@ -40,8 +40,12 @@ def dq_summary(
     suites_run: Sequence[str],
     run_id: str,
     run_ts: datetime,
+    accounting: DataFrame | None = None,
 ) -> DataFrame:
     """DQ_SUMMARY_SCHEMA rows, one per row of ``captures``.
+
+    ``accounting`` is the captures' ``byte_accounting`` when the caller has it already (derive
+    checks it before deriving anything); it is computed from the bronze tables when not given.
 
     ``suite_of_rule`` names each rule's suite; ``suites_run`` are the suites this run evaluated.
     ``diagnosis`` (DIAGNOSIS_SCHEMA) may be None when no diagnosis was made: bottleneck stays null.
@@ -53,7 +57,9 @@ def dq_summary(
         .alias("other_connections"),
     )
     frame_counts = frames.groupBy("capture_id").agg(F.count(F.lit(1)).alias("frames"))
-    accounting = byte_accounting(connections, frames, quarantine).groupBy("capture_id").agg(
+    if accounting is None:
+        accounting = byte_accounting(connections, frames, quarantine)
+    by_capture = accounting.groupBy("capture_id").agg(
         F.sum("payload_bytes").alias("payload_bytes"),
         F.sum("framed_bytes").alias("framed_bytes"),
         F.sum("quarantined_bytes").alias("quarantined_bytes"),
@@ -69,7 +75,7 @@ def dq_summary(
         captures.select("capture_id", "file_name", "packets")
         .join(kinds, "capture_id", "left")
         .join(frame_counts, "capture_id", "left")
-        .join(accounting, "capture_id", "left")
+        .join(by_capture, "capture_id", "left")
         .join(gaps, "capture_id", "left")
         .join(broken, "capture_id", "left")
     )

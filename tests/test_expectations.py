@@ -26,6 +26,7 @@ from amqpscope.expectations.suite import (
     file_context,
     run_name,
     run_verdicts,
+    start_verdicts,
     table_violations,
 )
 from amqpscope.pipelines.link_credit import link_credit_timeline
@@ -426,6 +427,16 @@ def test_counts_are_taken_from_the_write_of_the_violations(spark, failing_tables
     counts = {rule_id: n for s in run.suites for rule_id, n in s.unexpected_counts.items()}
     assert counts[CREDIT_EXCEEDED] == 2 and counts[ABOVE_PREFETCH] == 1
     assert sum(counts.values()) == 3
+
+
+def test_a_pending_run_names_the_suites_gx_validates(spark, failing_tables, tmp_path):
+    # derive writes dq_summary from these while GX runs on its thread: they must be what GX says.
+    pending = start_verdicts(failing_tables, tmp_path, capture_ids=[CAPTURE])
+    run = pending.result()
+    assert pending.suites_run == tuple(s.suite_name for s in run.suites)
+    assert dict(pending.suite_of_rule) == {
+        rule_id: s.suite_name for s in run.suites for rule_id in s.unexpected_counts}
+    assert pending.violations is run.violations and run.data_docs_index.is_file()
 
 
 def test_clean_tables_pass_every_suite_in_a_reused_docs_dir(spark, failing_run, docs_dir):

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from html.parser import HTMLParser
 from typing import Any
 
+import pyspark.sql.functions as F
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -20,6 +21,7 @@ from pyspark.testing import assertDataFrameEqual
 from amqpscope.jobs.report import _plotly_js, anchor, write_report
 from amqpscope.jobs.report import series as S
 from amqpscope.jobs.report.context import connection_context
+from amqpscope.pipelines.accounting import byte_accounting
 from amqpscope.pipelines.dq_summary import dq_summary
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
 from amqpscope.schemas.flow import (
@@ -314,12 +316,27 @@ def test_report_shows_context_tls_and_data_quality(full):
     assert "capture gap: bytes missing from the capture yes 1 5 7" in text
 
 
-def test_dq_summary_one_row_per_capture(spark):
+def test_report_shows_the_accounting_it_is_given(spark, tmp_path):
+    # analyze hands over the accounting derive checked: the report sums it instead of its own. One
+    # byte more per connection row (three connections) shows which one it summed.
+    given = byte_accounting(table(spark, CONNECTIONS_SCHEMA, CONNECTIONS), table(spark, FRAMES_SCHEMA, FRAMES),
+                            table(spark, QUARANTINE_SCHEMA, QUARANTINE))
+    _, parsed = render(spark, tmp_path, accounting=given.withColumn("payload_bytes", F.col("payload_bytes") + 1))
+    text = words(parsed)
+    assert "c2s 383 80 300 5 0" in text and "s2c 990 80 907 0 0" in text
+
+
+@pytest.mark.parametrize("accounting_given", [False, True], ids=["computed", "given"])
+def test_dq_summary_one_row_per_capture(spark, accounting_given):
     run_ts = datetime(2024, 5, 2, 8, 0, 0)
     findings = [finding(1)]
+    connections = table(spark, CONNECTIONS_SCHEMA, CONNECTIONS)
+    frames = table(spark, FRAMES_SCHEMA, FRAMES)
+    quarantine = table(spark, QUARANTINE_SCHEMA, QUARANTINE)
+    # derive hands over the accounting it checked, computed once and kept (jobs/derive.py).
+    accounting = byte_accounting(connections, frames, quarantine).localCheckpoint() if accounting_given else None
     summary = dq_summary(
-        captures=captures(spark), connections=table(spark, CONNECTIONS_SCHEMA, CONNECTIONS),
-        frames=table(spark, FRAMES_SCHEMA, FRAMES), quarantine=table(spark, QUARANTINE_SCHEMA, QUARANTINE),
+        captures=captures(spark), connections=connections, frames=frames, quarantine=quarantine, accounting=accounting,
         violations=table(spark, VIOLATIONS_SCHEMA, VIOLATIONS),
         diagnosis=table(spark, DIAGNOSIS_SCHEMA, [diagnosis_row("memory_alarm", "h", findings)]),
         suite_of_rule={"amqp091.consumer.unacked_above_prefetch": "amqpscope.consumer_unacked",

@@ -44,7 +44,7 @@ from amqpscope.jobs.report.tables import (
 from amqpscope.pipelines.accounting import byte_accounting
 
 if TYPE_CHECKING:  # the suite module imports Great Expectations, which a report does not need
-    from amqpscope.expectations.suite import VerdictRun
+    from amqpscope.expectations.suite import PendingVerdicts, VerdictRun
 
 __all__ = [
     "connection_summary", "frame_counts", "violation_counts", "violation_examples", "write_report", "anchor",
@@ -81,6 +81,7 @@ class Inputs:
     diagnosis: DataFrame | None
     bottlenecks: DataFrame | None
     dq_summary: DataFrame | None
+    accounting: DataFrame | None = None  # byte_accounting of the bronze tables, when already made
 
 
 def _spans(inputs: Inputs, shown: Sequence[str]) -> dict[str, tuple[int, int]]:
@@ -126,8 +127,11 @@ def _finding_frames(frames: DataFrame, findings: Mapping[str, list[dict]]) -> di
 def _accounting(inputs: Inputs, shown: Sequence[str]) -> dict[str, list[dict]]:
     if inputs.quarantine is None:
         return {}
+    accounting = inputs.accounting
+    if accounting is None:
+        accounting = byte_accounting(inputs.connections, inputs.frames, inputs.quarantine)
     per_direction = (
-        byte_accounting(inputs.connections, inputs.frames, inputs.quarantine)
+        accounting
         .groupBy("capture_id", "direction")
         .agg(*[F.sum(c).alias(c) for c in ("payload_bytes", "framed_bytes", "quarantined_bytes", "missing_bytes")],
              F.count(F.when(~F.col("balanced"), 1)).alias("unbalanced"))
@@ -204,25 +208,28 @@ def write_report(
     connections: DataFrame,
     violations: DataFrame,
     captures: DataFrame | None,
-    verdicts: VerdictRun | None,
+    verdicts: VerdictRun | PendingVerdicts | None,
     data_docs_index: Path | None,
     flow: Mapping[str, DataFrame] | None = None,
     quarantine: DataFrame | None = None,
     diagnosis: DataFrame | None = None,
     bottlenecks: DataFrame | None = None,
     dq_summary: DataFrame | None = None,
+    accounting: DataFrame | None = None,
 ) -> Path:
     """Write the HTML report of the captures to `path` and return it.
 
     ``flow`` holds flow-state tables by name (flow_intervals, consumer_unacked, link_state,
     channel_confirms, tcp_flow, throughput): each chart is drawn when its table is given.
     ``diagnosis`` / ``bottlenecks`` (schemas.diagnosis), ``quarantine`` and ``dq_summary``
-    (schemas.quality) add their sections. `data_docs_index` defaults to the Data Docs of
-    `verdicts`, when there are verdicts.
+    (schemas.quality) add their sections; ``accounting`` is their byte accounting when the caller
+    has it (``pipelines.accounting.byte_accounting``), else it is computed. `data_docs_index` defaults to the Data Docs of
+    `verdicts`, when there are verdicts. Pending verdicts (GX still validating) are waited for
+    after every query of the report has run.
     """
     path = Path(path)
     inputs = Inputs(frames, connections, violations, captures, dict(flow or {}), quarantine, diagnosis,
-                    bottlenecks, dq_summary)
+                    bottlenecks, dq_summary, accounting)
     listed, capture_total = capture_rows(captures, [connections, frames, violations])
     shown = [c["capture_id"] for c in listed]
 
@@ -256,7 +263,6 @@ def write_report(
     spans = _spans(inputs, shown)
 
     time_zone = frames.sparkSession.conf.get("spark.sql.session.timeZone")
-    index = data_docs_index or (verdicts.data_docs_index if verdicts is not None else None)
     models = [
         _capture_model(capture, inputs, sections, examples.get(capture["capture_id"], []),
                        diagnoses.get(capture["capture_id"]), findings.get(capture["capture_id"], []),
@@ -268,6 +274,9 @@ def write_report(
     for model in models:
         model["charts"] = figures.get(model["capture_id"], [])
     charts_drawn = any(model["charts"] for model in models)
+    if verdicts is not None and hasattr(verdicts, "result"):  # PendingVerdicts: GX ran meanwhile
+        verdicts = verdicts.result()
+    index = data_docs_index or (verdicts.data_docs_index if verdicts is not None else None)
     page = _environment().get_template("report.html.j2").render(
         time_zone=str(time_zone),
         capture_total=capture_total,
