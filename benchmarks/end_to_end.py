@@ -69,20 +69,19 @@ def _child_spark() -> dict:
 def _child_analyze(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
     from amqpscope.conf.settings import AnalyzeConfig
     from amqpscope.jobs.analyze import analyze
+    from amqpscope.jobs.derive import VERDICTS_MODULE
     from amqpscope.jobs.progress import Progress
-    from amqpscope.jobs.session import build_session
+    from amqpscope.jobs.stages import job_session
 
     config = AnalyzeConfig(lake=Path(lake), ports=ports, report=Path(lake) / "report.html")
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    spark = build_session(config.master, "amqpscope-analyze", dict(config.spark_conf))
-    timings["spark_start"] = time.perf_counter() - started
-    try:
+    # As `amqpscope analyze` starts its session (jobs.analyze.main), stopped at the end.
+    with job_session(config, "amqpscope-analyze", preload_modules=(VERDICTS_MODULE,)) as spark:
+        timings["spark_start"] = time.perf_counter() - started
         with Progress(spark, mode="never") as progress:
             result = analyze(spark, [capture], config, timings, progress)
             work = progress.spark_work()
-    finally:
-        spark.stop()
     timings["total"] = time.perf_counter() - started
     return {
         "seconds": round(timings["total"], 2),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
@@ -33,6 +33,7 @@ from pyspark.sql import DataFrame, Observation
 
 from amqpscope.expectations.catalogue import Rule, load_rules, rules_for, violation_row
 from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
+from amqpscope.threads import in_background
 
 # Before GX is imported: no usage analytics from a tool that runs on machines without internet.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
@@ -269,9 +270,8 @@ def start_verdicts(
         union = next(iter(tables.values())).sparkSession.createDataFrame([], VIOLATIONS_SCHEMA)
     counts = _rule_counts(union, [r.id for rules_ in checked.values() for r in rules_], store)
 
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amqpscope-gx")
-    validation = executor.submit(_validate, Path(docs_dir), checked, counts, union, run_name(capture_ids))
-    executor.shutdown(wait=False)  # the thread ends with the validation
+    name = run_name(capture_ids)
+    validation = in_background(lambda: _validate(Path(docs_dir), checked, counts, union, name), "amqpscope-gx")
     return PendingVerdicts(
         violations=union,
         suite_of_rule={rule.id: suite_name(table) for table, rules_ in checked.items() for rule in rules_},

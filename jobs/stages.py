@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.session import build_session
+from amqpscope.threads import in_background
 
 log = logging.getLogger("amqpscope.jobs")
 
@@ -103,7 +103,7 @@ def preload(modules: Sequence[str]) -> None:
             except Exception:  # the job's own import will raise it, where it is needed
                 log.debug("preloading %s failed", name, exc_info=True)
     if modules:
-        threading.Thread(target=load, name="amqpscope-preload", daemon=True).start()
+        in_background(load, "amqpscope-preload")
 
 
 @contextmanager

@@ -1,8 +1,9 @@
 """amqpscope: AMQP 0-9-1 / 1.0 packet captures to a Delta lakehouse, flow-control timelines and verdicts.
 
 The subpackages are the architecture (``amqpscope.ingest``, ``.schemas``, ``.pipelines``,
-``.expectations``, ``.jobs``, ``.conf``); this top level only carries the version and
-``python -m amqpscope``. Nothing here imports Spark.
+``.expectations``, ``.jobs``, ``.conf``); this top level only carries the version,
+``python -m amqpscope`` and the background threads both jobs and verdicts use
+(``amqpscope.threads``). Nothing here imports Spark.
 """
 
 from __future__ import annotations
