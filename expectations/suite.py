@@ -83,6 +83,10 @@ class VerdictRun:
     def success(self) -> bool:
         return all(s.success for s in self.suites)
 
+    def result(self) -> VerdictRun:
+        """The run itself: a finished run answers as a PendingVerdicts does (``write_report`` takes either)."""
+        return self
+
 
 def suite_name(table: str) -> str:
     """The GX suite name of a table's rules."""

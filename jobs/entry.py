@@ -37,7 +37,8 @@ def derive(config: AnalyzeConfig, capture_ids: Sequence[str] | None = None, prog
     from amqpscope.jobs.stages import StageClock, job_session
 
     check_lake_writable(config.lake)
-    with job_session(config, "amqpscope-derive", preload_modules=(VERDICTS_MODULE,)) as spark, Progress(spark, mode=progress) as reporter:
+    session = job_session(config, "amqpscope-derive", preload_modules=(VERDICTS_MODULE,))
+    with session as spark, Progress(spark, mode=progress) as reporter:
         return derive_lake(spark, config, capture_ids, clock=StageClock(progress=reporter))
 
 

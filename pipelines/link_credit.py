@@ -218,7 +218,8 @@ def link_state_timeline(frames: DataFrame, sessions: DataFrame | None = None) ->
     performatives = frames.filter(
         (F.col("protocol") == "amqp-1.0") & F.col("method").isin("begin", "disposition", *_LINK_METHODS)
     ).select(*_COLUMNS, "remote_channel", "frame_type", "first", "last")
-    bound = (bind_sessions(by_connection(performatives), sessions).withColumn("_disposition_target", _disposition_target())
+    bound = (bind_sessions(by_connection(performatives), sessions)
+             .withColumn("_disposition_target", _disposition_target())
              .withColumn("_frame_role", F.col("role")))
     link_frame = F.col("method").isin(*_LINK_METHODS) & F.col("handle").isNotNull() & F.col("link_name").isNotNull()
     state = _credit_state(bound)

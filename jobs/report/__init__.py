@@ -223,9 +223,9 @@ def write_report(
     channel_confirms, tcp_flow, throughput): each chart is drawn when its table is given.
     ``diagnosis`` / ``bottlenecks`` (schemas.diagnosis), ``quarantine`` and ``dq_summary``
     (schemas.quality) add their sections; ``accounting`` is their byte accounting when the caller
-    has it (``pipelines.accounting.byte_accounting``), else it is computed. `data_docs_index` defaults to the Data Docs of
-    `verdicts`, when there are verdicts. Pending verdicts (GX still validating) are waited for
-    after every query of the report has run.
+    has it (``pipelines.accounting.byte_accounting``), else it is computed. `data_docs_index`
+    defaults to the Data Docs of `verdicts`, when there are verdicts. Pending verdicts (GX still
+    validating) are waited for after every query of the report has run.
     """
     path = Path(path)
     inputs = Inputs(frames, connections, violations, captures, dict(flow or {}), quarantine, diagnosis,
@@ -274,8 +274,7 @@ def write_report(
     for model in models:
         model["charts"] = figures.get(model["capture_id"], [])
     charts_drawn = any(model["charts"] for model in models)
-    if verdicts is not None and hasattr(verdicts, "result"):  # PendingVerdicts: GX ran meanwhile
-        verdicts = verdicts.result()
+    verdicts = verdicts.result() if verdicts is not None else None  # pending: GX ran meanwhile
     index = data_docs_index or (verdicts.data_docs_index if verdicts is not None else None)
     page = _environment().get_template("report.html.j2").render(
         time_zone=str(time_zone),
