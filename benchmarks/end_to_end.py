@@ -9,7 +9,9 @@ One command (also in ``make bench``):
    samples replicated with a distinct client address per copy until the file holds that many AMQP
    frames).
 2. Runs, each in its own process (its own JVM) and sampled every 0.5 s from ``/proc`` for the CPU
-   of the whole process tree (driver, JVM, Python workers): a bare ``SparkSession`` start and stop
+   of the whole process tree (driver, JVM, Python workers). Every JVM maps the class archive
+   (``jobs.class_archive``) as a user's runs after the first do; where there is none yet, a first
+   analyze of the sample writes it, and its time is printed apart. Then a bare ``SparkSession`` start and stop
    (``jobs.session.build_session``, what analyze starts with), then ``analyze`` of every capture
    into a fresh lake (``jobs.analyze.main``'s steps: session, analyze with a ``Progress`` that
    counts the Spark jobs and stages of each step, stop), and
@@ -164,9 +166,31 @@ def captures(out: Path, frames: tuple[int, ...]) -> list[tuple[str, Path, tuple[
     return made
 
 
+def class_archive(out: Path, me: list[str]) -> dict:
+    """The JVM class archive every measured run maps (jobs.class_archive), as a user's runs after
+    the first one do: when there is none yet, a first analyze of the sample writes it, measured."""
+    from amqpscope.jobs.class_archive import archive_for_this_jvm
+
+    archive = archive_for_this_jvm()
+    if archive is None:
+        return {"path": None}
+    if archive.exists:
+        return {"path": str(archive.path)}
+    lake = Path(tempfile.mkdtemp(prefix="lake-", dir=out))
+    try:
+        print(f"[{time.strftime('%H:%M:%S')}] a first analyze, which writes the class archive ...", file=sys.stderr,
+              flush=True)
+        first = _measure([*me, "one-analyze", str(SAMPLE), str(lake), str(broker_port(SAMPLE))],
+                         out / "analyze-writing-class-archive.log")
+    finally:
+        shutil.rmtree(lake, ignore_errors=True)
+    return {"path": str(archive.path), "written_by_first_analyze": {"wall_s": first["wall_s"], "cpu_s": first["cpu_s"]}}
+
+
 def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     me = [sys.executable, str(Path(__file__).resolve())]
+    archive = class_archive(out, me)
     print(f"[{time.strftime('%H:%M:%S')}] bare SparkSession ...", file=sys.stderr, flush=True)
     bare = _measure([*me, "one-spark"], out / "bare-spark.log")
     rows = []
@@ -187,7 +211,7 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
         rows.append({"name": name, "file": str(capture), "megabytes": round(capture.stat().st_size / 1e6, 1),
                      "analyze": analyzed, "tshark": tshark, "report": page})
     return {"machine": machine(), "commit": _commit(), "load_average_at_end": os.getloadavg(),
-            "bare_spark": bare, "captures": rows, "derived": derived(bare, rows)}
+            "class_archive": archive, "bare_spark": bare, "captures": rows, "derived": derived(bare, rows)}
 
 
 def derived(bare: dict, rows: list[dict]) -> dict:
@@ -216,6 +240,7 @@ def markdown(result: dict) -> str:
     bare = result["bare_spark"]
     lines = [f"machine: {result['machine']}; commit {result['commit']}; load average at the end "
              f"{', '.join(f'{x:.1f}' for x in result['load_average_at_end'])}", "",
+             _archive_line(result["class_archive"]),
              f"bare SparkSession start + stop: {bare['wall_s']} s wall, {bare['cpu_s']} CPU s", "",
              "| capture | MB | frames | analyze wall / CPU s | Spark jobs / stages | tshark wall / CPU s | wall ratio | CPU ratio | other CPU s |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -241,6 +266,15 @@ def markdown(result: dict) -> str:
     for key, value in result["derived"].items():
         lines.append(f"| {key} | {value} | {GOALS.get(key, '')} |")
     return "\n".join(lines)
+
+
+def _archive_line(archive: dict) -> str:
+    if archive["path"] is None:
+        return "JVM class archive: off (AMQPSCOPE_CLASS_ARCHIVE)"
+    first = archive.get("written_by_first_analyze")
+    made = (f"written by a first analyze of the sample ({first['wall_s']} s wall, {first['cpu_s']} CPU s)"
+            if first else "there before this run")
+    return f"JVM class archive: {archive['path']}, {made}; every run below maps it"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
 import sys
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
+
+from amqpscope.jobs.class_archive import ClassArchive, archive_for_this_jvm
+
+log = logging.getLogger("amqpscope.jobs")
 
 # Spark's defaults that would make our tables unreadable or our runs slow on a laptop-sized box.
 _BASE_CONF = {
@@ -31,6 +38,11 @@ _BASE_CONF = {
 
 
 DEFAULT_MASTER = "local[2]"
+JVM_EXIT_TIMEOUT_S = 300  # the JVM writing the class archive as it exits (about 5 s for Spark's)
+
+# The class archive this process's JVM writes when it exits (set when build_session launched it
+# so), and that JVM's class path, which a JVM checking the archive must have.
+_archive_written: tuple[ClassArchive, str] | None = None
 
 
 def launched_by_spark_submit() -> bool:
@@ -39,9 +51,14 @@ def launched_by_spark_submit() -> bool:
 
 
 def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "amqpscope",
-                  conf: dict[str, str] | None = None) -> SparkSession:
+                  conf: dict[str, str] | None = None, write_class_archive: bool = False) -> SparkSession:
     """Build (or reuse) the SparkSession for an amqpscope job, on ``master``; None: the master
-    spark-submit was given, else local[2]."""
+    spark-submit was given, else local[2].
+
+    A JVM this starts maps the class archive of earlier runs (``jobs.class_archive``); with
+    ``write_class_archive`` and no archive yet, it writes one when it exits: stop such a session
+    with ``stop_session``, which ends the JVM and puts the archive in place."""
+    global _archive_written
     if master is None and not launched_by_spark_submit():
         master = DEFAULT_MASTER
     # Executors must run the interpreter that has amqpscope installed.
@@ -51,14 +68,76 @@ def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "amqpscop
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
     if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, no interface guessing
+    settings = {**_BASE_CONF, **(conf or {})}
+    mapped = writing = None
+    if master is not None and master.startswith("local") and SparkContext._gateway is None:
+        # A JVM is about to start: with the class archive's options.
+        archive = archive_for_this_jvm()
+        options = archive.java_options(create=write_class_archive) if archive is not None else None
+        if options is not None:
+            own = settings.get("spark.driver.extraJavaOptions", "")
+            settings = {**settings, "spark.driver.extraJavaOptions": f"{own} {options}".strip()}
+            mapped, writing = (archive, None) if archive.exists else (None, archive)
+    try:
+        spark = _start(master, app_name, settings)
+    except Exception:
+        if mapped is None:
+            raise
+        # An archive damaged since it was written can crash the JVM as it maps it: without it.
+        log.warning("the JVM did not start with the class archive %s; starting it without, and dropping it",
+                    mapped.path)
+        mapped.path.unlink(missing_ok=True)
+        spark = _start(master, app_name, {**_BASE_CONF, **(conf or {})})
+    if writing is not None:
+        _archive_written = writing, spark.sparkContext._jvm.System.getProperty("java.class.path")
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop ``spark``; if its JVM writes the class archive, end the JVM and put the archive in place."""
+    global _archive_written
+    spark.stop()
+    writing, _archive_written = _archive_written, None
+    if writing is None:
+        return
+    archive, class_path = writing
+    log.info("writing the JVM's class archive for later runs (once): %s", archive.path)
+    if _end_jvm() and archive.finish(class_path):
+        log.info("class archive written")
+
+
+def _start(master: str | None, app_name: str, settings: dict[str, str]) -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
     if master is not None:  # else spark-submit's JVM has spark.master set already
         builder = builder.master(master)
-    for key, value in {**_BASE_CONF, **(conf or {})}.items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return builder.getOrCreate()
+
+
+def _end_jvm() -> bool:
+    # PySpark's gateway JVM exits when its standard input closes (PythonGatewayServer); the
+    # next session of this process starts a new one. True when it exited in time.
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return False
+    process = getattr(gateway, "proc", None)
+    try:
+        gateway.shutdown()
+    except Exception:  # the JVM may be gone already
+        log.debug("closing the Py4J gateway failed", exc_info=True)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if process is None or process.stdin is None:
+        return False
+    process.stdin.close()
+    try:
+        return process.wait(timeout=JVM_EXIT_TIMEOUT_S) == 0
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return False
 
 
 def jvm_has_delta(spark: SparkSession) -> bool:

@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.progress import Progress
-from amqpscope.jobs.session import build_session
+from amqpscope.jobs.session import build_session, stop_session
 from amqpscope.threads import in_background
 
 log = logging.getLogger("amqpscope.jobs")
@@ -116,8 +116,8 @@ def job_session(config: AnalyzeConfig, app_name: str, preload_modules: Sequence[
     if active is not None:
         yield active
         return
-    spark = build_session(config.master, app_name, dict(config.spark_conf))
+    spark = build_session(config.master, app_name, dict(config.spark_conf), write_class_archive=True)
     try:
         yield spark
     finally:
-        spark.stop()
+        stop_session(spark)

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import pytest
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.analyze import analyze
+from amqpscope.jobs.class_archive import ENVIRONMENT as CLASS_ARCHIVE_ENVIRONMENT
 from amqpscope.jobs.session import build_session
 from tests.paths import SAMPLE_CAPTURES
+
+
+def pytest_configure(config):
+    # The JVM class archive the jobs' sessions write (jobs.class_archive): the run's own, not the
+    # user's cache. The JVMs of the commands the tests start in subprocesses share it.
+    config.class_archive_dir = tempfile.mkdtemp(prefix="amqpscope-class-archive-")
+    os.environ[CLASS_ARCHIVE_ENVIRONMENT] = config.class_archive_dir
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(getattr(config, "class_archive_dir", ""), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
