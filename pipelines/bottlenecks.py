@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
+from amqpscope.pipelines.columns import with_columns
 from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 
@@ -186,13 +187,11 @@ def _refills(consumer_unacked: DataFrame, limits: DiagnosisThresholds) -> DataFr
     within refill_ms (the broker had a message waiting for that slot)."""
     window = _consumer_in_order()
     limit = F.coalesce(F.col("prefetch_count"), F.lit(0))
-    freed = (
-        consumer_unacked
-        .withColumn("_was_full", (limit > 0) & (F.lag("unacked").over(window) >= limit))
-        .withColumn("_next_method", F.lead("method").over(window))
-        .withColumn("_next_us", F.lead(_us(F.col("ts"))).over(window))
-        .filter((F.col("settled") > 0) & F.col("_was_full"))
-    )
+    freed = with_columns(consumer_unacked, [
+        ("_was_full", (limit > 0) & (F.lag("unacked").over(window) >= limit)),
+        ("_next_method", F.lead("method").over(window)),
+        ("_next_us", F.lead(_us(F.col("ts"))).over(window)),
+    ]).filter((F.col("settled") > 0) & F.col("_was_full"))
     refilled = (F.col("_next_method") == "basic.deliver") & (
         F.col("_next_us") - _us(F.col("ts")) <= F.lit(limits.refill_ms * 1000))
     return freed.groupBy(*_CONSUMER).agg(
@@ -406,16 +405,18 @@ def _pressure(tcp_flow: DataFrame, flow_intervals: DataFrame, frames: DataFrame,
     """Per connection: stalls and zero windows met by the sender in ``direction``, combined."""
     stalls = _stalls(tcp_flow, direction)
     zeros = _zero_windows(flow_intervals, frames, direction)
-    return (stalls.join(zeros, ["capture_id", "connection_id"], "full")
-            .fillna(0, subset=["stalls", "stall_us", "zero_window_us", "zero_windows"])
-            .withColumn("held_us", F.col("stall_us") + F.col("zero_window_us"))
-            .withColumn("start_ts", F.least("stall_first_ts", "zero_first_ts"))
-            .withColumn("end_ts", F.greatest("stall_last_ts", "zero_last_ts"))
-            .withColumn("start_packet_number", F.least("stall_first_packet", "zero_first_packet"))
-            .withColumn("end_packet_number", F.greatest("stall_last_packet", "zero_last_packet"))
-            .withColumn("packet_numbers", F.slice(F.array_sort(F.array_distinct(F.concat(
-                F.coalesce(F.col("zero_packets"), F.array().cast("array<long>")),
-                F.coalesce(F.col("stall_packets"), F.array().cast("array<long>"))))), 1, _MAX_PACKETS)))
+    combined = (stalls.join(zeros, ["capture_id", "connection_id"], "full")
+                .fillna(0, subset=["stalls", "stall_us", "zero_window_us", "zero_windows"]))
+    return with_columns(combined, [
+        ("held_us", F.col("stall_us") + F.col("zero_window_us")),
+        ("start_ts", F.least("stall_first_ts", "zero_first_ts")),
+        ("end_ts", F.greatest("stall_last_ts", "zero_last_ts")),
+        ("start_packet_number", F.least("stall_first_packet", "zero_first_packet")),
+        ("end_packet_number", F.greatest("stall_last_packet", "zero_last_packet")),
+        ("packet_numbers", F.slice(F.array_sort(F.array_distinct(F.concat(
+            F.coalesce(F.col("zero_packets"), F.array().cast("array<long>")),
+            F.coalesce(F.col("stall_packets"), F.array().cast("array<long>"))))), 1, _MAX_PACKETS)),
+    ])
 
 
 def client_not_reading_findings(tcp_flow: DataFrame, flow_intervals: DataFrame, frames: DataFrame,
@@ -773,8 +774,10 @@ def bottleneck_findings(
     finding_id = F.substring(F.sha2(F.concat_ws(
         "|", "capture_id", "rule_id", "connection_id", "entity_kind", F.coalesce(F.col("entity"), F.lit("")),
         F.col("start_packet_number").cast("string")), 256), 1, 16)
-    shaped = (named.withColumn("entity", F.coalesce(F.col("entity"), default_entity))
-              .withColumn("finding_id", finding_id)
-              .withColumn("wireshark_filter", _wireshark_filter())
-              .withColumn("rank", F.row_number().over(_rank_in_capture())))
+    shaped = with_columns(named, [
+        ("entity", F.coalesce(F.col("entity"), default_entity)),
+        ("finding_id", finding_id),
+        ("wireshark_filter", _wireshark_filter()),
+        ("rank", F.row_number().over(_rank_in_capture())),
+    ])
     return shaped.select(*[F.col(f.name).cast(f.dataType) for f in BOTTLENECKS_SCHEMA.fields])

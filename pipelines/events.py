@@ -22,6 +22,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.columns import with_columns
 from amqpscope.pipelines.partitioning import CONNECTION
 from amqpscope.schemas.events import EVENTS_SCHEMA
 
@@ -85,12 +86,11 @@ def events_timeline(frames: DataFrame) -> DataFrame:
     found = F.array(*[F.when(condition, F.struct(F.lit(event_id).alias("event_id"), code.cast("string").alias("condition"),
                                                  text.cast("string").alias("text")))
                       for event_id, condition, code, text in kinds])
-    events = (
-        marked.withColumn("_event", F.explode(F.filter(found, lambda e: e.isNotNull())))
-        .withColumn("event_id", F.col("_event.event_id"))
-        .withColumn("condition", F.col("_event.condition"))
-        .withColumn("text", F.col("_event.text"))
-        .withColumn("severity", F.lit("info"))
-        .withColumn("link_name", F.col("name"))
-    )
+    events = with_columns(marked.withColumn("_event", F.explode(F.filter(found, lambda e: e.isNotNull()))), [
+        ("event_id", F.col("_event.event_id")),
+        ("condition", F.col("_event.condition")),
+        ("text", F.col("_event.text")),
+        ("severity", F.lit("info")),
+        ("link_name", F.col("name")),
+    ])
     return events.select(*[F.col(f.name).cast(f.dataType) for f in EVENTS_SCHEMA.fields])

@@ -32,6 +32,7 @@ from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.ingest.specs import amqp10, amqp091
+from amqpscope.pipelines.columns import with_columns
 from amqpscope.pipelines.partitioning import CONNECTION, by_connection
 from amqpscope.schemas.flow import FRAME_LIMITS_SCHEMA
 
@@ -105,16 +106,14 @@ def frame_limits_timeline(frames: DataFrame) -> DataFrame:
         .when(is_091 & tuned, _no_limit_if(_last(tune_ok, "channel_max"), 0))
         .when(is_10 & peer_opened, F.coalesce(peer_channel_max, F.lit(DEFAULT_CHANNEL_MAX_10)))
     )
-    limits = (
-        # Only the frames that set limits or could break them enter the window.
-        by_connection(frames.filter((is_091 | is_10) & (header | tune | candidate)))
-        .withColumn("frame_size_limit", frame_size_limit.cast("long"))
-        .withColumn("channel_limit", channel_limit.cast("long"))
-        .withColumn("offered_frame_max", F.when(tune_ok, _last(tune, "frame_max")))
-        .withColumn("offered_channel_max", F.when(tune_ok, _last(tune, "channel_max")))
-        .withColumn("tuned_frame_max", F.when(tune_ok, F.col("frame_max")))
-        .withColumn("tuned_channel_max", F.when(tune_ok, F.col("channel_max")))
-        .withColumn("peer_opened", F.when(is_10 & started, peer_opened))
-        .filter(candidate)
-    )
+    # Only the frames that set limits or could break them enter the window.
+    limits = with_columns(by_connection(frames.filter((is_091 | is_10) & (header | tune | candidate))), [
+        ("frame_size_limit", frame_size_limit.cast("long")),
+        ("channel_limit", channel_limit.cast("long")),
+        ("offered_frame_max", F.when(tune_ok, _last(tune, "frame_max"))),
+        ("offered_channel_max", F.when(tune_ok, _last(tune, "channel_max"))),
+        ("tuned_frame_max", F.when(tune_ok, F.col("frame_max"))),
+        ("tuned_channel_max", F.when(tune_ok, F.col("channel_max"))),
+        ("peer_opened", F.when(is_10 & started, peer_opened)),
+    ]).filter(candidate)
     return limits.select(*[F.col(f.name).cast(f.dataType) for f in FRAME_LIMITS_SCHEMA.fields])

@@ -26,6 +26,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.columns import with_columns
 from amqpscope.pipelines.partitioning import by_connection
 from amqpscope.pipelines.serial import serial, serial_diff
 from amqpscope.pipelines.sessions import bind_sessions
@@ -114,9 +115,10 @@ def _credit_state(events: DataFrame) -> DataFrame:
     """Link frames (attach, flow, transfer, detach with a handle) with the sender's and receiver's
     state; other rows pass through with a null ``link_name``."""
     is_attach = F.col("method") == "attach"
-    bound = events.withColumn("link_name", _last(F.when(is_attach, F.col("name")), _endpoint_handle())).withColumn(
-        "role", _last(F.when(is_attach, F.col("role")), _endpoint_handle())
-    )
+    bound = with_columns(events, [
+        ("link_name", _last(F.when(is_attach, F.col("name")), _endpoint_handle())),
+        ("role", _last(F.when(is_attach, F.col("role")), _endpoint_handle())),
+    ])
     flipped = F.when(F.col("direction") == "c2s", "s2c").otherwise("c2s")
     from_sender = F.col("role") == "sender"
     linked = bound.withColumn("sender_direction", F.when(from_sender, F.col("direction")).otherwise(flipped))
@@ -129,40 +131,39 @@ def _credit_state(events: DataFrame) -> DataFrame:
     # An aborted transfer ends its delivery whatever its more flag says (2.7.5).
     continues = F.coalesce(F.col("more"), F.lit(False)) & ~F.coalesce(F.col("aborted"), F.lit(False))
 
-    state = (
-        linked.withColumn("target_address", F.first(F.when(is_attach, F.col("target_address")), True).over(_link_so_far()))
-        .withColumn("source_address", F.first(F.when(is_attach, F.col("source_address")), True).over(_link_so_far()))
-        .withColumn("_initial_count", _last(F.when(is_attach & from_sender, F.col("initial_delivery_count"))))
+    return with_columns(linked, [
+        ("target_address", F.first(F.when(is_attach, F.col("target_address")), True).over(_link_so_far())),
+        ("source_address", F.first(F.when(is_attach, F.col("source_address")), True).over(_link_so_far())),
+        ("_initial_count", _last(F.when(is_attach & from_sender, F.col("initial_delivery_count")))),
         # A delivery starts with a transfer whose predecessor on the link did not say more=true.
-        .withColumn("_prev_more", _last(F.when(is_transfer, continues), _link_before()))
-        .withColumn("is_new_delivery", is_transfer & ~F.coalesce(F.col("_prev_more"), F.lit(False)))
-        .withColumn("_deliveries", F.sum(F.col("is_new_delivery").cast("long")).over(_link_so_far()))
-        .withColumn("_delivery_start", _last(F.when(F.col("is_new_delivery"), F.col("frame_index"))))
+        ("_prev_more", _last(F.when(is_transfer, continues), _link_before())),
+        ("is_new_delivery", is_transfer & ~F.coalesce(F.col("_prev_more"), F.lit(False))),
+        ("_deliveries", F.sum(F.col("is_new_delivery").cast("long")).over(_link_so_far())),
+        ("_delivery_start", _last(F.when(F.col("is_new_delivery"), F.col("frame_index")))),
         # The sender's attach, and its own flows (e.g. after a drain), state its delivery-count.
-        .withColumn("_base_count", _last(F.when(sender_count, F.coalesce(F.col("delivery_count"), F.col("initial_delivery_count")))))
-        .withColumn("_base_deliveries", _last(F.when(sender_count, F.col("_deliveries"))))
-        .withColumn("delivery_count_snd", serial(F.col("_base_count") + F.col("_deliveries") - F.col("_base_deliveries")))
+        ("_base_count", _last(F.when(sender_count, F.coalesce(F.col("delivery_count"), F.col("initial_delivery_count"))))),
+        ("_base_deliveries", _last(F.when(sender_count, F.col("_deliveries")))),
+        ("delivery_count_snd", serial(F.col("_base_count") + F.col("_deliveries") - F.col("_base_deliveries"))),
         # A receiver's flow without delivery-count had not seen the sender's attach: the
         # initial-delivery-count applies (2.7.4). -1 marks such a flow.
-        .withColumn("_rcv_count", _last(F.when(receiver_flow, F.coalesce(F.col("delivery_count"), F.lit(-1)))))
-        .withColumn("delivery_count_rcv", F.when(F.col("_rcv_count") >= 0, F.col("_rcv_count")).otherwise(F.col("_initial_count")))
-        .withColumn("link_credit_rcv", _last(F.when(receiver_flow, F.col("link_credit"))))
-        .withColumn("drain", _last(F.when(receiver_flow, F.coalesce(F.col("drain"), F.lit(False)))))
-        .withColumn("available", _last(F.when(is_flow & from_sender, F.col("available"))))
-        .withColumn("echo", F.when(is_flow, F.coalesce(F.col("echo"), F.lit(False))))
-        .withColumn("deliveries_in_flight", serial_diff(F.col("delivery_count_snd"), F.col("delivery_count_rcv")))
+        ("_rcv_count", _last(F.when(receiver_flow, F.coalesce(F.col("delivery_count"), F.lit(-1))))),
+        ("delivery_count_rcv", F.when(F.col("_rcv_count") >= 0, F.col("_rcv_count")).otherwise(F.col("_initial_count"))),
+        ("link_credit_rcv", _last(F.when(receiver_flow, F.col("link_credit")))),
+        ("drain", _last(F.when(receiver_flow, F.coalesce(F.col("drain"), F.lit(False))))),
+        ("available", _last(F.when(is_flow & from_sender, F.col("available")))),
+        ("echo", F.when(is_flow, F.coalesce(F.col("echo"), F.lit(False)))),
+        ("deliveries_in_flight", serial_diff(F.col("delivery_count_snd"), F.col("delivery_count_rcv"))),
         # Until the receiver's first flow the sender has no credit (2.6.7: initially 0).
-        .withColumn("link_credit_snd", F.coalesce(F.col("link_credit_rcv"), F.lit(0)) - F.col("deliveries_in_flight"))
-        .withColumn("link_credit_snd_before", F.when(F.col("is_new_delivery"), F.col("link_credit_snd") + 1))
-        .withColumn("sender_side", F.when(F.col("sender_direction") == "c2s", "client").otherwise("server"))
+        ("link_credit_snd", F.coalesce(F.col("link_credit_rcv"), F.lit(0)) - F.col("deliveries_in_flight")),
+        ("link_credit_snd_before", F.when(F.col("is_new_delivery"), F.col("link_credit_snd") + 1)),
+        ("sender_side", F.when(F.col("sender_direction") == "c2s", "client").otherwise("server")),
         # A link's last flow is the sender's, saying credit 0: until the receiver flows again.
-        .withColumn("sender_announced_no_credit", _last(
+        ("sender_announced_no_credit", _last(
             F.when(receiver_flow, F.lit(False))
-            .when(is_flow & from_sender & F.col("link_credit").isNotNull(), F.col("link_credit") == 0)))
-        .withColumn("delivery_first_id", F.when(is_transfer, _last(F.when(F.col("is_new_delivery"), F.col("delivery_id")))))
-        .withColumn("delivery_count_snd_before", F.lag("delivery_count_snd").over(_link_in_order()))
-    )
-    return state
+            .when(is_flow & from_sender & F.col("link_credit").isNotNull(), F.col("link_credit") == 0))),
+        ("delivery_first_id", F.when(is_transfer, _last(F.when(F.col("is_new_delivery"), F.col("delivery_id"))))),
+        ("delivery_count_snd_before", F.lag("delivery_count_snd").over(_link_in_order())),
+    ])
 
 
 def link_credit_timeline(frames: DataFrame) -> DataFrame:
@@ -222,10 +223,11 @@ def link_state_timeline(frames: DataFrame, sessions: DataFrame | None = None) ->
              .withColumn("_disposition_target", _disposition_target())
              .withColumn("_frame_role", F.col("role")))
     link_frame = F.col("method").isin(*_LINK_METHODS) & F.col("handle").isNotNull() & F.col("link_name").isNotNull()
-    state = _credit_state(bound)
     # Each endpoint's handle of the link, for the rows of the dispositions it sends.
-    for direction in ("c2s", "s2c"):
-        state = state.withColumn(f"_{direction}_handle", _last(F.when(F.col("direction") == direction, F.col("handle"))))
+    state = with_columns(_credit_state(bound), [
+        (f"_{direction}_handle", _last(F.when(F.col("direction") == direction, F.col("handle"))))
+        for direction in ("c2s", "s2c")
+    ])
     settled = _settled_at(state).withColumn("_link_frame", link_frame)
     # Each settled delivery gets a second row at the frame that settled it, so the running count
     # over the link's frames counts it there ("range": a frame's rows see the count after it).
@@ -234,13 +236,14 @@ def link_state_timeline(frames: DataFrame, sessions: DataFrame | None = None) ->
                                                   .otherwise(F.array(F.lit(True)))))
         .withColumn("_delta", F.when(~F.col("_is_event"), -1).when(F.col("is_new_delivery"), 1).otherwise(0))
     )
-    for name in _SETTLING_FIELDS:
-        doubled = doubled.withColumn(name, F.when(F.col("_is_event"), F.col(name)).otherwise(F.col(f"_settled_by.{name}")))
     # A disposition's row: the link as of that frame, the link's state carried from its previous row.
     by_disposition = ~F.col("_is_event") & (F.col("method") == "disposition")
-    for name in _CARRIED:
-        doubled = doubled.withColumn(name, F.when(F.col("_is_event"), F.col(name)).otherwise(
-            F.last(F.when(F.col("_is_event"), F.col(name)), True).over(_link_so_far())))
+    doubled = with_columns(doubled, [
+        *((name, F.when(F.col("_is_event"), F.col(name)).otherwise(F.col(f"_settled_by.{name}")))
+          for name in _SETTLING_FIELDS),
+        *((name, F.when(F.col("_is_event"), F.col(name)).otherwise(
+            F.last(F.when(F.col("_is_event"), F.col(name)), True).over(_link_so_far()))) for name in _CARRIED),
+    ])
     timeline = (
         doubled.withColumn("unsettled", F.sum("_delta").over(_link_after_frame()))
         .filter((F.col("_is_event") & F.col("_link_frame")) | by_disposition)
@@ -250,7 +253,9 @@ def link_state_timeline(frames: DataFrame, sessions: DataFrame | None = None) ->
                                      .otherwise(F.col("_s2c_handle"))).otherwise(F.col("handle")))
         .withColumn("is_new_delivery", F.col("is_new_delivery") & ~by_disposition)
     )
-    for name in ("delivery_id", "payload_size", "link_credit_snd_before", "echo", "link_credit", "delivery_count",
-                 "delivery_first_id", "delivery_count_snd_before"):
-        timeline = timeline.withColumn(name, F.when(~by_disposition, F.col(name)))
+    timeline = with_columns(timeline, [
+        (name, F.when(~by_disposition, F.col(name)))
+        for name in ("delivery_id", "payload_size", "link_credit_snd_before", "echo", "link_credit", "delivery_count",
+                     "delivery_first_id", "delivery_count_snd_before")
+    ])
     return timeline.select(*[F.col(f.name).cast(f.dataType) for f in LINK_STATE_SCHEMA.fields])

@@ -17,6 +17,8 @@ from itertools import chain
 import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame, Window
 
+from amqpscope.pipelines.columns import with_columns
+
 POINTS = 400  # points per series at most
 SERIES = 12  # series per chart and capture at most
 LANES = 60  # swimlanes per capture at most
@@ -80,17 +82,14 @@ def downsample(
     in_series = Window.partitionBy(*series)  # unordered: a series' size and time span
     in_order = Window.partitionBy(*series).orderBy("_x")  # a series' rows in time: the n-th row
     width = F.greatest((F.col("_x_max") - F.col("_x_min")) / F.lit(points), F.lit(1e-9))
-    bucketed = (
-        df.withColumn("_x", x)
-        .withColumn("_n", F.count(F.lit(1)).over(in_series))
-        .withColumn("_x_min", F.min("_x").over(in_series))
-        .withColumn("_x_max", F.max("_x").over(in_series))
-        .withColumn(
-            "_bucket",
-            F.when(F.col("_n") <= points, F.row_number().over(in_order))
-            .otherwise(F.least(F.floor((F.col("_x") - F.col("_x_min")) / width), F.lit(points - 1))),
-        )
-    )
+    bucketed = with_columns(df, [
+        ("_x", x),
+        ("_n", F.count(F.lit(1)).over(in_series)),
+        ("_x_min", F.min("_x").over(in_series)),
+        ("_x_max", F.max("_x").over(in_series)),
+        ("_bucket", F.when(F.col("_n") <= points, F.row_number().over(in_order))
+         .otherwise(F.least(F.floor((F.col("_x") - F.col("_x_min")) / width), F.lit(points - 1)))),
+    ])
     extra = [c for c in ("_series_rank", "_series_total") if c in df.columns]
     return (
         bucketed.groupBy(*series, *extra, "_bucket")
@@ -216,18 +215,20 @@ def lanes(flow_intervals: DataFrame, starts: Mapping[str, int], ends: Mapping[st
     keys = ["connection_id", "entity", "name", "cause", "direction"]
     start = since_start(F.col("start_ts"), starts)
     end = F.coalesce(since_start(F.col("end_ts"), starts), _lookup(ends, F.col("capture_id")))
-    with_lane = (
-        flow_intervals.withColumn("name", name)
-        .withColumn("direction", F.coalesce(F.col("direction"), F.lit("")))
-        .withColumn("start", start).withColumn("end", F.greatest(end, start))
-    )
+    with_lane = with_columns(flow_intervals, [
+        ("name", name),
+        ("direction", F.coalesce(F.col("direction"), F.lit(""))),
+        ("start", start),
+        ("end", F.greatest(end, start)),
+    ])
     # Orders a lane's intervals longest first, to keep the ones that matter.
     longest_first = Window.partitionBy("capture_id", *keys).orderBy((F.col("end") - F.col("start")).desc(), "start")
     lane_count = Window.partitionBy("capture_id", *keys)  # unordered: a lane's intervals
     return (
-        busiest(with_lane, keys, F.col("end") - F.col("start"), LANES)
-        .withColumn("_n", F.row_number().over(longest_first))
-        .withColumn("intervals", F.count(F.lit(1)).over(lane_count))
+        with_columns(busiest(with_lane, keys, F.col("end") - F.col("start"), LANES), [
+            ("_n", F.row_number().over(longest_first)),
+            ("intervals", F.count(F.lit(1)).over(lane_count)),
+        ])
         .where(F.col("_n") <= INTERVALS_PER_LANE)
         .select("capture_id", *keys, "_series_rank", "_series_total", "intervals", "start", "end",
                 "start_packet_number", "end_packet_number", "detail")
