@@ -53,8 +53,13 @@ class ClassArchive:
 
     def java_options(self, create: bool) -> str | None:
         """The JVM options that map the archive, or, when there is none and ``create``, write it."""
+        if any(c.isspace() or c in "\"'\\" for c in str(self.path)):
+            return None  # Spark splits the JVM's options at white space and unquotes them
         if self.exists:
-            os.utime(self.path)  # its modification time says when it was last used (see prune)
+            try:
+                os.utime(self.path)  # its modification time says when it was last used (see prune)
+            except OSError:  # another user's archive: used all the same
+                pass
             return f"-XX:SharedArchiveFile={self.path} {_QUIET}"
         if create:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

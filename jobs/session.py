@@ -81,12 +81,13 @@ def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "amqpscop
     try:
         spark = _start(master, app_name, settings)
     except Exception:
-        if mapped is None:
+        if mapped is None and writing is None:
             raise
         # An archive damaged since it was written can crash the JVM as it maps it: without it.
-        log.warning("the JVM did not start with the class archive %s; starting it without, and dropping it",
-                    mapped.path)
-        mapped.path.unlink(missing_ok=True)
+        log.warning("the JVM did not start with the class archive's options; starting it without them")
+        if mapped is not None:
+            mapped.path.unlink(missing_ok=True)
+        writing = None
         spark = _start(master, app_name, {**_BASE_CONF, **(conf or {})})
     if writing is not None:
         _archive_written = writing, spark.sparkContext._jvm.System.getProperty("java.class.path")

@@ -58,6 +58,15 @@ def test_options_write_an_archive_then_map_it(tmp_path):
     assert f"-XX:SharedArchiveFile={archive.path}" in archive.java_options(create=True).split()
 
 
+@pytest.mark.parametrize("folder", ["with space", "with'quote", 'with"quote'])
+def test_no_archive_where_spark_would_split_the_option(tmp_path, folder):
+    archive = ClassArchive(tmp_path / folder / "spark-x.jsa", Path("java"))
+    assert archive.java_options(create=True) is None
+    archive.path.parent.mkdir()
+    archive.path.write_bytes(b"classes")
+    assert archive.java_options(create=True) is None
+
+
 def test_prune_keeps_what_is_used_or_being_written(tmp_path):
     kept = tmp_path / "spark-new.jsa"
     recent = tmp_path / "spark-recent.jsa"
