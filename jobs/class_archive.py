@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,21 +67,21 @@ class ClassArchive:
             return f"-XX:ArchiveClassesAtExit={self.pending()} {_QUIET}"
         return None
 
-    def finish(self, class_path: str) -> bool:
-        """Put the archive the exited JVM wrote in place, once a JVM on ``class_path`` (the
-        writer's) has mapped it; True if it is in place."""
+    def finish(self, class_path: str, java_options: Sequence[str] = ()) -> bool:
+        """Put the archive the exited JVM wrote in place, once a JVM on ``class_path`` with
+        ``java_options`` (the writer's) has mapped it; True if it is in place."""
         written = self.pending()
-        if not written.is_file() or not self._maps(written, class_path):
+        if not written.is_file() or not self._maps(written, class_path, java_options):
             written.unlink(missing_ok=True)
             return False
         os.replace(written, self.path)
         prune(self.path.parent, keep=self.path)
         return True
 
-    def _maps(self, archive: Path, class_path: str) -> bool:
+    def _maps(self, archive: Path, class_path: str, java_options: Sequence[str]) -> bool:
         # HotSpot 17 crashes (SIGBUS) on an archive cut short, even under -Xshare:auto: none is
         # put in place that a JVM has not mapped. -Xshare:on makes a JVM that cannot map it fail.
-        command = [str(self.java), "-Xshare:on", f"-XX:SharedArchiveFile={archive}", _QUIET,
+        command = [str(self.java), *java_options, "-Xshare:on", f"-XX:SharedArchiveFile={archive}", _QUIET,
                    "-XX:ErrorFile=/dev/null", "-cp", class_path, "-version"]
         try:
             checked = subprocess.run(command, capture_output=True, timeout=CHECK_TIMEOUT_S)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -42,12 +43,31 @@ _BASE_CONF = {
 }
 
 
+# The collector of a local driver JVM. HotSpot's default, G1, spends CPU beside the application
+# (concurrent marking, remembered sets, write barriers) to keep pauses short; a batch job on a
+# couple of saturated cores wants the CPU instead. Analyze of the sample: 0.907x the wall time
+# with the parallel collector (docs/BENCHMARKS.md, fourth session).
+_COLLECTOR = "-XX:+UseParallelGC"
+_CHOOSES_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
+
 DEFAULT_MASTER = "local[2]"
 JVM_EXIT_TIMEOUT_S = 300  # the JVM writing the class archive as it exits (about 5 s for Spark's)
 
 # The class archive this process's JVM writes when it exits (set when build_session launched it
-# so), and that JVM's class path, which a JVM checking the archive must have.
-_archive_written: tuple[ClassArchive, str] | None = None
+# so), and that JVM's class path and collector, which a JVM checking the archive must have.
+_archive_written: tuple[ClassArchive, str, list[str]] | None = None
+
+
+def driver_java_options(own: str, archive_options: str | None = None) -> str:
+    """The options of a local driver JVM: the user's ``own``, the parallel collector unless they
+    choose a collector, then the class archive's."""
+    options = [own.strip(), "" if _CHOOSES_COLLECTOR.search(own) else _COLLECTOR, archive_options or ""]
+    return " ".join(o for o in options if o)
+
+
+def collector_options(own: str) -> list[str]:
+    """The collector a local driver JVM with the user's options ``own`` runs."""
+    return _CHOOSES_COLLECTOR.findall(own) or [_COLLECTOR]
 
 
 def launched_by_spark_submit() -> bool:
@@ -73,15 +93,16 @@ def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "amqpscop
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
     if master is not None and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, no interface guessing
-    settings = {**_BASE_CONF, **(conf or {})}
+    plain = settings = {**_BASE_CONF, **(conf or {})}
     mapped = writing = None
+    own = settings.get("spark.driver.extraJavaOptions", "")
     if master is not None and master.startswith("local") and SparkContext._gateway is None:
-        # A JVM is about to start: with the class archive's options.
+        # A JVM is about to start: with our collector, and the class archive's options.
+        plain = settings = {**settings, "spark.driver.extraJavaOptions": driver_java_options(own)}
         archive = archive_for_this_jvm()
         options = archive.java_options(create=write_class_archive) if archive is not None else None
         if options is not None:
-            own = settings.get("spark.driver.extraJavaOptions", "")
-            settings = {**settings, "spark.driver.extraJavaOptions": f"{own} {options}".strip()}
+            settings = {**plain, "spark.driver.extraJavaOptions": driver_java_options(own, options)}
             mapped, writing = (archive, None) if archive.exists else (None, archive)
     try:
         spark = _start(master, app_name, settings)
@@ -93,9 +114,10 @@ def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "amqpscop
         if mapped is not None:
             mapped.path.unlink(missing_ok=True)
         writing = None
-        spark = _start(master, app_name, {**_BASE_CONF, **(conf or {})})
+        spark = _start(master, app_name, plain)
     if writing is not None:
-        _archive_written = writing, spark.sparkContext._jvm.System.getProperty("java.class.path")
+        _archive_written = (writing, spark.sparkContext._jvm.System.getProperty("java.class.path"),
+                            collector_options(own))
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -107,9 +129,9 @@ def stop_session(spark: SparkSession) -> None:
     writing, _archive_written = _archive_written, None
     if writing is None:
         return
-    archive, class_path = writing
+    archive, class_path, options = writing
     log.info("writing the JVM's class archive for later runs (once): %s", archive.path)
-    if _end_jvm() and archive.finish(class_path):
+    if _end_jvm() and archive.finish(class_path, options):
         log.info("class archive written")
 
 

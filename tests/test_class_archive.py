@@ -15,6 +15,7 @@ import pytest
 
 from amqpscope.jobs import class_archive
 from amqpscope.jobs.class_archive import ENVIRONMENT, ClassArchive, archive_for_this_jvm, prune
+from amqpscope.jobs.session import collector_options, driver_java_options
 
 DAY_S = 86400
 
@@ -86,6 +87,24 @@ def test_prune_keeps_what_is_used_or_being_written(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([kept.name, recent.name, live.name])
 
 
+@pytest.mark.parametrize("own, options, collector", [
+    ("", "-XX:+UseParallelGC", ["-XX:+UseParallelGC"]),
+    ("  -Xshare:on ", "-Xshare:on -XX:+UseParallelGC", ["-XX:+UseParallelGC"]),
+    ("-XX:+UseGCOverheadLimit", "-XX:+UseGCOverheadLimit -XX:+UseParallelGC", ["-XX:+UseParallelGC"]),
+    ("-XX:+UseSerialGC -Dx=1", "-XX:+UseSerialGC -Dx=1", ["-XX:+UseSerialGC"]),
+    ("-XX:+UseG1GC", "-XX:+UseG1GC", ["-XX:+UseG1GC"]),
+])
+def test_the_parallel_collector_unless_the_user_chooses_one(own, options, collector):
+    assert driver_java_options(own) == options
+    assert driver_java_options(own, "-XX:SharedArchiveFile=/a.jsa") == f"{options} -XX:SharedArchiveFile=/a.jsa"
+    assert collector_options(own) == collector
+
+
+def test_the_suites_jvm_runs_the_parallel_collector(spark):
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
+
+
 _JOB = textwrap.dedent("""
     import json, sys
     from pathlib import Path
@@ -95,23 +114,25 @@ _JOB = textwrap.dedent("""
     with job_session(config, "amqpscope-class-archive-test") as spark:
         print(spark.range(100).selectExpr("sum(id)").first()[0])
         print(spark.sparkContext._jvm.System.getProperty("java.class.path"))
+        beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+        print(",".join(sorted(bean.getName() for bean in beans)))
 """)
 
 
-def _job(directory: Path, lake: Path, spark_conf: dict[str, str]) -> tuple[str, str]:
-    """The job's answer (4950) and its JVM's class path."""
+def _job(directory: Path, lake: Path, spark_conf: dict[str, str]) -> tuple[str, str, str]:
+    """The job's answer (4950), its JVM's class path and its collectors' names."""
     done = subprocess.run([sys.executable, "-c", _JOB, str(lake), json.dumps(spark_conf)],
                           env={**os.environ, ENVIRONMENT: str(directory)}, capture_output=True, text=True,
                           timeout=600, cwd=lake.parent)  # where a crashing JVM leaves its hs_err file
     assert done.returncode == 0, done.stderr[-3000:]
-    answer, class_path = done.stdout.splitlines()[-2:]
-    return answer, class_path
+    answer, class_path, collectors = done.stdout.splitlines()[-3:]
+    return answer, class_path, collectors
 
 
 def test_a_job_writes_the_archive_and_the_next_job_maps_it(tmp_path):
     directory = tmp_path / "cache"
-    answer, class_path = _job(directory, tmp_path / "lake", {})
-    assert answer == "4950"
+    answer, class_path, collectors = _job(directory, tmp_path / "lake", {})
+    assert (answer, collectors) == ("4950", "PS MarkSweep,PS Scavenge")
     written = list(directory.iterdir())
     assert len(written) == 1 and written[0].suffix == ".jsa" and written[0].stat().st_size > 1_000_000
     archive = written[0]
@@ -130,8 +151,10 @@ def test_a_job_writes_the_archive_and_the_next_job_maps_it(tmp_path):
         assert other.finish(class_path) is kept
         assert [p.name for p in other.path.parent.iterdir()] == ([archive.name] if kept else [])
 
-    # Damaged after it was put in place: the job starts its JVM without it, and drops it.
+    # Damaged after it was put in place: the job starts its JVM without it, and drops it; the
+    # user's own options (here a collector) are kept.
     os.chmod(archive, 0o600)
     archive.write_bytes(archive.read_bytes()[:5_000_000])
-    assert _job(directory, tmp_path / "lake", {})[0] == "4950"
+    answer, _, collectors = _job(directory, tmp_path / "lake", {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"})
+    assert (answer, collectors) == ("4950", "Copy,MarkSweepCompact")
     assert list(directory.iterdir()) == []
