@@ -26,6 +26,7 @@ from amqpscope.jobs.landing import ingest_files
 from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.report import write_report
+from amqpscope.jobs.session import expressions_for
 from amqpscope.jobs.stages import StageClock, job_session, lake_capture_filter
 from amqpscope.pipelines.flow_state import FLOW_TABLES
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
@@ -62,7 +63,6 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
     """Ingest, derive and report ``files`` (checked by ``resolve_captures``)."""
     run_id = run_id or runs.new_run_id()
     clock = StageClock({} if timings is None else timings, progress)
-    ids = [c.capture_id for c in files]
     lake = Lake(spark, config.lake, backend=config.storage)
     lake.remove_stale_staging()
     # Captures stored before under other ids that share a file with these (a rotation analysed
@@ -72,6 +72,14 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
              len(files), sum(len(c.parts) for c in files),
              f", replacing {len(superseded)} stored before" if superseded else "")
 
+    with expressions_for(spark, sum(p.size for c in files for p in c.parts)):
+        return _analyze_files(spark, lake, files, superseded, config, run_id, clock)
+
+
+def _analyze_files(spark: SparkSession, lake: Lake, files: Sequence[CaptureFile], superseded: Sequence[str],
+                   config: AnalyzeConfig, run_id: str, clock: StageClock) -> AnalyzeResult:
+    ids = [c.capture_id for c in files]
+    progress = clock.progress
     with clock.stage("ingest"):
         bronze = ingest_files(spark, lake, files, config.ports, superseded, run_id=run_id, progress=progress)
     try:

@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -165,6 +167,44 @@ def _end_jvm() -> bool:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+        return False
+
+
+# A run over at most this many bytes of captures evaluates its queries' expressions interpreted
+# instead of compiling them. Spark generates Java source for every query stage, compiles it with
+# Janino and the JIT compiles the classes again; on captures this small that costs more than the
+# rows. Analyze of the sample (0.4 MB): 0.7x the wall time interpreted; at 1 M frames (178 MB)
+# the two are level (ingest faster, flow state slower), so above this size code is generated.
+# docs/BENCHMARKS.md, fifth session.
+INTERPRETED_UP_TO_BYTES = 64 * 1024 * 1024
+# Spark's settings and its defaults: no whole-stage code, no generated projections and predicates.
+_INTERPRETED = {"spark.sql.codegen.wholeStage": ("false", "true"),
+                "spark.sql.codegen.factoryMode": ("NO_CODEGEN", "FALLBACK")}
+
+
+@contextmanager
+def expressions_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
+    """Within this block, ``spark`` interprets expressions when ``capture_bytes`` is small
+    (INTERPRETED_UP_TO_BYTES), unless these settings were chosen (in the job's Spark settings or
+    on the session); the settings are put back after it. Yields True when interpreting."""
+    if capture_bytes > INTERPRETED_UP_TO_BYTES or not _settings_are_spark_defaults(spark):
+        yield False
+        return
+    for key, (interpreted, _) in _INTERPRETED.items():
+        spark.conf.set(key, interpreted)
+    try:
+        yield True
+    finally:
+        for key in _INTERPRETED:
+            spark.conf.unset(key)
+
+
+def _settings_are_spark_defaults(spark: SparkSession) -> bool:
+    launched_with = spark.sparkContext.getConf()
+    try:
+        return all(not launched_with.contains(key) and spark.conf.get(key, default) == default
+                   for key, (_, default) in _INTERPRETED.items())
+    except Exception:  # a runtime that does not expose these settings (Spark Connect, serverless)
         return False
 
 

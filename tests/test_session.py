@@ -1,0 +1,48 @@
+"""How a run sets its session up for the size of its captures (jobs.session.expressions_for)."""
+
+from __future__ import annotations
+
+import pytest
+
+from amqpscope.jobs.session import INTERPRETED_UP_TO_BYTES, expressions_for
+
+WHOLE_STAGE = "spark.sql.codegen.wholeStage"
+FACTORY = "spark.sql.codegen.factoryMode"
+
+
+def _settings(spark) -> tuple[str, str]:
+    return spark.conf.get(WHOLE_STAGE), spark.conf.get(FACTORY)
+
+
+def _plan_has_generated_code(df) -> bool:
+    # Spark prints an operator of a whole-stage code block with "*(n)" before its name.
+    return "*(" in df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_a_small_run_interprets_its_expressions_and_puts_the_settings_back(spark):
+    df = spark.range(10).selectExpr("id * 2 AS twice").filter("twice > 4")
+    before = _settings(spark)
+    with expressions_for(spark, INTERPRETED_UP_TO_BYTES) as interpreted:
+        assert interpreted and _settings(spark) == ("false", "NO_CODEGEN")
+        small = df.select("twice")
+        assert [r.twice for r in small.collect()] == [6, 8, 10, 12, 14, 16, 18]
+        assert not _plan_has_generated_code(small)
+    assert _settings(spark) == before == ("true", "FALLBACK")
+    assert _plan_has_generated_code(df.select("twice"))
+
+
+def test_a_large_run_generates_code(spark):
+    with expressions_for(spark, INTERPRETED_UP_TO_BYTES + 1) as interpreted:
+        assert not interpreted and _settings(spark) == ("true", "FALLBACK")
+
+
+@pytest.mark.parametrize("key, value", [(WHOLE_STAGE, "false"), (FACTORY, "CODEGEN_ONLY")])
+def test_settings_chosen_on_the_session_are_left_alone(spark, key, value):
+    spark.conf.set(key, value)
+    try:
+        chosen = _settings(spark)
+        with expressions_for(spark, 1) as interpreted:
+            assert not interpreted and _settings(spark) == chosen
+        assert _settings(spark) == chosen
+    finally:
+        spark.conf.unset(key)
