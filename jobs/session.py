@@ -184,10 +184,11 @@ _INTERPRETED = {"spark.sql.codegen.wholeStage": ("false", "true"),
 
 @contextmanager
 def expressions_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
-    """Within this block, ``spark`` interprets expressions when ``capture_bytes`` is small
+    """Within this block, a local ``spark`` interprets expressions when ``capture_bytes`` is small
     (INTERPRETED_UP_TO_BYTES), unless these settings were chosen (in the job's Spark settings or
-    on the session); the settings are put back after it. Yields True when interpreting."""
-    if capture_bytes > INTERPRETED_UP_TO_BYTES or not _settings_are_spark_defaults(spark):
+    on the session); the settings are put back after it. Yields True when interpreting. A
+    cluster's session (a Databricks task: its own engine, a warm JVM) is left as it is."""
+    if capture_bytes > INTERPRETED_UP_TO_BYTES or not _local_with_spark_defaults(spark):
         yield False
         return
     for key, (interpreted, _) in _INTERPRETED.items():
@@ -199,13 +200,12 @@ def expressions_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
             spark.conf.unset(key)
 
 
-def _settings_are_spark_defaults(spark: SparkSession) -> bool:
-    launched_with = spark.sparkContext.getConf()
-    try:
-        return all(not launched_with.contains(key) and spark.conf.get(key, default) == default
-                   for key, (_, default) in _INTERPRETED.items())
-    except Exception:  # a runtime that does not expose these settings (Spark Connect, serverless)
-        return False
+def _local_with_spark_defaults(spark: SparkSession) -> bool:
+    context = spark.sparkContext
+    launched_with = context.getConf()
+    return context.master.startswith("local") and all(
+        not launched_with.contains(key) and spark.conf.get(key, default) == default
+        for key, (_, default) in _INTERPRETED.items())
 
 
 def jvm_has_delta(spark: SparkSession) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from amqpscope.jobs.session import INTERPRETED_UP_TO_BYTES, expressions_for
@@ -46,3 +48,10 @@ def test_settings_chosen_on_the_session_are_left_alone(spark, key, value):
         assert _settings(spark) == chosen
     finally:
         spark.conf.unset(key)
+
+
+def test_a_cluster_session_is_left_alone():
+    # No settings read or written: a session object with no settings at all goes through.
+    cluster = SimpleNamespace(sparkContext=SimpleNamespace(master="spark://10.0.0.1:7077", getConf=None), conf=None)
+    with expressions_for(cluster, 1) as interpreted:
+        assert not interpreted
