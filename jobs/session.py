@@ -201,11 +201,11 @@ def expressions_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
 
 
 def _local_with_spark_defaults(spark: SparkSession) -> bool:
-    context = spark.sparkContext
-    launched_with = context.getConf()
-    return context.master.startswith("local") and all(
-        not launched_with.contains(key) and spark.conf.get(key, default) == default
-        for key, (_, default) in _INTERPRETED.items())
+    if not spark.sparkContext.master.startswith("local"):
+        return False
+    launched_with = spark.sparkContext.getConf()
+    return all(not launched_with.contains(key) and spark.conf.get(key, default) == default
+               for key, (_, default) in _INTERPRETED.items())
 
 
 def jvm_has_delta(spark: SparkSession) -> bool:
