@@ -173,9 +173,9 @@ def _end_jvm() -> bool:
 # A run over at most this many bytes of captures evaluates its queries' expressions interpreted
 # instead of compiling them. Spark generates Java source for every query stage, compiles it with
 # Janino and the JIT compiles the classes again; on captures this small that costs more than the
-# rows. Analyze of the sample (0.4 MB): 0.7x the wall time interpreted; at 1 M frames (178 MB)
-# the two are level (ingest faster, flow state slower), so above this size code is generated.
-# docs/BENCHMARKS.md, fifth session.
+# rows. Analyze interpreted: 0.795x the wall time on the sample (0.4 MB), 0.876x at 100 k frames
+# (18 MB), level at 1 M frames (178 MB: ingest faster, flow state slower), so above this size
+# code is generated. docs/BENCHMARKS.md, fifth session.
 INTERPRETED_UP_TO_BYTES = 64 * 1024 * 1024
 # Spark's settings and its defaults: no whole-stage code, no generated projections and predicates.
 _INTERPRETED = {"spark.sql.codegen.wholeStage": ("false", "true"),
