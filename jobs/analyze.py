@@ -72,7 +72,7 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
              len(files), sum(len(c.parts) for c in files),
              f", replacing {len(superseded)} stored before" if superseded else "")
 
-    with expressions_for(spark, sum(p.size for c in files for p in c.parts)):
+    with expressions_for(spark, sum(c.size for c in files)):
         return _analyze_files(spark, lake, files, superseded, config, run_id, clock)
 
 

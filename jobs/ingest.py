@@ -53,6 +53,11 @@ class CaptureFile:
     def part_hashes(self) -> tuple[str, ...]:
         return tuple(p.content_hash for p in self.parts)
 
+    @property
+    def size(self) -> int:
+        """Bytes of all its parts."""
+        return sum(p.size for p in self.parts)
+
 
 @dataclass(frozen=True)
 class Bronze:
@@ -276,7 +281,7 @@ def write_bronze(
     (and removing those of the ``superseded`` ones)."""
     counters = None
     if progress is not None:
-        counters = progress.decoding(sum(p.size for c in captures for p in c.parts))
+        counters = progress.decoding(sum(c.size for c in captures))
     bronze = decode_captures(spark, captures, ports, counters=counters)
     for name in BRONZE_SCHEMAS:
         if progress is not None:
@@ -367,7 +372,7 @@ def _damage_rows(damage: DataFrame) -> DataFrame:
 def _captures_table(spark: SparkSession, captures: Sequence[CaptureFile], packets: DataFrame, damage: DataFrame) -> DataFrame:
     files = spark.createDataFrame(
         [
-            (c.capture_id, Path(c.parts[0].path).name, sum(p.size for p in c.parts),
+            (c.capture_id, Path(c.parts[0].path).name, c.size,
              [(Path(p.path).name, p.size, p.content_hash) for p in c.parts])
             for c in captures
         ],

@@ -103,7 +103,7 @@ def ingest_landing(
         if progress is not None:
             progress.step(f"decoding {len(fresh)} capture(s) from {sum(len(c.parts) for c in fresh)} file(s)")
         superseded = superseded_captures(lake, fresh)
-        with expressions_for(spark, sum(p.size for c in fresh for p in c.parts)):
+        with expressions_for(spark, sum(c.size for c in fresh)):
             ingest_files(spark, lake, fresh, config.ports, superseded, run_id=run_id, progress=progress).release()
         # The superseded captures' derived rows go with the next derive (no bronze rows left).
         runs.forget(lake, superseded)
