@@ -1,0 +1,68 @@
+"""Py4J's lookups remembered (jobs.py4j_lookups): fewer round trips, the same answers."""
+
+from __future__ import annotations
+
+import pyspark.sql.functions as F
+import pytest
+from py4j.protocol import Py4JError
+
+from amqpscope.jobs import py4j_lookups
+
+
+@pytest.fixture
+def round_trips(spark, monkeypatch):
+    """The commands sent to the JVM from now on, by their first line (c: call, r: reflection)."""
+    client = spark.sparkContext._gateway._gateway_client
+    sent: list[str] = []
+    send = client.send_command
+
+    def counting(command, *args, **kwargs):
+        sent.append(command.split("\n", 1)[0])
+        return send(command, *args, **kwargs)
+
+    monkeypatch.setattr(client, "send_command", counting)
+    return sent
+
+
+def test_the_suite_session_has_them_installed(spark):
+    assert py4j_lookups.installed()
+
+
+def test_a_function_is_looked_up_once_then_only_called(spark, round_trips):
+    F.col("warm_up")  # the lookups of functions and col, if no test made them before
+    round_trips.clear()
+    columns = [F.col(f"c{i}") for i in range(5)]
+    assert [str(c) for c in columns] == [f"Column<'c{i}'>" for i in range(5)]
+    # One call each (Py4J's releases of earlier objects may be interleaved: "m").
+    assert [c for c in round_trips if c != "m"] == ["c"] * 5 + ["c"] * 5  # col, then toString
+
+
+def test_answers_are_the_jvm_s_own(spark):
+    jvm = spark.sparkContext._jvm
+    lang = jvm.java.lang  # a package the view finds: asked each time (an import may change it)
+    math, integer = lang.Math, lang.Integer
+    for _ in range(2):
+        assert math.abs(-3) == 3
+        assert integer.MAX_VALUE == 2**31 - 1  # a static field: read, not remembered
+        assert jvm.java.util.AbstractMap.SimpleEntry("k", 1).getValue() == 1  # a nested class
+        assert jvm.PythonUtils.toSeq([1, 2]).size() == 2  # a short name of one of PySpark's imports
+    assert lang.Math is math and math.abs is math.abs
+    assert "MAX_VALUE" not in vars(integer)["_amqpscope_names"]
+    assert "java" not in vars(jvm)["_amqpscope_names"] and "PythonUtils" in vars(jvm)["_amqpscope_names"]
+
+
+def test_a_missing_name_fails_every_time(spark, round_trips):
+    math = spark.sparkContext._jvm.java.lang.Math
+    for _ in range(2):
+        round_trips.clear()
+        with pytest.raises(Py4JError, match="java.lang.Math.no_such_member does not exist"):
+            math.no_such_member
+        assert round_trips == ["r"]  # asked again, not remembered
+
+
+def test_installing_twice_keeps_one_layer(spark):
+    from py4j.java_gateway import JavaClass
+
+    wrapped = JavaClass.__getattr__
+    py4j_lookups.install()
+    assert JavaClass.__getattr__ is wrapped
