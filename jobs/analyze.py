@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pyspark.sql import SparkSession
 
@@ -51,16 +51,24 @@ class AnalyzeResult:
     diagnoses: tuple[dict[str, object], ...] = ()
 
 
+# Called with the captures' diagnoses (``headlines``) as soon as they are stored, before the
+# verdicts and the report: the answer an operator waits for, a quarter to a third of the run early.
+Answered = Callable[[tuple[dict[str, object], ...]], None]
+
+
 def analyze(spark: SparkSession, captures: Sequence[str | Path], config: AnalyzeConfig,
-            timings: dict[str, float] | None = None, progress: Progress | None = None) -> AnalyzeResult:
+            timings: dict[str, float] | None = None, progress: Progress | None = None,
+            answered: Answered | None = None) -> AnalyzeResult:
     """Run the whole chain on an existing SparkSession (reporting to ``progress`` when given)."""
-    return analyze_files(spark, resolve_captures(captures, config.group_rotated), config, timings, progress)
+    return analyze_files(spark, resolve_captures(captures, config.group_rotated), config, timings, progress,
+                         answered=answered)
 
 
 def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: AnalyzeConfig,
                   timings: dict[str, float] | None = None, progress: Progress | None = None,
-                  run_id: str | None = None) -> AnalyzeResult:
-    """Ingest, derive and report ``files`` (checked by ``resolve_captures``)."""
+                  run_id: str | None = None, answered: Answered | None = None) -> AnalyzeResult:
+    """Ingest, derive and report ``files`` (checked by ``resolve_captures``); ``answered`` gets
+    their diagnoses as soon as they are known."""
     run_id = run_id or runs.new_run_id()
     clock = StageClock({} if timings is None else timings, progress)
     lake = Lake(spark, config.lake, backend=config.storage)
@@ -73,18 +81,25 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
              f", replacing {len(superseded)} stored before" if superseded else "")
 
     with expressions_for(spark, sum(c.size for c in files)):
-        return _analyze_files(spark, lake, files, superseded, config, run_id, clock)
+        return _analyze_files(spark, lake, files, superseded, config, run_id, clock, answered)
 
 
 def _analyze_files(spark: SparkSession, lake: Lake, files: Sequence[CaptureFile], superseded: Sequence[str],
-                   config: AnalyzeConfig, run_id: str, clock: StageClock) -> AnalyzeResult:
+                   config: AnalyzeConfig, run_id: str, clock: StageClock, answered: Answered | None) -> AnalyzeResult:
     ids = [c.capture_id for c in files]
     progress = clock.progress
+    answers: list[tuple[dict[str, object], ...]] = []
+
+    def diagnosed() -> None:
+        answers.append(headlines(lake, ids))
+        if answered is not None:
+            answered(answers[0])
+
     with clock.stage("ingest"):
         bronze = ingest_files(spark, lake, files, config.ports, superseded, run_id=run_id, progress=progress)
     try:
         derived = derive(lake, bronze.tables, ids, run_id=run_id, data_docs_dir=config.data_docs_dir,
-                         diagnosis_limits=config.diagnosis, replace=superseded, clock=clock)
+                         diagnosis_limits=config.diagnosis, replace=superseded, clock=clock, diagnosed=diagnosed)
         runs.forget(lake, superseded)
         with clock.stage("report"):
             report = write_report(
@@ -108,7 +123,7 @@ def _analyze_files(spark: SparkSession, lake: Lake, files: Sequence[CaptureFile]
     counts = committed_row_counts(lake, (*BRONZE_SCHEMAS, *DERIVED_TABLES), ids)
     verdicts = derived.verdicts.result()
     return AnalyzeResult(tuple(ids), report, verdicts.data_docs_index, counts, clock.seconds,
-                         verdicts.success, run_id, headlines(lake, ids))
+                         verdicts.success, run_id, answers[0])
 
 
 def headlines(lake: Lake, capture_ids: Sequence[str]) -> tuple[dict[str, object], ...]:
@@ -119,7 +134,8 @@ def headlines(lake: Lake, capture_ids: Sequence[str]) -> tuple[dict[str, object]
 
 def main(captures: Sequence[str], config: AnalyzeConfig, progress: str = "auto") -> AnalyzeResult:
     """Entry point: check the files and the lake, start Spark, analyze (showing progress per
-    ``progress``: auto, always, never), stop Spark."""
+    ``progress``: auto, always, never), stop Spark. Each capture's diagnosis headline is printed on
+    stderr as soon as it is known (``timings["answer"]``: seconds from the start until then)."""
     check_capture_arguments(captures)  # before Spark: a wrong argument fails in a second
     files = resolve_captures(captures, config.group_rotated)
     check_lake_writable(config.lake)
@@ -128,6 +144,11 @@ def main(captures: Sequence[str], config: AnalyzeConfig, progress: str = "auto")
     with job_session(config, "amqpscope-analyze", preload_modules=(VERDICTS_MODULE,)) as spark:
         timings["spark_start"] = time.perf_counter() - start
         with Progress(spark, mode=progress) as reporter:
-            result = analyze_files(spark, files, config, timings, reporter)
+            def answered(answers: tuple[dict[str, object], ...]) -> None:
+                timings["answer"] = time.perf_counter() - start
+                for answer in answers:
+                    reporter.announce(f"{str(answer['capture_id'])[:12]}: {answer['headline']}")
+
+            result = analyze_files(spark, files, config, timings, reporter, answered=answered)
     timings["total"] = time.perf_counter() - start
     return result

@@ -31,8 +31,8 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "rebuild flow state (link_credit, link_state, session_window, channel_unacked, consumer_unacked, "
         "channel_confirms, channel_flow, connection_blocked, frame_limits, idle_gaps, tcp_flow, flow_intervals, "
         "throughput; rule state lifecycle_10, lifecycle_091; events), "
-        "diagnose the bottleneck (bottlenecks, diagnosis), "
-        "run the Great Expectations suites (violations table, Data Docs) and write an HTML report. "
+        "diagnose the bottleneck (bottlenecks, diagnosis; each capture's headline is printed on stderr as "
+        "soon as it is known), run the Great Expectations suites (violations table, Data Docs) and write an HTML report. "
         "Rotated files of one capture decode as one. "
         "Re-running on the same captures replaces their rows: the lake ends up the same. "
         "This is ingest + derive + report in one run; the runs table records each stage per capture, so a run "
@@ -81,9 +81,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
     from amqpscope.jobs import analyze  # Spark is imported only when a job runs
 
     config = _config(args)
-    result = analyze.main(args.captures, config, args.progress)
-    for answer in result.diagnoses:
-        print(f"{answer['capture_id'][:12]}: {answer['headline']}", file=sys.stderr)
+    result = analyze.main(args.captures, config, args.progress)  # prints the headlines as they come
     print(json.dumps({
         "run_id": result.run_id,
         "captures": list(result.capture_ids),

@@ -9,7 +9,7 @@ read back from the lake for the captures whose bronze rows are newer than their 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -68,12 +68,14 @@ def derive(
     diagnosis_limits: DiagnosisThresholds | None = None,
     replace: Sequence[str] = (),
     clock: StageClock | None = None,
+    diagnosed: Callable[[], None] | None = None,
 ) -> Derived:
     """Every derived table of ``capture_ids`` from their ``bronze`` tables, written to ``lake``.
 
     Each write replaces the rows of ``capture_ids`` and of ``replace`` (captures superseded by
     these). The captures are marked ``running`` in the runs table before the first write and
-    ``ok`` after the last, with the ingest run they were derived from."""
+    ``ok`` after the last, with the ingest run they were derived from. ``diagnosed`` is called as
+    soon as the diagnosis table is written, before the verdicts."""
     clock = clock or StageClock()
     ids = list(capture_ids)
     replace = sorted({*ids, *replace})
@@ -104,6 +106,8 @@ def derive(
             tables.update(stored(lake, {"bottlenecks": findings}, ids, replace, clock))
             tables.update(stored(lake, {"diagnosis": diagnosis(tables["bottlenecks"], bronze["captures"])},
                                  ids, replace, clock))
+        if diagnosed is not None:
+            diagnosed()
         with clock.stage("verdicts"):
             from amqpscope.expectations.suite import start_verdicts
 

@@ -211,6 +211,11 @@ class Progress:
             work[label] = SparkWork(before.jobs + len(jobs), before.stages + len(stages))
         return work
 
+    def announce(self, text: str) -> None:
+        """A line that stays, whether progress is shown or not: an answer found while the run goes on."""
+        self._stream.write(("\r\x1b[2K" if self._enabled and self._redraw else "") + text + "\n")
+        self._stream.flush()
+
     def detail(self, text: str) -> None:
         """What the current step is doing now (a table being written): shown in its running line."""
         self._detail = text

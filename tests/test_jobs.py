@@ -82,10 +82,24 @@ def test_bundle_declares_the_stages_with_their_parameters():
 
 @pytest.fixture(scope="module")
 def clean(spark, tmp_path_factory):
-    """The reference: ``analyze`` on the first sample, in one run."""
+    """The reference: ``analyze`` on the first sample, in one run; and what its ``answered`` got:
+    the diagnoses and the stages timed by then."""
     root = tmp_path_factory.mktemp("clean")
-    result = analyze(spark, [str(FIRST)], AnalyzeConfig(lake=root / "lake", storage="delta-rs"))
-    return root / "lake", result
+    timings: dict[str, float] = {}
+    answers: list[tuple[tuple, list[str]]] = []
+    result = analyze(spark, [str(FIRST)], AnalyzeConfig(lake=root / "lake", storage="delta-rs"), timings,
+                     answered=lambda found: answers.append((found, list(timings))))
+    return root / "lake", result, answers
+
+
+def test_analyze_hands_the_diagnoses_over_before_the_verdicts_and_the_report(spark, clean):
+    lake, result, answers = clean
+    [(diagnoses, stages_done)] = answers
+    assert stages_done == ["ingest", "messages", "flow_state", "diagnosis"]
+    assert diagnoses == result.diagnoses
+    stored = Lake(spark, lake).read("diagnosis").collect()
+    assert [(d["capture_id"], d["headline"]) for d in diagnoses] == [(r.capture_id, r.headline) for r in stored]
+    assert len(stored) == 1 and stored[0].headline
 
 
 def run_tasks(values: dict[str, str], capsys) -> dict[str, dict]:
@@ -102,7 +116,7 @@ def run_tasks(values: dict[str, str], capsys) -> dict[str, dict]:
 
 
 def test_bundle_tasks_run_locally_and_equal_analyze(spark, tmp_path, clean, capsys):
-    clean_lake, clean_result = clean
+    clean_lake, clean_result, _ = clean
     landing, lake = tmp_path / "landing", tmp_path / "lake"
     landing.mkdir()
     config = tmp_path / "analyze.yml"

@@ -80,7 +80,10 @@ def run_to_end(lake: Path) -> dict:
         capture_output=True, text=True, timeout=3600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout)
+    result = json.loads(out.stdout)
+    for cid, answer in result["diagnosis"].items():  # printed once, as soon as it was known
+        assert out.stderr.count(f"{cid[:12]}: {answer['headline']}\n") == 1, out.stderr[-3000:]
+    return result
 
 
 def tables(lake: Path, cid: str | None = None) -> dict[str, list[str]]:

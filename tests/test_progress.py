@@ -62,6 +62,23 @@ def test_progress_is_silent_when_not_asked(spark):
         Progress(spark, out, mode="sometimes")
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_an_announced_line_stays_whether_progress_is_shown_or_not(spark):
+    quiet, log, terminal = Log(), Log(), Terminal()
+    for stream, mode in ((quiet, "never"), (log, "always"), (terminal, "always")):
+        with Progress(spark, stream, mode=mode, poll_interval=30.0) as progress:
+            progress.step("diagnosis")
+            progress.announce("4f2a09c1b7de: Bottleneck: the memory alarm")
+    assert quiet.getvalue() == "4f2a09c1b7de: Bottleneck: the memory alarm\n"
+    assert "\n4f2a09c1b7de: Bottleneck: the memory alarm\n" in "\n" + log.getvalue()
+    # On a terminal the running line is cleared first, so the answer does not land after it.
+    assert "\r\x1b[2K4f2a09c1b7de: Bottleneck: the memory alarm\n" in terminal.getvalue()
+
+
 def test_cli_offers_progress_on_both_jobs():
     parser = build_parser()
     assert parser.parse_args(["analyze", "x.pcap", "--lake", "l", "--progress", "always"]).progress == "always"
