@@ -52,7 +52,8 @@ class AnalyzeResult:
 
 
 # Called with the captures' diagnoses (``headlines``) as soon as they are stored, before the
-# verdicts and the report: the answer an operator waits for, a quarter to a third of the run early.
+# verdicts and the report: the answer an operator waits for, 15 % (1 M frames) to 30 % (the sample)
+# of the run early (docs/BENCHMARKS.md, sixth session).
 Answered = Callable[[tuple[dict[str, object], ...]], None]
 
 

@@ -131,6 +131,9 @@ def _clock(seconds: float) -> str:
     return f"{minutes // 60:d}:{minutes % 60:02d}:{secs:02d}"
 
 
+_CLEAR_LINE = "\r\x1b[2K"  # back to the start of the terminal line, and erase it
+
+
 class Progress:
     """``with Progress(spark) as p: p.step("ingest") ...``: reports until the block ends."""
 
@@ -213,7 +216,7 @@ class Progress:
 
     def announce(self, text: str) -> None:
         """A line that stays, whether progress is shown or not: an answer found while the run goes on."""
-        self._stream.write(("\r\x1b[2K" if self._enabled and self._redraw else "") + text + "\n")
+        self._stream.write((_CLEAR_LINE if self._enabled and self._redraw else "") + text + "\n")
         self._stream.flush()
 
     def detail(self, text: str) -> None:
@@ -244,7 +247,7 @@ class Progress:
         now = time.monotonic()
         news = line.split("] ", 1)[-1]  # what the line says, its clock aside
         if self._redraw:
-            self._stream.write("\r\x1b[2K" + line + ("\n" if final else ""))
+            self._stream.write(_CLEAR_LINE + line + ("\n" if final else ""))
         elif final or (news != self._last_line and now - self._last_written >= self._log_interval):
             self._stream.write(line + "\n")
             self._last_line, self._last_written = news, now

@@ -4,7 +4,7 @@ PySpark's driver talks to the JVM through Py4J, and Py4J asks the JVM what every
 uses it: ``sc._jvm.functions.col("x")`` is three round trips over the gateway's socket, one to find
 the class ``functions``, one to learn that ``col`` is a method, and the call. Building the plans of
 one analyze makes about 23,000 such lookups, a third of all its round trips, and a round trip costs
-0.13 to 0.3 ms on this machine (docs/BENCHMARKS.md, sixth session).
+0.13 to 0.37 ms on this machine (docs/BENCHMARKS.md, sixth session).
 
 A class, a nested class or a static method keeps its identity for the life of the JVM, so the
 answer can be remembered on the Python object that asked: the JVM view (per view, as its imports
@@ -23,7 +23,7 @@ from py4j import java_gateway
 
 __all__ = ["install", "installed"]
 
-_ORIGINALS: dict[type, Callable[[Any, str], Any]] = {}
+_installed = False
 
 
 def _remembering(original: Callable[[Any, str], Any], kinds: tuple[type, ...]) -> Callable[[Any, str], Any]:
@@ -44,7 +44,8 @@ def _remembering(original: Callable[[Any, str], Any], kinds: tuple[type, ...]) -
 
 def install() -> None:
     """Remember Py4J's class and static-method lookups from now on (idempotent)."""
-    if _ORIGINALS:
+    global _installed
+    if _installed:
         return
     class_or_method = (java_gateway.JavaClass, java_gateway.JavaMember)
     kinds = {
@@ -53,10 +54,10 @@ def install() -> None:
         java_gateway.JavaClass: class_or_method,
     }
     for cls, kept in kinds.items():
-        _ORIGINALS[cls] = cls.__getattr__
         cls.__getattr__ = _remembering(cls.__getattr__, kept)
+    _installed = True
 
 
 def installed() -> bool:
     """True once ``install`` has run in this process."""
-    return bool(_ORIGINALS)
+    return _installed
