@@ -139,14 +139,28 @@ class CaptureRange:
     end: int
 
 
-def plan_ranges(captures: Sequence[CaptureFile], range_bytes: int = DEFAULT_RANGE_BYTES) -> list[CaptureRange]:
-    """Every capture's byte ranges (boundary finding reads a few KiB around each cut, on the driver)."""
+def plan_ranges(captures: Sequence[CaptureFile], range_bytes: int = DEFAULT_RANGE_BYTES,
+                cores: int = 1) -> list[CaptureRange]:
+    """Every capture's byte ranges (boundary finding reads a few KiB around each cut, on the driver).
+
+    A capture larger than ``range_bytes`` is cut into the fewest ranges of about ``range_bytes`` or
+    less whose count is a multiple of ``cores``, all about the same size, so that its read tasks keep
+    every core busy to the end: three ranges on two cores would leave one core idle for the third
+    range's whole time.
+    """
     ranges: list[CaptureRange] = []
     for c in captures:
+        target = range_bytes
+        if c.size > range_bytes and cores > 1:
+            target = _ceil_div(c.size, cores * _ceil_div(c.size, range_bytes * cores))
         # Range indexes run on across the parts of a rotation, so packet numbers do too.
-        cuts = [(part.path, start, end) for part in c.parts for start, end in split(part.path, range_bytes)]
+        cuts = [(part.path, start, end) for part in c.parts for start, end in split(part.path, target)]
         ranges.extend(CaptureRange(path, c.capture_id, index, start, end) for index, (path, start, end) in enumerate(cuts))
     return ranges
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def _flow_key(linktype: int, data: bytes, wirelen: int) -> str | None:
@@ -302,7 +316,8 @@ def decode_tables(
     """The bronze tables of ``captures``, decoded range- and connection-parallel, and the persisted
     intermediates to release once the tables are written. Tasks report their counts to the
     ``counters`` directory when one is given (jobs.progress.TaskCounters)."""
-    ranges = plan_ranges(captures, range_bytes)
+    cores = spark.sparkContext.defaultParallelism
+    ranges = plan_ranges(captures, range_bytes, cores)
     multi_part = {c.capture_id for c in captures if len(c.parts) > 1}
     plan_rows = [
         # In a rotation, damage is placed by the part's file name before its byte offset.
@@ -333,7 +348,8 @@ def decode_tables(
             .drop("base")
             .persist(_INTERMEDIATE)
         )
-        partitions = connection_partitions or max(spark.sparkContext.defaultParallelism, len(ranges))
+        # As many decode tasks as ranges, rounded up to a multiple of the cores (the last wave full).
+        partitions = connection_partitions or cores * _ceil_div(max(cores, len(ranges)), cores)
         mux = (
             packets.filter(F.col("flow").isNotNull())
             .repartition(partitions, "capture_id", "flow")

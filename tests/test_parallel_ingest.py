@@ -51,6 +51,25 @@ def test_parallel_decode_equals_one_pass(spark, one_pass, range_bytes):
             df.unpersist()
 
 
+@pytest.mark.parametrize("cores, expected", [(2, 4), (3, 3)])
+def test_a_capture_larger_than_a_range_is_cut_into_even_ranges_a_multiple_of_the_cores(cores, expected):
+    capture = resolve_captures([SAMPLES[0]])[0]
+    range_bytes = capture.size // 3 + 1  # three ranges of at most this, left to themselves
+
+    ranges = plan_ranges([capture], range_bytes, cores)
+
+    sizes = [r.end - r.start for r in ranges]
+    assert len(ranges) == expected  # the fewest ranges of about range_bytes in a multiple of the cores
+    assert max(sizes) < 1.2 * min(sizes)
+    assert [r.start for r in ranges[1:]] == [r.end for r in ranges[:-1]] and ranges[-1].end == capture.size
+    assert [r.range_index for r in ranges] == list(range(len(ranges)))
+
+
+def test_a_capture_within_one_range_stays_one_range_whatever_the_cores():
+    capture = resolve_captures([SAMPLES[0]])[0]
+    assert len(plan_ranges([capture], capture.size, cores=2)) == 1
+
+
 def test_truncated_capture_keeps_what_was_read_and_quarantines_the_rest(spark, tmp_path):
     whole = SAMPLES[0]
     data = whole.read_bytes()
