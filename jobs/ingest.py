@@ -348,8 +348,9 @@ def decode_tables(
             .drop("base")
             .persist(_INTERMEDIATE)
         )
-        # As many decode tasks as ranges, rounded up to a multiple of the cores (the last wave full).
-        partitions = connection_partitions or cores * _ceil_div(max(cores, len(ranges)), cores)
+        # As many decode tasks as ranges, rounded up to a multiple of the cores (the last wave full;
+        # never fewer than the cores).
+        partitions = connection_partitions or cores * _ceil_div(len(ranges), cores)
         mux = (
             packets.filter(F.col("flow").isNotNull())
             .repartition(partitions, "capture_id", "flow")
