@@ -69,15 +69,28 @@ def lifecycle_091_timeline(frames: DataFrame) -> DataFrame:
     known = F.col("started")
     reopened = method == "channel.open"
     close_ok = method == "channel.close-ok"
-    state = rows.withColumn("started", started).withColumn(
+    capabilities = F.get_json_object(F.col("arguments")["client-properties"], "$.capabilities")
+    announced = F.get_json_object(capabilities, "$['connection.blocked']") == "true"
+    start_ok = method == "connection.start-ok"
+    # The connection's windows first, then the channel number's, then the incarnation's: windows
+    # over one key next to each other are evaluated in one pass over one sort of the rows (Spark
+    # collapses them), where alternating keys would sort the rows again for every column.
+    state = rows.withColumn("started", started).withColumn("_start_ok_seen", F.max(start_ok.cast("int")).over(
+        _connection_before()) == 1)
+    for sender in ("c2s", "s2c"):
+        state = state.withColumn(f"_{sender}_connection_closing", _state(
+            (direction == sender) & (method == "connection.close"), method == "connection.close-ok", _connection_before()))
+    state = state.withColumn("client_blocked_capability", F.when(
+        (method == "connection.blocked") & F.col("_start_ok_seen"),
+        F.coalesce(F.last(F.when(start_ok, F.coalesce(announced, F.lit(False))), True).over(_connection_before()),
+                   F.lit(False))))
+    state = state.withColumn(
         "channel_open", F.when(known, _state(reopened & (direction == "c2s"), close_ok, _channel_number_before())))
     for sender in ("c2s", "s2c"):
         by_sender = direction == sender
         state = (
             state.withColumn(f"_{sender}_channel_closing", _state(by_sender & (method == "channel.close"), close_ok | reopened,
                                                                   _channel_number_before()))
-            .withColumn(f"_{sender}_connection_closing", _state(by_sender & (method == "connection.close"),
-                                                                method == "connection.close-ok", _connection_before()))
             # This peer confirmed a stop (flow-ok active=false) and the other has not restarted it.
             .withColumn(f"_{sender}_flow_stopped", _state(
                 by_sender & (method == "channel.flow-ok") & ~F.coalesce(F.col("active"), F.lit(True)),
@@ -86,23 +99,14 @@ def lifecycle_091_timeline(frames: DataFrame) -> DataFrame:
         )
     own = {name: F.when(direction == "c2s", F.col(f"_c2s_{name}")).otherwise(F.col(f"_s2c_{name}"))
            for name in ("channel_closing", "connection_closing", "flow_stopped")}
-    capabilities = F.get_json_object(F.col("arguments")["client-properties"], "$.capabilities")
-    announced = F.get_json_object(capabilities, "$['connection.blocked']") == "true"
-    start_ok = method == "connection.start-ok"
-    state = (
-        state.withColumn("channel_closing", F.when(known, own["channel_closing"]))
+    tagged = (
+        with_channel_incarnation(state)
+        .withColumn("channel_closing", F.when(known, own["channel_closing"]))
         .withColumn("connection_closing", F.when(known, own["connection_closing"]))
         .withColumn("flow_stopped", F.when(known, own["flow_stopped"]))
-        .withColumn("_start_ok_seen", F.max(start_ok.cast("int")).over(_connection_before()) == 1)
-        .withColumn("client_blocked_capability", F.when(
-            (method == "connection.blocked") & F.col("_start_ok_seen"),
-            F.coalesce(F.last(F.when(start_ok, F.coalesce(announced, F.lit(False))), True).over(_connection_before()),
-                       F.lit(False))))
+        .withColumn("delivered_before", F.when(known & method.isin(*_DELIVERIES), F.coalesce(
+            F.max(F.when(method.isin(*_DELIVERIES), F.col("delivery_tag"))).over(_incarnation_before()), F.lit(0))))
     )
-    tagged = with_channel_incarnation(state).withColumn(
-        "delivered_before", F.when(known & method.isin(*_DELIVERIES),
-                                   F.coalesce(F.max(F.when(method.isin(*_DELIVERIES), F.col("delivery_tag"))).over(
-                                       _incarnation_before()), F.lit(0))))
     on_channel = F.col("channel") != 0
     outside = (
         (F.coalesce(F.col("channel_closing"), F.lit(False)) & on_channel & ~method.isin("channel.close", "channel.close-ok"))
