@@ -88,8 +88,9 @@ def messages_091(frames: DataFrame) -> DataFrame:
         .withColumn("next_method_frame_index", F.last(
             F.when(F.col("frame_type") == "method", F.col("frame_index")), True).over(_stream_after()))
     )
+    # Settled on the same rows (one evaluation of the channels' windows, no join back).
     messages = (
-        methods.filter(is_content_method)
+        _with_settlement(methods).filter(is_content_method)
         .join(parts.withColumnRenamed("message_at", "frame_index"), on=[*_CHANNEL, "direction", "frame_index"], how="left")
         .withColumn("last_frame_index", F.coalesce("last_frame_index", "frame_index"))
         .withColumn("body_bytes", F.coalesce("body_bytes", F.lit(0)))
@@ -101,18 +102,23 @@ def messages_091(frames: DataFrame) -> DataFrame:
             "last_frame_index", "body_bytes", "body_frames", "complete", "next_method_frame_index",
             *[F.col(f"header.{c}").alias(c) for c in (*_PROPERTY_COLUMNS, "delivery_mode", "body_size")],
             F.map_filter(F.col("header.arguments"), lambda k, _v: ~k.isin(*_TYPED_PROPERTY_KEYS)).alias("properties"),
+            F.col("_settled.method").alias("settled_by"),
+            F.col("_settled.frame_index").alias("settled_frame_index"),
+            F.when(F.col("_settled").isNotNull(), F.coalesce(F.col("_settled.multiple"), F.lit(False)))
+            .alias("settled_multiple"),
+            F.col("_settled.requeue").alias("requeue"),
         )
     )
-    settled = _settled_by(methods)
-    result = messages.join(settled, on=[*_CHANNEL, "incarnation", "frame_index"], how="left")
-    return result.select(*[F.col(f.name).cast(f.dataType) for f in MESSAGES_091_SCHEMA.fields])
+    return messages.select(*[F.col(f.name).cast(f.dataType) for f in MESSAGES_091_SCHEMA.fields])
 
 
-def _settled_by(methods: DataFrame) -> DataFrame:
-    """Per publish in confirm mode and per delivery (keys, frame_index): the frame that settled it,
-    by the one settlement rule (``pipelines.settlement``). Publishes and the broker's acks / nacks
-    are one numbering of a channel incarnation, deliveries and the client's acks / nacks / rejects
-    the other."""
+def _with_settlement(methods: DataFrame) -> DataFrame:
+    """``methods`` with ``_settled`` on each publish in confirm mode and each delivery: the frame
+    that settled it, by the one settlement rule (``pipelines.settlement``). Publishes and the
+    broker's acks / nacks are one numbering of a channel incarnation, deliveries and the client's
+    acks / nacks / rejects the other. Only those rows and the content methods are kept: a content
+    method in neither (a basic.return, a publish before confirm.select) is in a numbering of its
+    own (null), where nothing is numbered or settles anything."""
     to_client, to_server = F.col("direction") == "s2c", F.col("direction") == "c2s"
     is_delivery = F.col("method").isin(*_DELIVERIES) & to_client
     is_confirm = F.col("method").isin("basic.ack", "basic.nack") & to_client
@@ -121,16 +127,10 @@ def _settled_by(methods: DataFrame) -> DataFrame:
     number = F.when(is_delivery, F.col("delivery_tag")).otherwise(F.col("publish_seq"))
     # A delivery needing no ack is never outstanding: no ack may settle it (nor a multiple one).
     item = F.when(~(is_delivery & F.coalesce(F.col("_no_ack"), F.lit(False))), number)
-    numbered = methods.withColumn("_numbering", numbering).filter(F.col("_numbering").isNotNull())
-    settled = settle(numbered, (*_CHANNEL, "incarnation", "_numbering"), sent=number, item=item,
-                     settling=is_confirm | is_ack, fields=("frame_index", "method", "multiple", "requeue"))
-    return settled.filter(F.col("_settled").isNotNull()).select(
-        *_CHANNEL, "incarnation", "frame_index",
-        F.col("_settled.method").alias("settled_by"),
-        F.col("_settled.frame_index").alias("settled_frame_index"),
-        F.coalesce(F.col("_settled.multiple"), F.lit(False)).alias("settled_multiple"),
-        F.col("_settled.requeue").alias("requeue"),
-    )
+    kept = methods.withColumn("_numbering", numbering).filter(
+        F.col("_numbering").isNotNull() | F.col("method").isin(*_CONTENT_METHODS))
+    return settle(kept, (*_CHANNEL, "incarnation", "_numbering"), sent=number, item=item, settling=is_confirm | is_ack,
+                  fields=("frame_index", "method", "multiple", "requeue"))
 
 
 def _link_so_far() -> WindowSpec:
