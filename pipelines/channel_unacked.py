@@ -68,9 +68,10 @@ def _consumer_rows_in_order() -> WindowSpec:
     return Window.partitionBy(*CHANNEL, "consumer_tag").orderBy("frame_index", "delivery_tag")
 
 
-def _ledger(frames: DataFrame) -> DataFrame:
+def unacked_ledger(frames: DataFrame) -> DataFrame:
     """Every channel event, and a row per settlement of each delivery (``_is_event`` false), with
-    the channel's running state after each frame."""
+    the channel's running state after each frame: what channel_unacked and consumer_unacked are
+    drawn from (``pipelines.flow_state`` computes it once for both)."""
     is_qos = method_sent("basic.qos", "c2s")
     is_global = F.coalesce(F.col("global"), F.lit(False))
     any_delivery = F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")
@@ -108,27 +109,34 @@ def _ledger(frames: DataFrame) -> DataFrame:
     )
 
 
-def channel_unacked_timeline(frames: DataFrame) -> DataFrame:
-    """The channel_unacked table (``schemas.flow.CHANNEL_UNACKED_SCHEMA``) from the frames table."""
+def _or_computed(ledger: DataFrame | None, frames: DataFrame) -> DataFrame:
+    return unacked_ledger(frames) if ledger is None else ledger
+
+
+def channel_unacked_timeline(frames: DataFrame, ledger: DataFrame | None = None) -> DataFrame:
+    """The channel_unacked table (``schemas.flow.CHANNEL_UNACKED_SCHEMA``) from the frames table
+    (and its ``unacked_ledger``, computed when not given)."""
     shown = (F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")) | (
         F.col("method").isin(*_SETTLEMENTS, "basic.qos") & (F.col("direction") == "c2s"))
     timeline = (
-        _ledger(frames).filter(F.col("_is_event") & shown)
+        _or_computed(ledger, frames).filter(F.col("_is_event") & shown)
         .withColumn("prefetch_count", F.col("_last_prefetch"))
         .withColumn("prefetch_global", F.col("_last_global"))
     )
     return timeline.select(*[F.col(f.name).cast(f.dataType) for f in CHANNEL_UNACKED_SCHEMA.fields])
 
 
-def consumer_unacked_timeline(frames: DataFrame) -> DataFrame:
-    """The consumer_unacked table (``schemas.flow.CONSUMER_UNACKED_SCHEMA``) from the frames table."""
+def consumer_unacked_timeline(frames: DataFrame, ledger: DataFrame | None = None) -> DataFrame:
+    """The consumer_unacked table (``schemas.flow.CONSUMER_UNACKED_SCHEMA``) from the frames table
+    (and its ``unacked_ledger``, computed when not given)."""
     acknowledging = F.col("_consumer").isNotNull() & ~F.col("_consumer.no_ack")
     delivery = F.col("_is_event") & F.col("_is_delivery") & (F.col("method") == "basic.deliver")
     # A consumer's first and last moments: consume-ok and cancel-ok (server to client).
     lifecycle = F.col("_is_event") & F.col("method").isin("basic.consume-ok", "basic.cancel-ok") & (F.col("direction") == "s2c")
     settling = ~F.col("_is_event")
     rows = (
-        _ledger(frames).filter(F.col("consumer_tag").isNotNull() & (delivery | settling | (lifecycle & acknowledging)))
+        _or_computed(ledger, frames)
+        .filter(F.col("consumer_tag").isNotNull() & (delivery | settling | (lifecycle & acknowledging)))
         .withColumn("channel_unacked", F.col("unacked"))
         .withColumn("unacked", F.sum("_delta").over(_consumer_after_frame()))
         .withColumn("settled", F.sum(settling.cast("long")).over(_frame_of_consumer()))

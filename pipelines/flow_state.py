@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from pyspark.sql import DataFrame
 
 from amqpscope.pipelines.blocking import channel_flow_intervals, connection_blocked_intervals
-from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline
+from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline, unacked_ledger
 from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.flow_intervals import flow_intervals
 from amqpscope.pipelines.frame_limits import frame_limits_timeline
@@ -41,8 +41,13 @@ FRAME_TIMELINES: dict[str, Callable[..., DataFrame]] = {
     "lifecycle_091": lifecycle_091_timeline,
     "events": events_timeline,
 }
-# Those that bind AMQP 1.0 frames to sessions: they share one session map (sessions.session_map).
-_BY_SESSION = ("link_state", "session_window", "lifecycle_10")
+# Those computed from an intermediate they share, by the intermediate's name: the AMQP 1.0 ones
+# that bind frames to sessions share one session map (sessions.session_map), the 0-9-1 unacked
+# counts one ledger of deliveries and their settlements (channel_unacked.unacked_ledger).
+_SHARED_INPUT = {
+    "link_state": "sessions", "session_window": "sessions", "lifecycle_10": "sessions",
+    "channel_unacked": "ledger", "consumer_unacked": "ledger",
+}
 TIMELINE_TABLES = (*FRAME_TIMELINES, "tcp_flow")
 DERIVED_TABLES = ("flow_intervals", "throughput")
 FLOW_TABLES = (*TIMELINE_TABLES, *DERIVED_TABLES)
@@ -51,10 +56,12 @@ FLOW_TABLES = (*TIMELINE_TABLES, *DERIVED_TABLES)
 def flow_timelines(frames: DataFrame, tcp_segments: DataFrame) -> dict[str, DataFrame]:
     """The flow-state timelines (TIMELINE_TABLES) from the bronze frames and tcp_segments tables.
 
-    The session map is computed here, once (a Spark job now): each of the three tables that use it
-    would otherwise find it again, twice in its own plan (about twenty query stages on the sample)."""
-    sessions = session_map(frames).localCheckpoint()
-    timelines = {name: build(frames, sessions) if name in _BY_SESSION else build(frames)
+    The shared intermediates are computed here, once each (a Spark job now): each table that uses
+    the session map would otherwise find it again, twice in its own plan (about twenty query stages
+    on the sample), and the two unacked tables would each replay the ledger's dozen windows (with
+    it computed once, the pair took 0.72-0.83x the time on 1 M frames: docs/BENCHMARKS.md)."""
+    shared = {"sessions": session_map(frames).localCheckpoint(), "ledger": unacked_ledger(frames).localCheckpoint()}
+    timelines = {name: build(frames, shared[_SHARED_INPUT[name]]) if name in _SHARED_INPUT else build(frames)
                  for name, build in FRAME_TIMELINES.items()}
     return {**timelines, "tcp_flow": tcp_flow_timeline(tcp_segments)}
 
