@@ -1,0 +1,73 @@
+"""The shape of the flow-state plans: how often each pipeline sorts its rows.
+
+A window over a key needs the rows sorted by that key; windows over one key next to each other
+share one sort, and a table evaluated twice in one plan sorts twice. Sorts of a million frames
+are what the 0-9-1 tables spend their time on (docs/BENCHMARKS.md, eighth session), so these
+tests pin down the sorts the pipelines were rid of: the plans are read, nothing is run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from amqpscope.pipelines.channel_unacked import consumer_unacked_timeline
+from amqpscope.pipelines.flow_state import flow_timelines
+from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
+from amqpscope.pipelines.messages import messages_091
+from amqpscope.pipelines.partitioning import by_connection
+from amqpscope.schemas.frames import FRAMES_SCHEMA
+from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA
+
+# A channel number's frames in order: the sort that numbers a 0-9-1 channel's incarnations.
+CHANNEL_NUMBER_ORDER = ("capture_id", "connection_id", "channel", "frame_index")
+
+
+def sorts(df) -> list[tuple[str, ...]]:
+    """The sort orders in ``df``'s physical plan, one per Sort operator: column names in order."""
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    return [tuple(re.sub(r"#\d+L?", "", key).split()[0] for key in keys.split(", "))
+            for keys in re.findall(r"Sort \[([^\]]*)\]", plan)]
+
+
+def frames(spark):
+    """An empty frames table, hash-partitioned by connection as ingest hands it over."""
+    return by_connection(spark.createDataFrame([], FRAMES_SCHEMA))
+
+
+def test_sorts_reads_a_plans_sort_orders(spark):
+    df = frames(spark).sortWithinPartitions("connection_id", "frame_index")
+    assert sorts(df) == [("connection_id", "frame_index")]
+    assert sorts(frames(spark)) == []
+
+
+def test_lifecycle_091_sorts_its_rows_once_per_window_key(spark):
+    # The connection's windows, the channel number's and the incarnation's: three keys, three sorts.
+    found = sorts(lifecycle_091_timeline(frames(spark)))
+    assert sorted(found) == sorted([
+        ("capture_id", "connection_id", "frame_index"),
+        CHANNEL_NUMBER_ORDER,
+        ("capture_id", "connection_id", "channel", "incarnation", "frame_index"),
+    ])
+
+
+def test_messages_091_evaluates_its_channel_windows_once(spark):
+    # Incarnations are numbered once: the settlement is found on the messages' own rows, not on a
+    # second evaluation of the channel's windows joined back.
+    found = Counter(sorts(messages_091(frames(spark))))
+    assert found[CHANNEL_NUMBER_ORDER] == 1
+    assert found[("capture_id", "connection_id", "channel", "incarnation", "_pair_kind", "_pair_n")] == 1
+
+
+def test_the_unacked_tables_share_one_ledger(spark):
+    # Apart, consumer_unacked replays the ledger's windows; from flow_timelines it reads the
+    # ledger computed once (a local checkpoint), and only its own consumer windows are left.
+    alone = sorts(consumer_unacked_timeline(frames(spark)))
+    assert CHANNEL_NUMBER_ORDER in alone
+    timelines = flow_timelines(frames(spark), spark.createDataFrame([], TCP_SEGMENTS_SCHEMA))
+    for table in ("consumer_unacked", "channel_unacked"):
+        shared = sorts(timelines[table])
+        assert CHANNEL_NUMBER_ORDER not in shared, table
+        assert len(shared) < len(alone), table
+    assert {keys[:5] for keys in sorts(timelines["consumer_unacked"])} == {
+        ("capture_id", "connection_id", "channel", "incarnation", "consumer_tag")}
