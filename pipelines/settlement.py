@@ -115,11 +115,14 @@ def settle(
     )
     by_single = F.lead(F.when(F.col("_single").isNotNull(), info)).over(_naming_in_order(keys))
     by_multiple = F.min(F.when(F.col("_is_mark"), info)).over(_from_the_top(keys))
-    first = F.least(by_multiple, by_single)
     return (
-        marked.withColumn("_settled", F.when(F.col("_item").isNotNull(), first))
+        # by_single right after the lag it depends on: the rows are still in that window's order
+        # (one sort for both, where evaluating by_multiple between them sorted twice).
+        marked.withColumn("_by_single", by_single)
+        .withColumn("_settled", F.when(F.col("_item").isNotNull(), F.least(by_multiple, F.col("_by_single"))))
         .withColumn("_settled", F.when(F.col("_settled.frame_index") > F.col("frame_index"), F.col("_settled")))
-        .drop("_sent", "_settling", "_highest_sent", "_named", "_outstanding", "_single", "_mark", "_number", "_is_mark")
+        .drop("_sent", "_settling", "_highest_sent", "_named", "_outstanding", "_single", "_mark", "_number", "_is_mark",
+              "_by_single")
     )
 
 
