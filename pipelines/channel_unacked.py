@@ -137,11 +137,12 @@ def consumer_unacked_timeline(frames: DataFrame, ledger: DataFrame | None = None
     rows = (
         _or_computed(ledger, frames)
         .filter(F.col("consumer_tag").isNotNull() & (delivery | settling | (lifecycle & acknowledging)))
+        # One row per settling frame and consumer (a multiple ack settles several of its deliveries).
+        # This window first: its order (frame_index, delivery_tag) serves the two after it as well.
+        .withColumn("_previous", F.lag("frame_index").over(_consumer_rows_in_order()))
         .withColumn("channel_unacked", F.col("unacked"))
         .withColumn("unacked", F.sum("_delta").over(_consumer_after_frame()))
         .withColumn("settled", F.sum(settling.cast("long")).over(_frame_of_consumer()))
-        # One row per settling frame and consumer (a multiple ack settles several of its deliveries).
-        .withColumn("_previous", F.lag("frame_index").over(_consumer_rows_in_order()))
         .filter(~settling | F.col("_previous").isNull() | (F.col("_previous") != F.col("frame_index")))
         .withColumn("queue", F.col("_consumer.queue"))
         .withColumn("prefetch_count", F.col("_consumer.prefetch_count"))
