@@ -239,11 +239,12 @@ def link_state_timeline(frames: DataFrame, sessions: DataFrame | None = None) ->
     # A disposition's row: the link as of that frame, the link's state carried from its previous row.
     by_disposition = ~F.col("_is_event") & (F.col("method") == "disposition")
     doubled = with_columns(doubled, [
-        *((name, F.when(F.col("_is_event"), F.col(name)).otherwise(F.col(f"_settled_by.{name}")))
-          for name in _SETTLING_FIELDS),
-        *((name, F.when(F.col("_is_event"), F.col(name)).otherwise(
-            F.last(F.when(F.col("_is_event"), F.col(name)), True).over(_link_so_far()))) for name in _CARRIED),
-    ])
+        (name, F.when(F.col("_is_event"), F.col(name)).otherwise(F.col(f"_settled_by.{name}"))) for name in _SETTLING_FIELDS])
+    # Sorted once for the windows below: by frame for the running state and count, and within a
+    # frame by delivery for the first row of each disposition (without this, Spark sorts twice).
+    doubled = with_columns(doubled.sortWithinPartitions(*_LINK, "frame_index", "_delivery_start"), [
+        (name, F.when(F.col("_is_event"), F.col(name)).otherwise(
+            F.last(F.when(F.col("_is_event"), F.col(name)), True).over(_link_so_far()))) for name in _CARRIED])
     timeline = (
         doubled.withColumn("unsettled", F.sum("_delta").over(_link_after_frame()))
         .filter((F.col("_is_event") & F.col("_link_frame")) | by_disposition)
