@@ -12,10 +12,13 @@ import re
 from collections import Counter
 
 from amqpscope.pipelines.channel_unacked import consumer_unacked_timeline
+from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.flow_state import flow_timelines
+from amqpscope.pipelines.link_credit import link_state_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
 from amqpscope.pipelines.messages import messages_091
 from amqpscope.pipelines.partitioning import by_connection
+from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.frames import FRAMES_SCHEMA
 from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA
 
@@ -69,5 +72,29 @@ def test_the_unacked_tables_share_one_ledger(spark):
         shared = sorts(timelines[table])
         assert CHANNEL_NUMBER_ORDER not in shared, table
         assert len(shared) < len(alone), table
-    assert {keys[:5] for keys in sorts(timelines["consumer_unacked"])} == {
-        ("capture_id", "connection_id", "channel", "incarnation", "consumer_tag")}
+    # Its three consumer windows share one sort: the one ordered by (frame_index, delivery_tag) first.
+    assert [keys[:6] for keys in sorts(timelines["consumer_unacked"])] == [
+        ("capture_id", "connection_id", "channel", "incarnation", "consumer_tag", "frame_index")]
+
+
+def test_a_settlement_sorts_its_numbering_by_number_named_once(spark):
+    # The lag and the lead over the rows naming one number run on one sort of them.
+    found = Counter(sorts(channel_confirms_timeline(frames(spark))))
+    named = [keys for keys in found if "_named" in keys]
+    assert named == [("capture_id", "connection_id", "channel", "incarnation", "_named", "frame_index")]
+    assert found[named[0]] == 1
+
+
+def test_tcp_flow_sorts_a_connections_segments_once(spark):
+    # Each side's figures are taken over the connection's window: no window of a direction alone.
+    segments = spark.createDataFrame([], TCP_SEGMENTS_SCHEMA)
+    assert sorts(tcp_flow_timeline(segments)) == [("capture_id", "connection_id", "packet_number")]
+
+
+def test_link_state_sorts_its_settlement_rows_once_for_the_running_state_and_the_dispositions(spark):
+    # After the settlement rows are added, one sort (frame, then delivery) serves the running
+    # state, the unsettled count and the first row of each disposition.
+    link = ("capture_id", "connection_id", "link_name", "sender_direction")
+    found = Counter(sorts(link_state_timeline(frames(spark))))
+    assert found[(*link, "frame_index", "_delivery_start")] == 1
+    assert found[(*link, "frame_index")] == 1  # the credit state's, before the settlement rows
