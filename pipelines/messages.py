@@ -81,10 +81,11 @@ def messages_091(frames: DataFrame) -> DataFrame:
     confirming = F.max((F.col("method") == "confirm.select").cast("int")).over(channel_so_far()) == 1
     is_publish = (F.col("method") == "basic.publish") & (F.col("direction") == "c2s")
     methods = (
-        channel_frames.transform(with_consumers)
-        .withColumn("_confirming", confirming)
+        # Before with_consumers, whose first windows are over the same order: one sort for all.
+        channel_frames.withColumn("_confirming", confirming)
         .withColumn("_publishes", F.sum((is_publish & F.col("_confirming")).cast("long")).over(channel_so_far()))
         .withColumn("publish_seq", F.when(is_publish & F.col("_confirming"), F.col("_publishes")))
+        .transform(with_consumers)
         .withColumn("next_method_frame_index", F.last(
             F.when(F.col("frame_type") == "method", F.col("frame_index")), True).over(_stream_after()))
     )

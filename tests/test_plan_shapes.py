@@ -60,6 +60,8 @@ def test_messages_091_evaluates_its_channel_windows_once(spark):
     found = Counter(sorts(messages_091(frames(spark))))
     assert found[CHANNEL_NUMBER_ORDER] == 1
     assert found[("capture_id", "connection_id", "channel", "incarnation", "_pair_kind", "_pair_n")] == 1
+    # Confirm mode and publish numbers are found over the same sort as the consumers' first windows.
+    assert found[("capture_id", "connection_id", "channel", "incarnation", "frame_index")] == 1
 
 
 def test_the_unacked_tables_share_one_ledger(spark):
