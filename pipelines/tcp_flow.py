@@ -32,12 +32,14 @@ def _connection_so_far() -> WindowSpec:
     )
 
 
-def _connection_before() -> WindowSpec:
-    """A connection's segments before this one, in capture order: each side's previous segment.
+def _direction_before() -> WindowSpec:
+    """One direction's segments before this one: the stream offset it had sent up to."""
+    return Window.partitionBy(*_CONNECTION, "direction").orderBy("packet_number").rowsBetween(Window.unboundedPreceding, -1)
 
-    One direction's figures are taken over the connection's window (per direction, conditionally)
-    rather than over a window of their own: one sort of the segments serves every column."""
-    return Window.partitionBy(*_CONNECTION).orderBy("packet_number").rowsBetween(Window.unboundedPreceding, -1)
+
+def _direction_in_order() -> WindowSpec:
+    """One direction's segments in capture order: the window this side advertised just before."""
+    return Window.partitionBy(*_CONNECTION, "direction").orderBy("packet_number")
 
 
 def _from(direction: str, value: Column) -> Column:
@@ -61,14 +63,7 @@ def tcp_flow_timeline(tcp_segments: DataFrame) -> DataFrame:
     # Sent by this side and not yet acknowledged by the other.
     in_flight = F.when(F.col("direction") == "c2s", F.col("_c2s_sent") - F.col("_s2c_acked")).otherwise(
         F.col("_s2c_sent") - F.col("_c2s_acked"))
-    # This side's previous segment (its window, null if it was a RST) and the stream offset it
-    # had sent up to.
-    previous = {direction: F.last(_from(direction, F.struct(F.when(~is_reset, F.col("effective_window")).alias("window"))),
-                                  True).over(_connection_before())
-                for direction in ("c2s", "s2c")}
-    sent_before = {direction: F.max(_from(direction, sent_end)).over(_connection_before()) for direction in ("c2s", "s2c")}
-    own_before = F.when(F.col("direction") == "c2s", previous["c2s"]).otherwise(previous["s2c"])["window"]
-    own_sent_before = F.when(F.col("direction") == "c2s", sent_before["c2s"]).otherwise(sent_before["s2c"])
+    own_before = F.lag(F.when(~is_reset, F.col("effective_window"))).over(_direction_in_order())
     has_payload = F.col("payload_length") > 0
     state = (
         state.withColumn("peer_window", peer_window)
@@ -78,7 +73,7 @@ def tcp_flow_timeline(tcp_segments: DataFrame) -> DataFrame:
         .withColumn("is_retransmission", F.col("retransmitted_bytes") > 0)
         # seq one below the next byte to send, at most one byte, no SYN / FIN / RST.
         .withColumn("is_keep_alive", (F.col("payload_length") <= 1) & (F.col("flags").bitwiseAND(F.lit(_SYN_FIN_RST)) == 0)
-                    & (F.col("seq_offset") == own_sent_before - 1))
+                    & (F.col("seq_offset") == F.max(sent_end).over(_direction_before()) - 1))
         .withColumn("is_zero_window_probe", has_payload & (F.col("peer_window") == 0) & ~F.coalesce(F.col("is_keep_alive"), F.lit(False)))
     )
     booleans = ("is_window_update", "is_window_full", "is_zero_window_probe", "is_keep_alive")

@@ -18,7 +18,6 @@ from amqpscope.pipelines.link_credit import link_state_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
 from amqpscope.pipelines.messages import messages_091
 from amqpscope.pipelines.partitioning import by_connection
-from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.frames import FRAMES_SCHEMA
 from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA
 
@@ -85,12 +84,6 @@ def test_a_settlement_sorts_its_numbering_by_number_named_once(spark):
     named = [keys for keys in found if "_named" in keys]
     assert named == [("capture_id", "connection_id", "channel", "incarnation", "_named", "frame_index")]
     assert found[named[0]] == 1
-
-
-def test_tcp_flow_sorts_a_connections_segments_once(spark):
-    # Each side's figures are taken over the connection's window: no window of a direction alone.
-    segments = spark.createDataFrame([], TCP_SEGMENTS_SCHEMA)
-    assert sorts(tcp_flow_timeline(segments)) == [("capture_id", "connection_id", "packet_number")]
 
 
 def test_link_state_sorts_its_settlement_rows_once_for_the_running_state_and_the_dispositions(spark):
