@@ -26,7 +26,7 @@ from amqpscope.jobs.landing import ingest_files
 from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.report import write_report
-from amqpscope.jobs.session import expressions_for
+from amqpscope.jobs.session import sized_for
 from amqpscope.jobs.stages import StageClock, job_session, lake_capture_filter
 from amqpscope.pipelines.flow_state import FLOW_TABLES
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
@@ -81,7 +81,7 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
              len(files), sum(len(c.parts) for c in files),
              f", replacing {len(superseded)} stored before" if superseded else "")
 
-    with expressions_for(spark, sum(c.size for c in files)):
+    with sized_for(spark, sum(c.size for c in files)):
         return _analyze_files(spark, lake, files, superseded, config, run_id, clock, answered)
 
 

@@ -22,7 +22,7 @@ from amqpscope.jobs import runs
 from amqpscope.jobs.ingest import Bronze, CaptureFile, superseded_captures, write_bronze
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.progress import Progress
-from amqpscope.jobs.session import expressions_for
+from amqpscope.jobs.session import sized_for
 from amqpscope.schemas.frames import CAPTURES_SCHEMA, QUARANTINE_SCHEMA
 from amqpscope.schemas.runs import OUTCOME_OK, OUTCOME_RUNNING
 
@@ -103,7 +103,7 @@ def ingest_landing(
         if progress is not None:
             progress.step(f"decoding {len(fresh)} capture(s) from {sum(len(c.parts) for c in fresh)} file(s)")
         superseded = superseded_captures(lake, fresh)
-        with expressions_for(spark, sum(c.size for c in fresh)):
+        with sized_for(spark, sum(c.size for c in fresh)):
             ingest_files(spark, lake, fresh, config.ports, superseded, run_id=run_id, progress=progress).release()
         # The superseded captures' derived rows go with the next derive (no bronze rows left).
         runs.forget(lake, superseded)

@@ -182,24 +182,35 @@ INTERPRETED_UP_TO_BYTES = 64 * 1024 * 1024
 # Spark's settings and its defaults: no whole-stage code, no generated projections and predicates.
 _INTERPRETED = {"spark.sql.codegen.wholeStage": ("false", "true"),
                 "spark.sql.codegen.factoryMode": ("NO_CODEGEN", "FALLBACK")}
+# A small run also shuffles into one partition a core, not _BASE_CONF's 8: every stage that reads
+# the frames (kept partitioned by connection, jobs.ingest) runs a task a partition, and on a few
+# thousand rows a task's fixed cost is most of its work. Analyze: 0.97x the wall time on the
+# sample, 0.95x at 100 k frames (docs/BENCHMARKS.md, ninth session).
+_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 @contextmanager
-def expressions_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
-    """Within this block, a local ``spark`` interprets expressions when ``capture_bytes`` is small
-    (INTERPRETED_UP_TO_BYTES), unless these settings were chosen (in the job's Spark settings or
-    on the session); the settings are put back after it. Yields True when interpreting. A
+def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
+    """Within this block, a local ``spark`` is set up for a run over ``capture_bytes`` of captures:
+    when that is small (INTERPRETED_UP_TO_BYTES), expressions are interpreted and shuffles make one
+    partition a core; the settings are put back after it. Yields True when set up for a small run.
+    Settings chosen in the job's Spark settings or on the session win: a chosen way of evaluating
+    expressions leaves the whole session as it is, a chosen number of shuffle partitions stays. A
     cluster's session (a Databricks task: its own engine, a warm JVM) is left as it is."""
     if capture_bytes > INTERPRETED_UP_TO_BYTES or not _local_with_spark_defaults(spark):
         yield False
         return
+    partitions = spark.conf.get(_PARTITIONS)
     for key, (interpreted, _) in _INTERPRETED.items():
         spark.conf.set(key, interpreted)
+    if partitions == _BASE_CONF[_PARTITIONS]:
+        spark.conf.set(_PARTITIONS, str(spark.sparkContext.defaultParallelism))
     try:
         yield True
     finally:
         for key in _INTERPRETED:
             spark.conf.unset(key)
+        spark.conf.set(_PARTITIONS, partitions)
 
 
 def _local_with_spark_defaults(spark: SparkSession) -> bool:

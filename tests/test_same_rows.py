@@ -31,7 +31,7 @@ def differences(got: dict, want: dict) -> list[str]:
 def test_every_table_equals_the_code_before_and_a_rerun_changes_nothing(spark, tmp_path, monkeypatch):
     expected = json.loads(EXPECTED.read_text(encoding="utf-8"))
     assert expected["captures"] == [str(c.relative_to(ROOT)) for c in CAPTURES]
-    # The first run interprets its expressions (the captures are small: jobs.session.expressions_for),
+    # The first run interprets its expressions (the captures are small: jobs.session.sized_for),
     # the second generates code for them, as a larger capture would: both write the same rows.
     assert sum(c.stat().st_size for c in CAPTURES) <= session.INTERPRETED_UP_TO_BYTES
     lake = tmp_path / "lake"

@@ -1,4 +1,4 @@
-"""How a run sets its session up for the size of its captures (jobs.session.expressions_for)."""
+"""How a run sets its session up for the size of its captures (jobs.session.sized_for)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from amqpscope.jobs.session import INTERPRETED_UP_TO_BYTES, expressions_for
+from amqpscope.jobs.session import INTERPRETED_UP_TO_BYTES, sized_for
 
 WHOLE_STAGE = "spark.sql.codegen.wholeStage"
 FACTORY = "spark.sql.codegen.factoryMode"
+PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 def _settings(spark) -> tuple[str, str]:
@@ -24,7 +25,7 @@ def _plan_has_generated_code(df) -> bool:
 def test_a_small_run_interprets_its_expressions_and_puts_the_settings_back(spark):
     df = spark.range(10).selectExpr("id * 2 AS twice").filter("twice > 4")
     before = _settings(spark)
-    with expressions_for(spark, INTERPRETED_UP_TO_BYTES) as interpreted:
+    with sized_for(spark, INTERPRETED_UP_TO_BYTES) as interpreted:
         assert interpreted and _settings(spark) == ("false", "NO_CODEGEN")
         small = df.select("twice")
         assert [r.twice for r in small.collect()] == [6, 8, 10, 12, 14, 16, 18]
@@ -34,7 +35,7 @@ def test_a_small_run_interprets_its_expressions_and_puts_the_settings_back(spark
 
 
 def test_a_large_run_generates_code(spark):
-    with expressions_for(spark, INTERPRETED_UP_TO_BYTES + 1) as interpreted:
+    with sized_for(spark, INTERPRETED_UP_TO_BYTES + 1) as interpreted:
         assert not interpreted and _settings(spark) == ("true", "FALLBACK")
 
 
@@ -43,7 +44,7 @@ def test_settings_chosen_on_the_session_are_left_alone(spark, key, value):
     spark.conf.set(key, value)
     try:
         chosen = _settings(spark)
-        with expressions_for(spark, 1) as interpreted:
+        with sized_for(spark, 1) as interpreted:
             assert not interpreted and _settings(spark) == chosen
         assert _settings(spark) == chosen
     finally:
@@ -53,5 +54,25 @@ def test_settings_chosen_on_the_session_are_left_alone(spark, key, value):
 def test_a_cluster_session_is_left_alone():
     # No settings read or written: a session object with no settings at all goes through.
     cluster = SimpleNamespace(sparkContext=SimpleNamespace(master="spark://10.0.0.1:7077", getConf=None), conf=None)
-    with expressions_for(cluster, 1) as interpreted:
+    with sized_for(cluster, 1) as interpreted:
         assert not interpreted
+
+
+def test_a_small_run_shuffles_into_a_partition_a_core_and_puts_the_setting_back(spark):
+    before = spark.conf.get(PARTITIONS)
+    assert before == "8"  # jobs.session's own setting
+    with sized_for(spark, INTERPRETED_UP_TO_BYTES):
+        assert spark.conf.get(PARTITIONS) == str(spark.sparkContext.defaultParallelism) == "2"
+    assert spark.conf.get(PARTITIONS) == before
+    with sized_for(spark, INTERPRETED_UP_TO_BYTES + 1):
+        assert spark.conf.get(PARTITIONS) == before
+
+
+def test_shuffle_partitions_chosen_on_the_session_are_left_alone(spark):
+    spark.conf.set(PARTITIONS, "5")
+    try:
+        with sized_for(spark, 1) as small:
+            assert small and spark.conf.get(PARTITIONS) == "5"
+        assert spark.conf.get(PARTITIONS) == "5"
+    finally:
+        spark.conf.set(PARTITIONS, "8")
