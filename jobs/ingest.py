@@ -10,9 +10,10 @@
    from; that task runs reassembly and the AMQP decoders (``ingest.capture.CaptureDecoder``).
 
 The outputs of a decode (frames, connections, quarantine, tcp_segments) leave the Python workers
-multiplexed in one DataFrame of structs as Arrow batches (``mapInArrow``), persisted and split, so
-every capture is decoded exactly once however many tables are written. No task holds a whole
-capture, and nothing but per-range counts reaches the driver.
+multiplexed in one DataFrame of structs as Arrow batches (``mapInArrow``), shuffled by (capture,
+connection), persisted and split, so every capture is decoded exactly once however many tables are
+written, and the flow-state pipelines, which partition by connection, need no shuffle of their
+own. No task holds a whole capture, and nothing but per-range counts reaches the driver.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ DEFAULT_RANGE_BYTES = 64 << 20
 _INTERMEDIATE = StorageLevel.DISK_ONLY
 _BATCH_ROWS = 8192
 _CONNECTION = ("capture_id", "connection_id")
+_MUX_KEY = ("_capture_id", "_connection_id")
 
 _DECODED_KINDS = tuple(kind for kind in BRONZE_SCHEMAS if kind != "captures")
 _MUX_SCHEMA = StructType(
@@ -340,7 +342,7 @@ def decode_tables(
         # numbered by their place in the range and decoded in that task, without a shuffle.
         packets = records.withColumn("packet_number", F.col("index_in_range").cast("long"))
         mux = packets.filter(F.col("flow").isNotNull()).select(*columns).mapInArrow(decode, _MUX_SCHEMA)
-        persisted = (raw, mux.persist(_INTERMEDIATE))
+        persisted = (raw,)
     else:
         packets = (
             records.join(F.broadcast(_range_bases(spark, records)), on=["capture_id", "range_index"])
@@ -357,19 +359,35 @@ def decode_tables(
             .sortWithinPartitions("capture_id", "flow", "packet_number")
             .select(*columns)
             .mapInArrow(decode, _MUX_SCHEMA)
-            .persist(_INTERMEDIATE)
         )
-        persisted = (raw, packets, mux)
-    tables = {kind: mux.filter(F.col("kind") == kind).select(f"{kind}.*") for kind in _DECODED_KINDS}
-    # Every flow-state pipeline partitions the frames by connection and something more (channel,
-    # link, session: pipelines.partitioning): frames kept hash-partitioned by connection, in as many
-    # partitions as a shuffle makes, need none of those shuffles.
-    frames = tables["frames"].repartition(int(spark.conf.get("spark.sql.shuffle.partitions")), *_CONNECTION)
-    tables["frames"] = frames.persist(_INTERMEDIATE)
-    persisted = (*persisted, tables["frames"])
+        persisted = (raw, packets)
+    # Every flow-state pipeline partitions the frames (and tcp_flow the segments) by connection and
+    # something more (channel, link, session, direction: pipelines.partitioning). The decoded rows
+    # are kept hash-partitioned by connection, in as many partitions as a shuffle makes, so those
+    # pipelines need no shuffle of their own; the split below keeps that partitioning.
+    mux = _by_connection(mux, int(spark.conf.get("spark.sql.shuffle.partitions"))).persist(_INTERMEDIATE)
+    persisted = (*persisted, mux)
+    tables = {kind: _split(mux, kind) for kind in _DECODED_KINDS}
     tables["quarantine"] = tables["quarantine"].unionByName(_damage_rows(damage))
     tables["captures"] = _captures_table(spark, captures, packets, damage)
     return tables, persisted
+
+
+def _by_connection(mux: DataFrame, partitions: int) -> DataFrame:
+    """The decoded rows shuffled into ``partitions`` by (capture, connection), the key also kept as
+    the columns ``_MUX_KEY`` (null connection: quarantine rows of no connection, in one partition)."""
+    keys = {key: F.coalesce(*[F.col(f"{kind}.{key}") for kind in _DECODED_KINDS]) for key in _CONNECTION}
+    return mux.select(*[keys[key].alias(column) for key, column in zip(_CONNECTION, _MUX_KEY)], "*").repartition(
+        partitions, *_MUX_KEY)
+
+
+def _split(mux: DataFrame, kind: str) -> DataFrame:
+    """One kind's rows out of the muxed rows, their connection key taken from the key columns the
+    rows were partitioned by: Spark then knows these rows are partitioned by connection."""
+    key = dict(zip(_CONNECTION, _MUX_KEY))
+    fields = BRONZE_SCHEMAS[kind].fieldNames()
+    return mux.filter(F.col("kind") == kind).select(
+        *[F.col(key[name]).alias(name) if name in key else F.col(f"{kind}.{name}") for name in fields])
 
 
 def _damage_rows(damage: DataFrame) -> DataFrame:

@@ -1,9 +1,10 @@
-"""The shape of the flow-state plans: how often each pipeline sorts its rows.
+"""The shape of the flow-state plans: how often each pipeline sorts and shuffles its rows.
 
 A window over a key needs the rows sorted by that key; windows over one key next to each other
 share one sort, and a table evaluated twice in one plan sorts twice. Sorts of a million frames
 are what the 0-9-1 tables spend their time on (docs/BENCHMARKS.md, eighth session), so these
-tests pin down the sorts the pipelines were rid of: the plans are read, nothing is run.
+tests pin down the sorts the pipelines were rid of, and the shuffles that ingest's partitioning of
+its decoded rows spares them: the plans are read, nothing is run.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import pytest
+
+from amqpscope.jobs.ingest import decode_tables, resolve_captures
 from amqpscope.pipelines.channel_unacked import consumer_unacked_timeline
 from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.flow_state import flow_timelines
@@ -18,8 +22,10 @@ from amqpscope.pipelines.link_credit import link_state_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
 from amqpscope.pipelines.messages import messages_091
 from amqpscope.pipelines.partitioning import by_connection
+from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.frames import FRAMES_SCHEMA
 from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA
+from tests.paths import SAMPLES
 
 # A channel number's frames in order: the sort that numbers a 0-9-1 channel's incarnations.
 CHANNEL_NUMBER_ORDER = ("capture_id", "connection_id", "channel", "frame_index")
@@ -30,6 +36,24 @@ def sorts(df) -> list[tuple[str, ...]]:
     plan = df._jdf.queryExecution().executedPlan().toString()
     return [tuple(re.sub(r"#\d+L?", "", key).split()[0] for key in keys.split(", "))
             for keys in re.findall(r"Sort \[([^\]]*)\]", plan)]
+
+
+def shuffles(df) -> list[str]:
+    """The shuffles ``df``'s plan would run, each as its partitioning: the plan's own, not those
+    of persisted inputs it reads (already done)."""
+    found = []
+
+    def walk(node):
+        if node.nodeName() == "AdaptiveSparkPlan":  # adaptive execution's plan as it stands before running
+            node = node.executedPlan()
+        if node.nodeName() == "Exchange":
+            found.append(re.sub(r"#\d+L?", "", node.outputPartitioning().toString()))
+        children = node.children()
+        for i in range(children.size()):
+            walk(children.apply(i))
+
+    walk(df._jdf.queryExecution().executedPlan())
+    return found
 
 
 def frames(spark):
@@ -93,3 +117,36 @@ def test_link_state_sorts_its_settlement_rows_once_for_the_running_state_and_the
     found = Counter(sorts(link_state_timeline(frames(spark))))
     assert found[(*link, "frame_index", "_delivery_start")] == 1
     assert found[(*link, "frame_index")] == 1  # the credit state's, before the settlement rows
+
+
+def test_shuffles_reads_a_plans_own_shuffles(spark):
+    rows = spark.range(4).selectExpr("CAST(id % 2 AS STRING) AS capture_id", "CAST(id AS STRING) AS connection_id")
+    rows = rows.repartition(8, "capture_id", "connection_id")
+    assert shuffles(rows) == ["hashpartitioning(capture_id, connection_id, 8)"]
+    kept = rows.persist()
+    try:
+        # Adaptive execution settles a persisted plan's partitioning when it runs: until then Spark
+        # plans a shuffle after it (ingest's persisted rows are in place before anything is derived).
+        assert shuffles(kept.groupBy("capture_id", "connection_id").count()) != []
+        kept.count()
+        assert shuffles(kept.filter("connection_id = '1'")) == []
+        assert shuffles(kept.groupBy("capture_id", "connection_id").count()) == []
+        assert shuffles(kept.groupBy("connection_id").count()) == ["hashpartitioning(connection_id, 8)"]
+    finally:
+        kept.unpersist()
+
+
+@pytest.mark.parametrize("range_bytes", [64 << 20, 16_384])  # one byte range, and ranges decoded apart
+def test_ingest_hands_frames_and_segments_over_partitioned_by_connection(spark, range_bytes):
+    # The decoded rows are persisted hash-partitioned by connection and split by kind keeping that
+    # partitioning: the frames' and the segments' pipelines, and joins of the two, shuffle nothing.
+    tables, persisted = decode_tables(spark, resolve_captures([SAMPLES / "mixed.pcapng"]), (5672,),
+                                      range_bytes=range_bytes)
+    try:
+        tables["connections"].count()  # decoded and persisted, as the bronze tables' writes do
+        assert shuffles(tcp_flow_timeline(tables["tcp_segments"])) == []
+        assert shuffles(lifecycle_091_timeline(tables["frames"])) == []
+        assert shuffles(tables["frames"].join(tables["tcp_segments"], ["capture_id", "connection_id"])) == []
+    finally:
+        for df in persisted:
+            df.unpersist()
