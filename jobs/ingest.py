@@ -123,8 +123,9 @@ DEFAULT_RANGE_BYTES = 64 << 20
 # (docs/BENCHMARKS.md, Memory); each is written once and read a few times.
 _INTERMEDIATE = StorageLevel.DISK_ONLY
 _BATCH_ROWS = 8192
-_CONNECTION = ("capture_id", "connection_id")
-_MUX_KEY = ("_capture_id", "_connection_id")
+# The connection key of the decoded rows, kept as columns of its own while they are muxed: a
+# bronze column -> the muxed rows' column it is taken from.
+_MUX_KEY = {"capture_id": "_capture_id", "connection_id": "_connection_id"}
 
 _DECODED_KINDS = tuple(kind for kind in BRONZE_SCHEMAS if kind != "captures")
 _MUX_SCHEMA = StructType(
@@ -376,18 +377,17 @@ def decode_tables(
 def _by_connection(mux: DataFrame, partitions: int) -> DataFrame:
     """The decoded rows shuffled into ``partitions`` by (capture, connection), the key also kept as
     the columns ``_MUX_KEY`` (null connection: quarantine rows of no connection, in one partition)."""
-    keys = {key: F.coalesce(*[F.col(f"{kind}.{key}") for kind in _DECODED_KINDS]) for key in _CONNECTION}
-    return mux.select(*[keys[key].alias(column) for key, column in zip(_CONNECTION, _MUX_KEY)], "*").repartition(
-        partitions, *_MUX_KEY)
+    keys = [F.coalesce(*[F.col(f"{kind}.{name}") for kind in _DECODED_KINDS]).alias(column)
+            for name, column in _MUX_KEY.items()]
+    return mux.select(*keys, "*").repartition(partitions, *_MUX_KEY.values())
 
 
 def _split(mux: DataFrame, kind: str) -> DataFrame:
     """One kind's rows out of the muxed rows, their connection key taken from the key columns the
     rows were partitioned by: Spark then knows these rows are partitioned by connection."""
-    key = dict(zip(_CONNECTION, _MUX_KEY))
     fields = BRONZE_SCHEMAS[kind].fieldNames()
     return mux.filter(F.col("kind") == kind).select(
-        *[F.col(key[name]).alias(name) if name in key else F.col(f"{kind}.{name}") for name in fields])
+        *[F.col(_MUX_KEY[name]).alias(name) if name in _MUX_KEY else F.col(f"{kind}.{name}") for name in fields])
 
 
 def _damage_rows(damage: DataFrame) -> DataFrame:
