@@ -43,6 +43,13 @@ _BASE_CONF = {
     # the flow-state plans (about 15,000 Py4J calls) took 8.6 s with it, 4.1-6.5 s without. A failed
     # stage is named by the job itself (jobs.stages.StageFailed).
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # Ingest hands the frames over hash-partitioned by connection (jobs.ingest), and every join of
+    # two tables derived from them is on the connection and more (channel, direction, frame). By
+    # default Spark shuffles both sides again unless they are partitioned on all the join keys; a
+    # connection's rows are never skewed enough to need that. Analyze of the sample: 174 Spark jobs
+    # instead of 184, its wall time level; 0.95-0.99x at 100 k frames (docs/BENCHMARKS.md, eleventh
+    # session).
+    "spark.sql.requireAllClusterKeysForCoPartition": "false",
 }
 
 

@@ -179,13 +179,18 @@ def deliveries_10(frames: DataFrame) -> DataFrame:
 
 
 def _session_channels(amqp: DataFrame) -> DataFrame:
-    """(connection, broker channel) -> client channel, from begin frames answering the other end's."""
-    begins = amqp.filter((F.col("method") == "begin") & F.col("remote_channel").isNotNull())
-    from_broker = begins.filter(F.col("direction") == "s2c").select(
-        "capture_id", "connection_id", F.col("channel").alias("s2c_channel"), F.col("remote_channel").alias("c2s_channel"))
-    from_client = begins.filter(F.col("direction") == "c2s").select(
-        "capture_id", "connection_id", F.col("remote_channel").alias("s2c_channel"), F.col("channel").alias("c2s_channel"))
-    return from_broker.unionByName(from_client).dropDuplicates(["capture_id", "connection_id", "s2c_channel"])
+    """(connection, broker channel) -> client channel, from begin frames answering the other end's.
+
+    Both directions' begins in one pass over the frames, not a union of two: the rows stay
+    partitioned by connection as ingest hands them over, so nothing is shuffled to find them."""
+    begins = amqp.filter((F.col("method") == "begin") & F.col("remote_channel").isNotNull()
+                         & F.col("direction").isin("s2c", "c2s"))
+    from_broker = F.col("direction") == "s2c"
+    return begins.select(
+        "capture_id", "connection_id",
+        F.when(from_broker, F.col("channel")).otherwise(F.col("remote_channel")).alias("s2c_channel"),
+        F.when(from_broker, F.col("remote_channel")).otherwise(F.col("channel")).alias("c2s_channel"),
+    ).dropDuplicates(["capture_id", "connection_id", "s2c_channel"])
 
 
 def _with_session(df: DataFrame, sessions: DataFrame) -> DataFrame:

@@ -21,7 +21,7 @@ from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.flow_state import flow_timelines
 from amqpscope.pipelines.link_credit import link_state_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
-from amqpscope.pipelines.messages import messages_091
+from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.pipelines.partitioning import by_connection
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.frames import FRAMES_SCHEMA
@@ -140,7 +140,8 @@ def test_shuffles_reads_a_plans_own_shuffles(spark):
 @pytest.mark.parametrize("range_bytes", [64 << 20, 16_384])  # one byte range, and ranges decoded apart
 def test_ingest_hands_frames_and_segments_over_partitioned_by_connection(spark, range_bytes):
     # The decoded rows are persisted hash-partitioned by connection and split by kind keeping that
-    # partitioning: the frames' and the segments' pipelines, and joins of the two, shuffle nothing.
+    # partitioning: the frames' and the segments' pipelines, and joins of tables derived from them
+    # on the connection and more, shuffle nothing (jobs.session: requireAllClusterKeysForCoPartition).
     tables, persisted = decode_tables(spark, resolve_captures([SAMPLES / "mixed.pcapng"]), (5672,),
                                       range_bytes=range_bytes)
     try:
@@ -148,6 +149,13 @@ def test_ingest_hands_frames_and_segments_over_partitioned_by_connection(spark, 
         assert shuffles(tcp_flow_timeline(tables["tcp_segments"])) == []
         assert shuffles(lifecycle_091_timeline(tables["frames"])) == []
         assert shuffles(tables["frames"].join(tables["tcp_segments"], ["capture_id", "connection_id"])) == []
+        # A join on the connection and more (messages_091's, on channel, direction and frame) keeps
+        # that partitioning too: a sort-merge join, as big captures have, sorts and does not shuffle.
+        # deliveries_10 finds its sessions in one pass over the begins (a union of two lost it).
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+        assert shuffles(messages_091(tables["frames"])) == []
+        assert shuffles(deliveries_10(tables["frames"])) == []
     finally:
+        spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
         for df in persisted:
             df.unpersist()
