@@ -18,7 +18,7 @@ own. No task holds a whole capture, and nothing but per-range counts reaches the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -305,7 +305,10 @@ def write_bronze(
             # The first table written runs the decode: its tasks are the ranges, then the connections.
             progress.detail(f"writing {name}")
         lake.write(bronze.table(name), name, replace_capture_ids=[*bronze.capture_ids, *superseded])
-    return bronze
+    # The captures table aggregates every packet read: what follows (the diagnosis, the verdicts,
+    # the report) reads its stored rows, one small file a capture, instead of aggregating again.
+    stored = lake.read("captures", BRONZE_SCHEMAS["captures"]).filter(F.col("capture_id").isin(*bronze.capture_ids))
+    return replace(bronze, tables={**bronze.tables, "captures": stored})
 
 
 def decode_tables(
