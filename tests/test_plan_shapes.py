@@ -15,7 +15,8 @@ from collections import Counter
 
 import pytest
 
-from amqpscope.jobs.ingest import decode_tables, resolve_captures
+from amqpscope.jobs.ingest import decode_captures, decode_tables, resolve_captures, write_bronze
+from amqpscope.jobs.lake import Lake
 from amqpscope.pipelines.channel_unacked import consumer_unacked_timeline
 from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.flow_state import flow_timelines
@@ -159,3 +160,18 @@ def test_ingest_hands_frames_and_segments_over_partitioned_by_connection(spark, 
         spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
         for df in persisted:
             df.unpersist()
+
+
+def test_written_bronze_hands_on_the_stored_captures_table(spark, tmp_path):
+    # The captures table aggregates every packet read. Once written, the steps after ingest read
+    # its stored rows (a scan of one small file a capture) rather than aggregate the packets again.
+    captures = resolve_captures([SAMPLES / "mixed.pcapng"])
+    computed = decode_captures(spark, captures, (5672,))
+    bronze = write_bronze(spark, Lake(spark, tmp_path / "lake"), captures, (5672,))
+    try:
+        plan = bronze.captures._jdf.queryExecution().executedPlan().toString()
+        assert "Aggregate" not in plan and "InMemoryTableScan" not in plan
+        assert bronze.captures.collect() == computed.captures.collect()
+    finally:
+        bronze.release()
+        computed.release()
