@@ -36,6 +36,7 @@ from amqpscope.ingest.ranges import read_container, split
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.progress import Progress, TaskCounters
+from amqpscope.jobs.stages import lake_capture_filter
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.packets import PACKETS_SCHEMA
 
@@ -307,7 +308,7 @@ def write_bronze(
         lake.write(bronze.table(name), name, replace_capture_ids=[*bronze.capture_ids, *superseded])
     # The captures table aggregates every packet read: what follows (the diagnosis, the verdicts,
     # the report) reads its stored rows, one small file a capture, instead of aggregating again.
-    stored = lake.read("captures", BRONZE_SCHEMAS["captures"]).filter(F.col("capture_id").isin(*bronze.capture_ids))
+    stored = lake.read("captures", BRONZE_SCHEMAS["captures"]).filter(lake_capture_filter(bronze.capture_ids))
     return replace(bronze, tables={**bronze.tables, "captures": stored})
 
 
