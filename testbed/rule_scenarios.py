@@ -5,7 +5,11 @@
 
 - ``amqp10_drain_classic``: a few messages in a classic queue, a receiver drains more credit than
   there are messages. RabbitMQ 3.10.8 ends the session with ``amqp:internal-error``
-  (``function_clause`` in ``rabbit_classic_queue:handle_event(send_drained ...)``).
+  (``function_clause`` in ``rabbit_classic_queue:handle_event(send_drained ...)``). The receiver
+  settles nothing: an accept that reaches the broker's session process after that crash makes it
+  crash too (``noproc`` calling the dead channel), and then the broker sends no end, never answers
+  the client's close and resets the connection 2 s later. On a loaded machine that happened in
+  about 1 run in 30 (3 of 80 with three busy loops on 2 cores).
 - ``amqp10_drain_quorum``: the same on a quorum queue, which answers the drain.
 - ``amqp10_pipelined_sessions``: qpid-proton opens the connection, two sessions (channels 0 and 1)
   and a sender on the second before the broker's open arrives (a pipelined open, transport 2.4.2),
@@ -52,12 +56,14 @@ def _delete(host: str, port: int, queue: str) -> None:
 
 
 class _DrainHandler(_Amqp10Handler):
-    """Attach a receiver with no credit, drain ``credit``, accept what comes, close after a while."""
+    """Attach a receiver with no credit, drain ``credit``, accept what comes if ``accept``, close
+    after a while."""
 
-    def __init__(self, host: str, port: int, address: str, credit: int) -> None:
+    def __init__(self, host: str, port: int, address: str, credit: int, accept: bool) -> None:
         super().__init__(host, port)
         self.address = address
         self.credit = credit
+        self.accept_deliveries = accept
         self.received = 0
         self.receiver: Any = None
         self.session_error: str | None = None
@@ -73,7 +79,8 @@ class _DrainHandler(_Amqp10Handler):
 
     def on_message(self, event: Any) -> None:
         self.received += 1
-        self.accept(event.delivery)
+        if self.accept_deliveries:
+            self.accept(event.delivery)
 
     def on_session_error(self, event: Any) -> None:
         self._remember(event.session.remote_condition)
@@ -90,10 +97,10 @@ class _DrainHandler(_Amqp10Handler):
             self.connection.close()
 
 
-def _drain(host: str, port: int, queue_type: str) -> Truth:
+def _drain(host: str, port: int, queue_type: str, accept: bool) -> Truth:
     queue = f"amqpscope.rules.drain-{queue_type}"
     _declare(host, port, queue, queue_type, DRAIN_MESSAGES)
-    handler = _DrainHandler(host, port, f"/amq/queue/{queue}", DRAIN_CREDIT)
+    handler = _DrainHandler(host, port, f"/amq/queue/{queue}", DRAIN_CREDIT, accept)
     Container(handler).run()
     _delete(host, port, queue)
     if handler.error is not None and handler.session_error is None:
@@ -106,19 +113,21 @@ def _drain(host: str, port: int, queue_type: str) -> Truth:
         "messages_in_queue": DRAIN_MESSAGES,
         "drain_credit": DRAIN_CREDIT,
         "messages_received": handler.received,
+        "messages_accepted": handler.received if accept else 0,
         "session_error": handler.session_error,
         "session_error_description": handler.session_error_description,
     }
 
 
 def amqp10_drain_classic(host: str, port: int) -> Truth:
-    """Drain more credit than messages on a classic queue (RabbitMQ 3.10.8 ends the session)."""
-    return _drain(host, port, "classic")
+    """Drain more credit than messages on a classic queue (RabbitMQ 3.10.8 ends the session); settle
+    nothing, so that no accept races the broker's crash (module docstring)."""
+    return _drain(host, port, "classic", accept=False)
 
 
 def amqp10_drain_quorum(host: str, port: int) -> Truth:
     """Drain more credit than messages on a quorum queue."""
-    return _drain(host, port, "quorum")
+    return _drain(host, port, "quorum", accept=True)
 
 
 class _PipelinedHandler(_Amqp10Handler):
