@@ -435,8 +435,8 @@ def test_downsampling_bounds_points_and_keeps_the_extremes(spark):
     short = [("cap", "c2", T0 + timedelta(milliseconds=i), i) for i in range(5)]
     df = spark.createDataFrame(rows + short, "capture_id string, connection_id string, ts timestamp, unacked long")
     x = S.since_start(df["ts"], {"cap": int(T0.timestamp() * 1_000_000)})
-    downsampled = S.downsample(df, ["connection_id"], x, {"unacked": S.F.max("unacked")}, points=100)
-    drawn = S.series_of(downsampled.collect(), ["connection_id"], ["unacked"])["cap"]
+    drawn = S.collect_series(S.downsample(df, ["connection_id"], x, {"unacked": S.F.max("unacked")}, points=100),
+                             ["connection_id"], ["unacked"])["cap"]
     long, kept = (drawn[0], drawn[1]) if drawn[0].key == ("c1",) else (drawn[1], drawn[0])
     assert len(long.x) == 100  # 999 ms in 100 buckets of 9.99 ms
     assert max(long.values["unacked"]) == 99

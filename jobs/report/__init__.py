@@ -24,11 +24,10 @@ from urllib.parse import quote
 
 import pyspark.sql.functions as F
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 
 from amqpscope.jobs.report.context import consumer_context, connection_context, link_context, queue_context
-from amqpscope.jobs.report.batch import collect_together
-from amqpscope.jobs.report.figures import capture_figures, figure_queries
+from amqpscope.jobs.report.figures import capture_figures
 from amqpscope.jobs.report.tables import (
     EXAMPLES_PER_RULE,
     MAX_CAPTURES,
@@ -36,7 +35,6 @@ from amqpscope.jobs.report.tables import (
     capture_rows,
     connection_summary,
     frame_counts,
-    sections as table_sections,
     severity_rank,
     top_rows,
     ts_text,
@@ -86,74 +84,67 @@ class Inputs:
     accounting: DataFrame | None = None  # byte_accounting of the bronze tables, when already made
 
 
-def _spans(inputs: Inputs, shown: Sequence[str]) -> DataFrame:
+def _spans(inputs: Inputs, shown: Sequence[str]) -> dict[str, tuple[int, int]]:
     # Capture id -> (first, last) packet time in epoch microseconds: the charts' time origin.
     source = inputs.captures if inputs.captures is not None else inputs.connections
-    return (
+    rows = (
         source.where(F.col("capture_id").isin(list(shown)))
         .groupBy("capture_id")
         .agg(F.min(F.unix_micros("first_ts")).alias("first"), F.max(F.unix_micros("last_ts")).alias("last"))
+        .collect()
     )
+    return {r["capture_id"]: (r["first"], r["last"]) for r in rows if r["first"] is not None}
 
 
-def _first(df: DataFrame, shown: Sequence[str], order: Sequence[str], limit: int) -> DataFrame:
-    # The first `limit` rows of the shown captures in capture and `order` order.
-    return df.where(F.col("capture_id").isin(list(shown))).orderBy("capture_id", *order).limit(limit)
-
-
-def _by_capture(rows: Sequence[Row], order: Sequence[str]) -> dict[str, list[dict]]:
-    # The rows of a `_first` query grouped by capture, in its order again (collect_together keeps none).
+def _by_capture(df: DataFrame, shown: Sequence[str], order: Sequence[Any], limit: int) -> dict[str, list[dict]]:
     grouped: dict[str, list[dict]] = {}
-    for row in sorted(rows, key=lambda r: (r["capture_id"], *((r[k] is not None, r[k]) for k in order))):
+    for row in df.where(F.col("capture_id").isin(list(shown))).orderBy("capture_id", *order).limit(limit).collect():
         grouped.setdefault(row["capture_id"], []).append(row.asDict(recursive=True))
     return grouped
 
 
-def _finding_frames(frames: DataFrame, findings: Mapping[str, list[dict]]) -> DataFrame | None:
-    # The frames a finding points at (its packet_numbers); None when no finding points at any.
+def _finding_frames(frames: DataFrame, findings: Mapping[str, list[dict]]) -> dict[tuple[str, int], list[dict]]:
+    # The frames a finding points at (its packet_numbers), by (capture, packet number).
     wanted = {(c, p) for c, rows in findings.items() for r in rows for p in (r["packet_numbers"] or [])[:FRAMES_PER_FINDING]}
     if not wanted:
-        return None
-    return (
+        return {}
+    rows = (
         frames.where(F.col("capture_id").isin(sorted({c for c, _ in wanted}))
                      & F.col("packet_number").isin(sorted({p for _, p in wanted})))
         .select("capture_id", "packet_number", "connection_id", "direction", "channel", "frame_type", "method",
                 "frame_size", ts_text("ts"))
         .orderBy("capture_id", "packet_number", "connection_id")
         .limit(10 * len(wanted))
+        .collect()
     )
+    found: dict[tuple[str, int], list[dict]] = {}
+    for row in rows:
+        if (row["capture_id"], row["packet_number"]) in wanted:
+            found.setdefault((row["capture_id"], row["packet_number"]), []).append(row.asDict())
+    return found
 
 
-def _attach_frames(models: Sequence[Mapping[str, Any]], frame_rows: Sequence[Row]) -> None:
-    # Each finding of the models gets the frames of its first packet numbers (on its connection, if any).
-    by_packet: dict[tuple[str, int], list[dict]] = {}
-    for row in sorted(frame_rows, key=lambda r: (r["capture_id"], r["packet_number"], r["connection_id"] or "")):
-        by_packet.setdefault((row["capture_id"], row["packet_number"]), []).append(row.asDict())
-    for model in models:
-        for finding in model["findings"]:
-            finding["frames"] = [
-                frame for p in (finding["packet_numbers"] or [])[:FRAMES_PER_FINDING]
-                for frame in by_packet.get((model["capture_id"], p), [])
-                if finding["connection_id"] is None or frame["connection_id"] == finding["connection_id"]
-            ]
-
-
-def _accounting(inputs: Inputs) -> DataFrame:
-    # Bytes framed, quarantined and missing per capture and direction.
+def _accounting(inputs: Inputs, shown: Sequence[str]) -> dict[str, list[dict]]:
+    if inputs.quarantine is None:
+        return {}
     accounting = inputs.accounting
     if accounting is None:
         accounting = byte_accounting(inputs.connections, inputs.frames, inputs.quarantine)
-    return (
+    per_direction = (
         accounting
         .groupBy("capture_id", "direction")
         .agg(*[F.sum(c).alias(c) for c in ("payload_bytes", "framed_bytes", "quarantined_bytes", "missing_bytes")],
              F.count(F.when(~F.col("balanced"), 1)).alias("unbalanced"))
     )
+    return _by_capture(per_direction, shown, ["direction"], 2 * MAX_CAPTURES)
 
 
-def _quarantine_reasons(quarantine: DataFrame) -> DataFrame:
-    return quarantine.groupBy("capture_id", "reason", "missing").agg(
+def _quarantine_reasons(inputs: Inputs, shown: Sequence[str]) -> dict[str, Section]:
+    if inputs.quarantine is None:
+        return {}
+    reasons = inputs.quarantine.groupBy("capture_id", "reason", "missing").agg(
         F.count(F.lit(1)).alias("runs"), F.sum("byte_count").alias("bytes"), F.min("packet_number").alias("first_packet"))
+    return top_rows(reasons, shown, [F.col("bytes").desc(), F.col("reason")])
 
 
 def _wireshark_filter(connection: Mapping[str, Any] | None, packet_number: int | None) -> str | None:
@@ -242,8 +233,7 @@ def write_report(
     listed, capture_total = capture_rows(captures, [connections, frames, violations])
     shown = [c["capture_id"] for c in listed]
 
-    # Every table of the page, and the captures' time spans, in one Spark query (jobs.report.batch).
-    tops = {
+    sections = {
         "connections": top_rows(connection_summary(connections), shown,
                                 [(F.col("c2s_bytes") + F.col("s2c_bytes")).desc(), F.col("connection_id")]),
         "frames": top_rows(frame_counts(frames), shown,
@@ -254,51 +244,33 @@ def write_report(
                             [F.col("frames").desc(), F.col("connection_id")]),
         "queues": top_rows(queue_context(frames, inputs.flow.get("throughput")), shown,
                            [F.coalesce(F.col("messages_in"), F.lit(0)).desc(), F.col("address")]),
+        "quarantine": _quarantine_reasons(inputs, shown),
     }
-    if quarantine is not None:
-        tops["quarantine"] = top_rows(_quarantine_reasons(quarantine), shown, [F.col("bytes").desc(), F.col("reason")])
     if "consumer_unacked" in inputs.flow:
-        tops["consumers"] = top_rows(consumer_context(inputs.flow["consumer_unacked"]), shown,
-                                     [F.col("deliveries").desc(), F.col("consumer_tag")])
+        sections["consumers"] = top_rows(consumer_context(inputs.flow["consumer_unacked"]), shown,
+                                         [F.col("deliveries").desc(), F.col("consumer_tag")])
     if "link_state" in inputs.flow:
-        tops["links"] = top_rows(link_context(inputs.flow["link_state"]), shown,
-                                 [F.col("deliveries").desc(), F.col("link_name")])
-    lists = {"examples": (violation_examples(violations), ["rule_id", "example"], MAX_CAPTURES * 50 * EXAMPLES_PER_RULE)}
-    if diagnosis is not None:
-        lists["diagnoses"] = (diagnosis, [], MAX_CAPTURES)
-    if bottlenecks is not None:
-        lists["findings"] = (bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN), ["rank"], MAX_CAPTURES * FINDINGS_SHOWN)
-    if dq_summary is not None:
-        lists["dq"] = (dq_summary, ["run_ts"], MAX_CAPTURES)
-    if quarantine is not None:
-        lists["accounting"] = (_accounting(inputs), ["direction"], 2 * MAX_CAPTURES)
-    found = collect_together({
-        **{f"top {name}": query for name, query in tops.items()},
-        **{name: _first(df, shown, order, limit) for name, (df, order, limit) in lists.items()},
-        "spans": _spans(inputs, shown),
-    })
-    sections = {name: table_sections(found[f"top {name}"]) for name in tops}
-    listed_rows = {name: _by_capture(found[name], order) for name, (_, order, _) in lists.items()}
-    examples, diagnoses, findings, dq_rows, accounting = (
-        listed_rows.get(name, {}) for name in ("examples", "diagnoses", "findings", "dq", "accounting"))
-    spans = {r["capture_id"]: (r["first"], r["last"]) for r in found["spans"] if r["first"] is not None}
+        sections["links"] = top_rows(link_context(inputs.flow["link_state"]), shown,
+                                     [F.col("deliveries").desc(), F.col("link_name")])
+    examples = _by_capture(violation_examples(violations), shown, ["rule_id", "example"],
+                           MAX_CAPTURES * 50 * EXAMPLES_PER_RULE)
+    diagnoses = _by_capture(diagnosis, shown, [], MAX_CAPTURES) if diagnosis is not None else {}
+    findings = (_by_capture(bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN), shown, ["rank"],
+                            MAX_CAPTURES * FINDINGS_SHOWN) if bottlenecks is not None else {})
+    finding_frames = _finding_frames(frames, findings)
+    dq_rows = _by_capture(dq_summary, shown, ["run_ts"], MAX_CAPTURES) if dq_summary is not None else {}
+    accounting = _accounting(inputs, shown)
+    spans = _spans(inputs, shown)
 
     time_zone = frames.sparkSession.conf.get("spark.sql.session.timeZone")
     models = [
         _capture_model(capture, inputs, sections, examples.get(capture["capture_id"], []),
                        diagnoses.get(capture["capture_id"]), findings.get(capture["capture_id"], []),
-                       dq_rows.get(capture["capture_id"], []), accounting.get(capture["capture_id"], []),
-                       spans.get(capture["capture_id"]))
+                       finding_frames, dq_rows.get(capture["capture_id"], []),
+                       accounting.get(capture["capture_id"], []), spans.get(capture["capture_id"]))
         for capture in listed
     ]
-    # The frames the findings point at and the charts' data: a second query, which needs the first.
-    plan = figure_queries(inputs, shown, spans)
-    frame_query = _finding_frames(frames, findings)
-    found = collect_together({**(plan.queries if plan else {}), **({"finding frames": frame_query} if frame_query else {})})
-    if plan is not None:
-        plan.release()
-    _attach_frames(models, found.get("finding frames", ()))
-    figures = capture_figures(plan, found, models) if plan is not None else {}
+    figures = capture_figures(inputs, models, spans) if inputs.flow or bottlenecks is not None else {}
     for model in models:
         model["charts"] = figures.get(model["capture_id"], [])
     charts_drawn = any(model["charts"] for model in models)
@@ -330,8 +302,9 @@ def _suites(verdicts: VerdictRun | None) -> list[dict[str, Any]] | None:
 
 def _capture_model(
     capture: Mapping[str, Any], inputs: Inputs, sections: Mapping[str, Mapping[str, Section]],
-    examples: list[dict], diagnosis: list[dict] | None, findings: list[dict], dq_rows: list[dict],
-    accounting: list[dict], span: tuple[int, int] | None,
+    examples: list[dict], diagnosis: list[dict] | None, findings: list[dict],
+    finding_frames: Mapping[tuple[str, int], list[dict]], dq_rows: list[dict], accounting: list[dict],
+    span: tuple[int, int] | None,
 ) -> dict[str, Any]:
     """Everything the template shows of one capture, with the anchors that tie it together."""
     capture_id = capture["capture_id"]
@@ -381,8 +354,11 @@ def _capture_model(
 
     finding_models = []
     for f in findings:
+        frames = [fr for p in (f["packet_numbers"] or [])[:FRAMES_PER_FINDING]
+                  for fr in finding_frames.get((capture_id, p), [])
+                  if f["connection_id"] is None or fr["connection_id"] == f["connection_id"]]
         model = {**f, "target": target(f["connection_id"], f["channel"], f["consumer_tag"], f["link_name"], None, f["queue"]),
-                 "frames": [], "evidence": sorted((f["evidence"] or {}).items())}  # frames: _attach_frames
+                 "frames": frames, "evidence": sorted((f["evidence"] or {}).items())}
         finding_models.append(model)
         if f["connection_id"] in entities:
             entities[f["connection_id"]]["findings"].append(model)

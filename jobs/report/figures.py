@@ -7,11 +7,9 @@ its HTML id, its title, a note (what was left out), and its escaped JSON.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyspark.sql.functions as F
-from pyspark.sql import DataFrame, Row
 
 from amqpscope.jobs.report import series as S
 from amqpscope.jobs.report.charts import embedded_json, lane_label, line_chart, timeline_chart, wire
@@ -23,67 +21,18 @@ if TYPE_CHECKING:
 _DIRECTION = {"c2s": "client→broker", "s2c": "broker→client"}
 
 
-@dataclass(frozen=True)
-class FigureQueries:
-    """The Spark queries behind the charts of the shown captures (collected with others by the
-    caller, ``batch.collect_together``) and what drawing them needs besides their rows."""
-
-    queries: Mapping[str, DataFrame]
-    starts: Mapping[str, int]  # capture id -> first packet, epoch microseconds
-    ends: Mapping[str, float]  # capture id -> its last packet, seconds after the first
-    widths: Mapping[str, float]  # capture id -> rate bucket width, seconds
-    persisted: tuple[DataFrame, ...]  # to unpersist once collected
-
-    def release(self) -> None:
-        for df in self.persisted:
-            df.unpersist()
-
-
-# Chart data: the series' keys and value columns (jobs.report.series).
-_SERIES = {
-    "unacked": (["connection_id", "channel", "consumer_tag"], ["unacked", "prefetch"]),
-    "credit": (["connection_id", "link_name", "sender_side"], ["link_credit", "delivery_count"]),
-    "confirms": (["connection_id", "channel"], ["outstanding"]),
-    "rate-connection": (["connection_id", "direction"], ["messages_per_s", "bytes_per_s"]),
-    "rate-address": (["address", "direction"], ["messages_per_s", "bytes_per_s"]),
-    "tcp": (["connection_id", "direction"], ["window", "zero_windows"]),
-}
-
-
-def figure_queries(inputs: Inputs, shown: Sequence[str], spans: Mapping[str, tuple[int, int]]) -> FigureQueries | None:
-    """The queries of the charts of ``shown`` captures that have a time span (None: no chart)."""
-    shown = [c for c in shown if c in spans]
-    if not shown or not (inputs.flow or inputs.bottlenecks is not None):
-        return None
+def capture_figures(
+    inputs: Inputs, models: Sequence[Mapping[str, Any]], spans: Mapping[str, tuple[int, int]]
+) -> dict[str, list[dict[str, Any]]]:
+    """Capture id -> its charts, in page order."""
+    shown = [m["capture_id"] for m in models if m["capture_id"] in spans]
+    if not shown:
+        return {}
     starts = {c: spans[c][0] for c in shown}
     ends = {c: (spans[c][1] - spans[c][0]) / 1e6 for c in shown}  # seconds after the start
-    widths = {c: S.rate_width(ends[c]) for c in shown}
-    flow = {name: df.where(F.col("capture_id").isin(shown)) for name, df in inputs.flow.items()}
-    queries = {"markers": S.violation_markers(inputs.violations.where(F.col("capture_id").isin(shown)), starts)}
-    if "flow_intervals" in flow:
-        queries["lanes"] = S.lanes(flow["flow_intervals"], starts, ends)
-    if "consumer_unacked" in flow:
-        queries["unacked"] = S.unacked_series(flow["consumer_unacked"], starts)
-    if "link_state" in flow:
-        queries["credit"] = S.link_series(flow["link_state"].where(F.col("link_credit_snd").isNotNull()), starts)
-    if "channel_confirms" in flow:
-        queries["confirms"] = S.confirms_series(flow["channel_confirms"], starts)
-    # Both rate charts bucket the same message rows: found once (a join and windows over the frames).
-    messages = message_events(inputs.frames.where(F.col("capture_id").isin(shown)), flow.get("link_state")).persist()
-    for scope in ("connection", "address"):
-        queries[f"rate-{scope}"] = S.rate_series(messages, starts, widths, scope)
-    if "tcp_flow" in flow:
-        queries["tcp"] = S.window_series(flow["tcp_flow"], starts)
-    return FigureQueries(queries, starts, ends, widths, (messages,))
-
-
-def capture_figures(
-    plan: FigureQueries, found: Mapping[str, Sequence[Row]], models: Sequence[Mapping[str, Any]],
-) -> dict[str, list[dict[str, Any]]]:
-    """Capture id -> its charts, in page order, from the collected rows of ``plan``'s queries."""
-    starts, ends, widths = plan.starts, plan.ends, plan.widths
     names = {m["capture_id"]: {e["row"]["connection_id"]: e["label"] for e in m["entities"]} for m in models}
-    charts: dict[str, list[dict[str, Any]]] = {c: [] for c in starts}
+    flow = {name: df.where(F.col("capture_id").isin(shown)) for name, df in inputs.flow.items()}
+    charts: dict[str, list[dict[str, Any]]] = {c: [] for c in shown}
 
     def add(capture_id: str, key: str, title: str, figure: dict[str, Any], note: str | None = None) -> None:
         charts[capture_id].append({"id": f"chart-{key}-{len(charts[capture_id])}-{capture_id[:12]}",
@@ -96,37 +45,45 @@ def capture_figures(
         total = max((s.total for s in drawn), default=0)
         return f"The {len(drawn)} busiest of {total} {what} are drawn." if total > len(drawn) else None
 
-    def drawn(chart: str) -> dict[str, list[S.Series]]:
-        if chart not in plan.queries:
-            return {}
-        keys, values = _SERIES[chart]
-        return S.series_of(found[chart], keys, values)
-
-    timelines = _timelines(models, found.get("lanes", ()), found["markers"], starts, ends, who)
+    timelines = _timelines(inputs, models, flow, starts, ends, who)
     for capture_id, figure in timelines.items():
         add(capture_id, "timeline", "Timeline", figure)
 
-    for capture_id, series in drawn("unacked").items():
-        figure = line_chart(
-            "Unacked deliveries and prefetch per consumer", "deliveries", series,
-            [("unacked", "unacked", {}), ("prefetch", "prefetch", {"line": {"shape": "hv", "dash": "dot"}})],
-            lambda s, c=capture_id: wire(f"{who(c, s.key[0])} · ch {s.key[1]} · {s.key[2]}", 70))
-        add(capture_id, "unacked", "Unacked vs prefetch", figure, left_out(series, "consumers"))
-    for capture_id, series in drawn("credit").items():
-        figure = line_chart(
-            "AMQP 1.0 link credit (sender's view) and delivery-count per link", "credit / count", series,
-            [("link_credit", "link-credit", {}),
-             ("delivery_count", "delivery-count", {"line": {"shape": "hv", "dash": "dot"}, "yaxis": "y2"})],
-            lambda s, c=capture_id: wire(f"{who(c, s.key[0])} · {s.key[1]} ({s.key[2]} sends)", 70))
-        figure["layout"]["yaxis2"] = {"title": {"text": "delivery-count"}, "overlaying": "y", "side": "right"}
-        add(capture_id, "credit", "Link credit", figure, left_out(series, "links"))
-    for capture_id, series in drawn("confirms").items():
-        figure = line_chart("Publisher confirms outstanding per channel", "publishes not yet confirmed", series,
-                            [("outstanding", "", {})],
-                            lambda s, c=capture_id: wire(f"{who(c, s.key[0])} · ch {s.key[1]}", 70))
-        add(capture_id, "confirms", "Confirms outstanding", figure, left_out(series, "channels"))
+    if "consumer_unacked" in flow:
+        drawn = S.collect_series(S.unacked_series(flow["consumer_unacked"], starts),
+                                 ["connection_id", "channel", "consumer_tag"], ["unacked", "prefetch"])
+        for capture_id, series in drawn.items():
+            figure = line_chart(
+                "Unacked deliveries and prefetch per consumer", "deliveries", series,
+                [("unacked", "unacked", {}), ("prefetch", "prefetch", {"line": {"shape": "hv", "dash": "dot"}})],
+                lambda s, c=capture_id: wire(f"{who(c, s.key[0])} · ch {s.key[1]} · {s.key[2]}", 70))
+            add(capture_id, "unacked", "Unacked vs prefetch", figure, left_out(series, "consumers"))
+    if "link_state" in flow:
+        drawn = S.collect_series(S.link_series(flow["link_state"].where(F.col("link_credit_snd").isNotNull()), starts),
+                                 ["connection_id", "link_name", "sender_side"], ["link_credit", "delivery_count"])
+        for capture_id, series in drawn.items():
+            figure = line_chart(
+                "AMQP 1.0 link credit (sender's view) and delivery-count per link", "credit / count", series,
+                [("link_credit", "link-credit", {}),
+                 ("delivery_count", "delivery-count", {"line": {"shape": "hv", "dash": "dot"}, "yaxis": "y2"})],
+                lambda s, c=capture_id: wire(f"{who(c, s.key[0])} · {s.key[1]} ({s.key[2]} sends)", 70))
+            figure["layout"]["yaxis2"] = {"title": {"text": "delivery-count"}, "overlaying": "y", "side": "right"}
+            add(capture_id, "credit", "Link credit", figure, left_out(series, "links"))
+    if "channel_confirms" in flow:
+        drawn = S.collect_series(S.confirms_series(flow["channel_confirms"], starts),
+                                 ["connection_id", "channel"], ["outstanding"])
+        for capture_id, series in drawn.items():
+            figure = line_chart("Publisher confirms outstanding per channel", "publishes not yet confirmed", series,
+                                [("outstanding", "", {})],
+                                lambda s, c=capture_id: wire(f"{who(c, s.key[0])} · ch {s.key[1]}", 70))
+            add(capture_id, "confirms", "Confirms outstanding", figure, left_out(series, "channels"))
+    widths = {c: S.rate_width(ends[c]) for c in shown}
+    # Both rate charts bucket the same message rows: found once (a join and windows over the frames).
+    messages = message_events(inputs.frames.where(F.col("capture_id").isin(shown)), flow.get("link_state")).persist()
     for scope, title in (("connection", "per connection"), ("address", "per queue / address")):
-        for capture_id, series in drawn(f"rate-{scope}").items():
+        keys = ["connection_id", "direction"] if scope == "connection" else ["address", "direction"]
+        drawn = S.collect_series(S.rate_series(messages, starts, widths, scope), keys, ["messages_per_s", "bytes_per_s"])
+        for capture_id, series in drawn.items():
             def name(s: S.Series, c: str = capture_id, scope: str = scope) -> str:
                 first = who(c, s.key[0]) if scope == "connection" else s.key[0]
                 return wire(f"{first} {_DIRECTION.get(s.key[1], s.key[1])}", 70)
@@ -138,20 +95,24 @@ def capture_figures(
                                           "rangemode": "tozero"}
             add(capture_id, f"rate-{scope}", f"Throughput {title}", figure,
                 left_out(series, "connection directions" if scope == "connection" else "addresses"))
-    for capture_id, series in drawn("tcp").items():
-        figure = line_chart(
-            "TCP receive window advertised, per connection and sender", "bytes", series, [("window", "", {})],
-            lambda s, c=capture_id: wire(f"{who(c, s.key[0])} {_DIRECTION.get(s.key[1], s.key[1])} advertises", 70))
-        zero = [(x, s) for s in series for x, n in zip(s.x, s.values["zero_windows"]) if n]
-        if zero:
-            figure["data"].append({
-                "type": "scatter", "mode": "markers", "name": "zero window",
-                "x": [x for x, _ in zero], "y": [0] * len(zero),
-                "text": [wire(f"{who(capture_id, s.key[0])} {_DIRECTION.get(s.key[1], s.key[1])}") for _, s in zero],
-                "hovertemplate": "zero window: %{text}<br>%{x:.6f} s<extra></extra>",
-                "marker": {"symbol": "x", "size": 10, "color": "#b00020"},
-            })
-        add(capture_id, "tcp", "TCP windows", figure, left_out(series, "connection directions"))
+    messages.unpersist()
+    if "tcp_flow" in flow:
+        drawn = S.collect_series(S.window_series(flow["tcp_flow"], starts), ["connection_id", "direction"],
+                                 ["window", "zero_windows"])
+        for capture_id, series in drawn.items():
+            figure = line_chart(
+                "TCP receive window advertised, per connection and sender", "bytes", series, [("window", "", {})],
+                lambda s, c=capture_id: wire(f"{who(c, s.key[0])} {_DIRECTION.get(s.key[1], s.key[1])} advertises", 70))
+            zero = [(x, s) for s in series for x, n in zip(s.x, s.values["zero_windows"]) if n]
+            if zero:
+                figure["data"].append({
+                    "type": "scatter", "mode": "markers", "name": "zero window",
+                    "x": [x for x, _ in zero], "y": [0] * len(zero),
+                    "text": [wire(f"{who(capture_id, s.key[0])} {_DIRECTION.get(s.key[1], s.key[1])}") for _, s in zero],
+                    "hovertemplate": "zero window: %{text}<br>%{x:.6f} s<extra></extra>",
+                    "marker": {"symbol": "x", "size": 10, "color": "#b00020"},
+                })
+            add(capture_id, "tcp", "TCP windows", figure, left_out(series, "connection directions"))
     return {c: v for c, v in charts.items() if v}
 
 
@@ -160,7 +121,7 @@ def _width_text(width: float) -> str:
 
 
 def _timelines(
-    models: Sequence[Mapping[str, Any]], lane_rows: Sequence[Row], marker_rows: Sequence[Row],
+    inputs: Inputs, models: Sequence[Mapping[str, Any]], flow: Mapping[str, Any],
     starts: Mapping[str, int], ends: Mapping[str, float], who: Any,
 ) -> dict[str, dict[str, Any]]:
     """The swimlane of each capture: every connection, consumer and link with its lifetime, the
@@ -200,19 +161,20 @@ def _timelines(
                     "label": lane_label(who(capture_id, row["connection_id"]), "link", link["link_name"]),
                     "start": link["first_ts"].timestamp() - t0, "end": link["last_ts"].timestamp() - t0,
                     "hover": wire(f"link {link['link_name']} ({link['sender_side']} sends)")})
-    # At most LANES x INTERVALS_PER_LANE rows a capture: ordered here, sparing Spark a sort.
-    for row in sorted(lane_rows, key=lambda r: (r["capture_id"], r["_series_rank"], r["start"], r["end"])):
-        # Consumers and links send one way: their intervals share the lane of their lifetime.
-        direction = "" if row["entity"] in ("consumer", "link") else _DIRECTION.get(row["direction"], "")
-        label = lane_label(who(row["capture_id"], row["connection_id"]), row["entity"], row["name"], direction)
-        bars[row["capture_id"]].append({
-            "label": label, "start": row["start"], "end": row["end"], "kind": row["cause"],
-            "hover": wire(f"{row['cause']} {row['detail'] or ''}: {row['end'] - row['start']:.6f} s from packet "
-                          f"{row['start_packet_number']} to {row['end_packet_number'] or 'the end'}"),
-        })
-    # At most MARKERS_PER_RULE rows a rule and capture, in time order.
-    for row in sorted(marker_rows, key=lambda r: (r["capture_id"], r["rule_id"], r["x"], r["connection_id"] or "",
-                                                  r["packet_number"] or 0)):
+    if "flow_intervals" in flow:
+        # At most LANES x INTERVALS_PER_LANE rows a capture: ordered here, sparing Spark a sort.
+        lane_rows = sorted(S.lanes(flow["flow_intervals"], starts, ends).collect(),
+                           key=lambda r: (r["capture_id"], r["_series_rank"], r["start"], r["end"]))
+        for row in lane_rows:
+            # Consumers and links send one way: their intervals share the lane of their lifetime.
+            direction = "" if row["entity"] in ("consumer", "link") else _DIRECTION.get(row["direction"], "")
+            label = lane_label(who(row["capture_id"], row["connection_id"]), row["entity"], row["name"], direction)
+            bars[row["capture_id"]].append({
+                "label": label, "start": row["start"], "end": row["end"], "kind": row["cause"],
+                "hover": wire(f"{row['cause']} {row['detail'] or ''}: {row['end'] - row['start']:.6f} s from packet "
+                              f"{row['start_packet_number']} to {row['end_packet_number'] or 'the end'}"),
+            })
+    for row in S.violation_markers(inputs.violations.where(F.col("capture_id").isin(list(starts))), starts).collect():
         markers[row["capture_id"]].append({
             "label": lane_label("violation", row["rule_id"]), "x": row["x"], "kind": row["severity"],
             "hover": wire(f"{row['rule_id']} on {who(row['capture_id'], row['connection_id'])}"

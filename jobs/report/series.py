@@ -10,12 +10,12 @@ Only the ``SERIES`` busiest series of a capture are drawn (the page says how man
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
 import pyspark.sql.functions as F
-from pyspark.sql import Column, DataFrame, Row, Window
+from pyspark.sql import Column, DataFrame, Window
 
 from amqpscope.pipelines.columns import with_columns
 
@@ -107,12 +107,11 @@ class Series:
     total: int  # series of this kind in the capture (drawn or not)
 
 
-def series_of(rows: Iterable[Row], keys: Sequence[str], names: Sequence[str]) -> dict[str, list[Series]]:
-    """Per capture, the series of a downsampled frame's collected rows, busiest first."""
-    records = [row.asDict() for row in rows]
-    fields = records[0].keys() if records else ()
-    rank = ["_series_rank"] if "_series_rank" in fields else []
-    tie = ["_bucket"] if "_bucket" in fields else []  # a series' points in time, equal times too
+def collect_series(df: DataFrame, keys: Sequence[str], names: Sequence[str]) -> dict[str, list[Series]]:
+    """Per capture, the series of a downsampled frame, busiest first."""
+    rank = ["_series_rank"] if "_series_rank" in df.columns else []
+    tie = ["_bucket"] if "_bucket" in df.columns else []  # a series' points in time, equal times too
+    records = [row.asDict() for row in df.collect()]
     # Bounded rows (SERIES x POINTS a capture): ordered here, which spares Spark a sort's two jobs.
     records.sort(key=lambda r: (r["capture_id"], *(_sortable(r[k]) for k in rank or keys), r["x"],
                                 *(r[k] for k in tie)))

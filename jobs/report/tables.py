@@ -11,7 +11,7 @@ from functools import reduce
 from typing import Any
 
 import pyspark.sql.functions as F
-from pyspark.sql import Column, DataFrame, Row, Window
+from pyspark.sql import Column, DataFrame, Window
 
 from amqpscope.expectations.catalogue import SEVERITIES
 
@@ -104,25 +104,20 @@ class Section:
     total: int
 
 
-def top_rows(df: DataFrame, captures: Sequence[str], order: Sequence[Column]) -> DataFrame:
-    """Per capture: the first TOP_ROWS rows in `order`, with ``_rank`` and ``_total`` (the count of
-    all of them); ``sections`` groups its collected rows."""
+def top_rows(df: DataFrame, captures: Sequence[str], order: Sequence[Column]) -> dict[str, Section]:
+    # Per capture: the first TOP_ROWS rows in `order`, and the count of all of them.
     capture_rows = Window.partitionBy("capture_id")  # unordered: counts a capture's rows
     ranked_in_capture = capture_rows.orderBy(*order)  # the table's own order, busiest first
-    return (
+    ranked = (
         df.where(F.col("capture_id").isin(list(captures)))
         .withColumn("_rank", F.row_number().over(ranked_in_capture))
         .withColumn("_total", F.count(F.lit(1)).over(capture_rows))
         .where(F.col("_rank") <= TOP_ROWS)
     )
-
-
-def sections(rows: Iterable[Row]) -> dict[str, Section]:
-    """Capture id -> its Section, from the collected rows of a ``top_rows`` query."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     totals: dict[str, int] = {}
     # At most TOP_ROWS rows a capture: put in order here, which spares Spark a sort's two jobs.
-    for row in sorted(rows, key=lambda r: (r["capture_id"], r["_rank"])):
+    for row in sorted(ranked.collect(), key=lambda r: (r["capture_id"], r["_rank"])):
         record = row.asDict()
         totals[record["capture_id"]] = record.pop("_total")
         record.pop("_rank")
