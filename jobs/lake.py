@@ -12,7 +12,8 @@ Two backends behind one interface:
   staging directory inside the table; the files are moved into the table's Hive-style
   partition directories and delta-rs commits the add actions (and, through the overwrite's
   partition filter, the removes). Only file metadata passes through the driver. Local
-  filesystem only.
+  filesystem only. The few rows the driver makes itself (``write_rows``: the runs table) are
+  written by pyarrow in the same layout instead, and read back by delta-rs: no Spark query.
 
 Schemas: rows must have the table's schema, or that schema with columns added at its end (a newer
 amqpscope adding a column to a table): the commit then widens the table's schema, and the rows of
@@ -36,7 +37,7 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from functools import reduce
@@ -50,6 +51,7 @@ import pyspark.sql.functions as F
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction, create_table_with_add_actions
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
     ByteType,
@@ -135,6 +137,42 @@ class Lake:
             _write_delta_spark(df, path, capture_ids, partition_columns, merge_schema=widens)
         else:
             _write_delta_rs(self.spark, df, path, capture_ids, partition_columns)
+
+    def write_rows(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        schema: StructType,
+        table: str,
+        *,
+        replace_capture_ids: Sequence[str],
+        partition_by: Sequence[str] = (CAPTURE_ID,),
+    ) -> None:
+        """``write`` for a few rows made on the driver (the runs table's bookkeeping): with delta-rs
+        they go to Parquet through pyarrow, no Spark job; with delta-spark, through Spark."""
+        if self.backend == "delta-spark":
+            self.write(self.spark.createDataFrame(list(rows), schema), table,
+                       replace_capture_ids=replace_capture_ids, partition_by=partition_by)
+            return
+        capture_ids = _checked_capture_ids(replace_capture_ids)
+        partition_columns = _checked_partition_columns(schema, partition_by)
+        path = self.table_path(table)
+        _commit_staged(path, schema, capture_ids, partition_columns,
+                       lambda staging: _stage_rows(rows, schema, staging, partition_columns))
+
+    def read_rows(self, table: str, schema: StructType, capture_ids: Sequence[str] | None = None) -> list[dict]:
+        """The rows of ``table`` (of ``capture_ids``, or all) as dicts of ``schema``'s columns: for
+        small tables only. With delta-rs they are read through pyarrow, no Spark job."""
+        if capture_ids is not None and not capture_ids:
+            return []
+        if self.backend == "delta-spark":
+            df = self.read(table, schema)
+            if capture_ids is not None:
+                df = df.filter(F.col(CAPTURE_ID).isin(*capture_ids))
+            return [r.asDict() for r in df.collect()]
+        # On the partition column: only the chosen captures' files are read.
+        chosen = [(CAPTURE_ID, "in", sorted(set(capture_ids)))] if capture_ids is not None else None
+        found = DeltaTable(self.table_path(table)).to_pyarrow_table(filters=chosen)
+        return found.select(schema.fieldNames()).to_pylist()
 
     def remove_stale_staging(self) -> list[str]:
         """Remove the staging folders of delta-rs writes that were killed before they committed
@@ -325,14 +363,22 @@ def _write_delta_rs(
     if timestamp_type != "TIMESTAMP_MICROS":
         raise ValueError("spark.sql.parquet.outputTimestampType must be TIMESTAMP_MICROS, "
                          f"not {timestamp_type} (jobs/session.py sets it)")
+    _commit_staged(path, df.schema, capture_ids, partition_columns,
+                   lambda staging: df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging))
+
+
+def _commit_staged(path: str, rows_schema: StructType, capture_ids: list[str], partition_columns: list[str],
+                   stage: Callable[[str], None]) -> None:
+    """``stage(staging)`` writes the rows' Parquet files into the staging folder in Spark's
+    partition layout; they are moved into the table and committed, replacing ``capture_ids``."""
     name = os.path.basename(path)
     # The columns' comments of schemas/ go into the Delta schema: readers see what each column means.
-    schema = Schema.from_json(_delta_schema_json(documented(name, df.schema)))
+    schema = Schema.from_json(_delta_schema_json(documented(name, rows_schema)))
     table = DeltaTable(path) if DeltaTable.is_deltatable(path) else None
     if table is not None:
         # The commit replaces the table's schema with the rows' one: only a widening keeps the other
         # captures' files readable (their missing columns read as null).
-        _checked_schema_change(path, StructType.fromJson(json.loads(table.schema().to_json())), df.schema)
+        _checked_schema_change(path, StructType.fromJson(json.loads(table.schema().to_json())), rows_schema)
         if table.metadata().partition_columns != partition_columns:
             raise ValueError(f"table {path} is partitioned by {table.metadata().partition_columns}, "
                              f"not {partition_columns}")
@@ -341,7 +387,7 @@ def _write_delta_rs(
     moved: list[str] = []
     committed = False
     try:
-        df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging)
+        stage(staging)
         staged = [f for f in _staged_files(staging, partition_columns) if f.num_records > 0]
         strays = sorted({f.partition_values[CAPTURE_ID] or "" for f in staged} - set(capture_ids))
         if strays:
@@ -364,7 +410,7 @@ def _write_delta_rs(
                 modification_time=int(os.path.getmtime(target) * 1000),
                 data_change=True,
                 # Row count, min, max and null counts from the footer: readers skip files on them.
-                stats=file_stats(target, df.schema, partition_columns),
+                stats=file_stats(target, rows_schema, partition_columns),
             ))
         if table is None:
             create_table_with_add_actions(path, schema, adds, mode="error", partition_by=partition_columns,
@@ -384,6 +430,36 @@ def _write_delta_rs(
             os.rmdir(os.path.dirname(staging))
         except OSError:
             pass  # another write is staging too
+
+
+def _stage_rows(rows: Sequence[Mapping[str, Any]], schema: StructType, staging: str,
+                partition_columns: list[str]) -> None:
+    """Rows made on the driver as Parquet files in ``staging``, laid out as Spark lays out a
+    partitioned write (``col=value`` directories, every column optional, timestamps UTC micros)."""
+    data = StructType([f for f in schema.fields if f.name not in partition_columns])
+    arrow = pa.schema([field.with_nullable(True) for field in to_arrow_schema(data)])
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[c] for c in partition_columns), []).append(row)
+    for values, members in groups.items():
+        directory = os.path.join(staging, *(f"{c}={_partition_dir(v)}" for c, v in zip(partition_columns, values)))
+        os.makedirs(directory, exist_ok=True)
+        columns = {f.name: [row[f.name] for row in members] for f in data.fields}
+        pq.write_table(pa.Table.from_pydict(columns, schema=arrow),
+                       os.path.join(directory, f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"), compression="snappy")
+
+
+# The characters Spark escapes as %XX in a partition directory name (ExternalCatalogUtils), besides
+# the control characters.
+_ESCAPED_IN_PARTITION_DIRS = frozenset('"#%\'*/:=?\\\x7f{[]^')
+
+
+def _partition_dir(value: Any) -> str:
+    """A partition value as Spark names its directory (``_spark_unescape`` reads it back)."""
+    text = _partition_string(value)
+    if text is None or text == "":
+        return _NULL_PARTITION_DIR
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED_IN_PARTITION_DIRS or ord(c) < 0x20 else c for c in text)
 
 
 def _staging_name() -> str:

@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-import pyspark.sql.functions as F
-
 from amqpscope.jobs.lake import Lake
 from amqpscope.schemas.runs import OUTCOME_FAILED_PREFIX, OUTCOME_OK, OUTCOME_RUNNING, RUNS_SCHEMA, STAGES
 
@@ -45,16 +43,16 @@ class StageRun:
 
 
 def stage_runs(lake: Lake, capture_ids: Sequence[str] | None = None) -> dict[tuple[str, str], StageRun]:
-    """The runs rows (of ``capture_ids``, or all) by (capture_id, stage)."""
+    """The runs rows (of ``capture_ids``, or all) by (capture_id, stage); times in UTC."""
     if not lake.exists(RUNS_TABLE):
         return {}
-    df = lake.read(RUNS_TABLE, RUNS_SCHEMA)
-    if capture_ids is not None:
-        if not capture_ids:
-            return {}
-        df = df.filter(F.col("capture_id").isin(*capture_ids))
-    rows = [StageRun(**r.asDict()) for r in df.collect()]  # a few rows per capture
+    rows = [StageRun(**{k: _utc(v) for k, v in r.items()}) for r in lake.read_rows(RUNS_TABLE, RUNS_SCHEMA, capture_ids)]
     return {(r.capture_id, r.stage): r for r in rows}
+
+
+def _utc(value: object) -> object:
+    # Spark collects timestamps as naive local times, pyarrow as aware UTC ones: both as aware UTC.
+    return value.astimezone(timezone.utc) if isinstance(value, datetime) else value
 
 
 def mark(lake: Lake, run_id: str, stage: str, capture_ids: Sequence[str], outcome: str,
@@ -80,8 +78,7 @@ def mark(lake: Lake, run_id: str, stage: str, capture_ids: Sequence[str], outcom
         source = (source_runs or {}).get(cid, before.source_run if same_run else None)
         ended = None if outcome == OUTCOME_RUNNING else now
         rows.append(StageRun(cid, stage, run_id, started, ended, outcome, source))
-    df = lake.spark.createDataFrame([r.__dict__ for r in rows], RUNS_SCHEMA)
-    lake.write(df, RUNS_TABLE, replace_capture_ids=ids)
+    lake.write_rows([r.__dict__ for r in rows], RUNS_SCHEMA, RUNS_TABLE, replace_capture_ids=ids)
 
 
 def completeness(runs: Mapping[tuple[str, str], StageRun], capture_id: str) -> str:
@@ -125,4 +122,4 @@ def failed_outcome(exc: BaseException) -> str:
 def forget(lake: Lake, capture_ids: Sequence[str]) -> None:
     """Drop the runs rows of captures no longer in the lake (superseded by a longer rotation)."""
     if capture_ids and lake.exists(RUNS_TABLE):
-        lake.write(lake.spark.createDataFrame([], RUNS_SCHEMA), RUNS_TABLE, replace_capture_ids=capture_ids)
+        lake.write_rows([], RUNS_SCHEMA, RUNS_TABLE, replace_capture_ids=capture_ids)

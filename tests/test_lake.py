@@ -273,3 +273,73 @@ def test_a_failed_commit_leaves_no_files_behind(spark, lake, monkeypatch):
 
     assert sorted(os.path.join(d, f) for d, _, fs in os.walk(table_dir) for f in fs) == files_before
     assert sorted(os.listdir(table_dir)) == ["_delta_log", "capture_id=cap-a"]
+
+
+# --- a few rows made on the driver: write_rows / read_rows (the runs table) ---------------------
+
+SMALL = "capture_id string, stage string, started timestamp, ended timestamp, n long"
+
+
+def small_rows(capture_ids) -> list[dict]:
+    return [{"capture_id": cid, "stage": stage, "started": TS, "ended": TS2 if stage == "ingest" else None, "n": i}
+            for i, cid in enumerate(capture_ids) for stage in ("ingest", "derive")]
+
+
+def executions(spark) -> int:
+    # SQL executions the session has run so far (Spark's own SQL status store, kept without a UI).
+    return spark._jsparkSession.sharedState().statusStore().executionsCount()
+
+
+def test_rows_written_on_the_driver_read_as_spark_wrote_them(spark, lake):
+    ids = ["cap-a", "a b", "x:y%z/w", "it's", "ü", "q=1?#[]"]
+    schema = spark.createDataFrame([], SMALL).schema
+    lake.write_rows(small_rows(ids), schema, "small", replace_capture_ids=ids)
+    lake.write(spark.createDataFrame(small_rows(ids), schema), "by_spark", replace_capture_ids=ids)
+
+    # Spark reads them (partition values from the directories), with the same rows and schema.
+    assertDataFrameEqual(lake.read("small"), lake.read("by_spark"))
+    assert lake.read("small").schema == lake.read("by_spark").schema
+    # The same directories and Delta schema (columns' comments included) as Spark's write.
+    directories = {t: sorted(os.path.dirname(f).rsplit("/", 1)[1] for f in log_files(lake, t)) for t in ("small", "by_spark")}
+    assert directories["small"] == directories["by_spark"]
+    assert DeltaTable(lake.table_path("small")).schema() == DeltaTable(lake.table_path("by_spark")).schema()
+    # Statistics for file skipping, as for Spark's files.
+    small = pa.table(DeltaTable(lake.table_path("small")).get_add_actions(flatten=True)).to_pylist()
+    assert {(r["partition.capture_id"], r["num_records"], r["min.started"], r["null_count.ended"]) for r in small} == {
+        (cid, 2, TS, 1) for cid in ids}
+
+
+def test_read_rows_gives_the_rows_of_the_chosen_captures(spark, lake):
+    schema = spark.createDataFrame([], SMALL).schema
+    lake.write_rows(small_rows(["cap-a", "cap-b"]), schema, "small", replace_capture_ids=["cap-a", "cap-b"])
+
+    def key(r):
+        return (r["capture_id"], r["stage"])
+
+    written = small_rows(["cap-a", "cap-b"])
+    assert sorted(lake.read_rows("small", schema, ["cap-b"]), key=key) == sorted(
+        [r for r in written if r["capture_id"] == "cap-b"], key=key)
+    assert sorted(lake.read_rows("small", schema), key=key) == sorted(written, key=key)
+    assert lake.read_rows("small", schema, []) == []
+
+
+def test_write_rows_replaces_only_its_captures_and_runs_no_spark_job(spark, lake):
+    schema = spark.createDataFrame([], SMALL).schema
+    lake.write_rows(small_rows(["cap-a", "cap-b"]), schema, "small", replace_capture_ids=["cap-a", "cap-b"])
+    before = executions(spark)
+    again = [{**r, "n": 9} for r in small_rows(["cap-b"])]
+    lake.write_rows(again, schema, "small", replace_capture_ids=["cap-b"])
+    lake.write_rows([], schema, "small", replace_capture_ids=["cap-a"])  # cap-a's rows go
+    found = lake.read_rows("small", schema)
+    assert executions(spark) == before
+    assert sorted((r["capture_id"], r["stage"], r["n"]) for r in found) == [("cap-b", "derive", 9), ("cap-b", "ingest", 9)]
+
+
+def test_write_rows_refuses_rows_of_other_captures_and_commits_nothing(spark, lake):
+    schema = spark.createDataFrame([], SMALL).schema
+    lake.write_rows(small_rows(["cap-a"]), schema, "small", replace_capture_ids=["cap-a"])
+    version = DeltaTable(lake.table_path("small")).version()
+    with pytest.raises(ValueError, match="cap-b"):
+        lake.write_rows(small_rows(["cap-b"]), schema, "small", replace_capture_ids=["cap-a"])
+    assert DeltaTable(lake.table_path("small")).version() == version
+    assert sorted(os.listdir(lake.table_path("small"))) == ["_delta_log", "capture_id=cap-a"]
