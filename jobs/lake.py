@@ -160,19 +160,22 @@ class Lake:
                        lambda staging: _stage_rows(rows, schema, staging, partition_columns))
 
     def read_rows(self, table: str, schema: StructType, capture_ids: Sequence[str] | None = None) -> list[dict]:
-        """The rows of ``table`` (of ``capture_ids``, or all) as dicts of ``schema``'s columns: for
-        small tables only. With delta-rs they are read through pyarrow, no Spark job."""
+        """The rows of ``table`` (of ``capture_ids``, or all) as dicts of ``schema``'s columns (nested
+        structs as dicts too): for small tables only. With delta-rs they are read through pyarrow,
+        no Spark job."""
         if capture_ids is not None and not capture_ids:
             return []
         if self.backend == "delta-spark":
             df = self.read(table, schema)
             if capture_ids is not None:
                 df = df.filter(F.col(CAPTURE_ID).isin(*capture_ids))
-            return [r.asDict() for r in df.collect()]
+            return [r.asDict(recursive=True) for r in df.collect()]  # nested rows as dicts, as pyarrow gives them
         # On the partition column: only the chosen captures' files are read.
         chosen = [(CAPTURE_ID, "in", sorted(set(capture_ids)))] if capture_ids is not None else None
         found = DeltaTable(self.table_path(table)).to_pyarrow_table(filters=chosen)
-        return found.select(schema.fieldNames()).to_pylist()
+        names = schema.fieldNames()
+        # A column the table does not have yet (written by an older amqpscope) reads as null, as with read().
+        return [{name: row.get(name) for name in names} for row in found.to_pylist()]
 
     def remove_stale_staging(self) -> list[str]:
         """Remove the staging folders of delta-rs writes that were killed before they committed

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import CaptureError, capture_id
@@ -119,10 +120,12 @@ def _known_captures(lake: Lake) -> dict[str, tuple[str, ...] | None]:
     if not lake.exists("captures"):
         return {}
     unfinished = {cid for (cid, stage), r in runs.stage_runs(lake).items() if stage == "ingest" and not r.ok}
-    rows = lake.read("captures").select("capture_id", "status", "parts.content_hash").toLocalIterator()
+    # A row per capture: read on the driver (no Spark query with delta-rs).
+    rows = lake.read_rows("captures", StructType([CAPTURES_SCHEMA[c] for c in ("capture_id", "status", "parts")]))
     return {
-        r.capture_id: None if (r.status or "").startswith("failed") else tuple(r.content_hash or (r.capture_id,))
-        for r in rows if r.capture_id not in unfinished
+        r["capture_id"]: None if (r["status"] or "").startswith("failed")
+        else tuple([p["content_hash"] for p in r["parts"] or ()] or (r["capture_id"],))
+        for r in rows if r["capture_id"] not in unfinished
     }
 
 

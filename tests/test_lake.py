@@ -343,3 +343,12 @@ def test_write_rows_refuses_rows_of_other_captures_and_commits_nothing(spark, la
         lake.write_rows(small_rows(["cap-b"]), schema, "small", replace_capture_ids=["cap-a"])
     assert DeltaTable(lake.table_path("small")).version() == version
     assert sorted(os.listdir(lake.table_path("small"))) == ["_delta_log", "capture_id=cap-a"]
+
+
+def test_read_rows_gives_null_for_a_column_the_table_does_not_have_yet(spark, lake):
+    older = spark.createDataFrame([], "capture_id string, stage string").schema
+    lake.write_rows([{"capture_id": "cap-a", "stage": "ingest"}], older, "small", replace_capture_ids=["cap-a"])
+    newer = spark.createDataFrame([], SMALL).schema
+    assert lake.read_rows("small", newer) == [
+        {"capture_id": "cap-a", "stage": "ingest", "started": None, "ended": None, "n": None}]
+    assert [r.asDict() for r in lake.read("small", newer).collect()] == lake.read_rows("small", newer)
