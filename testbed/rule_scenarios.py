@@ -65,6 +65,7 @@ class _DrainHandler(_Amqp10Handler):
         self.credit = credit
         self.accept_deliveries = accept
         self.received = 0
+        self.accepted = 0
         self.receiver: Any = None
         self.session_error: str | None = None
         self.session_error_description: str | None = None
@@ -81,6 +82,7 @@ class _DrainHandler(_Amqp10Handler):
         self.received += 1
         if self.accept_deliveries:
             self.accept(event.delivery)
+            self.accepted += 1
 
     def on_session_error(self, event: Any) -> None:
         self._remember(event.session.remote_condition)
@@ -113,7 +115,7 @@ def _drain(host: str, port: int, queue_type: str, accept: bool) -> Truth:
         "messages_in_queue": DRAIN_MESSAGES,
         "drain_credit": DRAIN_CREDIT,
         "messages_received": handler.received,
-        "messages_accepted": handler.received if accept else 0,
+        "messages_accepted": handler.accepted,
         "session_error": handler.session_error,
         "session_error_description": handler.session_error_description,
     }
