@@ -19,6 +19,10 @@ One command (also in ``make bench``):
    same file; then, where Debian's chromium and chromium-driver are installed, the analyze's
    ``report.html`` opened from disk in headless chromium (``testbed.browser``): its size and the
    milliseconds to DOMContentLoaded, load and every chart drawn.
+   Last, the sample analysed twice in one process: the second run, on a warm JVM, is split into the
+   time an SQL execution was running (Spark's SQL status store), the time the driver's main thread
+   spent in Py4J round trips outside them (building the plans, reading results back), and the rest
+   (Python on the driver). That is where a fixed cost that a warm JVM does not remove goes.
 3. Printed and written to ``OUT/end_to_end.json``: wall and CPU seconds of every run, the seconds
    until analyze knew its answer (the diagnosis headline it prints first), the Spark jobs and
    stages of each analyze step, the fixed cost (analyze of the small sample), the marginal CPU
@@ -96,6 +100,103 @@ def _child_analyze(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
         "stages": sum(w.stages for w in work.values()),
         "frames": result.row_counts["frames"],
         "suites_passed": result.suites_passed,
+    }
+
+
+class _RoundTrips:
+    """Every Py4J round trip the driver makes while active: (start, end) in epoch seconds, on the main
+    thread (the one that builds the plans and waits for the queries)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, float]] = []
+
+    def __enter__(self) -> _RoundTrips:
+        import threading
+
+        import py4j.clientserver
+
+        self._cls = py4j.clientserver.ClientServerConnection
+        original = self._original = self._cls.send_command
+        calls, main = self.calls, threading.main_thread()
+
+        def send_command(connection, command):  # noqa: ANN001, ANN202 (py4j's own signature)
+            started = time.time()
+            try:
+                return original(connection, command)
+            finally:
+                if threading.current_thread() is main:
+                    calls.append((started, time.time()))
+
+        self._cls.send_command = send_command
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cls.send_command = self._original
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _outside(call: tuple[float, float], union: list[tuple[float, float]]) -> float:
+    """Seconds of ``call`` outside every interval of ``union``."""
+    start, end = call
+    inside = sum(max(0.0, min(end, b) - max(start, a)) for a, b in union if a < end and b > start)
+    return end - start - inside
+
+
+def _sql_executions(spark, since: float, until: float) -> list[tuple[float, float]]:  # noqa: ANN001
+    """(start, end) in epoch seconds of the SQL executions that ran between ``since`` and ``until``,
+    from Spark's SQL status store (what the Spark UI's SQL tab lists)."""
+    listed = spark._jsparkSession.sharedState().statusStore().executionsList()
+    spans = []
+    for i in range(listed.size()):
+        execution = listed.apply(i)
+        done = execution.completionTime()
+        start, end = execution.submissionTime() / 1e3, (done.get().getTime() / 1e3 if done.isDefined() else until)
+        if end > since and start < until:
+            spans.append((max(start, since), min(end, until)))
+    return spans
+
+
+def _child_warm(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
+    """The capture analysed twice in one process: where the second run, on a warm JVM, spends its time."""
+    from amqpscope.conf.settings import AnalyzeConfig
+    from amqpscope.jobs.analyze import analyze
+    from amqpscope.jobs.derive import VERDICTS_MODULE
+    from amqpscope.jobs.stages import job_session
+
+    def config(name: str) -> AnalyzeConfig:
+        return AnalyzeConfig(lake=Path(lake) / name, ports=ports, report=Path(lake) / f"{name}.html")
+
+    with job_session(config("cold"), "amqpscope-analyze", preload_modules=(VERDICTS_MODULE,)) as spark:
+        started = time.perf_counter()
+        analyze(spark, [capture], config("cold"))
+        cold = time.perf_counter() - started
+        timings: dict[str, float] = {}
+        with _RoundTrips() as trips:
+            since = time.time()
+            analyze(spark, [capture], config("warm"), timings)
+            until = time.time()
+        executions = _sql_executions(spark, since, until)
+    warm = until - since
+    queries = _union(executions)
+    in_queries = sum(b - a for a, b in queries)
+    planning = sum(_outside(call, queries) for call in trips.calls)
+    return {
+        "cold_s": round(cold, 2), "warm_s": round(warm, 2),
+        "stage_seconds": {k: round(v, 2) for k, v in timings.items()},
+        "sql_executions": len(executions),
+        "in_queries_s": round(in_queries, 2),  # an SQL execution running (planning, jobs, commits of its write)
+        "round_trips": len(trips.calls),
+        "round_trips_outside_queries_s": round(planning, 2),  # the driver building plans, reading results
+        "rest_s": round(warm - in_queries - planning, 2),  # Python on the driver: delta-rs commits, GX, the page
     }
 
 
@@ -213,8 +314,20 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
         tshark["frames"] = tshark_frames(capture, ports)
         rows.append({"name": name, "file": str(capture), "megabytes": round(capture.stat().st_size / 1e6, 1),
                      "analyze": analyzed, "tshark": tshark, "report": page})
+    warm = fixed_cost(out, me)
+    ratios = {**derived(bare, rows), "small_warm_vs_bare_spark_wall": round(warm["warm_s"] / bare["wall_s"], 2)}
     return {"machine": machine(), "commit": _commit(), "load_average_at_end": os.getloadavg(),
-            "class_archive": archive, "bare_spark": bare, "captures": rows, "derived": derived(bare, rows)}
+            "class_archive": archive, "bare_spark": bare, "captures": rows, "warm_sample": warm, "derived": ratios}
+
+
+def fixed_cost(out: Path, me: list[str]) -> dict:
+    """Where the fixed cost goes: the sample analysed twice in one process, the second run measured."""
+    lake = Path(tempfile.mkdtemp(prefix="lake-", dir=out))
+    try:
+        print(f"[{time.strftime('%H:%M:%S')}] analyze sample twice in one process ...", file=sys.stderr, flush=True)
+        return _measure([*me, "one-warm", str(SAMPLE), str(lake), str(broker_port(SAMPLE))], out / "analyze-warm.log")
+    finally:
+        shutil.rmtree(lake, ignore_errors=True)
 
 
 def derived(bare: dict, rows: list[dict]) -> dict:
@@ -266,6 +379,17 @@ def markdown(result: dict) -> str:
                   "|---|---|---|---|---|---|"]
         lines += [f"| {name} | {p['bytes']:,} | {p['charts']} | {p['dom_content_loaded_ms']} | {p['load_ms']} | "
                   f"{p['charts_drawn_ms']} |" for name, p in pages]
+    warm = result.get("warm_sample")
+    if warm:
+        lines += ["", f"the sample analysed twice in one process: {warm['cold_s']} s, then {warm['warm_s']} s "
+                      "on the warm JVM; where the second run's time went:", "",
+                  "| warm run of the sample | seconds | count |", "|---|---|---|",
+                  f"| an SQL execution running (the table writes and collects) | {warm['in_queries_s']} | "
+                  f"{warm['sql_executions']} executions |",
+                  f"| Py4J round trips between them (building plans, reading results) | "
+                  f"{warm['round_trips_outside_queries_s']} | {warm['round_trips']:,} round trips |",
+                  f"| the rest: Python on the driver (delta-rs commits, Great Expectations, the page) | "
+                  f"{warm['rest_s']} | |"]
     lines += ["", "| derived | value | goal |", "|---|---|---|"]
     for key, value in result["derived"].items():
         lines.append(f"| {key} | {value} | {GOALS.get(key, '')} |")
@@ -285,6 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "one-spark":
         print(json.dumps(_child_spark()))
+        return 0
+    if argv and argv[0] == "one-warm":
+        capture, lake, ports = argv[1:4]
+        print(json.dumps(_child_warm(capture, lake, tuple(int(p) for p in ports.split(",")))))
         return 0
     if argv and argv[0] == "one-analyze":
         capture, lake, ports = argv[1:4]
