@@ -27,7 +27,7 @@ from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounti
 from amqpscope.pipelines.bottlenecks import bottleneck_findings
 from amqpscope.pipelines.diagnosis import diagnosis
 from amqpscope.pipelines.dq_summary import dq_summary
-from amqpscope.pipelines.flow_state import FLOW_TABLES, derived_tables, flow_timelines
+from amqpscope.pipelines.flow_state import FLOW_TABLES, INTERVAL_INPUTS, TIMELINE_TABLES, FlowTimelines, derived_tables
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.runs import OUTCOME_OK, OUTCOME_RUNNING
@@ -89,13 +89,16 @@ def derive(
         accounting = byte_accounting(bronze["connections"], frames, bronze["quarantine"]).localCheckpoint()
         assert_bytes_accounted(accounting)
         tables: dict[str, DataFrame] = {}
+        # What the diagnosis reads is written first and the diagnosis from it; the other tables
+        # follow its answer (each step's seconds are summed over its two parts).
         with clock.stage("messages"):
-            tables.update(stored(lake, {"messages_091": messages_091(frames), "deliveries_10": deliveries_10(frames)},
-                                 ids, replace, clock))
+            tables.update(stored(lake, {"messages_091": messages_091(frames)}, ids, replace, clock))
+        timelines = FlowTimelines(frames, bronze["tcp_segments"])
         with clock.stage("flow_state"):
-            flow = stored(lake, flow_timelines(frames, bronze["tcp_segments"]), ids, replace, clock)
+            flow = stored(lake, timelines.build(INTERVAL_INPUTS), ids, replace, clock)
             # Intervals and throughput read the stored timelines back rather than recompute them.
-            flow.update(stored(lake, derived_tables(frames, flow), ids, replace, clock))
+            intervals = derived_tables(frames, flow)
+            flow.update(stored(lake, {"flow_intervals": intervals["flow_intervals"]}, ids, replace, clock))
             tables.update(flow)
         with clock.stage("diagnosis"):
             findings = bottleneck_findings(
@@ -108,6 +111,12 @@ def derive(
                                  ids, replace, clock))
         if diagnosed is not None:
             diagnosed()
+        with clock.stage("messages"):
+            tables.update(stored(lake, {"deliveries_10": deliveries_10(frames)}, ids, replace, clock))
+        with clock.stage("flow_state"):
+            rest = [name for name in TIMELINE_TABLES if name not in INTERVAL_INPUTS]
+            tables.update(stored(lake, {**timelines.build(rest), "throughput": intervals["throughput"]},
+                                 ids, replace, clock))
         with clock.stage("verdicts"):
             from amqpscope.expectations.suite import start_verdicts
 

@@ -70,8 +70,9 @@ class StageClock:
         except Exception as exc:
             where = f"stage {name}" + (f", table {self.table}" if self.table else "")
             raise StageFailed(where, exc) from exc
-        self.seconds[name] = time.perf_counter() - start
-        log.info("%s done in %.1f s", name, self.seconds[name])
+        took = time.perf_counter() - start
+        self.seconds[name] = self.seconds.get(name, 0.0) + took  # a step in two parts: both summed
+        log.info("%s done in %.1f s", name, took)
 
     def writing(self, table: str) -> None:
         self.table = table

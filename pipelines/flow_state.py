@@ -6,7 +6,7 @@ bronze frames and tcp_segments tables; flow_intervals and throughput are derived
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from pyspark.sql import DataFrame
 
@@ -48,36 +48,53 @@ _SHARED_INPUT = {
     "link_state": "sessions", "session_window": "sessions", "lifecycle_10": "sessions",
     "channel_unacked": "ledger", "consumer_unacked": "ledger",
 }
+_SHARED_BUILDERS: dict[str, Callable[[DataFrame], DataFrame]] = {"sessions": session_map, "ledger": unacked_ledger}
 TIMELINE_TABLES = (*FRAME_TIMELINES, "tcp_flow")
 DERIVED_TABLES = ("flow_intervals", "throughput")
 FLOW_TABLES = (*TIMELINE_TABLES, *DERIVED_TABLES)
+# The timelines flow_intervals is made of; the bottleneck findings read some of them too, and no
+# other flow-state table (pipelines.bottlenecks). A job writes these first and the diagnosis from
+# them, so its answer comes before the other timelines are written (jobs.derive).
+INTERVAL_INPUTS = ("link_state", "session_window", "consumer_unacked", "channel_unacked", "channel_confirms",
+                   "connection_blocked", "channel_flow", "tcp_flow")
+
+
+class FlowTimelines:
+    """The flow-state timelines (TIMELINE_TABLES) of the bronze frames and tcp_segments tables,
+    built by name when asked for.
+
+    The shared intermediates are computed once each (a Spark job), when a first table needs one:
+    each table that uses the session map would otherwise find it again, twice in its own plan
+    (about twenty query stages on the sample), and the two unacked tables would each replay the
+    ledger's dozen windows (with it computed once, the pair took 0.72-0.83x the time on 1 M frames:
+    docs/BENCHMARKS.md)."""
+
+    def __init__(self, frames: DataFrame, tcp_segments: DataFrame) -> None:
+        self._frames, self._tcp_segments = frames, tcp_segments
+        self._shared: dict[str, DataFrame] = {}
+
+    def build(self, names: Iterable[str]) -> dict[str, DataFrame]:
+        return {name: self._timeline(name) for name in names}
+
+    def _timeline(self, name: str) -> DataFrame:
+        if name == "tcp_flow":
+            return tcp_flow_timeline(self._tcp_segments)
+        shared = _SHARED_INPUT.get(name)
+        if shared is None:
+            return FRAME_TIMELINES[name](self._frames)
+        if shared not in self._shared:
+            self._shared[shared] = _SHARED_BUILDERS[shared](self._frames).localCheckpoint()
+        return FRAME_TIMELINES[name](self._frames, self._shared[shared])
 
 
 def flow_timelines(frames: DataFrame, tcp_segments: DataFrame) -> dict[str, DataFrame]:
-    """The flow-state timelines (TIMELINE_TABLES) from the bronze frames and tcp_segments tables.
-
-    The shared intermediates are computed here, once each (a Spark job now): each table that uses
-    the session map would otherwise find it again, twice in its own plan (about twenty query stages
-    on the sample), and the two unacked tables would each replay the ledger's dozen windows (with
-    it computed once, the pair took 0.72-0.83x the time on 1 M frames: docs/BENCHMARKS.md)."""
-    shared = {"sessions": session_map(frames).localCheckpoint(), "ledger": unacked_ledger(frames).localCheckpoint()}
-    timelines = {name: build(frames, shared[_SHARED_INPUT[name]]) if name in _SHARED_INPUT else build(frames)
-                 for name, build in FRAME_TIMELINES.items()}
-    return {**timelines, "tcp_flow": tcp_flow_timeline(tcp_segments)}
+    """Every flow-state timeline (TIMELINE_TABLES) from the bronze frames and tcp_segments tables."""
+    return FlowTimelines(frames, tcp_segments).build(TIMELINE_TABLES)
 
 
 def derived_tables(frames: DataFrame, timelines: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
     """flow_intervals and throughput (DERIVED_TABLES) from the timelines (best read back from storage)."""
     return {
-        "flow_intervals": flow_intervals(
-            link_state=timelines["link_state"],
-            session_window=timelines["session_window"],
-            consumer_unacked=timelines["consumer_unacked"],
-            channel_unacked=timelines["channel_unacked"],
-            channel_confirms=timelines["channel_confirms"],
-            connection_blocked=timelines["connection_blocked"],
-            channel_flow=timelines["channel_flow"],
-            tcp_flow=timelines["tcp_flow"],
-        ),
+        "flow_intervals": flow_intervals(**{name: timelines[name] for name in INTERVAL_INPUTS}),
         "throughput": throughput(frames, timelines["link_state"]),
     }

@@ -83,19 +83,32 @@ def test_bundle_declares_the_stages_with_their_parameters():
 @pytest.fixture(scope="module")
 def clean(spark, tmp_path_factory):
     """The reference: ``analyze`` on the first sample, in one run; and what its ``answered`` got:
-    the diagnoses and the stages timed by then."""
+    the diagnoses, the stages timed by then and the derived tables in the lake by then."""
     root = tmp_path_factory.mktemp("clean")
     timings: dict[str, float] = {}
-    answers: list[tuple[tuple, list[str]]] = []
+    answers: list[tuple[tuple, list[str], list[str]]] = []
+    store = Lake(spark, root / "lake", backend="delta-rs")
+
+    def answered(found: tuple) -> None:
+        answers.append((found, list(timings), [t for t in DERIVED_TABLES if store.exists(t)]))
+
     result = analyze(spark, [str(FIRST)], AnalyzeConfig(lake=root / "lake", storage="delta-rs"), timings,
-                     answered=lambda found: answers.append((found, list(timings))))
+                     answered=answered)
     return root / "lake", result, answers
+
+
+# What the diagnosis reads (pipelines.bottlenecks: the findings' inputs and flow_intervals' own).
+DIAGNOSIS_INPUTS = {"messages_091", "link_state", "session_window", "consumer_unacked", "channel_unacked",
+                    "channel_confirms", "connection_blocked", "channel_flow", "tcp_flow", "flow_intervals"}
 
 
 def test_analyze_hands_the_diagnoses_over_before_the_verdicts_and_the_report(spark, clean):
     lake, result, answers = clean
-    [(diagnoses, stages_done)] = answers
+    [(diagnoses, stages_done, tables_by_then)] = answers
     assert stages_done == ["ingest", "messages", "flow_state", "diagnosis"]
+    # Only what the diagnosis reads was written before it: the other tables follow the answer.
+    assert set(tables_by_then) == DIAGNOSIS_INPUTS | {"bottlenecks", "diagnosis"}
+    assert all(Lake(spark, lake).exists(t) for t in DERIVED_TABLES)
     assert diagnoses == result.diagnoses
     stored = Lake(spark, lake).read("diagnosis").collect()
     assert [(d["capture_id"], d["headline"]) for d in diagnoses] == [(r.capture_id, r.headline) for r in stored]
