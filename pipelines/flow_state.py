@@ -1,7 +1,9 @@
 """Every flow-state table, named, from the bronze tables: what ``amqpscope analyze`` writes.
 
 Two steps, so a job can store the first before the second reads it: the timelines come from the
-bronze frames and tcp_segments tables; flow_intervals and throughput are derived from them.
+bronze frames and tcp_segments tables; flow_intervals and throughput are derived from them. The
+timelines are built by name (``FlowTimelines``), so a job can write those the diagnosis reads
+(``INTERVAL_INPUTS``) before the others.
 """
 
 from __future__ import annotations
