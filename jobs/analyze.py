@@ -51,9 +51,10 @@ class AnalyzeResult:
     diagnoses: tuple[dict[str, object], ...] = ()
 
 
-# Called with the captures' diagnoses (``headlines``) as soon as they are stored, before the
-# verdicts and the report: the answer an operator waits for, 15 % (1 M frames) to 30 % (the sample)
-# of the run early (docs/BENCHMARKS.md, sixth session).
+# Called with the captures' diagnoses (``headlines``) as soon as they are stored, before the tables
+# the diagnosis does not read (jobs.derive), the verdicts and the report: the answer an operator
+# waits for, 29 % (1 M frames) to 38 % (the sample) of the run early (docs/BENCHMARKS.md,
+# thirteenth session).
 Answered = Callable[[tuple[dict[str, object], ...]], None]
 
 
