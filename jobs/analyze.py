@@ -21,13 +21,13 @@ from amqpscope.jobs import runs
 from amqpscope.jobs.commits import committed_row_counts
 from amqpscope.jobs.derive import DERIVED_TABLES, GOLD_TABLES, MESSAGE_TABLES, VERDICT_TABLES, VERDICTS_MODULE, derive
 from amqpscope.jobs.ingest import CaptureFile, resolve_captures, superseded_captures
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.landing import ingest_files
 from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.report import write_report
 from amqpscope.jobs.session import sized_for
-from amqpscope.jobs.stages import StageClock, job_session, lake_capture_filter
+from amqpscope.jobs.stages import StageClock, job_session
 from amqpscope.pipelines.flow_state import FLOW_TABLES
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.runs import OUTCOME_OK

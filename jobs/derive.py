@@ -21,8 +21,8 @@ from pyspark.sql import DataFrame, SparkSession
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.stages import StageClock, lake_capture_filter, stored
+from amqpscope.jobs.lake import Lake, lake_capture_filter
+from amqpscope.jobs.stages import StageClock, stored
 from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
 from amqpscope.pipelines.bottlenecks import bottleneck_findings
 from amqpscope.pipelines.diagnosis import diagnosis

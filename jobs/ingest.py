@@ -34,9 +34,8 @@ from amqpscope.ingest.packets import LINK_TYPE_NAMES, parse_tcp
 from amqpscope.ingest.pcap import CaptureError, Damage, scan
 from amqpscope.ingest.ranges import read_container, split
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.progress import Progress, TaskCounters
-from amqpscope.jobs.stages import lake_capture_filter
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.packets import PACKETS_SCHEMA
 

@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 import pyspark.sql.functions as F
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction, create_table_with_add_actions
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
@@ -168,7 +168,7 @@ class Lake:
         if self.backend == "delta-spark":
             df = self.read(table, schema)
             if capture_ids is not None:
-                df = df.filter(F.col(CAPTURE_ID).isin(*capture_ids))
+                df = df.filter(lake_capture_filter(capture_ids))
             return [r.asDict(recursive=True) for r in df.collect()]  # nested rows as dicts, as pyarrow gives them
         # On the partition column: only the chosen captures' files are read.
         chosen = [(CAPTURE_ID, "in", sorted(set(capture_ids)))] if capture_ids is not None else None
@@ -222,6 +222,11 @@ class Lake:
             df = self.spark.read.format("delta").load(path)
             return df if schema is None else df.select(*schema.fieldNames())
         return _read_delta_rs(self.spark, path, schema)
+
+
+def lake_capture_filter(capture_ids: Sequence[str]) -> Column:
+    """Rows of the given captures (tables are partitioned by capture_id, so this prunes files)."""
+    return F.col(CAPTURE_ID).isin(*capture_ids) if capture_ids else F.lit(False)
 
 
 def _checked_capture_ids(capture_ids: Sequence[str]) -> list[str]:

@@ -16,10 +16,10 @@ from pyspark.sql import SparkSession
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
 from amqpscope.jobs.derive import ingested_captures
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.report import write_report
 from amqpscope.pipelines.flow_state import FLOW_TABLES
-from amqpscope.jobs.stages import StageClock, lake_capture_filter
+from amqpscope.jobs.stages import StageClock
 from amqpscope.schemas.runs import OUTCOME_OK
 
 log = logging.getLogger("amqpscope.report")

@@ -14,11 +14,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import pyspark.sql.functions as F
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.session import build_session, stop_session
 from amqpscope.threads import in_background
@@ -87,11 +86,6 @@ def stored(lake: Lake, tables: Mapping[str, DataFrame], capture_ids: Sequence[st
         clock.writing(name)
         lake.write(df, name, replace_capture_ids=replace)
     return {name: lake.read(name).filter(lake_capture_filter(capture_ids)) for name in tables}
-
-
-def lake_capture_filter(capture_ids: Sequence[str]) -> Column:
-    """Rows of the given captures (tables are partitioned by capture_id, so this prunes files)."""
-    return F.col("capture_id").isin(*capture_ids) if capture_ids else F.lit(False)
 
 
 def preload(modules: Sequence[str]) -> None:
