@@ -1,7 +1,8 @@
 """Every table of the lake with its description and column comments, read from ``schemas/``.
 
 The schema modules explain their tables and columns in comments: the comment lines above a
-``*_SCHEMA = StructType(...)`` describe the table (else the module's docstring does), a comment
+``*_SCHEMA = StructType(...)`` describe the table (else, in a module of one table, the module's
+docstring does: in a module of several it would describe them all alike), a comment
 at the end of a ``StructField(...)`` line (or on the lines just above it) describes the column.
 This module reads those comments once, so they stay the one place to write them: the lake puts
 them into each Delta table's schema (StructField metadata ``comment``) and description, and
@@ -84,11 +85,13 @@ def _module_tables(module: ModuleType) -> tuple[Table, ...]:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
     }
     docstring = (ast.get_docstring(tree) or "").split("\n\n")[0].replace("\n", " ")
+    constants = [c for c in spans if c.endswith("_SCHEMA") and isinstance(getattr(module, c), StructType)]
+    if len(constants) > 1:
+        docstring = ""
     tables = []
-    for constant, (first, last) in spans.items():
+    for constant in constants:
+        first, last = spans[constant]
         schema = getattr(module, constant)
-        if not constant.endswith("_SCHEMA") or not isinstance(schema, StructType):
-            continue
         comments = _field_comments(lines, first, last)
         # Fields listed in other constants (FRAME_KEY_FIELDS + ...): their comments are there.
         node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == constant)

@@ -50,6 +50,8 @@ EFFECTS = (
 
 ENTITY_KINDS = ("connection", "channel", "consumer", "queue", "session", "link", "node")
 
+# The bottlenecks table: one row per finding, ranked: which entity is held back, by which component
+# of the path, what that does to traffic, when, and the measured figures the verdict rests on.
 BOTTLENECKS_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),
@@ -100,6 +102,7 @@ FINDING_SUMMARY = StructType(
     ]
 )
 
+# The diagnosis table: one row per capture, its top finding as the sentence an operator reads first.
 DIAGNOSIS_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),

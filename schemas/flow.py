@@ -108,8 +108,7 @@ LINK_STATE_SCHEMA = StructType(
     ]
 )
 
-# AMQP 1.0 session flow control after every begin, flow, transfer and end of a session (spec
-# 2.5.6), both endpoints' state on every row. Transfer ids are RFC-1982 serial numbers modulo 2^32.
+# One endpoint's session state: columns client_<name> and server_<name> of session_window.
 _SESSION_ENDPOINT = [
     "next_incoming_id",  # the peer's next-outgoing-id: the transfer-id expected next
     "incoming_window",  # as the endpoint last announced it (begin / flow)
@@ -117,6 +116,9 @@ _SESSION_ENDPOINT = [
     "outgoing_window",  # as the endpoint last announced it
     "remote_incoming_window",  # peer's next-incoming-id + incoming-window - own next-outgoing-id
 ]
+
+# AMQP 1.0 session flow control after every begin, flow, transfer and end of a session (spec
+# 2.5.6), both endpoints' state on every row. Transfer ids are RFC-1982 serial numbers modulo 2^32.
 SESSION_WINDOW_SCHEMA = StructType(
     _EVENT_KEY
     + _FRAME_POSITION

@@ -136,6 +136,7 @@ AMQP091_FIELDS = [
     StructField("body_size", LongType(), True),  # content header
 ]
 
+# The frames table: one row per AMQP frame (or protocol header) seen on the wire.
 FRAMES_SCHEMA = StructType(
     FRAME_KEY_FIELDS
     + FRAME_KIND_FIELDS
@@ -183,7 +184,7 @@ QUARANTINE_SCHEMA = StructType(
     ]
 )
 
-# One row per capture file ingested.
+# One file of a capture.
 CAPTURE_PART = StructType(
     [
         StructField("file_name", StringType(), True),
@@ -192,6 +193,8 @@ CAPTURE_PART = StructType(
     ]
 )
 
+# The captures table: one row per capture ingested (a file, or the rotated parts of one), and one per
+# file that is not a readable capture (status failed: reason).
 CAPTURES_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),
