@@ -9,9 +9,13 @@ partition cannot exchange rows with another), and group rotated files into one c
 here is its own capture). ``ingest`` stays the default way in; the data source suits many small
 captures, and streams.
 
+A file that is not a capture does not fail the read: it becomes its ``captures`` row (status
+``failed: reason``) and a ``quarantine`` row holding its bytes, as ``amqpscope ingest`` records it,
+and gives no rows to the other tables.
+
 The streaming form watches a landing directory: every micro-batch reads the capture files that
-appeared since the last offset (the offset is the sorted list of file names seen), so with a
-checkpoint and ``trigger(availableNow=True)`` each capture is read once.
+appeared since the last offset, so with a checkpoint and ``trigger(availableNow=True)`` each
+capture is read once (``_StreamReader`` says how the offset stays small).
 
 Registered by ``register(spark)`` (also ``amqpscope.register``).
 """
@@ -19,6 +23,7 @@ Registered by ``register(spark)`` (also ``amqpscope.register``).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +36,13 @@ from pyspark.sql.types import StructType
 
 from amqpscope.conf.settings import DEFAULT_PORTS
 from amqpscope.ingest.capture import decode_capture
-from amqpscope.ingest.pcap import capture_id
+from amqpscope.ingest.pcap import CaptureError, capture_id
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 
 FORMAT = "amqp"
 _BATCH_ROWS = 8192
+# How far behind the newest file's modification time the stream's offset lists file names.
+DEFAULT_LOOKBACK_SECONDS = 3600
 
 
 @dataclass
@@ -74,7 +81,8 @@ def _batches(path: str, table: str, ports: tuple[int, ...], schema: StructType) 
     """The rows of ``table`` of one capture file, as Arrow batches."""
     arrow_schema = to_arrow_schema(schema)
     rows: list[dict] = []
-    for kind, row in decode_capture(path, capture_id(path), ports, segments=table == "tcp_segments"):
+    cid = capture_id(path)
+    for kind, row in _or_unreadable(decode_capture(path, cid, ports, segments=table == "tcp_segments"), cid, path):
         if kind != table:
             continue
         rows.append(row)
@@ -83,6 +91,21 @@ def _batches(path: str, table: str, ports: tuple[int, ...], schema: StructType) 
             rows = []
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+
+
+def _or_unreadable(decoded: Iterator[tuple[str, dict]], cid: str, path: str) -> Iterator[tuple[str, dict]]:
+    """``decoded``'s rows; for a file that is not a readable capture (``decode_capture`` raises
+    before its first row), the rows ``amqpscope ingest`` records it with instead."""
+    from amqpscope.jobs.landing import unreadable_rows
+
+    try:
+        first = next(decoded, None)
+    except CaptureError as exc:
+        yield from unreadable_rows(cid, Path(path), exc.reason).items()
+        return
+    if first is not None:
+        yield first
+        yield from decoded
 
 
 class AmqpDataSource(DataSource):
@@ -116,28 +139,66 @@ class _Reader(DataSourceReader):
 
 
 class _StreamReader(DataSourceStreamReader):
-    """New files of the landing directories since the last offset, one partition each."""
+    """New files of the landing directories since the last offset, one partition each.
+
+    An offset is the newest modification time of the files listed (nanoseconds) and the names of
+    the files modified within ``option("lookback", seconds)`` (default an hour) before it. The
+    files it covers are those older than that window and those named: every file listed when it
+    was made. Each batch reads the files the end offset covers and the start offset does not, so
+    a file is read once, also when a batch is run again after a restart, and the offset holds
+    only the names of one window, however many files the directory has seen. A file that lands
+    with a modification time older than the window (copied keeping its time, e.g. ``cp -p``) is
+    not read; one whose time changes (rewritten: new bytes, a new capture id) is read again.
+    """
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = options
         self.table, self.ports = _options(options)
         self.schema = schema
+        seconds = float(options.get("lookback", DEFAULT_LOOKBACK_SECONDS))
+        if seconds < 0:
+            raise ValueError(f"option lookback is seconds, not negative: {seconds}")
+        self.lookback_ns = int(seconds * 1e9)
+
+    def _listing(self) -> dict[str, int]:
+        """Path -> modification time (ns) of the files there now."""
+        found = {}
+        for path in _paths(self.options):
+            try:
+                found[str(path)] = os.stat(path).st_mtime_ns
+            except FileNotFoundError:  # removed since it was listed
+                continue
+        return found
+
+    def _covered(self, offset: dict, path: str, mtime_ns: int) -> bool:
+        return mtime_ns < offset["newest"] - self.lookback_ns or path in offset["recent"]
 
     def initialOffset(self) -> dict:
-        return {"files": []}
+        return {"newest": 0, "recent": []}
 
     def latestOffset(self) -> dict:
-        return {"files": sorted(str(p) for p in _paths(self.options))}
+        listing = self._listing()
+        newest = max(listing.values(), default=0)
+        return {"newest": newest, "recent": sorted(p for p, t in listing.items() if t >= newest - self.lookback_ns)}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        seen = set(start["files"])
-        return [CapturePartition(path) for path in end["files"] if path not in seen]
+        start, end = _offset(start), _offset(end)
+        return [CapturePartition(path) for path, mtime in sorted(self._listing().items())
+                if self._covered(end, path, mtime) and not self._covered(start, path, mtime)]
 
     def read(self, partition: CapturePartition) -> Iterator[pa.RecordBatch]:
         yield from _batches(partition.path, self.table, self.ports, self.schema)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the files stay where they landed."""
+
+
+def _offset(offset: dict) -> dict:
+    """An offset of the checkpoint's log, its names as a set; an offset of an older amqpscope (every
+    file name seen, ``{"files": [...]}``) as one that covers exactly those files."""
+    if "files" in offset:
+        return {"newest": 0, "recent": set(offset["files"])}
+    return {"newest": offset["newest"], "recent": set(offset["recent"])}
 
 
 def register(spark: SparkSession) -> None:

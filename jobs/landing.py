@@ -81,7 +81,7 @@ def ingest_landing(
     Rotated files are decoded as one capture (``ingest.rotation``); when a new part joins a
     capture already in the lake, the whole capture is decoded again and replaces its rows."""
     run_id = run_id or runs.new_run_id()
-    lake = Lake(spark, config.lake, backend=config.storage)
+    lake = Lake.of(spark, config)
     lake.remove_stale_staging()
     known = _known_captures(lake)
     failed_before = {cid for cid, hashes in known.items() if hashes is None}
@@ -129,26 +129,26 @@ def _known_captures(lake: Lake) -> dict[str, tuple[str, ...] | None]:
     }
 
 
+def unreadable_rows(cid: str, path: Path, reason: str) -> dict[str, dict]:
+    """The rows that record a file that is not a readable capture: its ``captures`` row (status
+    names the reason) and one ``quarantine`` row holding all its bytes."""
+    size = path.stat().st_size
+    return {
+        "captures": {"capture_id": cid, "file_name": path.name, "file_size": size,
+                     "parts": [{"file_name": path.name, "file_size": size, "content_hash": cid}],
+                     "packets": 0, "first_ts": None, "last_ts": None, "link_types": None,
+                     "status": f"failed: {reason}"},
+        "quarantine": {"capture_id": cid, "connection_id": None, "direction": None, "stream_offset": 0,
+                       "byte_count": size, "packet_number": None, "missing": False,
+                       "reason": f"capture unreadable: {reason}"},
+    }  # fmt: skip
+
+
 def _record_failures(spark: SparkSession, lake: Lake, failed: dict[str, tuple[Path, str]]) -> None:
     """One captures row (status names the reason) and one quarantine row (all bytes) per bad file."""
-    captures = spark.createDataFrame(
-        [
-            {"capture_id": cid, "file_name": path.name, "file_size": path.stat().st_size,
-             "parts": [{"file_name": path.name, "file_size": path.stat().st_size, "content_hash": cid}],
-             "packets": 0, "first_ts": None, "last_ts": None, "link_types": None, "status": f"failed: {reason}"}
-            for cid, (path, reason) in failed.items()
-        ],
-        CAPTURES_SCHEMA,
-    )  # fmt: skip
-    quarantine = spark.createDataFrame(
-        [
-            {"capture_id": cid, "connection_id": None, "direction": None, "stream_offset": 0,
-             "byte_count": path.stat().st_size, "packet_number": None, "missing": False,
-             "reason": f"capture unreadable: {reason}"}
-            for cid, (path, reason) in failed.items()
-        ],
-        QUARANTINE_SCHEMA,
-    )  # fmt: skip
+    rows = [unreadable_rows(cid, path, reason) for cid, (path, reason) in failed.items()]
+    captures = spark.createDataFrame([r["captures"] for r in rows], CAPTURES_SCHEMA)
+    quarantine = spark.createDataFrame([r["quarantine"] for r in rows], QUARANTINE_SCHEMA)
     ids = list(failed)
     lake.write(quarantine, "quarantine", replace_capture_ids=ids)
     lake.write(captures, "captures", replace_capture_ids=ids)

@@ -1,8 +1,10 @@
 """``format("amqp")``: the samples' frames through the Spark data source, batch and streaming,
-equal the reference decode that ``ingest`` is checked against; a second availableNow run adds nothing."""
+equal the reference decode that ``ingest`` is checked against; a second availableNow run adds nothing; a
+file that is not a capture is recorded, not fatal; the stream's offset stays one window of names."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -79,3 +81,90 @@ def test_stream_ingests_each_new_capture_once(amqp, tmp_path):
     assert [b for b in batches if b] == [[capture_id(FIRST)], [capture_id(SECOND)]]
     assert lake.read("frames").filter(F.col("capture_id") == capture_id(SECOND)).count() == \
         reference(amqp, "frames", SECOND).count()
+
+
+def run_stream(spark, landing: Path, checkpoint: Path, table: str, store) -> None:
+    """One availableNow run of ``table``'s stream over ``landing``; it must end without an error."""
+    query = (spark.readStream.format("amqp").option("table", table).load(str(landing)).writeStream
+             .foreachBatch(store).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert query.exception() is None
+
+
+def test_stream_records_a_file_that_is_not_a_capture_and_goes_on(amqp, tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    shutil.copy(FIRST, landing / FIRST.name)
+    junk = landing / "notes.txt"
+    junk.write_text("not a capture\n" * 10)
+    lake = Lake(amqp, tmp_path / "lake")
+    read: dict[str, list[list[str]]] = {"captures": [], "frames": [], "quarantine": []}
+
+    def store_for(table: str):
+        def store(df, batch_id: int) -> None:
+            ids = sorted(r.capture_id for r in df.select("capture_id").distinct().collect())
+            read[table].append(ids)
+            if ids:
+                lake.write(df, table, replace_capture_ids=ids)
+        return store
+
+    for _ in range(2):  # the second run, on the same checkpoints, reads nothing again and fails on nothing
+        for table in read:
+            run_stream(amqp, landing, tmp_path / f"checkpoint-{table}", table, store_for(table))
+
+    good, bad = capture_id(FIRST), capture_id(junk)
+    assert [b for b in read["captures"] if b] == [sorted([good, bad])]
+    assert [b for b in read["frames"] if b] == [[good]]
+    quarantined_good = [good] if reference(amqp, "quarantine", FIRST).count() else []
+    assert [b for b in read["quarantine"] if b] == [sorted([bad, *quarantined_good])]
+    captures = {r.capture_id: r for r in lake.read("captures").collect()}
+    assert captures[good].status == "ok" and captures[good].packets > 0
+    assert captures[bad].status == "failed: not a pcap or pcapng file"
+    assert (captures[bad].file_name, captures[bad].file_size) == ("notes.txt", junk.stat().st_size)
+    [quarantined] = lake.read("quarantine").filter(F.col("capture_id") == bad).collect()
+    assert (quarantined.byte_count, quarantined.reason) == (junk.stat().st_size,
+                                                            "capture unreadable: not a pcap or pcapng file")
+    assertDataFrameEqual(lake.read("frames"), reference(amqp, "frames", FIRST))
+
+
+def test_stream_offset_names_only_the_files_of_its_window(tmp_path):
+    """The offset holds the newest modification time and the names modified within the lookback
+    before it; each file is in exactly one batch, also one that lands with an older time inside the
+    window, and a batch run again from the same offsets reads the same files."""
+    from amqpscope.jobs.datasource import _StreamReader
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    hour = 3600
+
+    def land(name: str, age_seconds: int) -> Path:
+        path = landing / name
+        shutil.copy(FIRST, path)
+        when = 2_000_000_000 - age_seconds
+        os.utime(path, (when, when))
+        return path
+
+    reader = _StreamReader({"path": str(landing), "lookback": str(hour)}, BRONZE_SCHEMAS["frames"])
+    names = lambda parts: [Path(p.path).name for p in parts]  # noqa: E731
+    for age in (30 * hour, 20 * hour, 10 * hour, 2 * hour):
+        land(f"old-{age // hour}h.pcap", age)
+    land("new.pcap", 0)
+    first = reader.latestOffset()
+    assert first == {"newest": 2_000_000_000 * 10**9, "recent": [str(landing / "new.pcap")]}
+    assert names(reader.partitions(reader.initialOffset(), first)) == [
+        "new.pcap", "old-10h.pcap", "old-20h.pcap", "old-2h.pcap", "old-30h.pcap"]
+    assert reader.latestOffset() == first  # nothing new: the same offset, no batch
+
+    land("late.pcap", 600)  # older than the newest, inside the window
+    land("newer.pcap", -60)
+    second = reader.latestOffset()
+    assert second["newest"] == (2_000_000_000 + 60) * 10**9
+    assert sorted(Path(p).name for p in second["recent"]) == ["late.pcap", "new.pcap", "newer.pcap"]
+    assert names(reader.partitions(first, second)) == ["late.pcap", "newer.pcap"]
+    assert names(reader.partitions(first, second)) == ["late.pcap", "newer.pcap"]  # replayed: the same
+    land("arrived-after.pcap", -30)  # after the offset was taken: not in this batch, in the next
+    assert names(reader.partitions(first, second)) == ["late.pcap", "newer.pcap"]
+    assert names(reader.partitions(second, reader.latestOffset())) == ["arrived-after.pcap"]
+    # An offset of an older amqpscope, every name seen, still covers exactly those files.
+    legacy = {"files": [str(landing / "new.pcap")]}
+    assert "new.pcap" not in names(reader.partitions(legacy, second))
