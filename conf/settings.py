@@ -6,6 +6,7 @@ or a YAML file (``conf/analyze.yml`` documents every key); nothing is read from 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -15,6 +16,7 @@ import yaml
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 
 STORAGE_BACKENDS = ("auto", "delta-rs", "delta-spark")
+_UC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 DEFAULT_PORTS = (5672,)
 
 
@@ -34,6 +36,10 @@ class AnalyzeConfig:
     group_rotated: bool = True
     # Thresholds of the bottleneck diagnosis (conf/diagnosis.py; YAML key ``diagnosis:``).
     diagnosis: DiagnosisThresholds = field(default_factory=DiagnosisThresholds)
+    # Unity Catalog: with both, the tables are catalog.schema.<table> (delta-spark only) and the lake
+    # directory keeps the rest (reports, Data Docs); an empty value is none (a job parameter left blank).
+    catalog: str | None = None
+    schema: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.diagnosis, Mapping):
@@ -45,6 +51,13 @@ class AnalyzeConfig:
         if self.master is not None and not self.master:
             raise ValueError("master must name a Spark master, e.g. local[2] or spark://host:7077")
         object.__setattr__(self, "lake", Path(self.lake))
+        for name in ("catalog", "schema"):
+            value = getattr(self, name) or None
+            if value is not None and not _UC_NAME.fullmatch(value):
+                raise ValueError(f"{name} must be a Unity Catalog name (letters, digits, '_' and '-'), got {value!r}")
+            object.__setattr__(self, name, value)
+        if (self.catalog is None) != (self.schema is None):
+            raise ValueError("catalog and schema go together: give both (tables catalog.schema.<table>) or neither")
 
     def report_path_for(self, run_id: str) -> Path:
         """The report of run ``run_id``: ``report`` when set, else one file per run under the lake,

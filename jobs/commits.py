@@ -28,12 +28,12 @@ def committed_rows(path: str, capture_ids: Sequence[str]) -> int | None:
 
 
 def committed_row_counts(lake: Lake, tables: Sequence[str], capture_ids: Sequence[str]) -> dict[str, int]:
-    """Rows of `capture_ids` per table, from the Delta log where it is on this machine's filesystem
-    (the delta-rs backend's lakes, and delta-spark's local ones); counted by Spark otherwise."""
+    """Rows of `capture_ids` per table, from the Delta log of the delta-rs backend's lakes (partitioned
+    by capture_id, on this machine's filesystem); counted by Spark otherwise (delta-spark's tables
+    are clustered, not partitioned, or in Unity Catalog)."""
     counts = {}
     for table in tables:
-        path = lake.table_path(table)
-        rows = committed_rows(path, capture_ids) if "://" not in path else None
+        rows = committed_rows(lake.table_path(table), capture_ids) if lake.backend == "delta-rs" else None
         if rows is None:
             rows = lake.read(table).filter(F.col(CAPTURE_ID).isin(*capture_ids)).count()
         counts[table] = rows

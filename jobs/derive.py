@@ -167,7 +167,7 @@ def derive_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
                 *, run_id: str | None = None, clock: StageClock | None = None) -> DeriveResult:
     """Derive every capture of the lake whose bronze rows are newer than its derived rows (or the
     given ``capture_ids``, again); remove the derived rows of captures gone from the bronze tables."""
-    lake = Lake(spark, config.lake, backend=config.storage)
+    lake = Lake.of(spark, config)
     run_id = run_id or runs.new_run_id()
     in_bronze = ingested_captures(lake)
     if capture_ids is not None:

@@ -1,15 +1,19 @@
-"""The lake: every amqpscope table, one Delta table per name under one root directory.
+"""The lake: every amqpscope table, one Delta table per name under one root directory, or in a
+Unity Catalog schema.
 
-Tables are partitioned by ``capture_id`` and written capture by capture: a write replaces the
-partitions of the captures it (re)processed, in one Delta commit, so re-running a job on a
-capture is idempotent and leaves every other capture's rows alone.
+Tables are written capture by capture: a write replaces the rows of the captures it
+(re)processed, in one Delta commit, so re-running a job on a capture is idempotent and leaves
+every other capture's rows alone.
 
 Two backends behind one interface:
 
 - ``delta-spark``: Delta Lake's own Spark integration (Databricks, or a JVM with the
-  delta-spark jars). ``replaceWhere`` gives the partition replacement.
-- ``delta-rs``: for a JVM without Delta. Spark computes and writes plain Parquet into a
-  staging directory inside the table; the files are moved into the table's Hive-style
+  delta-spark jars), ``jobs.delta_spark``: tables at ``<root>/<table>`` or, given a catalog and a
+  schema, the Unity Catalog tables ``catalog.schema.<table>``; created with their comments and
+  clustered by ``capture_id``; ``replaceWhere`` on the capture ids gives the replacement.
+- ``delta-rs``: for a JVM without Delta. Tables are partitioned by ``capture_id``. Spark
+  computes and writes plain Parquet into a staging directory inside the table; the files are
+  moved into the table's Hive-style
   partition directories and delta-rs commits the add actions (and, through the overwrite's
   partition filter, the removes). Only file metadata passes through the driver. Local
   filesystem only. The few rows the driver makes itself (``write_rows``: the runs table) are
@@ -63,6 +67,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.jobs import delta_spark
+from amqpscope.jobs.delta_spark import TableRef
 from amqpscope.jobs.lake_stats import file_stats
 from amqpscope.jobs.session import jvm_has_delta
 from amqpscope.schemas.catalog import description, documented
@@ -84,14 +91,21 @@ STALE_STAGING_SECONDS = 24 * 3600
 class Lake:
     """The amqpscope tables under one root, written and read with one of two Delta backends."""
 
-    def __init__(self, spark: SparkSession, root: str | Path, backend: str = "auto") -> None:
+    def __init__(self, spark: SparkSession, root: str | Path, backend: str = "auto",
+                 catalog: str | None = None, schema: str | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        if (catalog is None) != (schema is None):
+            raise ValueError("catalog and schema go together: give both or neither")
         has_delta = jvm_has_delta(spark)
         if backend == "delta-spark" and not has_delta:
             raise ValueError("backend 'delta-spark' needs Delta Lake's jars in the JVM (io.delta.tables)")
         self.spark = spark
         self.backend: str = backend if backend != "auto" else ("delta-spark" if has_delta else "delta-rs")
+        if catalog is not None and self.backend != "delta-spark":
+            raise ValueError(f"Unity Catalog tables ({catalog}.{schema}.<table>) are written by the delta-spark "
+                             f"backend (a Databricks runtime), not {self.backend}")
+        self.catalog, self.schema = catalog, schema
         if self.backend == "delta-rs":
             if "://" in str(root):
                 raise ValueError(f"the delta-rs backend writes through the local filesystem; got root {root!s}")
@@ -99,21 +113,30 @@ class Lake:
         else:
             self.root = str(root).rstrip("/")
 
+    @classmethod
+    def of(cls, spark: SparkSession, config: AnalyzeConfig) -> Lake:
+        """The lake ``config`` names: its root, backend and Unity Catalog schema."""
+        return cls(spark, config.lake, backend=config.storage, catalog=config.catalog, schema=config.schema)
+
     def table_path(self, table: str) -> str:
-        """Where `table` lives: ``<root>/<table>``."""
+        """Where `table` lives without Unity Catalog: ``<root>/<table>``."""
         if not _TABLE_NAME.fullmatch(table):
             raise ValueError(f"table names are letters, digits and '_', not starting with '_'; "
                              f"got {table!r}")
         return f"{self.root}/{table}"
 
+    def table_ref(self, table: str) -> TableRef:
+        """`table` as the delta-spark backend reaches it: ``catalog.schema.<table>``, or its path."""
+        path = self.table_path(table)
+        if self.catalog is not None:
+            return TableRef(table, name=f"{self.catalog}.{self.schema}.{table}")
+        return TableRef(table, path=path)
+
     def exists(self, table: str) -> bool:
         """True when `table` is a Delta table (it has a commit)."""
-        path = self.table_path(table)
         if self.backend == "delta-spark":
-            from delta.tables import DeltaTable as SparkDeltaTable  # the delta-spark pip package
-
-            return bool(SparkDeltaTable.isDeltaTable(self.spark, path))
-        return DeltaTable.is_deltatable(path)
+            return delta_spark.table_exists(self.spark, self.table_ref(table))
+        return DeltaTable.is_deltatable(self.table_path(table))
 
     def write(
         self,
@@ -126,15 +149,21 @@ class Lake:
         """Replace the rows of `replace_capture_ids` in `table` by `df`'s rows, in one commit.
 
         Every row of `df` must belong to one of `replace_capture_ids`; an empty `df` deletes
-        those captures' rows (and creates the table with `df`'s schema if it is new).
+        those captures' rows (and creates the table with `df`'s schema if it is new). delta-spark
+        clusters a new table by `partition_by` instead of partitioning it.
         """
         path = self.table_path(table)
         capture_ids = _checked_capture_ids(replace_capture_ids)
         partition_columns = _checked_partition_columns(df.schema, partition_by)
         if self.backend == "delta-spark":
-            widens = self.exists(table) and _checked_schema_change(
-                path, self.spark.read.format("delta").load(path).schema, df.schema)
-            _write_delta_spark(df, path, capture_ids, partition_columns, merge_schema=widens)
+            ref = self.table_ref(table)
+            widens = False
+            if self.exists(table):
+                widens = _checked_schema_change(str(ref), delta_spark.read_table(self.spark, ref).schema, df.schema)
+            else:
+                delta_spark.create_table(self.spark, ref, documented(table, df.schema), description(table),
+                                               partition_columns)
+            delta_spark.write_rows(df, ref, capture_ids, merge_schema=widens)
         else:
             _write_delta_rs(self.spark, df, path, capture_ids, partition_columns)
 
@@ -208,7 +237,7 @@ class Lake:
         """The captures that have rows in `table` (from the partition values, not the data)."""
         path = self.table_path(table)
         if self.backend == "delta-spark":
-            rows = self.spark.read.format("delta").load(path).select(CAPTURE_ID).distinct().collect()
+            rows = delta_spark.read_table(self.spark, self.table_ref(table)).select(CAPTURE_ID).distinct().collect()
             return {r[CAPTURE_ID] for r in rows}
         actions = pa.table(DeltaTable(path).get_add_actions(flatten=True))
         return {v for v in actions.column(f"partition.{CAPTURE_ID}").to_pylist() if v is not None}
@@ -217,9 +246,10 @@ class Lake:
         """The current snapshot of `table`; with `schema`, exactly its columns in its order."""
         path = self.table_path(table)
         if not self.exists(table):
-            raise FileNotFoundError(f"no Delta table at {path}")
+            raise FileNotFoundError(f"no Delta table at {path}" if self.catalog is None
+                                    else f"no table {self.table_ref(table)}")
         if self.backend == "delta-spark":
-            df = self.spark.read.format("delta").load(path)
+            df = delta_spark.read_table(self.spark, self.table_ref(table))
             return df if schema is None else df.select(*schema.fieldNames())
         return _read_delta_rs(self.spark, path, schema)
 
@@ -254,11 +284,6 @@ def _checked_partition_columns(schema: StructType, partition_by: Sequence[str]) 
     return columns
 
 
-def _sql_string(value: str) -> str:
-    # Spark SQL string literals treat backslash as an escape character by default.
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _checked_schema_change(path: str, table: StructType, rows: StructType) -> bool:
     """Whether rows of schema ``rows`` widen table ``path`` of schema ``table`` (columns added at
     its end); False when the schemas are the same. Any other difference is a ValueError.
@@ -285,16 +310,6 @@ def _checked_schema_change(path: str, table: StructType, rows: StructType) -> bo
                     if found["name"] != field["name"]]
     raise ValueError(f"schema of the rows does not fit table {path} (new columns may only be added at "
                      f"its end): {'; '.join(problems)}")
-
-
-def _write_delta_spark(df: DataFrame, path: str, capture_ids: list[str], partition_columns: list[str],
-                       merge_schema: bool) -> None:
-    predicate = f"`{CAPTURE_ID}` IN ({', '.join(_sql_string(i) for i in capture_ids)})"
-    # replaceWhere also checks that every written row matches the predicate (Delta's default).
-    writer = df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
-    if merge_schema:  # columns added at the end, checked by _checked_schema_change
-        writer = writer.option("mergeSchema", "true")
-    writer.partitionBy(*partition_columns).save(path)
 
 
 # --- delta-rs backend: Spark writes Parquet, delta-rs commits the log ----------------------------

@@ -12,6 +12,10 @@ and at most every ``log_interval`` seconds in between.
 
 Each step is also a Spark job group, so the jobs and stages every step ran can be counted
 afterwards (``Progress.spark_work``: what benchmarks/end_to_end.py reports per stage).
+
+A Spark Connect session (Databricks' standard access mode, serverless compute) has no status
+tracker and no job groups in this process: there the lines name the step and its time only, and
+``spark_work`` counts nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from pathlib import Path
 from typing import Mapping, TextIO
 
 from pyspark.sql import SparkSession
+
+from amqpscope.jobs.session import is_connect
 
 PROGRESS_MODES = ("auto", "always", "never")
 _START = "starting"
@@ -144,6 +150,7 @@ class Progress:
         if mode not in PROGRESS_MODES:
             raise ValueError(f"progress must be one of {', '.join(PROGRESS_MODES)}, not {mode!r}")
         self._spark = spark
+        self._tracked = not is_connect(spark)  # a status tracker and job groups to use
         self._stream = stream if stream is not None else sys.stderr
         self._enabled = mode == "always" or (mode == "auto" and self._stream.isatty())
         self._redraw = self._stream.isatty()
@@ -172,7 +179,8 @@ class Progress:
         if self._counters is not None:
             self._counters.close()
         try:
-            self._spark.sparkContext.clearJobGroup()
+            if self._tracked:
+                self._spark.sparkContext.clearJobGroup()
         except Exception:  # the session stopped first
             pass
 
@@ -189,7 +197,8 @@ class Progress:
             self._counters.clear()
         group = _job_group(len(self._groups), label)
         self._groups.append((label, group))
-        self._spark.sparkContext.setJobGroup(group, label)
+        if self._tracked:
+            self._spark.sparkContext.setJobGroup(group, label)
 
     def decoding(self, capture_bytes: int) -> str | None:
         """The step decodes captures of ``capture_bytes`` bytes: the directory its tasks report
@@ -198,7 +207,10 @@ class Progress:
         return self._counters.directory if self._counters is not None else None
 
     def spark_work(self) -> dict[str, SparkWork]:
-        """Jobs and stages run so far per step label (steps of one label summed), in step order."""
+        """Jobs and stages run so far per step label (steps of one label summed), in step order;
+        nothing on a Spark Connect session."""
+        if not self._tracked:
+            return {}
         tracker = self._spark.sparkContext.statusTracker()
         work: dict[str, SparkWork] = {}
         for label, group in self._groups:
@@ -226,17 +238,19 @@ class Progress:
     def _run(self) -> None:
         while not self._stop.wait(self._poll_interval):
             try:
-                counts = running_stages(self._spark)
+                counts = running_stages(self._spark) if self._tracked else None
             except Exception:  # the context is stopping: nothing more to report
                 return
             self._write(self._line(counts))
 
-    def _line(self, c: StageCounts) -> str:
+    def _line(self, c: StageCounts | None) -> str:
         where = f"[{_clock(time.monotonic() - self._started)}] {self._label}" + (f" > {self._detail}" if self._detail else "")
         if self._capture_bytes and self._counters is not None:
             totals = self._counters.totals()
             if totals:  # the tasks can write to the directory: packets, not tasks
                 return f"{where}: {decode_line(totals, self._capture_bytes, time.monotonic() - self._step_started)}"
+        if c is None:
+            return f"{where}: running"
         if not c.stages:
             return f"{where}: driver work"
         share = f"{100 * c.tasks_done // c.tasks_total}%" if c.tasks_total else "-"

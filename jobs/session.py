@@ -222,15 +222,26 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
 
 
 def _local_with_spark_defaults(spark: SparkSession) -> bool:
-    if not spark.sparkContext.master.startswith("local"):
+    if is_connect(spark) or not spark.sparkContext.master.startswith("local"):
         return False
     launched_with = spark.sparkContext.getConf()
     return all(not launched_with.contains(key) and spark.conf.get(key, default) == default
                for key, (_, default) in _INTERPRETED.items())
 
 
+def is_connect(spark: SparkSession) -> bool:
+    """True for a Spark Connect session (Databricks' standard access mode and serverless compute),
+    which has no SparkContext, JVM gateway or status tracker in this process."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def jvm_has_delta(spark: SparkSession) -> bool:
-    """True when the JVM can load Delta Lake's Spark integration (Databricks, delta-spark jars)."""
+    """True when the JVM can load Delta Lake's Spark integration (Databricks, delta-spark jars).
+
+    A Spark Connect session has no JVM here to ask: on a Databricks runtime (its driver sets
+    ``DATABRICKS_RUNTIME_VERSION``) it has Delta, elsewhere it is taken not to."""
+    if is_connect(spark):
+        return "DATABRICKS_RUNTIME_VERSION" in os.environ
     try:
         spark.sparkContext._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
     except Exception:  # Py4JJavaError (ClassNotFoundException) or no JVM gateway at all
