@@ -6,7 +6,10 @@ per module, the way black and mypy ship; nothing else changes. The sources stay 
 implementation: ``ingest.compiled`` runs them as Python when the extensions are missing, older than
 the source, or ``AMQPSCOPE_PURE_PYTHON=1`` asks for it.
 
-``AMQPSCOPE_COMPILE=0`` builds without the extensions (no C compiler needed).
+``AMQPSCOPE_COMPILE=0`` builds without the extensions (no C compiler needed): a pure-Python wheel,
+tagged py3-none-any, that installs on any platform and Python (>= 3.11), such as a Databricks
+runtime's. It leaves the source tree's compiled build alone (a developer's editable install keeps
+running it), and carries no manifest of compiled sources.
 """
 
 from __future__ import annotations
@@ -57,9 +60,15 @@ def _write_manifest() -> None:
     (ROOT / "ingest" / MANIFEST).write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
 
 
+def _compiling() -> bool:
+    return os.environ.get("AMQPSCOPE_COMPILE", "1") != "0"
+
+
 def _extensions() -> list:
-    if os.environ.get("AMQPSCOPE_COMPILE", "1") == "0":
-        (ROOT / "ingest" / MANIFEST).unlink(missing_ok=True)
+    if not _compiling():
+        if "editable_wheel" in sys.argv:
+            # An editable install runs the tree itself: extensions an earlier build left there must not run.
+            (ROOT / "ingest" / MANIFEST).unlink(missing_ok=True)
         return []
     from mypyc.build import mypycify
 
@@ -72,4 +81,8 @@ def _extensions() -> list:
     return extensions
 
 
-setup(ext_modules=_extensions())
+setup(
+    ext_modules=_extensions(),
+    # A pure build ships no manifest: there are no extensions for it to vouch for.
+    exclude_package_data={} if _compiling() else {"amqpscope.ingest": [MANIFEST]},
+)

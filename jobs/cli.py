@@ -55,6 +55,9 @@ def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", help="Spark master URL (default: the one spark-submit was given, else local[2]; "
                    "on Databricks the runtime's session)")
     p.add_argument("--storage", choices=STORAGE_BACKENDS, help="Delta writer (default auto: delta-spark when the JVM has Delta, else delta-rs)")
+    p.add_argument("--catalog", help="Unity Catalog catalog: with --schema, the tables are CATALOG.SCHEMA.<table> "
+                   "(delta-spark; the lake directory keeps reports and Data Docs); an empty value is none")
+    p.add_argument("--schema", help="Unity Catalog schema (with --catalog)")
     p.add_argument("--ports", type=_ports, help="comma-separated TCP ports carrying AMQP (default 5672); "
                    "AMQP is also recognised on any port by its protocol header")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
@@ -68,7 +71,7 @@ def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
 def _config(args: argparse.Namespace) -> AnalyzeConfig:
     """Settings from --config, overridden by the flags given."""
     settings = load_yaml(args.config) if args.config else {}
-    for key in ("lake", "master", "storage", "ports", "report", "data_docs", "group_rotated"):
+    for key in ("lake", "master", "storage", "ports", "report", "data_docs", "group_rotated", "catalog", "schema"):
         value = getattr(args, key, None)
         if value is not None:
             settings[key] = value
@@ -172,6 +175,32 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_maintain(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "maintain",
+        help="compact the lake's tables and remove the files they no longer reference",
+        description="For every table of the lake: compact its small files (OPTIMIZE with delta-spark, which also "
+        "clusters by capture_id; delta-rs's compaction otherwise), remove the files no version younger than "
+        "--retain-hours references (VACUUM), and, with delta-spark, bring the tables' column comments and "
+        "descriptions up to those of schemas/. The rows do not change.",
+    )
+    _add_lake_arguments(p)
+    p.add_argument("--retain-hours", type=int, default=168, metavar="HOURS",
+                   help="keep the files of the versions of the last HOURS (default 168, Delta's own minimum: "
+                   "readers and time travel within a week keep working)")
+    p.set_defaults(run=_run_maintain)
+
+
+def _run_maintain(args: argparse.Namespace) -> int:
+    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+
+    result = entry.maintain(_config(args), args.retain_hours)
+    print(json.dumps({"tables": {t.table: {"files_before": t.files_before, "files_after": t.files_after,
+                                           "files_vacuumed": t.files_vacuumed, "comments_set": t.comments_set}
+                                 for t in result.tables}}, indent=2))
+    return 0
+
+
 def _add_diagnose(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "diagnose",
@@ -234,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ingest(sub)
     _add_derive(sub)
     _add_report(sub)
+    _add_maintain(sub)
     _add_diagnose(sub)
     _add_capture(sub)
     return parser
