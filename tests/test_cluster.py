@@ -1,4 +1,4 @@
-"""The Databricks bundle's tasks (ingest -> derive -> report, resources/*.yml), each run by
+"""The Databricks bundle's tasks (ingest -> derive -> report -> maintain, resources/*.yml), each run by
 ``spark-submit`` on a real Spark standalone cluster (master + two workers on loopback) with the
 bundle's own parameters, write the same tables as ``analyze`` in local mode (the suite's shared
 lake of the same samples)."""
@@ -32,7 +32,7 @@ def submit(master: str, entry_point: str, parameters: list[str], log: Path) -> d
     """One task as spark-submit runs it: jobs/entry.py with the stage first, then the task's
     parameters; its JSON answer. Its own process: a SparkContext per process."""
     command = [str(SPARK_SUBMIT), "--master", master, entry.__file__,
-               entry_point.removeprefix("amqpscope-"), *parameters]
+               entry_point.removesuffix("_task"), *parameters]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     out = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
     log.write_text(out.stderr)
@@ -49,7 +49,7 @@ def test_bundle_tasks_on_a_standalone_cluster_match_local_mode(spark, samples_la
         shutil.copy(sample, landing / sample.name)
     config = tmp_path / "analyze.yml"
     config.write_text(yaml.safe_dump({"storage": "delta-rs"}))
-    values = {"landing_path": str(landing), "lake_path": str(lake), "config_path": str(config)}
+    values = {"landing": str(landing), "lake": str(lake), "config": str(config), "catalog": "", "schema": ""}
     _, jobs = bundle()
     tasks = jobs["amqpscope"]["tasks"]
     assert [t["task_key"] for t in tasks] == TASK_ORDER

@@ -7,6 +7,7 @@ import importlib.metadata
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from tests.paths import ROOT, SAMPLES
 
 FIRST, SECOND = SAMPLES / "amqp10-credit.pcap", SAMPLES / "amqp091-qos-confirms.pcap"
 TABLES = (*BRONZE_SCHEMAS, *DERIVED_TABLES)
-TASK_ORDER = ["ingest", "derive", "report"]
+TASK_ORDER = ["ingest", "derive", "report", "maintain"]
 
 
 def same_input(lake: Lake, table: str):
@@ -40,15 +41,16 @@ def bundle() -> tuple[dict, dict]:
     jobs = {}
     for pattern in top["include"]:
         for path in sorted(ROOT.glob(pattern)):
-            jobs.update(yaml.safe_load(path.read_text())["resources"]["jobs"])
+            jobs.update(yaml.safe_load(path.read_text())["resources"].get("jobs", {}))
     return top, jobs
 
 
 def substituted(parameters: list[str], values: dict[str, str]) -> list[str]:
-    def one(text: str) -> str:
-        return re.sub(r"\$\{var\.(\w+)\}", lambda m: values[m.group(1)], text)
-
-    return [one(p) for p in parameters]
+    """A task's parameters as a run started with the job parameters ``values`` gets them (every
+    parameter of the job given: a run started by hand may set each)."""
+    _, jobs = bundle()
+    assert set(values) == {p["name"] for p in jobs["amqpscope"]["parameters"]}
+    return [re.sub(r"\{\{job\.parameters\.([\w.-]+)\}\}", lambda m: values[m.group(1)], p) for p in parameters]
 
 
 def console_script(name: str):
@@ -57,27 +59,46 @@ def console_script(name: str):
     return found[0].load()
 
 
+def wheel_task_function(entry_point: str):
+    """The function a ``python_wheel_task`` calls: the entry point of that name among the installed
+    amqpscope distribution's, whatever its group (as the Databricks CLI's python_wheel_task wrapper
+    finds it: bundle/trampoline/python_wheel.go of github.com/databricks/cli)."""
+    found = [e for e in importlib.metadata.distribution("amqpscope").entry_points if e.name == entry_point]
+    assert len(found) == 1, f"no entry point {entry_point} in the installed amqpscope"
+    return found[0].load()
+
+
+def run_wheel_task(wheel: dict, parameters: list[str]) -> None:
+    """A ``python_wheel_task`` run: ``sys.argv`` the package name and the parameters, the entry
+    point called, what it returns ignored; a failed stage raises."""
+    saved = sys.argv
+    sys.argv = [wheel["package_name"], *parameters]
+    try:
+        wheel_task_function(wheel["entry_point"])()
+    finally:
+        sys.argv = saved
+
+
 def test_bundle_declares_the_stages_with_their_parameters():
     top, jobs = bundle()
     assert set(top["targets"]) == {"dev", "prod"}
-    assert top["targets"]["dev"]["resources"]["jobs"]["amqpscope"]["schedule"]["pause_status"] == "PAUSED"
+    assert top["targets"]["dev"]["resources"]["jobs"]["amqpscope"]["trigger"]["pause_status"] == "PAUSED"
     prod = top["targets"]["prod"]
     assert "service_principal_name" in prod["run_as"]
     assert prod["resources"]["jobs"]["amqpscope"]["email_notifications"]["on_failure"]
     assert top["artifacts"]["amqpscope_wheel"]["type"] == "whl"
     job = jobs["amqpscope"]
-    assert job["schedule"]["quartz_cron_expression"]
     tasks = {t["task_key"]: t for t in job["tasks"]}
     assert list(tasks) == TASK_ORDER
-    assert [t.get("depends_on", [{}])[0].get("task_key") for t in job["tasks"]] == [None, "ingest", "derive"]
-    declared = set(top["variables"])
+    assert [t.get("depends_on", [{}])[0].get("task_key") for t in job["tasks"]] == [None, *TASK_ORDER[:-1]]
+    parameters = {p["name"] for p in job["parameters"]}
     for task in tasks.values():
         wheel = task["python_wheel_task"]
         assert wheel["package_name"] == "amqpscope"
-        assert callable(console_script(wheel["entry_point"]))
-        used = set(re.findall(r"\$\{var\.(\w+)\}", " ".join(wheel["parameters"])))
-        assert used <= declared and {"lake_path", "config_path"} <= used
-    assert "landing_path" in " ".join(tasks["ingest"]["python_wheel_task"]["parameters"])
+        assert callable(wheel_task_function(wheel["entry_point"]))
+        used = set(re.findall(r"\{\{job\.parameters\.(\w+)\}\}", " ".join(wheel["parameters"])))
+        assert used <= parameters and {"lake", "config", "catalog", "schema"} <= used
+    assert "{{job.parameters.landing}}" in tasks["ingest"]["python_wheel_task"]["parameters"]
 
 
 @pytest.fixture(scope="module")
@@ -116,15 +137,13 @@ def test_analyze_hands_the_diagnoses_over_before_the_verdicts_and_the_report(spa
 
 
 def run_tasks(values: dict[str, str], capsys) -> dict[str, dict]:
-    """Every task of the bundle's job, in order, through its console script with its parameters."""
+    """Every task of the bundle's job, in order, as its python_wheel_task runs it, with its parameters."""
     _, jobs = bundle()
     outputs = {}
     for task in jobs["amqpscope"]["tasks"]:
         wheel = task["python_wheel_task"]
-        code = console_script(wheel["entry_point"])(substituted(wheel["parameters"], values))
-        captured = capsys.readouterr()
-        assert code == 0, captured.err[-2000:]
-        outputs[task["task_key"]] = json.loads(captured.out)
+        run_wheel_task(wheel, substituted(wheel["parameters"], values))
+        outputs[task["task_key"]] = json.loads(capsys.readouterr().out)
     return outputs
 
 
@@ -134,7 +153,8 @@ def test_bundle_tasks_run_locally_and_equal_analyze(spark, tmp_path, clean, caps
     landing.mkdir()
     config = tmp_path / "analyze.yml"
     config.write_text(yaml.safe_dump({"lake": "ignored-the-flag-wins", "storage": "delta-rs"}))
-    values = {"landing_path": str(landing), "lake_path": str(lake), "config_path": str(config)}
+    # No Unity Catalog here (no Delta jars): a blank catalog and schema, as a run of the job may give.
+    values = {"landing": str(landing), "lake": str(lake), "config": str(config), "catalog": "", "schema": ""}
     first, second = capture_id(FIRST), capture_id(SECOND)
     shutil.copy(FIRST, landing / FIRST.name)
 
@@ -143,6 +163,9 @@ def test_bundle_tasks_run_locally_and_equal_analyze(spark, tmp_path, clean, caps
     assert out["derive"]["derived"] == [first]
     assert out["report"]["captures"] == [first] and out["report"]["incomplete"] == []
     assert Path(out["report"]["report"]).parent == lake / "reports"
+    # Every table compacted, nothing vacuumed yet (the files replaced are younger than the retention).
+    assert set(out["maintain"]["tables"]) == set(TABLES) | {"runs"}
+    assert all(t["files_vacuumed"] == 0 and t["files_after"] <= t["files_before"] for t in out["maintain"]["tables"].values())
     assert Path(out["report"]["report"]).read_text().count(first) >= 1
 
     # ingest + derive gives the tables analyze gives.
