@@ -40,7 +40,7 @@ def test_every_table_is_created_with_its_comments_description_and_clustering(spa
         assert identifier == (["main", "amqpscope", name] if ref.name else ["delta", f"/lake/{name}"])
         columns = {c.name(): (c.dataType().simpleString(), option_value(c.comment())) for c in _seq(plan.columns())}
         assert columns == {f.name: (f.dataType.simpleString(), f.metadata.get("comment")) for f in table.schema.fields}
-        assert option_value(plan.tableSpec().provider()) == "delta"
+        assert option_value(plan.tableSpec().provider()).lower() == "delta"
         assert option_value(plan.tableSpec().comment()) == table.description
         assert [t.toString() for t in _seq(plan.partitioning())] == ["cluster_by(capture_id)"], name
 
