@@ -270,6 +270,8 @@ def test_the_datasets_show_the_complete_captures_as_the_tables_have_them(spark, 
         assert (row.bottleneck, row.headline, row.findings_count) == (
             diagnosis[cid].bottleneck, diagnosis[cid].headline, diagnosis[cid].findings_count)
         assert (row.violations_error, row.suites_passed) == (quality[cid].violations_error, quality[cid].suites_passed)
+        assert row.fails_a_suite == (0 if quality[cid].suites_passed else 1)
+    assert {cid: row.has_bottleneck for cid, row in verdicts.items()} == {cid: int(cid == complete[0]) for cid in complete}
     violations = spark.table("violations").filter(F.col("capture_id").isin(*complete))
     expected = {(r.rule_id, r.severity): (r["count"], r.captures) for r in violations.groupBy("rule_id", "severity")
                 .agg(F.count("*").alias("count"), F.countDistinct("capture_id").alias("captures")).collect()}

@@ -53,12 +53,6 @@ def substituted(parameters: list[str], values: dict[str, str]) -> list[str]:
     return [re.sub(r"\{\{job\.parameters\.([\w.-]+)\}\}", lambda m: values[m.group(1)], p) for p in parameters]
 
 
-def console_script(name: str):
-    found = [e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == name]
-    assert len(found) == 1, f"no console script {name} in the installed amqpscope"
-    return found[0].load()
-
-
 def wheel_task_function(entry_point: str):
     """The function a ``python_wheel_task`` calls: the entry point of that name among the installed
     amqpscope distribution's, whatever its group (as the Databricks CLI's python_wheel_task wrapper
