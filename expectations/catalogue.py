@@ -56,10 +56,9 @@ TABLE_SCHEMAS: Mapping[str, StructType] = {
     "lifecycle_091": LIFECYCLE_091_SCHEMA,
 }
 
+# The suites judge the data and the protocol; a bottleneck is the diagnosis's answer, never a rule
+# violation nor a failed suite (docs/DIAGNOSIS.md).
 CATALOGUE_PATH = Path(__file__).with_name("rules.yml")
-# Expectations on the diagnosis (docs/DIAGNOSIS.md): a finding fails the suite, so a scheduled
-# job's validation says when a bottleneck was found. Kept apart from the protocol rules.
-DIAGNOSIS_CATALOGUE_PATH = Path(__file__).with_name("diagnosis.yml")
 
 # Dotted, lower-case and stable: reports, Data Docs and stored violations refer to rules by it.
 _RULE_ID = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
@@ -124,14 +123,8 @@ def rule_from_mapping(entry: Mapping[str, Any], source: str = "<inline>") -> Rul
 
 
 def load_rules(path: Path | None = None) -> tuple[Rule, ...]:
-    """Load and validate a rule file (default: rules.yml and diagnosis.yml); rule ids must be unique."""
-    if path is None:
-        rules = (*load_rules(CATALOGUE_PATH), *load_rules(DIAGNOSIS_CATALOGUE_PATH))
-        duplicated = sorted({r.id for r in rules if sum(o.id == r.id for o in rules) > 1})
-        if duplicated:
-            raise ValueError(f"rule ids defined twice: {', '.join(duplicated)}")
-        return rules
-    path = Path(path)
+    """Load and validate a rule file (default: rules.yml); rule ids must be unique."""
+    path = Path(CATALOGUE_PATH if path is None else path)
     document = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(document, Mapping) or not isinstance(document.get("rules"), list):
         raise ValueError(f"{path}: expected a top-level 'rules' list")

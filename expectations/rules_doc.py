@@ -52,7 +52,6 @@ def render(rules: Sequence[Rule], missing: Sequence[Mapping[str, str]]) -> str:
         "Generated from `expectations/rules.yml` by `python -m amqpscope.expectations.rules_doc`; do not edit.",
         "",
         f"{len(rules)} rules: " + ", ".join(f"{counts[s]} {s}" for s in SEVERITIES) + ". "
-        "(The bottleneck findings' rules are in `expectations/diagnosis.yml`.) "
         "Severity `error`: the peer that sent the frame broke a MUST of the spec; `warning`: a SHOULD, "
         "a heuristic or a risk; `capture`: the capture itself is inconsistent. Each rule is a Spark SQL "
         "predicate on one table (its row is the evidence, with the frame's packet number).",

@@ -28,7 +28,7 @@ def found(spark) -> tuple[dict, Counter]:
     tables = {"frames": frames, "messages_091": messages_091(frames), "deliveries_10": deliveries_10(frames),
               **{name: build(frames) for name, build in FRAME_TIMELINES.items()}}
     by_capture: dict[str, list] = {name: [] for name in names.values()}
-    for rule in load_rules(CATALOGUE_PATH):  # the protocol rules (diagnosis.yml judges bottlenecks)
+    for rule in load_rules(CATALOGUE_PATH):
         for row in violations(tables[rule.table], rule).collect():
             by_capture[names[row.capture_id]].append((rule.id, rule.severity, row.channel, dict(row.evidence)))
     events = Counter((names[r.capture_id], r.event_id) for r in tables["events"].collect())
