@@ -18,6 +18,7 @@ from functools import reduce
 from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.addresses import canonical_address, queue_address
 from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.flow import THROUGHPUT_SCHEMA
 
@@ -77,9 +78,9 @@ def _amqp091_messages(frames: DataFrame) -> DataFrame:
         "capture_id", "connection_id", "channel", "consumer_tag", F.col("queue").alias("_consumer_queue"))
     gets = queues.filter(F.col("_kind") == "basic.get").select(
         "capture_id", "connection_id", "channel", F.col("_reply_index").alias("frame_index"), F.col("queue").alias("_get_queue"))
-    published_to = F.when(F.coalesce(F.col("exchange"), F.lit("")) == "", F.concat(F.lit("/queues/"), F.col("routing_key"))).otherwise(
+    published_to = F.when(F.coalesce(F.col("exchange"), F.lit("")) == "", queue_address(F.col("routing_key"))).otherwise(
         F.concat(F.lit("/exchanges/"), F.col("exchange"), F.lit("/"), F.coalesce(F.col("routing_key"), F.lit(""))))
-    delivered_from = F.concat(F.lit("/queues/"), F.coalesce(F.col("_consumer_queue"), F.col("_get_queue")))
+    delivered_from = queue_address(F.coalesce(F.col("_consumer_queue"), F.col("_get_queue")))
     return (
         messages.join(F.broadcast(consumers), on=["capture_id", "connection_id", "channel", "consumer_tag"], how="left")
         .join(F.broadcast(gets), on=["capture_id", "connection_id", "channel", "frame_index"], how="left")
@@ -93,7 +94,7 @@ def _amqp10_messages(link_state: DataFrame) -> DataFrame:
     sending = F.col("sender_side") == "client"
     return link_state.filter(F.col("method") == "transfer").select(
         "capture_id", "connection_id", F.lit("amqp-1.0").alias("protocol"), "direction", "channel", "link_name",
-        F.when(sending, F.col("target_address")).otherwise(F.col("source_address")).alias("address"),
+        canonical_address(F.when(sending, F.col("target_address")).otherwise(F.col("source_address"))).alias("address"),
         "ts", F.col("is_new_delivery").cast("int").alias("messages"), F.coalesce(F.col("payload_size"), F.lit(0)).alias("bytes"),
     )
 

@@ -509,6 +509,33 @@ def test_throughput_counts_messages_and_body_bytes_per_second(spark):
     assertDataFrameEqual(actual, expected)
 
 
+def test_throughput_names_a_queue_once_whichever_protocol_addressed_it(spark):
+    # A 1.0 sender to /queue/q (RabbitMQ 3.x's v1 address) and a receiver from "q" (a bare queue
+    # name), and a 0-9-1 consumer of q: one queue, one address, /queues/q (pipelines.addresses).
+    amqp10 = [
+        *sender_link(0),
+        dict(direction="s2c", method="flow", handle=3, delivery_count=0, link_credit=2),
+        dict(direction="c2s", method="transfer", handle=0, delivery_id=0, more=False, payload_size=7),
+        dict(direction="c2s", method="attach", name="r", handle=1, role="receiver", source_address="q"),
+        dict(direction="s2c", method="attach", name="r", handle=4, role="sender", source_address="q",
+             initial_delivery_count=0),
+        dict(direction="c2s", method="flow", handle=1, delivery_count=0, link_credit=5),
+        dict(direction="s2c", method="transfer", handle=4, delivery_id=0, more=False, payload_size=7),
+    ]
+    amqp091 = [
+        dict(direction="c2s", method="basic.consume", channel=1, queue="q"),
+        dict(direction="s2c", method="basic.consume-ok", channel=1, consumer_tag="c"),
+        dict(direction="s2c", method="basic.deliver", channel=1, consumer_tag="c", delivery_tag=1, exchange="", routing_key="q"),
+        dict(direction="s2c", method=None, frame_type="header", channel=1, body_size=30),
+    ]
+    actual = throughput(frames_df(spark, "amqp-0-9-1", amqp091), link_state_timeline(frames_df(spark, "amqp-1.0", amqp10)))
+    assertDataFrameEqual(
+        actual.where("scope = 'address'").select("direction", "address", "messages", "bytes"),
+        spark.createDataFrame([("c2s", "/queues/q", 1, 7), ("s2c", "/queues/q", 2, 37)],
+                              "direction string, address string, messages long, bytes long"),
+    )
+
+
 # --- 0-9-1 content framing (spec 4.2.6): header and bodies before the next method ------------------
 
 
