@@ -15,7 +15,13 @@ $(BIN)/amqpscope: setup.cfg pyproject.toml setup.py $(wildcard ingest/*.py)
 	$(BIN)/pip install --quiet -e '.[spark,test]'
 	touch $@
 
-setup: $(BIN)/amqpscope
+# The front-end files the report and the Data Docs load from disk (package/web_assets.py), from
+# the npm registry at the versions package-lock.json pins; none is committed.
+WEB := package/web
+$(WEB)/node_modules/.package-lock.json: $(WEB)/package.json $(WEB)/package-lock.json
+	cd $(WEB) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+
+setup: $(BIN)/amqpscope $(WEB)/node_modules/.package-lock.json
 
 # System packages the live tests and the reference decoder need (root or sudo; skipped when present).
 system-deps:
@@ -54,4 +60,4 @@ fuzz: setup
 	test $$compiled_status -eq 0 -a $$python_status -eq 0
 
 clean:
-	rm -rf out build *.egg-info ingest/*.so ingest/_compiled_sources.json
+	rm -rf out build *.egg-info ingest/*.so ingest/_compiled_sources.json $(WEB)/node_modules

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs, non-interactively, the Debian packages amqpscope's tests need: RabbitMQ (a real broker
 # for the live captures), tcpdump (to capture), tshark (the reference decoder), Java (Spark), and a
-# C compiler with the Python headers (the install compiles the decoders with mypyc), and Debian's
-# Chromium with its WebDriver (the report's browser test: never a downloaded browser). Idempotent.
+# C compiler with the Python headers (the install compiles the decoders with mypyc), Debian's
+# Chromium with its WebDriver (the report's browser test: never a downloaded browser), and npm (make
+# setup installs the report's plotly.js and the Data Docs' styles from the npm registry). Idempotent.
 set -euo pipefail
 need=()
 command -v rabbitmq-server >/dev/null 2>&1 || need+=(rabbitmq-server)
@@ -12,6 +13,7 @@ command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(sysconfig.get_path("include") + "/Python.h"))' \
   || need+=(python3-dev)
 [ ${#need[@]} -eq 0 ] && exit 0
