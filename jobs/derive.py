@@ -25,6 +25,7 @@ from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.stages import StageClock, stored
 from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
 from amqpscope.pipelines.bottlenecks import bottleneck_findings
+from amqpscope.pipelines.chart_series import chart_series
 from amqpscope.pipelines.diagnosis import diagnosis
 from amqpscope.pipelines.dq_summary import dq_summary
 from amqpscope.pipelines.flow_state import FLOW_TABLES, INTERVAL_INPUTS, TIMELINE_TABLES, FlowTimelines, derived_tables
@@ -45,7 +46,8 @@ MESSAGE_TABLES = ("messages_091", "deliveries_10")
 GOLD_TABLES = ("bottlenecks", "diagnosis")
 VERDICT_TABLES = ("violations",)
 QUALITY_TABLES = ("dq_summary",)
-DERIVED_TABLES = (*MESSAGE_TABLES, *FLOW_TABLES, *GOLD_TABLES, *VERDICT_TABLES, *QUALITY_TABLES)
+REPORT_TABLES = ("chart_series",)  # what the report draws, read back with delta-rs (schemas/report.py)
+DERIVED_TABLES = (*MESSAGE_TABLES, *FLOW_TABLES, *GOLD_TABLES, *VERDICT_TABLES, *QUALITY_TABLES, *REPORT_TABLES)
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,15 @@ def derive(
                 quarantine=bronze["quarantine"], violations=tables["violations"], diagnosis=tables["diagnosis"],
                 suite_of_rule=verdicts.suite_of_rule, suites_run=list(verdicts.suites_run),
                 run_id=run_id, run_ts=datetime.now(timezone.utc), accounting=accounting,
+            )}, ids, replace, clock))
+        with clock.stage("charts"):
+            # The report's charts as a gold table (pipelines.chart_series): the report reads it
+            # with delta-rs, so a capture of any size is drawn with no Spark query.
+            tables.update(stored(lake, {"chart_series": chart_series(
+                captures=bronze["captures"], frames=frames, link_state=tables["link_state"],
+                consumer_unacked=tables["consumer_unacked"], channel_unacked=tables["channel_unacked"],
+                channel_confirms=tables["channel_confirms"], tcp_flow=tables["tcp_flow"],
+                flow_intervals=tables["flow_intervals"], violations=tables["violations"],
             )}, ids, replace, clock))
     except BaseException as exc:
         if isinstance(exc, Exception):

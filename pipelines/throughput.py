@@ -86,7 +86,7 @@ def _amqp091_messages(frames: DataFrame) -> DataFrame:
         .join(F.broadcast(gets), on=["capture_id", "connection_id", "channel", "frame_index"], how="left")
         .select("capture_id", "connection_id", "protocol", "direction", "channel", F.lit(None).cast("string").alias("link_name"),
                 F.when(F.col("method") == "basic.publish", published_to).otherwise(delivered_from).alias("address"),
-                "ts", F.lit(1).alias("messages"), "bytes")
+                "ts", F.lit(1).alias("messages"), "bytes", "redelivered")
     )
 
 
@@ -96,12 +96,14 @@ def _amqp10_messages(link_state: DataFrame) -> DataFrame:
         "capture_id", "connection_id", F.lit("amqp-1.0").alias("protocol"), "direction", "channel", "link_name",
         canonical_address(F.when(sending, F.col("target_address")).otherwise(F.col("source_address"))).alias("address"),
         "ts", F.col("is_new_delivery").cast("int").alias("messages"), F.coalesce(F.col("payload_size"), F.lit(0)).alias("bytes"),
+        F.lit(None).cast("boolean").alias("redelivered"),  # 1.0 says it in the message header, not read here
     )
 
 
 def message_events(frames: DataFrame, link_state: DataFrame | None) -> DataFrame:
     """One row per message frame (0-9-1 publish / deliver / get-ok, 1.0 transfer carrying bytes):
-    capture_id, connection_id, protocol, direction, channel, link_name, address, ts, messages, bytes.
+    capture_id, connection_id, protocol, direction, channel, link_name, address, ts, messages, bytes,
+    redelivered (0-9-1 deliveries: the broker's redelivered flag).
 
     The rows the throughput table sums per second; the report buckets them at other widths.
     """

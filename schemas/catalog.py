@@ -21,11 +21,11 @@ from types import ModuleType
 
 from pyspark.sql.types import StructField, StructType
 
-from amqpscope.schemas import diagnosis, events, flow, frames, lifecycle, messages, quality, runs, tcp, verdicts
+from amqpscope.schemas import diagnosis, events, flow, frames, lifecycle, messages, quality, report, runs, tcp, verdicts
 
 # The modules whose ``<TABLE>_SCHEMA`` constants are lake tables, in the order of docs/TABLES.md.
 TABLE_MODULES: tuple[ModuleType, ...] = (
-    frames, tcp, messages, flow, lifecycle, events, verdicts, diagnosis, quality, runs,
+    frames, tcp, messages, flow, lifecycle, events, verdicts, diagnosis, quality, report, runs,
 )
 _FIELD_LINE = re.compile(r'StructField\(\s*"(\w+)"')
 # Key columns many tables share, where their own module says nothing more.

@@ -1,0 +1,48 @@
+"""Gold tables of the report: what its charts draw, computed by derive so that the report reads them
+with delta-rs, no Spark query (``pipelines/chart_series.py``).
+
+Times are seconds since the capture's first packet (Wireshark's ``frame.time_relative``). Each
+capture has one bucket width, chosen from its span so that a chart has a few hundred points
+(``pipelines.chart_series.bucket_width``); counts are the events in a bucket, zero when nothing
+happened; states are step series (the value holds until the next point).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
+
+# One row per point of a chart series, bar of the timeline or violation marker. A chart's series
+# are its busiest ones (at most 12 a chart, 60 timeline lanes), ranked; series_total says how many
+# the capture has. The report draws each chart from its rows as they are.
+CHART_SERIES_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        # queue_rates | queue_depth | connection_rates | churn | consumer_unacked | consumer_utilisation |
+        # channel_unacked | link_credit | link_deliveries | confirms | tcp_window | timeline | violations
+        StructField("chart", StringType(), False),
+        StructField("series_rank", IntegerType(), False),  # 1 = the chart's busiest series in the capture
+        StructField("series_total", IntegerType(), False),  # the chart's series in the capture, drawn or not
+        StructField("connection_id", StringType(), True),
+        StructField("channel", IntegerType(), True),
+        # The series' entity: the queue's address (/queues/<name>), the consumer tag, the link name,
+        # the rule id (violations), the lane's entity name (timeline)
+        StructField("name", StringType(), True),
+        StructField("direction", StringType(), True),  # c2s | s2c: of the messages, or of the side advertising
+        StructField("entity", StringType(), True),  # timeline: the lane's entity (connection, channel, consumer, link, session, tcp)
+        # What value measures: publish | deliver | redeliver | ack (queue_rates, messages a bucket),
+        # ready (queue_depth), messages | bytes (connection_rates), connections_opened |
+        # connections_closed | channels_opened | channels_closed (churn), unacked | prefetch,
+        # utilisation and utilisation_overall (0..1, the latter once at x = 0), link_credit, deliveries,
+        # outstanding, window, zero_windows; the flow_intervals cause (timeline); the severity (violations)
+        StructField("metric", StringType(), False),
+        StructField("bucket_s", DoubleType(), False),  # the capture's bucket width in seconds
+        # Seconds since the capture's first packet: a count's bucket start, a state's time (the first
+        # in its bucket when a long series is cut into buckets), the depth's bucket end, a bar's start
+        StructField("x", DoubleType(), False),
+        StructField("x_end", DoubleType(), True),  # timeline bars: the interval's end (the capture's end if open)
+        StructField("value", DoubleType(), True),  # a count, a state, a fraction; null for bars and markers
+        StructField("packet_number", LongType(), True),  # bars and markers: the packet they start at
+        StructField("end_packet_number", LongType(), True),  # bars: the packet that ended the interval
+        StructField("detail", StringType(), True),  # bars: the interval's detail (blocked reason, prefetch ...)
+    ]
+)
