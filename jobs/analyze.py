@@ -30,6 +30,7 @@ from amqpscope.jobs.session import sized_for
 from amqpscope.jobs.stages import StageClock, job_session
 from amqpscope.pipelines.flow_state import FLOW_TABLES
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
+from amqpscope.schemas.report import CHART_SERIES_SCHEMA
 from amqpscope.schemas.runs import OUTCOME_OK
 
 log = logging.getLogger("amqpscope.analyze")
@@ -118,6 +119,7 @@ def _analyze_files(spark: SparkSession, lake: Lake, files: Sequence[CaptureFile]
                 bottlenecks=derived.tables["bottlenecks"],
                 dq_summary=derived.tables["dq_summary"],
                 accounting=derived.accounting,
+                chart_series=lake.read_rows("chart_series", CHART_SERIES_SCHEMA, ids),
             )
             runs.mark(lake, run_id, "report", ids, OUTCOME_OK, {cid: run_id for cid in ids})
     finally:

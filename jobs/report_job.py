@@ -1,7 +1,9 @@
 """``amqpscope report``: the HTML report of chosen captures, read from the lake.
 
 Only captures whose derive finished on their latest ingest (``runs`` table) are reported; the
-others are listed as incomplete, so a half-analysed capture is never shown as clean.
+others, and the captures whose ingest failed, are listed on the page with why, so a half-analysed
+capture is never shown as clean. A lake with no complete capture gets a page that says so. The
+charts are read from the chart_series gold table with delta-rs (``Lake.read_rows``).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
-from amqpscope.jobs.derive import ingested_captures
 from amqpscope.jobs.lake import Lake, lake_capture_filter
-from amqpscope.jobs.report import write_report
-from amqpscope.pipelines.flow_state import FLOW_TABLES
+from amqpscope.jobs.report import render_page, write_report
 from amqpscope.jobs.stages import StageClock
+from amqpscope.pipelines.flow_state import FLOW_TABLES
+from amqpscope.schemas.frames import CAPTURES_SCHEMA
+from amqpscope.schemas.report import CHART_SERIES_SCHEMA
 from amqpscope.schemas.runs import OUTCOME_OK
 
 log = logging.getLogger("amqpscope.report")
@@ -40,25 +43,32 @@ def report_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
     lake = Lake.of(spark, config)
     if not lake.exists("captures"):
         raise ValueError(f"lake {config.lake} has no captures table: run `amqpscope ingest` and `amqpscope derive` first")
-    listed = ingested_captures(lake)
+    stored = {r["capture_id"]: r for r in lake.read_rows("captures", CAPTURES_SCHEMA)}
     if capture_ids:
-        unknown = sorted(set(capture_ids) - set(listed))
+        unknown = sorted(set(capture_ids) - set(stored))
         if unknown:
-            raise ValueError(f"not in the lake's captures table (or unreadable): {', '.join(unknown)}")
+            raise ValueError(f"not in the lake's captures table: {', '.join(unknown)}")
         chosen = sorted(set(capture_ids))
     else:
-        chosen = listed
+        chosen = sorted(stored)
     state = runs.stage_runs(lake, chosen)
-    reasons = {cid: runs.completeness(state, cid) for cid in chosen}
+    reasons = {cid: _why_not(stored[cid], state) for cid in chosen}
     complete = [cid for cid in chosen if reasons[cid] == runs.COMPLETE]
     incomplete = tuple((cid, reason) for cid, reason in reasons.items() if reason != runs.COMPLETE)
     for cid, reason in incomplete:
-        log.warning("capture %s not reported: %s (run `amqpscope derive`)", cid, reason)
+        log.warning("capture %s not reported: %s", cid, reason)
+    left_out = [{"capture_id": cid, "file_name": stored[cid]["file_name"], "why": reason} for cid, reason in incomplete]
+    path = config.report_path_for(run_id)
     with clock.stage("report"):
-        keep = lake_capture_filter(complete)
         clock.writing("report")
+        if not complete:
+            report = render_page(path, captures=[], capture_total=0, left_out=left_out, suites=None,
+                                 data_docs_index=_data_docs_index(config.data_docs_dir),
+                                 time_zone=str(spark.conf.get("spark.sql.session.timeZone")))
+            return ReportResult(report, (), incomplete)
+        keep = lake_capture_filter(complete)
         report = write_report(
-            config.report_path_for(run_id),
+            path,
             frames=lake.read("frames").filter(keep),
             connections=lake.read("connections").filter(keep),
             violations=lake.read("violations").filter(keep),
@@ -69,13 +79,25 @@ def report_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
             quarantine=lake.read("quarantine").filter(keep),
             **{name: lake.read(name).filter(keep) for name in ("diagnosis", "bottlenecks", "dq_summary")
                if lake.exists(name)},
+            chart_series=lake.read_rows("chart_series", CHART_SERIES_SCHEMA, complete) if lake.exists("chart_series") else (),
+            left_out=left_out,
         )
         runs.mark(lake, run_id, "report", complete, OUTCOME_OK,
                   {cid: state[(cid, "derive")].run_id for cid in complete})
     return ReportResult(report, tuple(complete), incomplete)
 
 
+def _why_not(capture: dict, state: dict) -> str:
+    """``runs.COMPLETE``, or why the capture is left out: its ingest failed (the captures table's
+    status), or the runs table's reason (``runs.completeness``)."""
+    status = capture.get("status") or ""
+    if status.startswith("failed"):
+        return f"ingest {status}"
+    return runs.completeness(state, capture["capture_id"])
+
+
 def _data_docs_index(docs_dir: Path) -> Path | None:
     """The Data Docs site the derive runs built in ``docs_dir``, if any."""
     found = sorted(docs_dir.rglob("index.html"), key=lambda p: len(p.parts)) if docs_dir.is_dir() else []
     return found[0] if found else None
+

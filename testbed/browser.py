@@ -21,6 +21,8 @@ _FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-backgrou
 # Every chart has its first SVG layer once Plotly has drawn it.
 _CHARTS_DRAWN = ("return Array.from(document.querySelectorAll('div.chart')).every(function (c) {"
                  " return c.querySelector('.main-svg') !== null; })")
+# A capture's charts are drawn when its section opens: every section opened, as a reader would.
+_OPEN_SECTIONS = "document.querySelectorAll('details').forEach(function (d) { d.open = true; });"
 
 
 def available() -> bool:
@@ -48,13 +50,27 @@ def headless_chromium(profile: Path) -> Iterator[Any]:
 
 
 def open_drawn(driver, page: Path) -> float:
-    """Open ``page`` from disk and wait until every chart on it is drawn; the ms from the start of
-    the navigation until that was seen (checked every 50 ms)."""
+    """Open ``page`` from disk, open every section and wait until every chart on it is drawn; the
+    ms from the start of the navigation until that was seen (checked every 50 ms)."""
+    driver.get(page.resolve().as_uri())
+    return draw_every_chart(driver)
+
+
+def draw_every_chart(driver) -> float:
+    """Open every section of the open page and wait until every chart is drawn; the ms from the
+    start of the navigation until that was seen (checked every 50 ms)."""
     from selenium.webdriver.support.ui import WebDriverWait
 
-    driver.get(page.resolve().as_uri())
+    driver.execute_script(_OPEN_SECTIONS)
     WebDriverWait(driver, PAGE_TIMEOUT_S, poll_frequency=0.05).until(lambda d: d.execute_script(_CHARTS_DRAWN))
     return driver.execute_script("return performance.now()")
+
+
+def offline(driver, on: bool = True) -> None:
+    """Cut the browser's network (DevTools' network emulation): a page must then work from disk."""
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
+        "offline": on, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
 
 
 def page_timing(driver) -> dict[str, float]:

@@ -185,3 +185,25 @@ def test_bundle_tasks_run_locally_and_equal_analyze(spark, tmp_path, clean, caps
     assert state[(first, "derive")].run_id != state[(second, "derive")].run_id
     for table in TABLES:
         assertDataFrameEqual(same_input(store, table).filter(F.col("capture_id") == first), same_input(reference, table))
+
+
+def test_report_of_a_lake_with_no_complete_capture_says_so(spark, tmp_path, clean):
+    # Ingested, never derived: the bronze tables of the clean lake, no derived table, the runs table
+    # saying derive is still running (a run killed in derive leaves that).
+    clean_lake, _, _ = clean
+    lake = tmp_path / "lake"
+    for table in (*BRONZE_SCHEMAS, "runs"):
+        shutil.copytree(clean_lake / table, lake / table)
+    first = capture_id(FIRST)
+    store = Lake(spark, lake, backend="delta-rs")
+    runs.mark(store, "killed-run", "derive", [first], "running")
+    config = AnalyzeConfig(lake=lake, storage="delta-rs")
+
+    from amqpscope.jobs.report_job import report_lake
+
+    result = report_lake(spark, config)
+    assert result.captures == () and result.incomplete == ((first, "derive running"),)
+    page = result.report.read_text(encoding="utf-8")
+    assert "No capture is complete in this lake" in page
+    # The capture left out is listed with its file and why.
+    assert re.search(rf"<code>{first[:16]}</code></td><td>{FIRST.name}</td><td>derive running</td>", page)

@@ -226,15 +226,16 @@ def test_report_shows_the_counts_per_capture(spark, tmp_path):
 
 def test_report_escapes_what_came_off_the_wire(spark, tmp_path):
     page = write(spark, tmp_path)
-    assert "<script" not in page
+    assert "<script>alert" not in page and page.count("<script") == 1  # the page's own helper only
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page  # Jinja2's (markupsafe's) escaping
     assert ["amqp-1.0", "amqp", HOSTILE, "1", "30"] in rows(parse(page))  # decoded, it reads as sent
 
 
 def test_report_is_self_contained(spark, tmp_path, verdicts):
     page = write(spark, tmp_path, verdicts=verdicts)
-    for fetches in ("<script", "<link", "http://", "https://", "src=", "@import"):
+    for fetches in ("<link", "http://", "https://", "src=", "@import"):
         assert fetches not in page
+    assert page.count("<script") == 1 and "<script>" in page  # the sections' helper, inline; no chart, no library
 
 
 def test_report_lists_suites_and_links_data_docs(spark, tmp_path, verdicts):
@@ -260,8 +261,8 @@ def test_report_uses_the_captures_table(spark, tmp_path):
     page = write(spark, tmp_path, captures=captures)
     assert ["a.pcap", "2,048", "12", "2024-05-01 12:00:00.000000", "2024-05-01 12:00:03.000000",
             "3.000 s"] in rows(parse(page))
-    assert "Capture cap-b" not in page  # only the captures listed are reported
-    assert "Capture cap-a" in page
+    assert "cap-b" not in page  # only the captures listed are reported
+    assert "capture cap-a" in page
 
 
 def test_report_collects_bounded_rows(spark, tmp_path, monkeypatch):
@@ -278,3 +279,43 @@ def test_report_without_violations(spark, tmp_path):
     page = write(spark, tmp_path, violations=spark.createDataFrame([], VIOLATIONS_SCHEMA))
     assert page.count("No rule violated.") == 2
     assert "No expectation suites were run." in page
+
+
+# --- the overview and the captures left out -------------------------------------------------
+
+
+def overview(page: str) -> list[list[str]]:
+    parsed = parse(page)
+    return parsed.tables[0][1:]  # the first table of the page, under its header row
+
+
+def test_overview_puts_the_worst_capture_first(spark, tmp_path):
+    from amqpscope.schemas.diagnosis import DIAGNOSIS_SCHEMA
+
+    # cap-a: no bottleneck but two protocol errors (violations); cap-b: a slow consumer, no violation.
+    diagnosis = spark.createDataFrame([
+        {"capture_id": "cap-a", "bottleneck": "none", "headline": "Every connection kept up.", "findings_count": 0,
+         "findings": []},
+        {"capture_id": "cap-b", "bottleneck": "consumer", "effect": "deliveries_wait_for_acks", "entity_kind": "consumer",
+         "entity": HOSTILE, "headline": f"Bottleneck: a slow consumer, {HOSTILE}.", "findings_count": 1, "findings": []},
+    ], DIAGNOSIS_SCHEMA)
+    page = write(spark, tmp_path, diagnosis=diagnosis)
+    rows = overview(page)
+    assert [r[0] for r in rows] == ["cap-b", "cap-a"]  # no captures table: named by id
+    assert rows[0][2].split() == ["bottleneck", "consumer", "·", "consumer", *HOSTILE.split(),
+                                  "Bottleneck:", "a", "slow", "consumer,", *f"{HOSTILE}.".split()]
+    assert rows[1][2].split() == ["error", "No", "bottleneck", "found;", "2", "protocol", "errors."]
+    assert rows[1][3:] == ["5", "2", "3"]  # cap-a: frames, connections, violations (2 errors, 1 warning)
+    assert "<script>alert" not in page  # the entity and headline from the wire stay text
+    anchors = [link for link in parse(page).links if link.startswith("#")][:2]
+    assert anchors == [f"#{report.anchor('cap-b', 'capture')}", f"#{report.anchor('cap-a', 'capture')}"]
+    assert page.count('<details class="capture"') == 2 and '<details class="capture" open' not in page
+
+
+def test_a_page_without_complete_captures_lists_the_ones_left_out(tmp_path):
+    left_out = [{"capture_id": "a" * 64, "file_name": HOSTILE, "why": "derive failed: StageFailed: disk full"}]
+    page = report.render_page(tmp_path / "r.html", captures=[], capture_total=0, left_out=left_out, suites=None,
+                              data_docs_index=None, time_zone="UTC").read_text(encoding="utf-8")
+    assert "No capture is complete in this lake" in page
+    assert ["a" * 16, HOSTILE, "derive failed: StageFailed: disk full"] in rows(parse(page))
+    assert "<script>alert" not in page and "<details" not in page

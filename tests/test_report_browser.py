@@ -2,16 +2,22 @@
 
 The lake is made by ``analyze`` from two bundled samples (samples/mixed.pcapng and
 samples/flow/amqp091-memory-alarm.pcap). Expected values come from their ground truth
-(``*.truth.json``: what the clients and the broker did), not from the report. The page is opened
-from disk and must: log no console error, make no network request (Chrome's performance log), draw
-every chart with data (marks counted in the SVG), show the diagnosis, and land a drill-down link on
-its target. A screenshot of each page is kept in out/artifacts/.
+(``*.truth.json``: what the clients and the broker did) and from tshark, not from the report. The
+page is opened from disk and must: show every capture's file name and verdict on the first screen
+(1400x900, no scrolling), weigh at most 3 MB, log no console error, make no network request
+(Chrome's performance log), draw every chart with data (marks counted in the SVG), draw a queue's
+publishes per bucket as tshark counts them, show the diagnosis, and land a drill-down link on its
+target. The Data Docs index, opened with the network cut, is styled and makes no request. A
+screenshot of each page is kept in out/artifacts/.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import subprocess
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +29,15 @@ from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.report import write_report
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
-from amqpscope.testbed.browser import available, headless_chromium, open_drawn, page_timing
+from amqpscope.schemas.report import CHART_SERIES_SCHEMA
+from amqpscope.testbed.browser import available, headless_chromium, offline, open_drawn, page_timing
 from tests.paths import ROOT
 from tests.paths import SAMPLES as SAMPLES_DIR
 
 SAMPLES = [SAMPLES_DIR / "mixed.pcapng", SAMPLES_DIR / "flow" / "amqp091-memory-alarm.pcap"]
 ARTIFACTS = ROOT / "out" / "artifacts"
+FIRST_SCREEN = (1400, 900)
+MAX_PAGE_BYTES = 3 * 1024 * 1024
 
 pytestmark = [
     pytest.mark.browser,
@@ -162,6 +171,110 @@ def screenshot(driver, name: str, page: Path) -> Path:
     return target
 
 
+# Where each overview row and its cells are, after the page opened with no section open.
+OVERVIEW = """
+return Array.from(document.querySelectorAll('table.overview tbody tr')).map(function (tr) {
+  var r = tr.getBoundingClientRect();
+  return {file: tr.querySelector('td.file').innerText, verdict: tr.querySelector('td.verdict-cell').innerText,
+          level: tr.className, top: r.top, bottom: r.bottom, right: r.right};
+});
+"""
+
+
+def test_first_screen_shows_every_capture_and_its_verdict(lake, browser):
+    store, report, capture_ids = lake
+    browser.set_window_size(*FIRST_SCREEN)
+    browser.get_log("performance")
+    browser.get(report.resolve().as_uri())
+    rows = browser.execute_script(OVERVIEW)
+    viewport = browser.execute_script("return [window.innerWidth, window.innerHeight, window.scrollY]")
+    # Every capture, its file name and its verdict, within the first screen, nothing scrolled.
+    assert sorted(r["file"] for r in rows) == sorted(s.name for s in SAMPLES)
+    assert viewport[2] == 0 and all(0 <= r["top"] and r["bottom"] <= viewport[1] and r["right"] <= viewport[0]
+                                    for r in rows), (rows, viewport)
+    diagnoses = {d["capture_id"]: d for d in store.read("diagnosis").where(F.col("capture_id").isin(capture_ids)).collect()}
+    names = {r["capture_id"]: r["file_name"] for r in store.read("captures").collect()}
+    for capture_id, d in diagnoses.items():
+        row = next(r for r in rows if r["file"] == names[capture_id])
+        words = d["headline"] if d["bottleneck"] != "none" else "No bottleneck found"
+        assert words in row["verdict"], (row, d["headline"])
+    # Worst first: a bottleneck before a healthy capture.
+    levels = [r["level"] for r in rows]
+    assert levels == sorted(levels, key=lambda c: ["level-bottleneck", "level-error", "level-warning",
+                                                   "level-unknown", "level-healthy"].index(c))
+    assert requests(browser, report.resolve().as_uri()) == [report.resolve().as_uri()]
+    assert report.stat().st_size <= MAX_PAGE_BYTES
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "report-first-screen.png"))
+    (ARTIFACTS / "report-first-screen.json").write_text(json.dumps(
+        {"bytes": report.stat().st_size, **page_timing(browser), "rows": rows}) + "\n")
+    browser.set_window_size(1400, 1000)
+
+
+def tshark_counts(capture: Path, display_filter: str, field: str, width: float) -> Counter:
+    """Occurrences of ``field`` in the frames ``display_filter`` keeps, per bucket of ``width``
+    seconds since the capture's first packet (frame.time_relative): several AMQP frames can share
+    a packet, each an occurrence."""
+    out = subprocess.run(["tshark", "-r", str(capture), "-Y", display_filter, "-T", "fields",
+                          "-e", "frame.time_relative", "-e", field, "-E", "occurrence=a", "-E", "aggregator=|"],
+                         capture_output=True, text=True, check=True).stdout
+    counts: Counter = Counter()
+    for line in out.splitlines():
+        time_relative, values = line.split("\t")
+        # In whole microseconds, as amqpscope buckets (pcap times are microseconds).
+        counts[math.floor(round(float(time_relative) * 1e6) / round(width * 1e6))] += len(values.split("|"))
+    return counts
+
+
+def test_a_queue_chart_counts_the_publishes_tshark_counts(lake, browser):
+    _, report, _ = lake
+    open_page(browser, report)
+    queue = "amqpscope.qos-confirms"  # truth: mixed.pcapng's 0-9-1 publisher, default exchange
+    trace = browser.execute_script(
+        "var name = arguments[0], found = null;"
+        "document.querySelectorAll('div.chart').forEach(function (d) { (d.data || []).forEach(function (t) {"
+        " if (t.name === name) found = {x: t.x, y: t.y, counts: t.customdata}; }); });"
+        "return found;", f"/queues/{queue} publish")
+    assert trace is not None
+    width = round(trace["x"][1] - trace["x"][0], 9)
+    drawn = {round(x / width): n for x, n in zip(trace["x"], trace["counts"]) if n}
+    expected = tshark_counts(SAMPLES[0], f"amqp.method.class == 60 && amqp.method.method == 40 && "
+                                         f'amqp.method.arguments.routing_key == "{queue}"',
+                             "amqp.method.arguments.routing_key", width)
+    assert sum(expected.values()) == 200 and drawn == dict(expected)
+    # The line drawn is the bucket's mean rate: its count over the width.
+    assert all(abs(y - n / width) < 1e-6 * max(1.0, y) for y, n in zip(trace["y"], trace["counts"]))
+
+
+def test_data_docs_open_offline_styled_and_make_no_request(lake, browser):
+    store, _, _ = lake
+    index = next((Path(store.root) / "_data_docs").rglob("index.html"))
+    browser.get_log("performance")
+    offline(browser)
+    try:
+        browser.get(index.resolve().as_uri())
+        WebDriverWait(browser, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
+        styled = browser.execute_script(
+            "var fa = document.querySelector('.fas');"
+            "return {navbar: getComputedStyle(document.querySelector('.navbar')).display,"
+            " icons: fa ? getComputedStyle(fa, '::before').fontFamily : null,"
+            " rows: document.querySelectorAll('table[id$=\"-body-table\"] tbody tr').length,"
+            " jquery: typeof window.jQuery, vega: typeof window.vegaEmbed};")
+        sent = [entry for entry in browser.get_log("performance")
+                if json.loads(entry["message"])["message"]["method"] == "Network.requestWillBeSent"]
+        urls = [json.loads(e["message"])["message"]["params"]["request"]["url"] for e in sent]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "data-docs-offline.png"))
+    finally:
+        offline(browser, False)
+    assert [u for u in urls if not u.startswith("file://")] == []  # nothing from the network
+    assert styled["navbar"] == "flex"  # Bootstrap's style sheet applied
+    assert "Font Awesome" in (styled["icons"] or "")
+    assert styled["rows"] > 0  # jQuery and Bootstrap Table ran: the index lists the validations
+    assert styled["jquery"] == "function" and styled["vega"] == "function"
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
 def test_analyze_report_opens_offline_with_every_chart_drawn(lake, browser):
     _, report, _ = lake
     marks = check_page(browser, report)
@@ -170,7 +283,9 @@ def test_analyze_report_opens_offline_with_every_chart_drawn(lake, browser):
     # the memory-alarm capture has publisher confirms. Each kind of chart is there for them.
     for title in ("Unacked deliveries and prefetch per consumer", "AMQP 1.0 link credit",
                   "Publisher confirms outstanding per channel", "TCP receive window advertised",
-                  "Messages and bytes per second per connection", "Timeline"):
+                  "Messages and bytes per second per connection", "Timeline", "Message rates per queue",
+                  "Ready messages per queue", "Consumer utilisation", "Unacked deliveries per channel",
+                  "AMQP 1.0 deliveries per link", "Connection and channel churn"):
         assert any(t.startswith(title) for t in titles), (title, titles)
     prefetch = browser.execute_script(
         "var d = Array.from(document.querySelectorAll('div.chart')).find(function (x) {"
@@ -194,7 +309,7 @@ def test_dashboard_answers_first_and_drills_down(lake, browser, tmp_path):
         flow={k: tables[k] for k in ("flow_intervals", "consumer_unacked", "link_state", "channel_confirms",
                                      "tcp_flow", "throughput")},
         quarantine=tables["quarantine"], diagnosis=diagnosis, bottlenecks=bottlenecks,
-        dq_summary=tables["dq_summary"],
+        dq_summary=tables["dq_summary"], chart_series=store.read_rows("chart_series", CHART_SERIES_SCHEMA, capture_ids),
     )
     check_page(browser, page)
     body = browser.find_element(By.TAG_NAME, "body").text
@@ -244,7 +359,7 @@ def test_hostile_names_stay_inert_in_the_browser(spark, browser, tmp_path):
         "return {pwned: window.pwned === undefined ? null : window.pwned,"
         " images: document.querySelectorAll('img').length,"
         " scripts: document.querySelectorAll('script:not([type])').length};")
-    assert state["pwned"] is None and state["images"] == 0 and state["scripts"] == 2
+    assert state["pwned"] is None and state["images"] == 0 and state["scripts"] == 2  # the library and the loader
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert.text  # noqa: B018 (reading it is the check)
     assert HOSTILE in browser.find_element(By.TAG_NAME, "body").text

@@ -19,13 +19,15 @@ from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.jobs.report import _plotly_js, anchor, write_report
-from amqpscope.jobs.report import series as S
 from amqpscope.jobs.report.context import connection_context
+from amqpscope.pipelines import series_grid as S
 from amqpscope.pipelines.accounting import byte_accounting
+from amqpscope.pipelines.chart_series import chart_series
 from amqpscope.pipelines.dq_summary import dq_summary
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
 from amqpscope.schemas.flow import (
     CHANNEL_CONFIRMS_SCHEMA,
+    CHANNEL_UNACKED_SCHEMA,
     CONSUMER_UNACKED_SCHEMA,
     FLOW_INTERVALS_SCHEMA,
     LINK_STATE_SCHEMA,
@@ -228,6 +230,20 @@ def full(spark, tmp_path_factory) -> tuple[str, Page]:
     )
 
 
+def series_rows(spark: SparkSession, flow: dict[str, DataFrame]) -> list[dict[str, Any]]:
+    """The chart_series rows derive would store for these tables (pipelines.chart_series)."""
+    unacked = flow["consumer_unacked"]
+    channel = unacked.select(*[F.col(c) if c in unacked.columns else F.lit(None).cast(f.dataType).alias(c)
+                               for c, f in ((f.name, f) for f in CHANNEL_UNACKED_SCHEMA.fields)])
+    rows = chart_series(
+        captures=captures(spark), frames=table(spark, FRAMES_SCHEMA, FRAMES), link_state=flow["link_state"],
+        consumer_unacked=unacked, channel_unacked=channel, channel_confirms=flow["channel_confirms"],
+        tcp_flow=flow["tcp_flow"], flow_intervals=flow["flow_intervals"],
+        violations=table(spark, VIOLATIONS_SCHEMA, VIOLATIONS),
+    ).collect()
+    return [r.asDict() for r in rows]
+
+
 def render(spark: SparkSession, tmp_path, **extra: Any) -> tuple[str, Page]:
     arguments: dict[str, Any] = dict(
         frames=table(spark, FRAMES_SCHEMA, FRAMES), connections=table(spark, CONNECTIONS_SCHEMA, CONNECTIONS),
@@ -235,6 +251,8 @@ def render(spark: SparkSession, tmp_path, **extra: Any) -> tuple[str, Page]:
         data_docs_index=None, quarantine=table(spark, QUARANTINE_SCHEMA, QUARANTINE),
     )
     arguments.update(extra)
+    if "flow" in extra and "chart_series" not in extra:
+        arguments["chart_series"] = series_rows(spark, extra["flow"])
     page = write_report(tmp_path / "report.html", **arguments).read_text(encoding="utf-8")
     parsed = Page()
     parsed.feed(page)
@@ -368,29 +386,51 @@ def figures(parsed: Page) -> dict[str, dict[str, Any]]:
     return found
 
 
+def nonzero(trace: dict[str, Any]) -> list[tuple[float, float]]:
+    """A count trace's buckets that saw something: (bucket start, value drawn)."""
+    return [(round(x, 6), y) for x, y in zip(trace["x"], trace["y"]) if y]
+
+
 def test_every_chart_is_drawn_from_the_flow_tables(full):
     page, parsed = full
     drawn = figures(parsed)
     unacked = drawn["Unacked deliveries and prefetch per consumer"]["data"]
     assert [t["y"] for t in unacked] == [[1, 2, 1, 2], [2, 2, 2, 2]]  # unacked, then prefetch
     assert unacked[0]["x"] == [0.0, 0.1, 0.2, 0.3]
-    credit = drawn["AMQP 1.0 link credit (sender's view) and delivery-count per link"]["data"]
-    assert [t["y"] for t in credit] == [[4, 3, 2], [1, 2, 3]]
+    assert [t["y"] for t in drawn["Unacked deliveries per channel"]["data"]] == [[1, 2, 1, 2], [2, 2, 2, 2]]
+    credit = drawn["AMQP 1.0 link credit per link (the sender's view)"]["data"]
+    assert [t["y"] for t in credit] == [[4, 3, 2]] and credit[0]["x"] == [0.0, 0.05, 0.1]
     confirms = drawn["Publisher confirms outstanding per channel"]["data"]
     assert confirms[0]["y"] == [1, 2, 3]
     tcp = drawn["TCP receive window advertised, per connection and sender"]["data"]
     assert tcp[0]["y"] == [65535, 0, 65535]
     assert tcp[1]["name"] == "zero window" and tcp[1]["x"] == [0.03]
-    # In 10 ms buckets (a 2 s capture): c1's basic.deliver of frame 4 (64 bytes) at 0.04 s, and the
-    # link's three 10-byte deliveries at 0, 0.05 and 0.1 s.
+    # A 2 s capture: 10 ms buckets, every one of the 201 drawn, zero where nothing happened. c1's
+    # basic.deliver of frame 4 (64 bytes) at 0.04 s; the link's three 10-byte deliveries at 0,
+    # 0.05 and 0.1 s; one message in a 10 ms bucket is 100 msg/s.
     rates = {t["name"]: t for t in drawn["Messages and bytes per second per connection (10 ms buckets)"]["data"]}
+    assert all(len(t["x"]) == 201 for t in rates.values())
     deliver = next(t for name, t in rates.items() if name.endswith("broker→client msg/s"))
-    assert deliver["x"] == [0.04] and deliver["y"] == [100.0]
-    assert next(t for name, t in rates.items() if name.endswith("broker→client bytes/s"))["y"] == [6400.0]
-    assert rates["orders-app client→broker msg/s"]["x"] == [0.0, 0.05, 0.1]
-    assert rates["orders-app client→broker bytes/s"]["y"] == [1000.0, 1000.0, 1000.0]
-    by_address = drawn["Messages and bytes per second per queue / address (10 ms buckets)"]["data"]
-    assert by_address[0]["name"] == "&lt;script&gt;alert('x')&lt;/script&gt; client→broker msg/s"
+    assert nonzero(deliver) == [(0.04, 100.0)]
+    assert nonzero(next(t for name, t in rates.items() if name.endswith("broker→client bytes/s"))) == [(0.04, 6400.0)]
+    assert nonzero(rates["orders-app client→broker msg/s"]) == [(0.0, 100.0), (0.05, 100.0), (0.1, 100.0)]
+    assert nonzero(rates["orders-app client→broker bytes/s"]) == [(0.0, 1000.0), (0.05, 1000.0), (0.1, 1000.0)]
+    assert nonzero(drawn["AMQP 1.0 deliveries per link"]["data"][0]) == [(0.0, 100.0), (0.05, 100.0), (0.1, 100.0)]
+    # The link's target is a bare name: a queue (pipelines.addresses), published to three times.
+    queues = {t["name"]: t for t in drawn["Message rates per queue: publish, deliver, redeliver, ack"]["data"]}
+    queue = "/queues/&lt;script&gt;alert('x')&lt;/script&gt;"
+    assert sorted(queues) == [f"{queue} {m}" for m in ("ack", "deliver", "publish", "redeliver")]
+    assert nonzero(queues[f"{queue} publish"]) == [(0.0, 100.0), (0.05, 100.0), (0.1, 100.0)]
+    assert nonzero(queues[f"{queue} deliver"]) == []
+    ready = drawn["Ready messages per queue (published minus delivered, from the capture's start)"]["data"][0]
+    assert (ready["x"][:2], ready["y"][:2]) == ([0.0, 0.01], [0.0, 1.0]) and ready["y"][-1] == 3.0
+    # The consumer lives from 0 s to the capture's end (2 s), held at its prefetch from 0.1 to 0.2 s.
+    utilisation = drawn["Consumer utilisation: the share of time each consumer could take a delivery"]["data"][0]
+    assert utilisation["name"].endswith("(95% overall)")
+    held = [round(x, 6) for x, y in zip(utilisation["x"], utilisation["y"]) if y < 100]
+    assert held == [round(0.1 + 0.01 * i, 6) for i in range(10)]
+    churn = {t["name"]: t for t in drawn["Connection and channel churn: opened and closed per second"]["data"]}
+    assert nonzero(churn["connections opened"]) == [(0.07, 100.0)]  # the broker's 1.0 open, frame 7
     timeline = drawn["Timeline: entities, the intervals they were held back, findings and violations"]["data"]
     by_name = {t["name"]: t for t in timeline}
     assert by_name["prefetch_full"]["base"] == [0.1] and by_name["prefetch_full"]["x"] == [0.1]
@@ -398,9 +438,9 @@ def test_every_chart_is_drawn_from_the_flow_tables(full):
     assert by_name["connection_blocked"]["base"] == [0.01]
     assert abs(by_name["connection_blocked"]["x"][0] - 1.99) < 1e-9
     assert sorted(by_name["error"]["x"] + by_name["warning"]["x"]) == [0.04, 0.07]
-    # The plotting library is inlined once, and each chart's data block follows its chart.
+    # The plotting library is inlined once, with the loader; each chart's data block follows its chart.
     assert page.count("<script>") == 2
-    assert len(drawn) == 7
+    assert len(drawn) == 12
 
 
 def test_hostile_names_stay_text_in_charts_and_tooltips(full):
@@ -419,7 +459,7 @@ def test_hostile_names_stay_text_in_charts_and_tooltips(full):
     drawn = figures(parsed)
     names = [t["name"] for t in drawn["Unacked deliveries and prefetch per consumer"]["data"]]
     assert names[0].endswith("ch 1 · &lt;script&gt;alert('x')&lt;/script&gt; unacked")
-    links = [t["name"] for t in drawn["AMQP 1.0 link credit (sender's view) and delivery-count per link"]["data"]]
+    links = [t["name"] for t in drawn["AMQP 1.0 link credit per link (the sender's view)"]["data"]]
     assert "&lt;img src=x onerror=\"window.pwned=1\"&gt;" in links[0]
     lanes = drawn["Timeline: entities, the intervals they were held back, findings and violations"]["layout"]
     assert any("&lt;script&gt;" in label for label in lanes["yaxis"]["categoryarray"])
@@ -429,19 +469,35 @@ def test_hostile_names_stay_text_in_charts_and_tooltips(full):
 # --- downsampling -----------------------------------------------------------------------------------
 
 
+def grid(spark: SparkSession, seconds: float) -> DataFrame:
+    return S.bucket_grid(spark.createDataFrame([("cap", T0, T0 + timedelta(seconds=seconds))],
+                                               "capture_id string, first_ts timestamp, last_ts timestamp"))
+
+
 def test_downsampling_bounds_points_and_keeps_the_extremes(spark):
     # 1,000 rows one millisecond apart; unacked cycles 0..9 with one spike of 99 at row 500.
-    rows = [("cap", "c1", T0 + timedelta(milliseconds=i), 99 if i == 500 else i % 10) for i in range(1000)]
-    short = [("cap", "c2", T0 + timedelta(milliseconds=i), i) for i in range(5)]
-    df = spark.createDataFrame(rows + short, "capture_id string, connection_id string, ts timestamp, unacked long")
-    x = S.since_start(df["ts"], {"cap": int(T0.timestamp() * 1_000_000)})
-    drawn = S.collect_series(S.downsample(df, ["connection_id"], x, {"unacked": S.F.max("unacked")}, points=100),
-                             ["connection_id"], ["unacked"])["cap"]
-    long, kept = (drawn[0], drawn[1]) if drawn[0].key == ("c1",) else (drawn[1], drawn[0])
-    assert len(long.x) == 100  # 999 ms in 100 buckets of 9.99 ms
-    assert max(long.values["unacked"]) == 99
-    assert long.values["unacked"].count(99) == 1
-    assert kept.x == (0.0, 0.001, 0.002, 0.003, 0.004) and kept.values["unacked"] == (0, 1, 2, 3, 4)
+    rows = [("cap", "c1", T0 + timedelta(milliseconds=i), i, 99 if i == 500 else i % 10) for i in range(1000)]
+    short = [("cap", "c2", T0 + timedelta(milliseconds=i), i, i) for i in range(5)]
+    df = spark.createDataFrame(rows + short, "capture_id string, connection_id string, ts timestamp, _order long, unacked long")
+    chart = S.StateChart("test", S.keyed(df, connection_id="connection_id"), {"unacked": ("unacked", "max")})
+    points = S.states([chart], grid(spark, 0.999), points=100).collect()
+    long = sorted((r.x, r.value) for r in points if r.connection_id == "c1")
+    kept = sorted((r.x, r.value) for r in points if r.connection_id == "c2")
+    assert len(long) == 200  # 999 ms: the capture's 200 buckets of 5 ms
+    assert max(v for _, v in long) == 99 and [v for _, v in long].count(99) == 1
+    assert kept == [(0.0, 0.0), (0.001, 1.0), (0.002, 2.0), (0.003, 3.0), (0.004, 4.0)]
+
+
+def test_counts_fill_every_bucket_and_hold_nothing(spark):
+    # Three events in 2 s (10 ms buckets): every bucket is there, zero but in the three.
+    events = spark.createDataFrame(
+        [("cap", "q", "publish", T0 + timedelta(milliseconds=ms), 1) for ms in (0, 5, 1500)],
+        "capture_id string, name string, metric string, ts timestamp, n long")
+    rows = S.counts([S.CountChart("test", S.keyed(events, name="name"), ("publish", "ack"))], grid(spark, 2.0)).collect()
+    publish = sorted((round(r.x, 6), r.value) for r in rows if r.metric == "publish")
+    assert len(publish) == 201 and len([r for r in rows if r.metric == "ack"]) == 201
+    assert [(x, v) for x, v in publish if v] == [(0.0, 2.0), (1.5, 1.0)]
+    assert {r.bucket_s for r in rows} == {0.01} and not any(r.value for r in rows if r.metric == "ack")
 
 
 def test_busiest_keeps_the_heaviest_series_of_each_capture(spark):
@@ -449,16 +505,17 @@ def test_busiest_keeps_the_heaviest_series_of_each_capture(spark):
     rows = [("one", k, w) for k, ws in {"a": (2, 3), "b": (5,), "c": (4, 4, 1), "d": (1,)}.items() for w in ws]
     rows += [("two", "z", 1), ("two", "z", 1)]
     df = spark.createDataFrame(rows, "capture_id string, key string, weight long")
-    kept = S.busiest(df, ["key"], S.F.col("weight"), limit=3)
+    kept = S.busiest(df, S.F.col("weight"), limit=3, keys=["key"])
     expected = spark.createDataFrame(
         [("one", "c", w, 1, 4) for w in (4, 4, 1)] + [("one", "a", w, 2, 4) for w in (2, 3)]
         + [("one", "b", 5, 3, 4), ("two", "z", 1, 1, 1), ("two", "z", 1, 1, 1)],
-        "capture_id string, key string, weight long, _series_rank int, _series_total int")
+        "capture_id string, key string, weight long, series_rank int, series_total int")
     assertDataFrameEqual(kept, expected)
 
 
-def test_rate_buckets_are_sub_second_for_short_captures():
-    assert S.rate_width(2.0) == 0.01  # 200 buckets; 5 ms would make 400
-    assert S.rate_width(0.05) == 0.001
-    assert S.rate_width(600.0) == 2.0
-    assert S.rate_width(86_400.0) == 300.0
+def test_bucket_width_gives_a_few_hundred_buckets():
+    assert S.bucket_width(2.0) == 0.01  # 200 buckets; 5 ms would make 400
+    assert S.bucket_width(0.084) == 0.001
+    assert S.bucket_width(600.0) == 2.0
+    assert S.bucket_width(86_400.0) == 300.0
+    assert S.bucket_width(10 * 86_400.0) == 3600.0

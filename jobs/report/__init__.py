@@ -1,14 +1,21 @@
 """The report: one self-contained HTML page per run, an operator's dashboard of the captures.
 
-The answer first (the diagnosis headline and the ranked bottleneck findings, then the rule
-violations), then the operator's context (products, limits, queues, consumers, links), the
-timelines and plots, a section per connection to drill down to, and the data-quality view.
+It opens on an overview, one row per capture, worst first: file, span, the verdict in words with
+its component and entity, a severity colour, frames, connections and violations, each row linking
+to the capture's section. The sections are collapsed (``<details>``) so that many captures are
+still one screen of overview. In a section: the answer (the diagnosis headline and the ranked
+bottleneck findings, then the rule violations), the operator's context (products, limits, queues,
+consumers, links), the charts, a section per connection to drill down to, and the data-quality
+view. The captures a report leaves out are listed with why (the runs table says).
 
-All aggregation and downsampling happen in Spark (``tables``, ``context``, ``series``); only
-bounded rows reach the driver. The page is rendered from Jinja2 templates with autoescaping on,
-and the charts are Plotly figures whose library is inlined once: nothing is fetched when the page
-opens. Every value from the wire is hostile input: escaped in the HTML, escaped again inside the
-charts' JSON and shown by Plotly as text (``charts``).
+The tables are aggregated in Spark (``tables``, ``context``); only bounded rows reach the driver.
+The charts are drawn from the chart_series gold table's rows, which derive computed
+(``pipelines.chart_series``; read with delta-rs). The page is rendered from Jinja2 templates with
+autoescaping on, and the charts are Plotly figures whose library (plotly.js's basic bundle,
+installed from npm: ``amqpscope.web_assets``) is inlined once: nothing is fetched when the page
+opens, and a capture's charts are drawn when its section is opened. Every value from the wire is
+hostile input: escaped in the HTML, escaped again inside the charts' JSON and shown by Plotly as
+text (``charts``).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from pyspark.sql import DataFrame
 
 from amqpscope.jobs.report.context import consumer_context, connection_context, link_context, queue_context
-from amqpscope.jobs.report.figures import capture_figures
+from amqpscope.jobs.report.figures import by_capture, capture_figures
 from amqpscope.jobs.report.tables import (
     EXAMPLES_PER_RULE,
     MAX_CAPTURES,
@@ -42,6 +49,7 @@ from amqpscope.jobs.report.tables import (
     violation_examples,
 )
 from amqpscope.pipelines.accounting import byte_accounting
+from amqpscope.web_assets import asset
 
 if TYPE_CHECKING:  # the suite module imports Great Expectations, which a report does not need
     from amqpscope.expectations.suite import PendingVerdicts, VerdictRun
@@ -191,13 +199,17 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+# plotly.js's basic bundle (scatter and bar traces, all the report draws): 1.2 MB where the full
+# bundle is 4.8 MB.
+PLOTLY = ("plotly.js-basic-dist-min", "plotly-basic.min.js")
+
+
 @lru_cache(maxsize=1)
 def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs  # imported only when a page has charts
-
-    script = get_plotlyjs()
+    script = asset(*PLOTLY).read_text(encoding="utf-8")
     # Inlined in a <script> element: it must not end it early.
-    assert "</script" not in script.lower()
+    if "</script" in script.lower():
+        raise ValueError(f"{asset(*PLOTLY)} holds '</script': it cannot be inlined in the page")
     return script
 
 
@@ -216,16 +228,20 @@ def write_report(
     bottlenecks: DataFrame | None = None,
     dq_summary: DataFrame | None = None,
     accounting: DataFrame | None = None,
+    chart_series: Sequence[Mapping[str, Any]] = (),
+    left_out: Sequence[Mapping[str, Any]] = (),
 ) -> Path:
     """Write the HTML report of the captures to `path` and return it.
 
-    ``flow`` holds flow-state tables by name (flow_intervals, consumer_unacked, link_state,
-    channel_confirms, tcp_flow, throughput): each chart is drawn when its table is given.
-    ``diagnosis`` / ``bottlenecks`` (schemas.diagnosis), ``quarantine`` and ``dq_summary``
-    (schemas.quality) add their sections; ``accounting`` is their byte accounting when the caller
-    has it (``pipelines.accounting.byte_accounting``), else it is computed. `data_docs_index`
-    defaults to the Data Docs of `verdicts`, when there are verdicts. Pending verdicts (GX still
-    validating) are waited for after every query of the report has run.
+    ``flow`` holds flow-state tables by name (consumer_unacked, link_state: the consumers and
+    links tables; throughput: the queues' traffic). ``chart_series`` are the rows of the
+    chart_series gold table (``pipelines.chart_series``) of these captures: each chart is drawn
+    when the capture has rows of it. ``diagnosis`` / ``bottlenecks`` (schemas.diagnosis),
+    ``quarantine`` and ``dq_summary`` (schemas.quality) add their sections; ``accounting`` is their
+    byte accounting when the caller has it (``pipelines.accounting.byte_accounting``), else it is
+    computed. ``left_out`` lists the captures the report leaves out (capture_id, file_name, why).
+    `data_docs_index` defaults to the Data Docs of `verdicts`, when there are verdicts. Pending
+    verdicts (GX still validating) are waited for after every query of the report has run.
     """
     path = Path(path)
     inputs = Inputs(frames, connections, violations, captures, dict(flow or {}), quarantine, diagnosis,
@@ -270,24 +286,98 @@ def write_report(
                        accounting.get(capture["capture_id"], []), spans.get(capture["capture_id"]))
         for capture in listed
     ]
-    figures = capture_figures(inputs, models, spans) if inputs.flow or bottlenecks is not None else {}
+    series = by_capture(chart_series)
     for model in models:
-        model["charts"] = figures.get(model["capture_id"], [])
-    charts_drawn = any(model["charts"] for model in models)
+        charts = series.get(model["capture_id"], {})
+        names = {e["row"]["connection_id"]: e["label"] for e in model["entities"]}
+        # No chart rows and no finding: nothing was measured over time, so no chart (not even a
+        # timeline of bare lifetimes).
+        model["charts"] = capture_figures(model, charts, lambda c, names=names: str(names.get(c) or c or "—")) \
+            if charts or model["findings"] else []
+        model["utilisation"] = _utilisation(charts)
     verdicts = verdicts.result() if verdicts is not None else None  # pending: GX ran meanwhile
     index = data_docs_index or (verdicts.data_docs_index if verdicts is not None else None)
+    return render_page(path, captures=models, capture_total=capture_total, left_out=left_out,
+                       suites=_suites(verdicts), data_docs_index=index, time_zone=str(time_zone))
+
+
+def render_page(
+    path: Path, *, captures: Sequence[Mapping[str, Any]], capture_total: int, left_out: Sequence[Mapping[str, Any]],
+    suites: list[dict[str, Any]] | None, data_docs_index: Path | None, time_zone: str,
+) -> Path:
+    """Render the page of ``captures`` (models of ``_capture_model``, with their charts) to ``path``:
+    the overview, worst first, then a collapsed section per capture; ``left_out`` are the captures
+    not reported, with why. No Spark here: a lake without a complete capture gets a page too."""
+    path = Path(path)
     page = _environment().get_template("report.html.j2").render(
-        time_zone=str(time_zone),
+        time_zone=time_zone,
         capture_total=capture_total,
-        captures=models,
-        suites=_suites(verdicts),
-        docs_href=_docs_href(index, path) if index is not None else None,
+        captures=captures,
+        overview=sorted((overview_row(c) for c in captures), key=lambda r: r["order"]),
+        left_out=list(left_out),
+        suites=suites,
+        docs_href=_docs_href(data_docs_index, path) if data_docs_index is not None else None,
         tls_advice=TLS_ADVICE,
-        plotly_js=_plotly_js() if charts_drawn else None,
+        plotly_js=_plotly_js() if any(c["charts"] for c in captures) else None,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     return path
+
+
+# Verdict levels of the overview, worst first: its row's colour and order.
+LEVELS = ("bottleneck", "error", "warning", "unknown", "healthy")
+
+
+def overview_row(model: Mapping[str, Any]) -> dict[str, Any]:
+    """A capture's line in the overview: its verdict in words, with its component and entity, its
+    level (LEVELS) and the figures an operator compares captures by."""
+    diagnosis = model["diagnosis"]
+    counts = model["counts"].rows if model["counts"] else ()
+    by_severity = {s: sum(r["violations"] for r in counts if r["severity"] == s) for s in ("error", "warning", "capture")}
+    dq = model["dq"][-1] if model["dq"] else None
+    component = diagnosis["bottleneck"] if diagnosis else None
+    if component in (None, "no_amqp", "encrypted"):
+        level = "unknown"
+    elif component != "none":
+        level = "bottleneck"
+    elif by_severity["error"]:
+        level = "error"
+    elif by_severity["warning"] or by_severity["capture"] or (dq is not None and dq["gaps"]):
+        level = "warning"
+    else:
+        level = "healthy"
+    if diagnosis is None:
+        verdict = "Not diagnosed: the diagnosis tables were not given to the report."
+    elif component == "none":
+        verdict = "No bottleneck found" + (f"; {by_severity['error']:,} protocol errors." if by_severity["error"] else ".")
+    else:
+        verdict = diagnosis["headline"]
+    frames = dq["frames"] if dq is not None else sum(r["frames"] for r in (model["frames"].rows if model["frames"] else ()))
+    return {
+        "anchor": model["anchor"],
+        "file_name": model["capture"].get("file_name") or model["capture_id"],
+        "capture_id": model["capture_id"],
+        "span_s": model["duration_s"],
+        "level": level,
+        "component": component if level == "bottleneck" else None,
+        "entity": ((diagnosis.get("entity_kind") or "") + " " + (diagnosis.get("entity") or "")).strip()
+                  if level == "bottleneck" else None,
+        "verdict": verdict,
+        "findings": diagnosis["findings_count"] if diagnosis else None,
+        "frames": frames,
+        "connections": model["connections"].total if model["connections"] else 0,
+        "violations": sum(by_severity.values()),
+        "violations_error": by_severity["error"],
+        "order": (LEVELS.index(level), -(diagnosis["findings_count"] if diagnosis else 0),
+                  -sum(by_severity.values()), str(model["capture"].get("file_name") or model["capture_id"])),
+    }
+
+
+def _utilisation(charts: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[tuple, float]:
+    # (connection, channel, consumer tag or link name) -> the consumer's overall utilisation.
+    return {(r["connection_id"], r["channel"], r["name"]): r["value"] for r in charts.get("consumer_utilisation", ())
+            if r["metric"] == "utilisation_overall"}
 
 
 def _suites(verdicts: VerdictRun | None) -> list[dict[str, Any]] | None:
@@ -377,6 +467,7 @@ def _capture_model(
         "anchor": anchor(capture_id, "capture"),
         "capture": capture,
         "duration_s": (span[1] - span[0]) / 1e6 if span else None,
+        "start_s": span[0] / 1e6 if span else None,
         "diagnosis": diagnosis[0] if diagnosis else None,
         "diagnosed": inputs.diagnosis is not None,
         "findings": finding_models,

@@ -12,9 +12,8 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
-
-from amqpscope.jobs.report.series import Series
 
 # One colour per flow_intervals cause (and the findings / violations traces), stable across charts.
 CAUSE_COLOURS = {
@@ -26,6 +25,8 @@ CAUSE_COLOURS = {
     "confirms_outstanding": "#9467bd",
     "channel_flow": "#bcbd22",
 }
+# One dash per queue metric, so a queue keeps its colour across its four traces.
+QUEUE_DASHES = {"publish": "solid", "deliver": "dash", "ack": "dot", "redeliver": "dashdot"}
 LIFETIME_COLOUR = "#dddddd"
 FINDING_COLOUR = "#b00020"
 _LABEL = 60  # characters of a lane label at most
@@ -50,13 +51,26 @@ def embedded_json(figure: Mapping[str, Any]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Series:
+    """One series of a chart (rows of the chart_series table): its keys, and per metric its points
+    in time order (x, value)."""
+
+    key: tuple  # connection_id, channel, name, direction
+    rank: int  # 1 = the chart's busiest series in the capture
+    total: int  # the chart's series in the capture, drawn or not
+    bucket_s: float
+    points: Mapping[str, tuple[tuple[float, ...], tuple[Any, ...]]]
+
+
 def _layout(title: str, y_title: str, height: int = 360, **extra: Any) -> dict[str, Any]:
     return {
         "title": {"text": title, "font": {"size": 14}},
         "height": height,
         "margin": {"l": 70, "r": 30, "t": 40, "b": 45},
         "xaxis": {"title": {"text": "seconds since the capture's first packet"}, "zeroline": False},
-        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
+        # SI prefixes (k, M, G), never d3's "B" for billions.
+        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero", "tickformat": "~s", "hoverformat": ".4~s"},
         "legend": {"orientation": "h", "y": -0.2},
         "hovermode": "closest",
         **extra,
@@ -74,25 +88,40 @@ def _mode(points: int) -> str:
 
 def line_chart(
     title: str, y_title: str, series: Sequence[Series], traces: Sequence[tuple[str, str, Mapping[str, Any]]],
-    name_of: Any, *, log_y: bool = False,
+    name_of: Any, *, per_second: bool = False, scale: float = 1.0, unit: str = "",
 ) -> dict[str, Any]:
-    """One trace per (series, value): ``traces`` are (value name, label, extra trace attributes);
-    ``name_of(series)`` is the series' (already escaped) name."""
+    """One trace per (series, metric), drawn as steps: ``traces`` are (metric, label, extra trace
+    attributes); ``name_of(series)`` is the series' (already escaped) name. ``per_second``: the
+    values are counts a bucket, drawn as the bucket's mean rate (count / width) from its start;
+    ``scale`` multiplies the values (100: a fraction as %)."""
     data = []
     for s in series:
-        for value, label, extra in traces:
+        for metric, label, extra in traces:
+            if metric not in s.points:
+                continue
+            xs, ys = s.points[metric]
+            factor = scale / s.bucket_s if per_second else scale
             name = f"{name_of(s)} {label}".strip()
-            data.append({
-                "type": "scatter", "mode": _mode(len(s.x)), "name": name, "x": list(s.x),
-                "y": _finite(s.values[value]), "line": {"shape": "hv"},
-                "hovertemplate": f"{name}<br>%{{x:.6f}} s: %{{y}}<extra></extra>", **extra,
-            })
+            # A rate or a share: six significant digits, what a reader can tell apart (half the JSON);
+            # a state as it is (a window of 6,291,456 bytes stays that).
+            y = [None if v is None else float(f"{v * factor:.6g}") if factor != 1 else v for v in _finite(ys)]
+            hover = (f"{name}<br>%{{x:.6g}} s: %{{y:.4~s}}{unit} (%{{customdata}} in {_width_text(s.bucket_s)})"
+                     if per_second else f"{name}<br>%{{x:.6g}} s: %{{y:.4~s}}{unit}")
+            trace = {"type": "scatter", "mode": _mode(len(xs)), "name": name, "x": [round(x, 6) for x in xs], "y": y,
+                     "line": {"shape": "hv"}, "hovertemplate": hover + "<extra></extra>", **extra}
+            if per_second:
+                trace["customdata"] = [0 if v is None else round(v) for v in ys]
+            data.append(trace)
     layout = _layout(title, y_title)
+    if unit:
+        layout["yaxis"] = {**layout["yaxis"], "ticksuffix": unit}
     if any(t.get("yaxis") == "y2" for _, _, t in traces):
         layout["margin"] = {**layout["margin"], "r": 80}  # room for the right-hand axis
-    if log_y:
-        layout["yaxis"] = {**layout["yaxis"], "type": "log"}
     return {"data": data, "layout": layout, "config": CONFIG}
+
+
+def _width_text(width: float) -> str:
+    return f"{width * 1000:g} ms" if width < 1 else f"{width:g} s"
 
 
 def timeline_chart(

@@ -14,6 +14,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame
 
 from amqpscope.jobs.report.tables import endpoint
+from amqpscope.pipelines.addresses import queue_address
 
 AMQP_PROTOCOLS = ("amqp-0-9-1", "amqp-1.0")
 
@@ -86,7 +87,7 @@ def queue_context(frames: DataFrame, throughput: DataFrame | None) -> DataFrame:
     """
     declared = (
         frames.filter((F.col("method") == "queue.declare-ok") & F.col("queue").isNotNull())
-        .select("capture_id", F.concat(F.lit("/queues/"), F.col("queue")).alias("address"), "connection_id")
+        .select("capture_id", queue_address(F.col("queue")).alias("address"), "connection_id")
         .groupBy("capture_id", "address")
         .agg(F.count_distinct("connection_id").alias("declaring_connections"))
     )

@@ -1,186 +1,250 @@
-"""The report's charts per capture: the series of ``series`` drawn as the figures of ``charts``.
+"""The report's charts per capture, drawn from the chart_series gold table's rows (no Spark here).
 
-Each chart is drawn when its table was given and the capture has rows in it; a chart is a dict with
-its HTML id, its title, a note (what was left out), and its escaped JSON.
+Derive computed every series on the capture's time grid (``pipelines.chart_series``); this module
+turns a capture's rows into Plotly figures (``charts``), in page order. A chart is a dict with its
+HTML id, its title, a note (what was left out, or a caveat) and its escaped JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections import defaultdict
+from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-import pyspark.sql.functions as F
-
-from amqpscope.jobs.report import series as S
-from amqpscope.jobs.report.charts import embedded_json, lane_label, line_chart, timeline_chart, wire
-from amqpscope.pipelines.throughput import message_events
-
-if TYPE_CHECKING:
-    from amqpscope.jobs.report import Inputs
+from amqpscope.jobs.report.charts import (
+    QUEUE_DASHES,
+    Series,
+    embedded_json,
+    lane_label,
+    line_chart,
+    timeline_chart,
+    wire,
+)
 
 _DIRECTION = {"c2s": "client→broker", "s2c": "broker→client"}
+_DOT = {"line": {"shape": "hv", "dash": "dot"}}
 
 
-def capture_figures(
-    inputs: Inputs, models: Sequence[Mapping[str, Any]], spans: Mapping[str, tuple[int, int]]
-) -> dict[str, list[dict[str, Any]]]:
-    """Capture id -> its charts, in page order."""
-    shown = [m["capture_id"] for m in models if m["capture_id"] in spans]
-    if not shown:
-        return {}
-    starts = {c: spans[c][0] for c in shown}
-    ends = {c: (spans[c][1] - spans[c][0]) / 1e6 for c in shown}  # seconds after the start
-    names = {m["capture_id"]: {e["row"]["connection_id"]: e["label"] for e in m["entities"]} for m in models}
-    flow = {name: df.where(F.col("capture_id").isin(shown)) for name, df in inputs.flow.items()}
-    charts: dict[str, list[dict[str, Any]]] = {c: [] for c in shown}
-
-    def add(capture_id: str, key: str, title: str, figure: dict[str, Any], note: str | None = None) -> None:
-        charts[capture_id].append({"id": f"chart-{key}-{len(charts[capture_id])}-{capture_id[:12]}",
-                                   "title": title, "note": note, "json": embedded_json(figure)})
-
-    def who(capture_id: str, connection_id: str) -> str:
-        return str(names.get(capture_id, {}).get(connection_id) or connection_id)
-
-    def left_out(drawn: Sequence[S.Series], what: str) -> str | None:
-        total = max((s.total for s in drawn), default=0)
-        return f"The {len(drawn)} busiest of {total} {what} are drawn." if total > len(drawn) else None
-
-    timelines = _timelines(inputs, models, flow, starts, ends, who)
-    for capture_id, figure in timelines.items():
-        add(capture_id, "timeline", "Timeline", figure)
-
-    if "consumer_unacked" in flow:
-        drawn = S.collect_series(S.unacked_series(flow["consumer_unacked"], starts),
-                                 ["connection_id", "channel", "consumer_tag"], ["unacked", "prefetch"])
-        for capture_id, series in drawn.items():
-            figure = line_chart(
-                "Unacked deliveries and prefetch per consumer", "deliveries", series,
-                [("unacked", "unacked", {}), ("prefetch", "prefetch", {"line": {"shape": "hv", "dash": "dot"}})],
-                lambda s, c=capture_id: wire(f"{who(c, s.key[0])} · ch {s.key[1]} · {s.key[2]}", 70))
-            add(capture_id, "unacked", "Unacked vs prefetch", figure, left_out(series, "consumers"))
-    if "link_state" in flow:
-        drawn = S.collect_series(S.link_series(flow["link_state"].where(F.col("link_credit_snd").isNotNull()), starts),
-                                 ["connection_id", "link_name", "sender_side"], ["link_credit", "delivery_count"])
-        for capture_id, series in drawn.items():
-            figure = line_chart(
-                "AMQP 1.0 link credit (sender's view) and delivery-count per link", "credit / count", series,
-                [("link_credit", "link-credit", {}),
-                 ("delivery_count", "delivery-count", {"line": {"shape": "hv", "dash": "dot"}, "yaxis": "y2"})],
-                lambda s, c=capture_id: wire(f"{who(c, s.key[0])} · {s.key[1]} ({s.key[2]} sends)", 70))
-            figure["layout"]["yaxis2"] = {"title": {"text": "delivery-count"}, "overlaying": "y", "side": "right"}
-            add(capture_id, "credit", "Link credit", figure, left_out(series, "links"))
-    if "channel_confirms" in flow:
-        drawn = S.collect_series(S.confirms_series(flow["channel_confirms"], starts),
-                                 ["connection_id", "channel"], ["outstanding"])
-        for capture_id, series in drawn.items():
-            figure = line_chart("Publisher confirms outstanding per channel", "publishes not yet confirmed", series,
-                                [("outstanding", "", {})],
-                                lambda s, c=capture_id: wire(f"{who(c, s.key[0])} · ch {s.key[1]}", 70))
-            add(capture_id, "confirms", "Confirms outstanding", figure, left_out(series, "channels"))
-    widths = {c: S.rate_width(ends[c]) for c in shown}
-    # Both rate charts bucket the same message rows: found once (a join and windows over the frames).
-    messages = message_events(inputs.frames.where(F.col("capture_id").isin(shown)), flow.get("link_state")).persist()
-    for scope, title in (("connection", "per connection"), ("address", "per queue / address")):
-        keys = ["connection_id", "direction"] if scope == "connection" else ["address", "direction"]
-        drawn = S.collect_series(S.rate_series(messages, starts, widths, scope), keys, ["messages_per_s", "bytes_per_s"])
-        for capture_id, series in drawn.items():
-            def name(s: S.Series, c: str = capture_id, scope: str = scope) -> str:
-                first = who(c, s.key[0]) if scope == "connection" else s.key[0]
-                return wire(f"{first} {_DIRECTION.get(s.key[1], s.key[1])}", 70)
-            figure = line_chart(
-                f"Messages and bytes per second {title} ({_width_text(widths[capture_id])} buckets)", "messages/s",
-                series, [("messages_per_s", "msg/s", {}),
-                         ("bytes_per_s", "bytes/s", {"line": {"shape": "hv", "dash": "dot"}, "yaxis": "y2"})], name)
-            figure["layout"]["yaxis2"] = {"title": {"text": "bytes/s"}, "overlaying": "y", "side": "right",
-                                          "rangemode": "tozero"}
-            add(capture_id, f"rate-{scope}", f"Throughput {title}", figure,
-                left_out(series, "connection directions" if scope == "connection" else "addresses"))
-    messages.unpersist()
-    if "tcp_flow" in flow:
-        drawn = S.collect_series(S.window_series(flow["tcp_flow"], starts), ["connection_id", "direction"],
-                                 ["window", "zero_windows"])
-        for capture_id, series in drawn.items():
-            figure = line_chart(
-                "TCP receive window advertised, per connection and sender", "bytes", series, [("window", "", {})],
-                lambda s, c=capture_id: wire(f"{who(c, s.key[0])} {_DIRECTION.get(s.key[1], s.key[1])} advertises", 70))
-            zero = [(x, s) for s in series for x, n in zip(s.x, s.values["zero_windows"]) if n]
-            if zero:
-                figure["data"].append({
-                    "type": "scatter", "mode": "markers", "name": "zero window",
-                    "x": [x for x, _ in zero], "y": [0] * len(zero),
-                    "text": [wire(f"{who(capture_id, s.key[0])} {_DIRECTION.get(s.key[1], s.key[1])}") for _, s in zero],
-                    "hovertemplate": "zero window: %{text}<br>%{x:.6f} s<extra></extra>",
-                    "marker": {"symbol": "x", "size": 10, "color": "#b00020"},
-                })
-            add(capture_id, "tcp", "TCP windows", figure, left_out(series, "connection directions"))
-    return {c: v for c, v in charts.items() if v}
+def by_capture(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, list[Mapping[str, Any]]]]:
+    """chart_series rows by capture and chart."""
+    grouped: dict[str, dict[str, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        grouped[row["capture_id"]][row["chart"]].append(row)
+    return grouped
 
 
-def _width_text(width: float) -> str:
+def series_of(rows: Sequence[Mapping[str, Any]]) -> list[Series]:
+    """A chart's rows as its series, busiest first, each metric's points in time order."""
+    points: dict[tuple, dict[str, list[tuple[float, Any]]]] = defaultdict(lambda: defaultdict(list))
+    heads: dict[tuple, Mapping[str, Any]] = {}
+    for row in rows:
+        key = (row["connection_id"], row["channel"], row["name"], row["direction"])
+        heads.setdefault(key, row)
+        points[key][row["metric"]].append((row["x"], row["value"]))
+    ordered = sorted(heads, key=lambda k: (heads[k]["series_rank"], tuple(str(v) for v in k)))
+    return [
+        Series(key, heads[key]["series_rank"], heads[key]["series_total"], heads[key]["bucket_s"],
+               {metric: (tuple(x for x, _ in sorted(p, key=lambda q: q[0])), tuple(v for _, v in sorted(p, key=lambda q: q[0])))
+                for metric, p in points[key].items()})
+        for key in ordered
+    ]
+
+
+def _left_out(drawn: Sequence[Series], what: str) -> str | None:
+    total = max((s.total for s in drawn), default=0)
+    return f"The {len(drawn)} busiest of {total} {what} are drawn." if total > len(drawn) else None
+
+
+def capture_figures(model: Mapping[str, Any], charts: Mapping[str, Sequence[Mapping[str, Any]]],
+                    who: Callable[[str | None], str]) -> list[dict[str, Any]]:
+    """The charts of one capture (``model``: the page's model of it; ``charts``: its chart_series
+    rows by chart; ``who``: a connection's name), in page order."""
+    capture_id = model["capture_id"]
+    drawn: list[dict[str, Any]] = []
+
+    def add(key: str, title: str, figure: dict[str, Any], note: str | None = None) -> None:
+        drawn.append({"id": f"chart-{key}-{len(drawn)}-{capture_id[:12]}", "title": title, "note": note,
+                      "json": embedded_json(figure)})
+
+    def channel_of(s: Series) -> str:
+        return f"{who(s.key[0])} · ch {s.key[1]}"
+
+    timeline = timeline_figure(model, charts.get("timeline", ()), charts.get("violations", ()), who)
+    if timeline is not None:
+        add("timeline", "Timeline", timeline)
+
+    queues = series_of(charts.get("queue_rates", ()))
+    if queues:
+        figure = line_chart(
+            "Message rates per queue: publish, deliver, redeliver, ack", "messages/s", [], [], None)
+        for position, s in enumerate(queues):
+            colour = {"line": {"shape": "hv", "color": _colour(position)}}
+            for metric, dash in QUEUE_DASHES.items():
+                part = line_chart("", "", [s], [(metric, metric, {"legendgroup": wire(s.key[2]),
+                                                                  "line": {**colour["line"], "dash": dash}})],
+                                  lambda q: wire(q.key[2], 60), per_second=True)
+                figure["data"] += part["data"]
+        # Four traces a queue: the legend beside the chart, grouped by queue, keeps the axis free.
+        figure["layout"]["legend"] = {"orientation": "v", "x": 1.02, "y": 1, "tracegroupgap": 6}
+        figure["layout"]["margin"] = {**figure["layout"]["margin"], "r": 20}
+        add("queue-rates", "Queue rates", figure, _left_out(queues, "queues"))
+        # Each point is the level at its bucket's end; the level at the capture's first packet is 0.
+        depth = [replace(s, points={"ready": ((0.0, *s.points["ready"][0]), (0.0, *s.points["ready"][1]))})
+                 for s in series_of(charts.get("queue_depth", ())) if "ready" in s.points]
+        lowest = min((v for s in depth for v in s.points.get("ready", ((), ()))[1] if v is not None), default=0)
+        note = ("Ready messages count from 0 at the capture's first packet, so a queue that delivers messages "
+                "published before the capture began goes below 0: its true depth is higher by what it held then."
+                if lowest < 0 else "Ready messages count from 0 at the capture's first packet: what the queue held "
+                "before the capture is not on the wire.")
+        add("queue-depth", "Queue depth", line_chart(
+            "Ready messages per queue (published minus delivered, from the capture's start)", "messages", depth,
+            [("ready", "ready", {})], lambda q: wire(q.key[2], 60)), note)
+
+    utilisation = series_of(charts.get("consumer_utilisation", ()))
+    if utilisation:
+        def named(s: Series) -> str:
+            overall = s.points.get("utilisation_overall", ((), (None,)))[1][0]
+            kind = f"ch {s.key[1]}" if s.key[1] is not None else "link"
+            text = f"{who(s.key[0])} · {kind} · {s.key[2]}"
+            return wire(text, 70) + (f" ({overall:.0%} overall)" if overall is not None else "")
+        figure = line_chart("Consumer utilisation: the share of time each consumer could take a delivery",
+                            "utilisation", utilisation, [("utilisation", "", {})], named, scale=100, unit=" %")
+        figure["layout"]["yaxis"] = {**figure["layout"]["yaxis"], "range": [0, 105], "tickformat": ""}
+        add("utilisation", "Consumer utilisation", figure, _left_out(utilisation, "consumers"))
+
+    consumers = series_of(charts.get("consumer_unacked", ()))
+    if consumers:
+        add("unacked", "Unacked vs prefetch", line_chart(
+            "Unacked deliveries and prefetch per consumer", "deliveries", consumers,
+            [("unacked", "unacked", {}), ("prefetch", "prefetch", _DOT)],
+            lambda s: wire(f"{channel_of(s)} · {s.key[2]}", 70)), _left_out(consumers, "consumers"))
+    channels = series_of(charts.get("channel_unacked", ()))
+    if channels:
+        add("channel-unacked", "Unacked per channel", line_chart(
+            "Unacked deliveries per channel", "deliveries", channels,
+            [("unacked", "unacked", {}), ("prefetch", "prefetch", _DOT)], lambda s: wire(channel_of(s), 70)),
+            _left_out(channels, "channels"))
+
+    def link_name(s: Series) -> str:
+        return wire(f"{who(s.key[0])} · {s.key[2]} ({_DIRECTION.get(s.key[3], s.key[3])})", 70)
+
+    credit = series_of(charts.get("link_credit", ()))
+    if credit:
+        add("credit", "Link credit", line_chart(
+            "AMQP 1.0 link credit per link (the sender's view)", "credit", credit,
+            [("link_credit", "link-credit", {})], link_name), _left_out(credit, "links"))
+    deliveries = series_of(charts.get("link_deliveries", ()))
+    if deliveries:
+        add("link-deliveries", "Link deliveries", line_chart(
+            "AMQP 1.0 deliveries per link", "deliveries/s", deliveries, [("deliveries", "", {})], link_name,
+            per_second=True), _left_out(deliveries, "links"))
+    confirms = series_of(charts.get("confirms", ()))
+    if confirms:
+        add("confirms", "Confirms outstanding", line_chart(
+            "Publisher confirms outstanding per channel", "publishes not yet confirmed", confirms,
+            [("outstanding", "", {})], lambda s: wire(channel_of(s), 70)), _left_out(confirms, "channels"))
+
+    rates = series_of(charts.get("connection_rates", ()))
+    if rates:
+        figure = line_chart(
+            f"Messages and bytes per second per connection ({_width(rates)} buckets)", "messages/s", rates,
+            [("messages", "msg/s", {}), ("bytes", "bytes/s", {**_DOT, "yaxis": "y2"})],
+            lambda s: wire(f"{who(s.key[0])} {_DIRECTION.get(s.key[3], s.key[3])}", 70), per_second=True)
+        figure["layout"]["yaxis2"] = {"title": {"text": "bytes/s"}, "overlaying": "y", "side": "right",
+                                      "rangemode": "tozero", "tickformat": "~s", "ticksuffix": "B/s"}
+        add("rate-connection", "Throughput per connection", figure, _left_out(rates, "connection directions"))
+    churn = series_of(charts.get("churn", ()))
+    if churn:
+        add("churn", "Churn", line_chart(
+            "Connection and channel churn: opened and closed per second", "per second", churn,
+            [(m, m.replace("_", " "), {}) for m in ("connections_opened", "connections_closed", "channels_opened",
+                                                     "channels_closed")], lambda s: "", per_second=True))
+
+    windows = series_of(charts.get("tcp_window", ()))
+    if windows:
+        figure = line_chart(
+            "TCP receive window advertised, per connection and sender", "bytes", windows, [("window", "", {})],
+            lambda s: wire(f"{who(s.key[0])} {_DIRECTION.get(s.key[3], s.key[3])} advertises", 70))
+        zero = [(x, s) for s in windows for x, n in zip(*s.points.get("zero_windows", ((), ()))) if n]
+        if zero:
+            figure["data"].append({
+                "type": "scatter", "mode": "markers", "name": "zero window",
+                "x": [x for x, _ in zero], "y": [0] * len(zero),
+                "text": [wire(f"{who(s.key[0])} {_DIRECTION.get(s.key[3], s.key[3])}") for _, s in zero],
+                "hovertemplate": "zero window: %{text}<br>%{x:.6g} s<extra></extra>",
+                "marker": {"symbol": "x", "size": 10, "color": "#b00020"},
+            })
+        add("tcp", "TCP windows", figure, _left_out(windows, "connection directions"))
+    return drawn
+
+
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+            "#17becf", "#393b79", "#637939")
+
+
+def _colour(position: int) -> str:
+    return _PALETTE[position % len(_PALETTE)]
+
+
+def _width(series: Sequence[Series]) -> str:
+    width = series[0].bucket_s
     return f"{width * 1000:g} ms" if width < 1 else f"{width:g} s"
 
 
-def _timelines(
-    inputs: Inputs, models: Sequence[Mapping[str, Any]], flow: Mapping[str, Any],
-    starts: Mapping[str, int], ends: Mapping[str, float], who: Any,
-) -> dict[str, dict[str, Any]]:
-    """The swimlane of each capture: every connection, consumer and link with its lifetime, the
-    flow_intervals of each entity, the bottleneck findings and the violations as markers."""
-    lanes: dict[str, list[dict[str, Any]]] = {c: [] for c in starts}
-    bars: dict[str, list[dict[str, Any]]] = {c: [] for c in starts}
-    markers: dict[str, list[dict[str, Any]]] = {c: [] for c in starts}
-    for model in models:
-        capture_id = model["capture_id"]
-        if capture_id not in starts:
+def timeline_figure(model: Mapping[str, Any], bars_rows: Sequence[Mapping[str, Any]],
+                    marker_rows: Sequence[Mapping[str, Any]], who: Callable[[str | None], str]) -> dict[str, Any] | None:
+    """The swimlane of a capture: every connection, consumer and link with its lifetime, the
+    flow_intervals of each entity (``bars_rows``), the findings' intervals and the violations as
+    markers (``marker_rows``)."""
+    start = model["start_s"]
+    if start is None:
+        return None
+    end = model["duration_s"] or 0.0
+    lanes: list[dict[str, Any]] = []
+    bars: list[dict[str, Any]] = []
+    markers: list[dict[str, Any]] = []
+    for finding in model["findings"]:
+        finding_start = finding["start_ts"].timestamp() - start
+        finding_end = finding["end_ts"].timestamp() - start if finding["end_ts"] else end
+        bars.append({
+            "label": lane_label(f"finding #{finding['rank']}", finding["component"], finding["entity"]),
+            "start": finding_start, "end": max(finding_end, finding_start), "kind": "finding (bottleneck)",
+            "hover": wire(f"#{finding['rank']} {finding['component']} / {finding['effect']}: "
+                          f"{finding['entity']} from packet {finding['start_packet_number']}"),
+        })
+    for entity in model["entities"]:
+        row = entity["row"]
+        if row["first_ts"] is None:
             continue
-        t0 = starts[capture_id] / 1e6
-        for finding in model["findings"]:
-            end = finding["end_ts"].timestamp() - t0 if finding["end_ts"] else ends[capture_id]
-            start = finding["start_ts"].timestamp() - t0
-            bars[capture_id].append({
-                "label": lane_label(f"finding #{finding['rank']}", finding["component"], finding["entity"]),
-                "start": start, "end": max(end, start), "kind": "finding (bottleneck)",
-                "hover": wire(f"#{finding['rank']} {finding['component']} / {finding['effect']}: "
-                              f"{finding['entity']} from packet {finding['start_packet_number']}"),
-            })
-        for entity in model["entities"]:
-            row = entity["row"]
-            if row["first_ts"] is None:
-                continue
-            connection = lane_label(who(capture_id, row["connection_id"]))
-            lanes[capture_id].append({"label": connection, "start": row["first_ts"].timestamp() - t0,
-                                      "end": row["last_ts"].timestamp() - t0,
-                                      "hover": wire(f"connection {row['client']} → {row['server']}")})
-            for consumer in entity["consumers"]:
-                lanes[capture_id].append({
-                    "label": lane_label(who(capture_id, row["connection_id"]), "consumer", consumer["consumer_tag"]),
-                    "start": consumer["first_ts"].timestamp() - t0, "end": consumer["last_ts"].timestamp() - t0,
-                    "hover": wire(f"consumer {consumer['consumer_tag']} on {consumer['queue']}")})
-            for link in entity["links"]:
-                lanes[capture_id].append({
-                    "label": lane_label(who(capture_id, row["connection_id"]), "link", link["link_name"]),
-                    "start": link["first_ts"].timestamp() - t0, "end": link["last_ts"].timestamp() - t0,
-                    "hover": wire(f"link {link['link_name']} ({link['sender_side']} sends)")})
-    if "flow_intervals" in flow:
-        # At most LANES x INTERVALS_PER_LANE rows a capture: ordered here, sparing Spark a sort.
-        lane_rows = sorted(S.lanes(flow["flow_intervals"], starts, ends).collect(),
-                           key=lambda r: (r["capture_id"], r["_series_rank"], r["start"], r["end"]))
-        for row in lane_rows:
-            # Consumers and links send one way: their intervals share the lane of their lifetime.
-            direction = "" if row["entity"] in ("consumer", "link") else _DIRECTION.get(row["direction"], "")
-            label = lane_label(who(row["capture_id"], row["connection_id"]), row["entity"], row["name"], direction)
-            bars[row["capture_id"]].append({
-                "label": label, "start": row["start"], "end": row["end"], "kind": row["cause"],
-                "hover": wire(f"{row['cause']} {row['detail'] or ''}: {row['end'] - row['start']:.6f} s from packet "
-                              f"{row['start_packet_number']} to {row['end_packet_number'] or 'the end'}"),
-            })
-    for row in S.violation_markers(inputs.violations.where(F.col("capture_id").isin(list(starts))), starts).collect():
-        markers[row["capture_id"]].append({
-            "label": lane_label("violation", row["rule_id"]), "x": row["x"], "kind": row["severity"],
-            "hover": wire(f"{row['rule_id']} on {who(row['capture_id'], row['connection_id'])}"
+        name = who(row["connection_id"])
+        lanes.append({"label": lane_label(name), "start": row["first_ts"].timestamp() - start,
+                      "end": row["last_ts"].timestamp() - start,
+                      "hover": wire(f"connection {row['client']} → {row['server']}")})
+        for consumer in entity["consumers"]:
+            lanes.append({"label": lane_label(name, "consumer", consumer["consumer_tag"]),
+                          "start": consumer["first_ts"].timestamp() - start, "end": consumer["last_ts"].timestamp() - start,
+                          "hover": wire(f"consumer {consumer['consumer_tag']} on {consumer['queue']}")})
+        for link in entity["links"]:
+            lanes.append({"label": lane_label(name, "link", link["link_name"]),
+                          "start": link["first_ts"].timestamp() - start, "end": link["last_ts"].timestamp() - start,
+                          "hover": wire(f"link {link['link_name']} ({link['sender_side']} sends)")})
+    for row in sorted(bars_rows, key=lambda r: (r["series_rank"], r["x"], r["x_end"])):
+        # Consumers and links send one way: their intervals share the lane of their lifetime.
+        direction = "" if row["entity"] in ("consumer", "link") else _DIRECTION.get(row["direction"] or "", "")
+        named = row["name"] if row["name"] is not None else (row["channel"] if row["entity"] in ("channel", "session") else None)
+        bars.append({
+            "label": lane_label(who(row["connection_id"]), row["entity"], named, direction),
+            "start": row["x"], "end": row["x_end"], "kind": row["metric"],
+            "hover": wire(f"{row['metric']} {row['detail'] or ''}: {row['x_end'] - row['x']:.6f} s from packet "
+                          f"{row['packet_number']} to {row['end_packet_number'] or 'the end'}"),
+        })
+    for row in sorted(marker_rows, key=lambda r: (r["name"], r["x"])):
+        markers.append({
+            "label": lane_label("violation", row["name"]), "x": row["x"], "kind": row["metric"],
+            "hover": wire(f"{row['name']} on {who(row['connection_id'])}"
                           + (f", packet {row['packet_number']}" if row["packet_number"] is not None else "")),
         })
-    return {
-        c: timeline_chart(lanes[c], bars[c], markers[c])
-        for c in starts if lanes[c] or bars[c] or markers[c]
-    }
+    if not (lanes or bars or markers):
+        return None
+    return timeline_chart(lanes, bars, markers)
