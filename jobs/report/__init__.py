@@ -309,11 +309,13 @@ def render_page(
     the overview, worst first, then a collapsed section per capture; ``left_out`` are the captures
     not reported, with why. No Spark here: a lake without a complete capture gets a page too."""
     path = Path(path)
+    rows = {c["capture_id"]: overview_row(c) for c in captures}
     page = _environment().get_template("report.html.j2").render(
         time_zone=time_zone,
         capture_total=capture_total,
-        captures=captures,
-        overview=sorted((overview_row(c) for c in captures), key=lambda r: r["order"]),
+        # The sections in the overview's order: the worst capture first.
+        captures=sorted(captures, key=lambda c: rows[c["capture_id"]]["order"]),
+        overview=sorted(rows.values(), key=lambda r: r["order"]),
         left_out=list(left_out),
         suites=suites,
         docs_href=_docs_href(data_docs_index, path) if data_docs_index is not None else None,

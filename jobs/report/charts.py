@@ -69,8 +69,8 @@ def _layout(title: str, y_title: str, height: int = 360, **extra: Any) -> dict[s
         "height": height,
         "margin": {"l": 70, "r": 30, "t": 40, "b": 45},
         "xaxis": {"title": {"text": "seconds since the capture's first packet"}, "zeroline": False},
-        # SI prefixes (k, M, G), never d3's "B" for billions.
-        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero", "tickformat": "~s", "hoverformat": ".4~s"},
+        # SI prefixes for large values (k, M, G), never Plotly's "B" for billions; small ones as they are.
+        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero", "exponentformat": "SI"},
         "legend": {"orientation": "h", "y": -0.2},
         "hovermode": "closest",
         **extra,
@@ -105,8 +105,8 @@ def line_chart(
             # A rate or a share: six significant digits, what a reader can tell apart (half the JSON);
             # a state as it is (a window of 6,291,456 bytes stays that).
             y = [None if v is None else float(f"{v * factor:.6g}") if factor != 1 else v for v in _finite(ys)]
-            hover = (f"{name}<br>%{{x:.6g}} s: %{{y:.4~s}}{unit} (%{{customdata}} in {_width_text(s.bucket_s)})"
-                     if per_second else f"{name}<br>%{{x:.6g}} s: %{{y:.4~s}}{unit}")
+            hover = (f"{name}<br>%{{x:.6g}} s: %{{y:,.4~r}}{unit} (%{{customdata}} in {_width_text(s.bucket_s)})"
+                     if per_second else f"{name}<br>%{{x:.6g}} s: %{{y:,~r}}{unit}")
             trace = {"type": "scatter", "mode": _mode(len(xs)), "name": name, "x": [round(x, 6) for x in xs], "y": y,
                      "line": {"shape": "hv"}, "hovertemplate": hover + "<extra></extra>", **extra}
             if per_second:

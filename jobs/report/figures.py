@@ -110,7 +110,7 @@ def capture_figures(model: Mapping[str, Any], charts: Mapping[str, Sequence[Mapp
             return wire(text, 70) + (f" ({overall:.0%} overall)" if overall is not None else "")
         figure = line_chart("Consumer utilisation: the share of time each consumer could take a delivery",
                             "utilisation", utilisation, [("utilisation", "", {})], named, scale=100, unit=" %")
-        figure["layout"]["yaxis"] = {**figure["layout"]["yaxis"], "range": [0, 105], "tickformat": ""}
+        figure["layout"]["yaxis"] = {**figure["layout"]["yaxis"], "range": [0, 105]}
         add("utilisation", "Consumer utilisation", figure, _left_out(utilisation, "consumers"))
 
     consumers = series_of(charts.get("consumer_unacked", ()))
@@ -152,7 +152,7 @@ def capture_figures(model: Mapping[str, Any], charts: Mapping[str, Sequence[Mapp
             [("messages", "msg/s", {}), ("bytes", "bytes/s", {**_DOT, "yaxis": "y2"})],
             lambda s: wire(f"{who(s.key[0])} {_DIRECTION.get(s.key[3], s.key[3])}", 70), per_second=True)
         figure["layout"]["yaxis2"] = {"title": {"text": "bytes/s"}, "overlaying": "y", "side": "right",
-                                      "rangemode": "tozero", "tickformat": "~s", "ticksuffix": "B/s"}
+                                      "rangemode": "tozero", "exponentformat": "SI", "ticksuffix": "B/s"}
         add("rate-connection", "Throughput per connection", figure, _left_out(rates, "connection directions"))
     churn = series_of(charts.get("churn", ()))
     if churn:
