@@ -7,8 +7,9 @@ once after GX has built or updated the site: it copies the same files, at the sa
 the npm packages installed with amqpscope (``amqpscope.web_assets``: ``package/web/package.json``)
 into ``static/vendor/`` of the site, and points every page (and GX's own style sheets) at them by
 relative paths, so the site can be moved or served as it is. A file whose ``integrity`` hash
-(Subresource Integrity) the page names is checked against it, then the attribute goes with
-``crossorigin``: a browser refuses a cross-origin mode load of a ``file:`` URL. GX's logo is
+(Subresource Integrity) the page names is checked against it (another file: the page keeps its CDN
+and a warning is logged), then the attribute goes with ``crossorigin``: a browser refuses a
+cross-origin mode load of a ``file:`` URL. GX's logo is
 served from the site's own ``static/images``. Running it again changes nothing.
 
 A resource no entry of ``_FILES`` knows (a newer GX), or whose npm package is not installed, is
@@ -98,8 +99,10 @@ def _html(text: str, page: Path, site: Path) -> str:
                 log.warning("%s loads %s, which amqpscope does not serve locally", page, url.group(3))
             return element
         integrity = _INTEGRITY.search(element)
-        if integrity is not None:
-            _check_integrity(target, integrity.group(2), url.group(3))
+        if integrity is not None and not _matches(target, integrity.group(2)):
+            # Another version than the page names (package/web/package.json): the page keeps its CDN.
+            log.warning("%s: %s is not the file %s names (integrity %s)", page, target, url.group(3), integrity.group(2))
+            return element
         element = _CROSSORIGIN.sub("", _INTEGRITY.sub("", element))
         relative = os.path.relpath(target, page.parent).replace(os.sep, "/")
         return _URL_ATTRIBUTE.sub(lambda m: f"{m.group(1)}={m.group(2)}{relative}{m.group(2)}", element, count=1)
@@ -150,16 +153,16 @@ def asset_root(package: str) -> Path:
     return asset(package, "package.json").parent
 
 
-def _check_integrity(target: Path, integrity: str, url: str) -> None:
-    # Subresource Integrity: "<algorithm>-<base64 digest>", several allowed; one must match.
+def _matches(target: Path, integrity: str) -> bool:
+    """Whether ``target`` is the file a Subresource Integrity value ("<algorithm>-<base64 digest>",
+    several allowed, one enough) names."""
     data = target.read_bytes()
     for value in integrity.split():
         algorithm, _, digest = value.partition("-")
         if algorithm in ("sha256", "sha384", "sha512"):
             if base64.b64encode(hashlib.new(algorithm, data).digest()).decode() == digest:
-                return
-    raise ValueError(f"{target}: not the file {url} (its integrity {integrity} does not match): "
-                     f"package/web/package.json names another version")
+                return True
+    return False
 
 
 def _replace(path: Path, text: str) -> None:
