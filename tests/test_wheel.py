@@ -19,6 +19,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import parse_wheel_filename
 
+from amqpscope.jobs.report import PLOTLY
 from tests.paths import ROOT
 from tests.test_jobs import TASK_ORDER, bundle
 
@@ -42,7 +43,7 @@ def source_copy(target: Path) -> Path:
         shutil.copy(ROOT / name, target / name)
     for folder in folders:
         shutil.copytree(ROOT / folder, target / folder,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "_compiled_sources.json"))
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "_compiled_sources.json", "node_modules"))
     return target
 
 
@@ -83,6 +84,11 @@ def test_the_bundle_builds_a_wheel_the_runtime_installs(tmp_path):
     assert "amqpscope/conf/analyze.yml" in names
     assert [n for n in names if n.startswith("amqpscope/ingest/specs/") and n.endswith(".json")]
     assert [n for n in names if n.startswith("amqpscope/jobs/report/templates/") and n.endswith(".j2")]
+    # The npm files the report inlines and the Data Docs serve (installed by the build's npm ci: the
+    # source copy has none), each package with its licence.
+    for package, file in (PLOTLY, ("jquery", "dist/jquery.min.js"), ("bootstrap", "dist/css/bootstrap.min.css")):
+        assert f"amqpscope/web/node_modules/{package}/{file}" in names
+    assert "amqpscope/web/node_modules/bootstrap/LICENSE" in names
     for stage in TASK_ORDER:
         assert f"{stage}_task = amqpscope.jobs.entry:{stage}_task" in entry_points
 
@@ -101,6 +107,8 @@ def test_the_bundle_builds_a_wheel_the_runtime_installs(tmp_path):
         f"sys.argv = ['amqpscope', '--lake', {str(lake)!r}]\n"
         "function = task.load()\n"
         "print(sys.modules[function.__module__].__file__)\n"
+        "from amqpscope.web_assets import asset\n"
+        f"print(asset(*{PLOTLY!r}))\n"
         "try:\n"
         "    function()\n"
         "except Exception as exc:\n"
@@ -109,6 +117,7 @@ def test_the_bundle_builds_a_wheel_the_runtime_installs(tmp_path):
     ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(site)})
     assert ran.returncode == 0, ran.stderr[-3000:]
-    where, outcome = ran.stdout.strip().splitlines()
+    where, plotly, outcome = ran.stdout.strip().splitlines()
     assert Path(where).is_relative_to(site)
+    assert Path(plotly).is_relative_to(site)
     assert outcome == f"TaskFailed 2 amqpscope derive: error: lake {lake} is not writable: File exists"
