@@ -388,20 +388,24 @@ def registered(broker: PrivateBroker) -> Iterator[None]:
     for name, scenario in BOTTLENECK_SCENARIOS.items():
         CLIENT_SCENARIOS[name] = scenario  # type: ignore[index]
         SCENARIOS[name] = (name,)  # type: ignore[index]
-    _BROKERS[broker.port] = broker
+    ports = [p for p in (broker.port, broker.tls_port) if p is not None]  # scenarios over TLS run on the TLS port
+    for port in ports:
+        _BROKERS[port] = broker
     try:
         yield
     finally:
-        _BROKERS.pop(broker.port, None)
+        for port in ports:
+            _BROKERS.pop(port, None)
         for name in added:
             SCENARIOS.pop(name, None)  # type: ignore[attr-defined]
             CLIENT_SCENARIOS.pop(name, None)  # type: ignore[attr-defined]
 
 
-def capture_bottleneck(name: str, out_dir: Path, broker: PrivateBroker) -> Path:
-    """Capture scenario ``name`` while sampling the broker; add its states and summary to the truth file."""
+def capture_bottleneck(name: str, out_dir: Path, broker: PrivateBroker, **capture_options: Any) -> Path:
+    """Capture scenario ``name`` while sampling the broker; add its states and summary to the truth file.
+    ``capture_options`` go to ``capture_scenario`` (over TLS: the TLS port, the file's name)."""
     with BrokerStateSampler(broker) as sampler:
-        capture = capture_scenario(name, out_dir, broker=broker)
+        capture = capture_scenario(name, out_dir, broker=broker, **capture_options)
     path = truth_path(capture)
     truth = json.loads(path.read_text())
     started = _epoch_us(truth["capture"]["started_utc"])
