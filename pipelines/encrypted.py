@@ -24,7 +24,6 @@ from amqpscope.pipelines.bottlenecks import _candidate, _figures, _seconds, _sta
 from amqpscope.pipelines.columns import with_columns
 
 _CONNECTION = ("capture_id", "connection_id")
-_RST = 0x04
 
 
 def _receiver_in_order() -> WindowSpec:
@@ -40,7 +39,7 @@ def _zero_window_time(tcp_flow: DataFrame, receiver: str) -> DataFrame:
     """Per connection: time the ``receiver`` direction advertised a zero window (from the first zero
     window of a run to the window update ending it, or the connection's last segment)."""
     window = _receiver_in_order()
-    own = tcp_flow.filter((F.col("direction") == receiver) & (F.col("flags").bitwiseAND(F.lit(_RST)) == 0))
+    own = tcp_flow.filter(F.col("direction") == receiver)  # is_zero_window is never a RST's (tcp_flow)
     marked = with_columns(own, [
         ("_starts", F.col("is_zero_window") & ~F.coalesce(F.lag("is_zero_window").over(window), F.lit(False))),
         ("_reopened_us", F.first(F.when(~F.col("is_zero_window"), F.col("ts_us")), ignorenulls=True).over(_after(window))),

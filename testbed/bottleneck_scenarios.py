@@ -326,12 +326,13 @@ def amqp10_slow_link(host: str, port: int) -> Truth:
 # -- a client that does not read: 1 MB messages to a consumer reading its socket slowly --------------
 
 
-def slow_reader(host: str, port: int) -> Truth:
-    """Two 1 MiB messages in a queue; a raw consumer (prefetch 1, SO_RCVBUF 32 KiB) reads 16 KiB
-    every 50 ms: its TCP receive window closes and the broker cannot send faster."""
+def slow_reader(host: str, port: int, *, messages: int = 2, size: int = 1 << 20) -> Truth:
+    """Two 1 MiB messages (``messages`` of ``size`` bytes) in a queue; a raw consumer (prefetch 1,
+    SO_RCVBUF 32 KiB) reads 16 KiB every 50 ms: its TCP receive window closes and the broker cannot
+    send faster."""
     queue = PREFIX + "slow-reader"
     clients.declare(host, port, (queue,))
-    messages, size, rcvbuf, read_size, pause, prefetch = 2, 1 << 20, 32 << 10, 16 << 10, 0.05, 1
+    rcvbuf, read_size, pause, prefetch = 32 << 10, 16 << 10, 0.05, 1
     filler = clients.fill(host, port, queue, messages, size, "slow reader filler")
     connection = raw091.RawConnection(host, port, *GUEST, "slow reader", rcvbuf=rcvbuf)
     try:

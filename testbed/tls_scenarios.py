@@ -31,7 +31,7 @@ from amqpscope.testbed.amqp10_tls import amqp10_credit_tls
 from amqpscope.testbed.broker import PrivateBroker
 from amqpscope.testbed.capture import capture_scenario, truth_path
 from amqpscope.testbed.processes import port_is_free
-from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, SCENARIOS
+from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, SCENARIOS, Truth
 from amqpscope.testbed.tls import lend_client_context, new_client_context
 
 IANA_AMQPS_PORT = 5671
@@ -60,7 +60,15 @@ CAPTURES: Mapping[str, TlsCapture] = {
     "tls13-amqp10-credit": TlsCapture("amqp10_credit_tls", "1.3", chacha_broker=True),
     "tls13-slow-consumer": TlsCapture("slow_consumer", "1.3", bottleneck=True),
     "tls12-memory-alarm": TlsCapture("memory_alarm", "1.2", "ECDHE-ECDSA-AES128-GCM-SHA256", bottleneck=True),
+    # bottlenecks/slow-reader with one 512 KiB message instead of two of 1 MiB (a smaller capture).
+    "tls13-slow-reader": TlsCapture("slow_reader_small", "1.3", bottleneck=True),
 }
+
+
+def slow_reader_small(host: str, port: int) -> Truth:
+    """``bottleneck_scenarios.slow_reader`` with one message of 512 KiB."""
+    truth = bottleneck_scenarios.slow_reader(host, port, messages=1, size=512 << 10)
+    return {**truth, "scenario": "slow_reader_small"}
 
 
 def capture_tls(name: str, out_dir: Path, broker: PrivateBroker) -> Path:
@@ -92,8 +100,11 @@ def capture_tls(name: str, out_dir: Path, broker: PrivateBroker) -> Path:
 
 def capture_all(out_dir: Path, names: tuple[str, ...] = tuple(CAPTURES)) -> list[Path]:
     """Capture each of ``names``, with one broker (and a second for the ChaCha20 TLS 1.3 ones)."""
-    SCENARIOS["amqp10_credit_tls"] = ("amqp10_credit_tls",)  # type: ignore[index]
-    CLIENT_SCENARIOS["amqp10_credit_tls"] = amqp10_credit_tls  # type: ignore[index]
+    extra = {"amqp10_credit_tls": amqp10_credit_tls, "slow_reader_small": slow_reader_small}
+    for scenario, run in extra.items():
+        SCENARIOS[scenario] = (scenario,)  # type: ignore[index]
+        CLIENT_SCENARIOS[scenario] = run  # type: ignore[index]
+    bottleneck_scenarios.INTENDED["slow_reader_small"] = "client"  # type: ignore[index]
     try:
         paths = []
         for chacha in (False, True):
@@ -107,8 +118,10 @@ def capture_all(out_dir: Path, names: tuple[str, ...] = tuple(CAPTURES)) -> list
                 paths += [capture_tls(name, out_dir, broker) for name in chosen]
         return paths
     finally:
-        SCENARIOS.pop("amqp10_credit_tls", None)  # type: ignore[attr-defined]
-        CLIENT_SCENARIOS.pop("amqp10_credit_tls", None)  # type: ignore[attr-defined]
+        for scenario in extra:
+            SCENARIOS.pop(scenario, None)  # type: ignore[attr-defined]
+            CLIENT_SCENARIOS.pop(scenario, None)  # type: ignore[attr-defined]
+        bottleneck_scenarios.INTENDED.pop("slow_reader_small", None)  # type: ignore[attr-defined]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,8 @@ CAPTURE_FILES = sorted(TLS.glob("*.pcap"))
 KEYLOGS = [c.with_suffix(".keylog") for c in CAPTURE_FILES]
 # The same scenarios over plain TCP (samples/bottlenecks), for comparison.
 PLAIN = {"tls13-slow-consumer": SAMPLES / "bottlenecks" / "slow-consumer.pcap",
-         "tls12-memory-alarm": SAMPLES / "bottlenecks" / "memory-alarm.pcap"}
+         "tls12-memory-alarm": SAMPLES / "bottlenecks" / "memory-alarm.pcap",
+         "tls13-slow-reader": SAMPLES / "bottlenecks" / "slow-reader.pcap"}
 HEALTHY = [c for c in CAPTURE_FILES if "qos-confirms" in c.stem or "credit" in c.stem]
 
 
@@ -110,9 +111,16 @@ def test_without_keys_the_bottleneck_captures_say_encrypted_and_what_tcp_shows(u
     assert count >= len(facts["clients"]) >= 2
     sentence = f"{count} connections are encrypted (TLS {CAPTURES[name].version}) and were not decoded: give --tls-keylog."
     assert sentence in answer["headline"]
-    # Only TCP can be judged: the AMQP-level verdicts (consumer, alarm) are not there without the keys.
-    assert answer["bottleneck"] in ("encrypted", "client", "connection", "network")
+    # Only TCP can be judged: the AMQP-level verdicts (consumer, alarm) are not there without the keys;
+    # a client that does not read is seen in its TCP window all the same.
     assert all(f["rule_id"].startswith(("diagnosis.encrypted.", "diagnosis.network.")) for f in answer["findings"])
+    if name == "tls13-slow-reader":
+        expected, entity = expected_bottleneck(truth_of(capture))
+        assert (answer["bottleneck"], expected) == ("client", "client")
+        top = answer["findings"][0]
+        assert top["rule_id"] == "diagnosis.encrypted.client_not_reading" and top["client"] == entity
+    else:
+        assert answer["bottleneck"] in ("encrypted", "client", "connection", "network")
 
 
 def test_every_tls_connection_is_recorded_without_keys(undecrypted):
