@@ -54,14 +54,14 @@ class TlsCapture:
 
 
 CAPTURES: Mapping[str, TlsCapture] = {
-    "tls12-amqp091-qos-confirms": TlsCapture("amqp091_qos_confirms", "1.2", "ECDHE-ECDSA-AES256-GCM-SHA384"),
-    "tls13-amqp091-qos-confirms": TlsCapture("amqp091_qos_confirms", "1.3"),
-    "tls12-amqp10-credit": TlsCapture("amqp10_credit_tls", "1.2", "ECDHE-ECDSA-CHACHA20-POLY1305"),
-    "tls13-amqp10-credit": TlsCapture("amqp10_credit_tls", "1.3", chacha_broker=True),
-    "tls13-slow-consumer": TlsCapture("slow_consumer", "1.3", bottleneck=True),
-    "tls12-memory-alarm": TlsCapture("memory_alarm", "1.2", "ECDHE-ECDSA-AES128-GCM-SHA256", bottleneck=True),
+    "amqp091-qos-confirms-tls12-ecdhe-aes256gcm": TlsCapture("amqp091_qos_confirms", "1.2", "ECDHE-ECDSA-AES256-GCM-SHA384"),
+    "amqp091-qos-confirms-tls13-aes256gcm": TlsCapture("amqp091_qos_confirms", "1.3"),
+    "amqp10-credit-tls12-ecdhe-chacha20": TlsCapture("amqp10_credit_tls", "1.2", "ECDHE-ECDSA-CHACHA20-POLY1305"),
+    "amqp10-credit-tls13-chacha20": TlsCapture("amqp10_credit_tls", "1.3", chacha_broker=True),
+    "slow-consumer-tls13": TlsCapture("slow_consumer", "1.3", bottleneck=True),
+    "memory-alarm-tls12": TlsCapture("memory_alarm", "1.2", "ECDHE-ECDSA-AES128-GCM-SHA256", bottleneck=True),
     # bottlenecks/slow-reader with one 512 KiB message instead of two of 1 MiB (a smaller capture).
-    "tls13-slow-reader": TlsCapture("slow_reader_small", "1.3", bottleneck=True),
+    "slow-reader-tls13": TlsCapture("slow_reader_small", "1.3", bottleneck=True),
 }
 
 

@@ -48,7 +48,7 @@ def test_batch_read_gives_the_reference_frames(amqp):
 
 def test_tls_keylog_option_decrypts_where_the_tasks_run(amqp):
     """The option carries the key log's path; each task reads it (no secret in the query plan)."""
-    capture = SAMPLES / "tls" / "tls13-amqp091-qos-confirms.pcap"
+    capture = SAMPLES / "tls" / "amqp091-qos-confirms-tls13-aes256gcm.pcap"
     keylog = capture.with_suffix(".keylog")
     reader = amqp.read.format("amqp").option("tls_keylog", str(keylog))
     frames = reader.load(str(capture))

@@ -32,7 +32,7 @@ def findings(spark, capture: Path, keys: bool = False) -> list:
 
 
 def test_the_slow_reader_is_found_not_reading_from_tcp_alone(spark):
-    capture = TLS / "tls13-slow-reader.pcap"
+    capture = TLS / "slow-reader-tls13.pcap"
     truth = json.loads(capture.with_name(f"{capture.stem}.truth.json").read_text())
     (reader,) = [c for c in truth["ground_truth"]["slow_reader_small"]["clients"] if c["role"] == "consumer"]
     found = findings(spark, capture)
@@ -46,8 +46,8 @@ def test_the_slow_reader_is_found_not_reading_from_tcp_alone(spark):
 
 
 def test_healthy_encrypted_traffic_gives_no_finding(spark):
-    assert findings(spark, TLS / "tls13-amqp091-qos-confirms.pcap") == []
+    assert findings(spark, TLS / "amqp091-qos-confirms-tls13-aes256gcm.pcap") == []
 
 
 def test_decrypted_connections_are_left_to_the_amqp_rules(spark):
-    assert findings(spark, TLS / "tls13-slow-reader.pcap", keys=True) == []
+    assert findings(spark, TLS / "slow-reader-tls13.pcap", keys=True) == []

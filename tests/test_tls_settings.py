@@ -10,8 +10,8 @@ from amqpscope.jobs import cli
 from amqpscope.jobs.diagnose import exit_code
 from tests.paths import SAMPLES
 
-KEYLOG = SAMPLES / "tls" / "tls13-amqp10-credit.keylog"
-CAPTURE = SAMPLES / "tls" / "tls13-amqp10-credit.pcap"
+KEYLOG = SAMPLES / "tls" / "amqp10-credit-tls13-chacha20.keylog"
+CAPTURE = SAMPLES / "tls" / "amqp10-credit-tls13-chacha20.pcap"
 
 
 def test_the_flag_is_repeatable_and_on_every_command_that_decodes():
