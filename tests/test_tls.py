@@ -367,3 +367,23 @@ def test_tls12_prf_is_openssls(digest, hash_name, length):
     assert prf(hash_name, secret, b"test label", seed, length).hex() == reference
     if hash_name == "sha256":  # and the vector circulated on the TLS working group's list
         assert reference.startswith("e3f229ba727be17b8d122620557cd453c2aab21d07c3d495329b52d4e61edb5a")
+
+
+@pytest.mark.parametrize("junk", [b"\x41", b"\x03", b"\x17\x03\x03"], ids=["letters", "threes", "header-starts"])
+def test_bytes_that_are_no_records_are_quarantined_as_they_come_not_held(junk):
+    """Megabytes with no record boundary (or a header start every 3 bytes whose records never chain)
+    after a real record: each feed quarantines what it ruled out, and keeps a handful of bytes."""
+    from amqpscope.ingest.tcp import Data
+    from amqpscope.ingest.tls_stream import Problem, TlsSession
+
+    session = TlsSession(None)
+    session.feed("c2s", Data(0, bytes([22, 3, 1, 0, 5, 1, 0, 0, 1, 0]), 1, 0))
+    chunk = (junk * (65536 // len(junk) + 1))[:65536]
+    offset, quarantined = 10, 0
+    for number in range(2, 82):  # 5 MiB
+        for _direction, item in session.feed("c2s", Data(offset, chunk, number, 0)):
+            quarantined += item.size if isinstance(item, Problem) else 0
+        offset += len(chunk)
+        assert len(session.sides["c2s"].buf) < 20_000  # at most one record's worth waits to be told
+    quarantined += sum(item.size for _d, item in session.finish("c2s", 99) if isinstance(item, Problem))
+    assert quarantined + session.tls_bytes("c2s") == offset
