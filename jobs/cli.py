@@ -54,8 +54,10 @@ def _add_tls_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-keylog", dest="tls_keylog", action="append", type=Path, metavar="FILE",
                    help="NSS key log (SSLKEYLOGFILE, Python's ssl keylog_filename) of the AMQP clients: TLS "
                    "connections (AMQPS, port 5671) are decrypted with it and decoded like plain ones (repeatable; "
-                   "docs/TLS.md says how to get one from each client). Read, never copied into the lake. Without "
-                   "it TLS connections are recorded (version, cipher suite, SNI, bytes) but not decoded")
+                   "docs/TLS.md says how to get one from each client). Read from its path where captures are "
+                   "decoded (on a cluster: a path every executor can read, such as a volume), never copied into "
+                   "the lake. Without it TLS connections are recorded (version, cipher suite, SNI, bytes) but not "
+                   "decoded")
 
 
 def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
@@ -221,7 +223,9 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
         "findings with entity names, times, packet numbers and a Wireshark display filter (docs/DIAGNOSIS.md). "
         "Captures already analysed into --lake by a run that finished are answered from its diagnosis and "
         "bottlenecks tables without starting Spark; others (not in the lake, or left incomplete by a killed or "
-        "failed run) are analysed first (into --lake, or a temporary lake without it).",
+        "failed run) are analysed first (into --lake, or a temporary lake without it). TLS connections are "
+        "decrypted with --tls-keylog; without it they are named in the headline as encrypted, and when nothing "
+        "else could be judged the bottleneck is \"encrypted\" and the exit status 4.",
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
     p.add_argument("--lake", help="lake to answer from and analyse into (default: a temporary lake)")
