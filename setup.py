@@ -32,10 +32,14 @@ sys.path.pop(0)
 # compiled modules are staged under an ``amqpscope/`` folder that links back to the sources.
 _STAGE = ROOT / "build" / "mypyc-src"
 _PACKAGES = ("ingest", "schemas")  # what the compiled modules import
-# PySpark (behind schemas.frames) is not in the isolated build environment, and may or may not be
-# beside it: never analysed, so that every build compiles the same code.
+# PySpark (behind schemas.frames) and cryptography (behind the TLS stage, which is not compiled) are
+# not in the isolated build environment, and may or may not be beside it: never analysed, so that
+# every build compiles the same code.
 _MYPY_CONFIG = """[mypy]
 [mypy-pyspark.*]
+follow_imports = skip
+ignore_missing_imports = True
+[mypy-cryptography.*]
 follow_imports = skip
 ignore_missing_imports = True
 """

@@ -17,7 +17,7 @@ from amqpscope.conf.diagnosis import DiagnosisThresholds
 
 STORAGE_BACKENDS = ("auto", "delta-rs", "delta-spark")
 _UC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
-DEFAULT_PORTS = (5672,)
+DEFAULT_PORTS = (5672, 5671)  # AMQP, and AMQP over TLS (IANA)
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ class AnalyzeConfig:
     # directory keeps the rest (reports, Data Docs); an empty value is none (a job parameter left blank).
     catalog: str | None = None
     schema: str | None = None
+    # NSS key logs (SSLKEYLOGFILE) TLS is decrypted with: paths, read where a capture is decoded (on a
+    # cluster they must be readable at the same path by every executor); never copied into the lake.
+    tls_keylog: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.diagnosis, Mapping):
@@ -58,6 +61,12 @@ class AnalyzeConfig:
             object.__setattr__(self, name, value)
         if (self.catalog is None) != (self.schema is None):
             raise ValueError("catalog and schema go together: give both (tables catalog.schema.<table>) or neither")
+        keylogs = (self.tls_keylog,) if isinstance(self.tls_keylog, (str, Path)) else self.tls_keylog
+        object.__setattr__(self, "tls_keylog", tuple(Path(p) for p in keylogs))
+        if self.tls_keylog:
+            from amqpscope.ingest.tls_keylog import check_key_logs
+
+            check_key_logs(self.tls_keylog)  # a missing or empty key log is an error naming it, before any work
 
     def report_path_for(self, run_id: str) -> Path:
         """The report of run ``run_id``: ``report`` when set, else one file per run under the lake,
@@ -80,4 +89,6 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     if "ports" in raw:
         raw["ports"] = tuple(int(p) for p in raw["ports"])
+    if isinstance(raw.get("tls_keylog"), list):
+        raw["tls_keylog"] = tuple(raw["tls_keylog"])  # one path, or a list of them
     return raw

@@ -18,8 +18,12 @@ from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_FIN, TCP_RST, TCP_SYN,
 from amqpscope.ingest.pcap import Damage, read_container, read_records, scan
 from amqpscope.ingest.rows import add_arguments
 from amqpscope.ingest.tcp import Data, DirectionStream, Event, Gap
+from amqpscope.ingest.tls_keylog import KeyLog
+from amqpscope.ingest.tls_stage import Decided, TlsStage
+from amqpscope.ingest.tls_stream import AMQP_TLS_HEADER, Break, Plain, Problem, starts_tls
 
-DEFAULT_PORTS: Final = (5672,)
+# AMQP (IANA 5672) and AMQP over TLS (IANA 5671).
+DEFAULT_PORTS: Final = (5672, 5671)
 C2S, S2C = "c2s", "s2c"
 _HEADER_PROTOCOLS: Final = {
     amqp091.PROTOCOL_HEADER: (amqp091.PROTOCOL, "amqp-0-9-1"),
@@ -64,6 +68,7 @@ class _Connection:
     # Window scale option of each direction's SYN (absent key: that SYN not captured).
     syn_scale: dict[str, int | None] = field(default_factory=dict)
     held_segments: list[Row] = field(default_factory=list)  # tcp_segments rows before the protocol is known
+    tls: TlsStage | None = None  # a TLS connection's records, between reassembly and framing
 
 
 class CaptureDecoder:
@@ -76,10 +81,12 @@ class CaptureDecoder:
     nested generators: this runs once a packet, and generator frames cost more than the work.
     """
 
-    def __init__(self, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS, segments: bool = False) -> None:
+    def __init__(self, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS, segments: bool = False,
+                 keys: KeyLog | None = None) -> None:
         self.capture_id = capture_id
         self.ports = frozenset(ports)
         self.segments = segments
+        self.keys = keys  # TLS secrets, read when a TLS connection is first met
         self._live: dict[tuple[str, int, str, int], _Connection] = {}  # by (client, server), in creation order
         # Both directions of every live connection by (source, destination): one lookup a packet.
         self._flows: dict[tuple[str, int, str, int], tuple[_Connection, str, _Direction]] = {}
@@ -156,7 +163,7 @@ class CaptureDecoder:
         rows: Rows = []
         if self.segments:
             row = self._segment_row(conn, direction, seg, number, ts_us)
-            if conn.protocol is None:
+            if conn.protocol is None and conn.tls is None:
                 conn.held_segments.append(row)  # flushed once the connection is known to be AMQP
             else:
                 rows.append(("tcp_segments", row))
@@ -176,6 +183,9 @@ class CaptureDecoder:
     def _deliver(self, conn: _Connection, direction: str, side: _Direction, event: Event, rows: Rows) -> None:
         if isinstance(event, Gap):
             side.missing_bytes += event.size
+            if conn.tls is not None:
+                self._tls_event(conn, direction, event, rows)
+                return
             if conn.not_amqp:
                 return  # classified, not decoded: quarantined as one run per direction at the end
             if conn.protocol is None:
@@ -184,6 +194,9 @@ class CaptureDecoder:
             self._gap(conn, direction, side, event, rows)
             return
         side.payload_bytes += len(event.payload)
+        if conn.tls is not None:
+            self._tls_event(conn, direction, event, rows)
+            return
         if conn.not_amqp:
             return
         if conn.protocol is None:
@@ -207,6 +220,12 @@ class CaptureDecoder:
         c2s = conn.directions[C2S]
         head, cut = _held_head(c2s, _DETECT_BYTES)
         final = final or cut  # bytes after a gap cannot extend the head
+        tls = self._tls_detect(conn, head, final)
+        if tls is None:
+            return
+        if tls:
+            self._start_tls(conn, rows)
+            return
         protocol = None
         if c2s.held and c2s.held[0].offset == 0 and head.startswith(b"AMQP"):
             if len(head) < 8 and not final:
@@ -251,7 +270,74 @@ class CaptureDecoder:
                     return protocol
         return None
 
-    def _split(self, conn: _Connection, direction: str, side: _Direction, event: Data, rows: Rows) -> None:
+    # --- TLS: a stage between reassembly and framing (ingest.tls_stage) ----------------------------
+
+    def _tls_detect(self, conn: _Connection, head: bytes, final: bool) -> bool | None:
+        """Whether this is TLS on an AMQP port (or announced by AMQP 1.0's TLS header), from the
+        client's first bytes, or the server's when the capture has none of the client's; None while
+        too few bytes are there to tell."""
+        if not head:
+            if conn.directions[C2S].held:
+                return False  # the client's first bytes were lost: no TLS start to recognise
+            head = _held_head(conn.directions[S2C], _DETECT_BYTES)[0]
+        verdict = starts_tls(head)
+        if verdict is None:
+            return False if final else None
+        return verdict and (conn.server[1] in self.ports or head.startswith(AMQP_TLS_HEADER))
+
+    def _start_tls(self, conn: _Connection, rows: Rows) -> None:
+        conn.tls = TlsStage(self.keys, _plaintext_protocol)
+        conn.accountable = True
+        held_segments, conn.held_segments = conn.held_segments, []
+        rows.extend(("tcp_segments", row) for row in held_segments)
+        for d, side in conn.directions.items():
+            held, side.held, side.held_bytes = side.held, [], 0
+            for event in held:
+                self._tls_event(conn, d, event, rows)
+
+    def _tls_event(self, conn: _Connection, direction: str, event: Event, rows: Rows) -> None:
+        tls = conn.tls
+        assert tls is not None
+        if isinstance(event, Gap):
+            rows.append(("quarantine", self._quarantine(conn, direction, event.offset, event.size, event.packet_number,
+                                                        "capture gap: bytes missing from the capture", missing=True)))
+        self._above_tls(conn, tls.event(direction, event), rows)
+
+    def _above_tls(self, conn: _Connection, items: list[tuple[str, Plain | Problem | Break | Decided]],
+                   rows: Rows) -> None:
+        """The TLS stage's output: decrypted bytes framed, what was not decrypted quarantined."""
+        for direction, item in items:
+            side = conn.directions[direction]
+            if isinstance(item, Plain):
+                self._split(conn, direction, side, Data(item.offset, item.payload, item.packet_number, item.ts_us),
+                            rows, item.record)
+            elif isinstance(item, Problem):
+                rows.append(("quarantine", self._quarantine(conn, direction, item.offset, item.size,
+                                                            item.packet_number, item.reason)))
+            elif isinstance(item, Break):
+                if side.splitter is not None:
+                    left = side.splitter.skip(0, item.packet_number, "TLS records not decrypted")
+                    if left is not None:
+                        rows.append(("quarantine", self._unframed(conn, direction, left)))
+            else:
+                conn.protocol, conn.protocol_inferred = item.protocol, item.inferred
+
+    def _finish_tls(self, conn: _Connection, tls: TlsStage) -> Iterator[tuple[str, Row]]:
+        rows: Rows = []
+        self._above_tls(conn, tls.finish(self._last_packet), rows)
+        yield from rows
+        for direction, side in conn.directions.items():
+            if side.splitter is not None:
+                left = side.splitter.close(self._last_packet)
+                if left is not None:
+                    yield "quarantine", self._unframed(conn, direction, left)
+        row = self._connection_row(conn)
+        row["protocol"] = conn.protocol or "tls"
+        row.update(tls.columns())
+        yield "connections", row
+
+    def _split(self, conn: _Connection, direction: str, side: _Direction, event: Data, rows: Rows,
+               record: int | None = None) -> None:
         protocol = conn.protocol
         assert protocol is not None, "frames split before the protocol is known"
         splitter, decode = side.splitter, side.decoder
@@ -300,6 +386,8 @@ class CaptureDecoder:
             except Exception as exc:  # noqa: BLE001  (a decoded value no row can hold: the frame's too)
                 rows.append(("quarantine", self._undecodable(conn, direction, item, exc)))
                 continue
+            if record is not None:
+                row["tls_record_number"] = record
             conn.frames += 1
             rows.append(("frames", row))
 
@@ -382,6 +470,9 @@ class CaptureDecoder:
             if conn.protocol is None and not conn.not_amqp and any(s.held for s in conn.directions.values()):
                 self._detect(conn, C2S, rows, final=True)
             yield from rows
+            if conn.tls is not None:
+                yield from self._finish_tls(conn, conn.tls)
+                continue
             if conn.not_amqp:
                 if conn.accountable:
                     yield from self._classified_rows(conn)
@@ -458,6 +549,22 @@ def _held_head(side: _Direction, limit: int) -> tuple[bytes, bool]:
     return b"".join(parts)[:limit], False
 
 
+def _plaintext_protocol(c2s: bytes, s2c: bytes, final: bool) -> tuple[bool, str | None, bool]:
+    """The AMQP version of decrypted bytes (``ingest.tls_stage.Classify``): the client's protocol
+    header, else the frame shapes of either direction's first bytes."""
+    if c2s.startswith(b"AMQP"):
+        if len(c2s) < 8 and not final:
+            return False, None, False
+        return True, _HEADER_PROTOCOLS.get(c2s[:8], (None, None))[0], False
+    if len(c2s) < _DETECT_BYTES and len(s2c) < _DETECT_BYTES and not final:
+        return False, None, False
+    for head in (memoryview(c2s[: _DETECT_BYTES * 4]), memoryview(s2c[: _DETECT_BYTES * 4])):
+        for protocol, fmt in _FORMATS.items():
+            if len(head) >= 8 and fmt.plausible(head, 0) and _chain_plausible(fmt, head):
+                return True, protocol, True
+    return True, None, False
+
+
 def _chain_plausible(fmt: FrameFormat, head: memoryview) -> bool:
     """A second frame boundary right after the first one makes a shape match convincing."""
     try:
@@ -502,9 +609,10 @@ def direction_payloads(path: str | Path) -> dict[tuple[str, int, str, int], list
 
 
 def decode_capture(path: str | Path, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS,
-                   segments: bool = False) -> Iterator[tuple[str, Row]]:
+                   segments: bool = False, tls_keylog: Sequence[str | Path] = ()) -> Iterator[tuple[str, Row]]:
     """Every row of one capture: ("frames" | "connections" | "quarantine" | "captures", row), and
-    ("tcp_segments", row) too with ``segments=True``.
+    ("tcp_segments", row) too with ``segments=True``. TLS sessions are decrypted with the secrets of
+    the ``tls_keylog`` files (NSS key log format), read when a TLS connection is first met.
 
     Records are read as the Spark ingest reads a range (``ingest.pcap.scan``); a file damaged part
     way keeps what was read: past a record of impossible length reading goes on at the next
@@ -513,7 +621,7 @@ def decode_capture(path: str | Path, capture_id: str, ports: tuple[int, ...] = D
     """
     container = read_container(path)
     file_size = Path(path).stat().st_size
-    decoder = CaptureDecoder(capture_id, ports, segments)
+    decoder = CaptureDecoder(capture_id, ports, segments, KeyLog([str(p) for p in tls_keylog]) if tls_keylog else None)
     packet = decoder.packet
     damage: list[Damage] = []
     for number, (_offset, ts_us, linktype, data, wirelen) in enumerate(

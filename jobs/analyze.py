@@ -99,7 +99,8 @@ def _analyze_files(spark: SparkSession, lake: Lake, files: Sequence[CaptureFile]
             answered(answers[0])
 
     with clock.stage("ingest"):
-        bronze = ingest_files(spark, lake, files, config.ports, superseded, run_id=run_id, progress=progress)
+        bronze = ingest_files(spark, lake, files, config.ports, superseded, run_id=run_id, progress=progress,
+                              tls_keylog=config.tls_keylog)
     try:
         derived = derive(lake, bronze.tables, ids, run_id=run_id, data_docs_dir=config.data_docs_dir,
                          diagnosis_limits=config.diagnosis, replace=superseded, clock=clock, diagnosed=diagnosed)

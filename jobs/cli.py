@@ -40,6 +40,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
     _add_lake_arguments(p)
+    _add_tls_argument(p)
     _add_report_arguments(p)
     p.set_defaults(run=_run_analyze)
 
@@ -47,6 +48,16 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
 def _add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", type=Path, help="HTML report path (default <lake>/reports/<run id>.html, one per run)")
     p.add_argument("--data-docs", type=Path, help="Great Expectations Data Docs directory (default <lake>/_data_docs)")
+
+
+def _add_tls_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tls-keylog", dest="tls_keylog", action="append", type=Path, metavar="FILE",
+                   help="NSS key log (SSLKEYLOGFILE, Python's ssl keylog_filename) of the AMQP clients: TLS "
+                   "connections (AMQPS, port 5671) are decrypted with it and decoded like plain ones (repeatable; "
+                   "docs/TLS.md says how to get one from each client). Read from its path where captures are "
+                   "decoded (on a cluster: a path every executor can read, such as a volume), never copied into "
+                   "the lake. Without it TLS connections are recorded (version, cipher suite, SNI, bytes) but not "
+                   "decoded")
 
 
 def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,7 +69,7 @@ def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--catalog", help="Unity Catalog catalog: with --schema, the tables are CATALOG.SCHEMA.<table> "
                    "(delta-spark; the lake directory keeps reports and Data Docs); an empty value is none")
     p.add_argument("--schema", help="Unity Catalog schema (with --catalog)")
-    p.add_argument("--ports", type=_ports, help="comma-separated TCP ports carrying AMQP (default 5672); "
+    p.add_argument("--ports", type=_ports, help="comma-separated TCP ports carrying AMQP (default 5672,5671); "
                    "AMQP is also recognised on any port by its protocol header")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="show the running step and its Spark tasks done on stderr (auto: when stderr is a terminal)")
@@ -71,7 +82,8 @@ def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
 def _config(args: argparse.Namespace) -> AnalyzeConfig:
     """Settings from --config, overridden by the flags given."""
     settings = load_yaml(args.config) if args.config else {}
-    for key in ("lake", "master", "storage", "ports", "report", "data_docs", "group_rotated", "catalog", "schema"):
+    for key in ("lake", "master", "storage", "ports", "report", "data_docs", "group_rotated", "catalog", "schema",
+                "tls_keylog"):
         value = getattr(args, key, None)
         if value is not None:
             settings[key] = value
@@ -112,6 +124,7 @@ def _add_ingest(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("landing", type=Path, metavar="LANDING_DIR", help="directory of pcap/pcapng files (searched recursively)")
     _add_lake_arguments(p)
+    _add_tls_argument(p)
     p.set_defaults(run=_run_ingest)
 
 
@@ -210,11 +223,14 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
         "findings with entity names, times, packet numbers and a Wireshark display filter (docs/DIAGNOSIS.md). "
         "Captures already analysed into --lake by a run that finished are answered from its diagnosis and "
         "bottlenecks tables without starting Spark; others (not in the lake, or left incomplete by a killed or "
-        "failed run) are analysed first (into --lake, or a temporary lake without it).",
+        "failed run) are analysed first (into --lake, or a temporary lake without it). TLS connections are "
+        "decrypted with --tls-keylog; without it they are named in the headline as encrypted, and when nothing "
+        "else could be judged the bottleneck is \"encrypted\" and the exit status 4.",
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
     p.add_argument("--lake", help="lake to answer from and analyse into (default: a temporary lake)")
     p.add_argument("--config", type=Path, help="YAML settings (see conf/analyze.yml), diagnosis thresholds included")
+    _add_tls_argument(p)
     p.add_argument("--json", action="store_true", help="print every finding of every capture as JSON")
     p.add_argument("--reanalyze", action="store_true", help="analyse again even when the lake has a diagnosis")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
@@ -228,12 +244,15 @@ def _run_diagnose(args: argparse.Namespace) -> int:
     settings = load_yaml(args.config) if args.config else {}
     if args.lake is not None:
         settings["lake"] = args.lake
+    if args.tls_keylog is not None:
+        settings["tls_keylog"] = tuple(args.tls_keylog)
     config = AnalyzeConfig(**settings) if "lake" in settings else None
-    if config is None and settings:
+    if config is None and set(settings) - {"tls_keylog"}:
         raise SystemExit("amqpscope diagnose: --config without a lake: set --lake or lake: in the file")
-    answers = diagnose.diagnose(args.captures, config, args.progress, args.reanalyze)
+    answers = diagnose.diagnose(args.captures, config, args.progress, args.reanalyze,
+                                tls_keylog=tuple(settings.get("tls_keylog", ())))
     print(diagnose.render_json(answers) if args.json else diagnose.render_text(answers), end="")
-    return 0
+    return diagnose.exit_code(answers)
 
 
 def _add_capture(sub: argparse._SubParsersAction) -> None:

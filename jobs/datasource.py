@@ -13,6 +13,10 @@ A file that is not a capture does not fail the read: it becomes its ``captures``
 ``failed: reason``) and a ``quarantine`` row holding its bytes, as ``amqpscope ingest`` records it,
 and gives no rows to the other tables.
 
+``option("tls_keylog", path)`` (or a JSON list of paths) decrypts TLS with NSS key logs: each task
+reads them from their path where it runs (on a cluster, a path every executor can read, such as a
+volume), so only the paths travel with the query, never a secret.
+
 The streaming form watches a landing directory: every micro-batch reads the capture files that
 appeared since the last offset, so with a checkpoint and ``trigger(availableNow=True)`` each
 capture is read once (``_StreamReader`` says how the offset stays small).
@@ -77,12 +81,22 @@ def _options(options: dict[str, str]) -> tuple[str, tuple[int, ...]]:
     return table, ports
 
 
-def _batches(path: str, table: str, ports: tuple[int, ...], schema: StructType) -> Iterator[pa.RecordBatch]:
+def _keylogs(options: dict[str, str]) -> tuple[str, ...]:
+    """``option("tls_keylog", ...)``: one path, or a JSON list of paths."""
+    value = options.get("tls_keylog", "").strip()
+    if not value:
+        return ()
+    return tuple(json.loads(value)) if value.startswith("[") else (value,)
+
+
+def _batches(path: str, table: str, ports: tuple[int, ...], schema: StructType,
+             keylogs: tuple[str, ...] = ()) -> Iterator[pa.RecordBatch]:
     """The rows of ``table`` of one capture file, as Arrow batches."""
     arrow_schema = to_arrow_schema(schema)
     rows: list[dict] = []
     cid = capture_id(path)
-    for kind, row in _or_unreadable(decode_capture(path, cid, ports, segments=table == "tcp_segments"), cid, path):
+    for kind, row in _or_unreadable(decode_capture(path, cid, ports, segments=table == "tcp_segments",
+                                                   tls_keylog=keylogs), cid, path):
         if kind != table:
             continue
         rows.append(row)
@@ -128,6 +142,7 @@ class AmqpDataSource(DataSource):
 class _Reader(DataSourceReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.table, self.ports = _options(options)
+        self.keylogs = _keylogs(options)
         self.files = [str(p) for p in _paths(options)]
         self.schema = schema
 
@@ -135,7 +150,7 @@ class _Reader(DataSourceReader):
         return [CapturePartition(path) for path in self.files]
 
     def read(self, partition: CapturePartition) -> Iterator[pa.RecordBatch]:
-        yield from _batches(partition.path, self.table, self.ports, self.schema)
+        yield from _batches(partition.path, self.table, self.ports, self.schema, self.keylogs)
 
 
 class _StreamReader(DataSourceStreamReader):
@@ -154,6 +169,7 @@ class _StreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = options
         self.table, self.ports = _options(options)
+        self.keylogs = _keylogs(options)
         self.schema = schema
         seconds = float(options.get("lookback", DEFAULT_LOOKBACK_SECONDS))
         if seconds < 0:
@@ -187,7 +203,7 @@ class _StreamReader(DataSourceStreamReader):
                 if self._covered(end, path, mtime) and not self._covered(start, path, mtime)]
 
     def read(self, partition: CapturePartition) -> Iterator[pa.RecordBatch]:
-        yield from _batches(partition.path, self.table, self.ports, self.schema)
+        yield from _batches(partition.path, self.table, self.ports, self.schema, self.keylogs)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the files stay where they landed."""

@@ -109,7 +109,8 @@ def derive(
                 link_state=tables["link_state"], connection_blocked=tables["connection_blocked"],
                 tcp_flow=tables["tcp_flow"], limits=diagnosis_limits or DiagnosisThresholds())
             tables.update(stored(lake, {"bottlenecks": findings}, ids, replace, clock))
-            tables.update(stored(lake, {"diagnosis": diagnosis(tables["bottlenecks"], bronze["captures"])},
+            tables.update(stored(lake, {"diagnosis": diagnosis(tables["bottlenecks"], bronze["captures"],
+                                                               bronze["connections"])},
                                  ids, replace, clock))
         if diagnosed is not None:
             diagnosed()

@@ -19,6 +19,10 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.rotation import resolve_parts
 
 _MAX_FINDINGS_SHOWN = 10
+# diagnosis.bottleneck when a capture gave nothing to judge (no AMQP decoded; or every AMQP-port
+# connection encrypted and not decoded): ``diagnose`` exits 4 when no capture could be judged.
+NOTHING_TO_JUDGE = ("no_amqp", "encrypted")
+EXIT_NOTHING_TO_JUDGE = 4
 
 
 def capture_ids(captures: Sequence[str | Path], group_rotated: bool = True) -> list[tuple[str, str]]:
@@ -60,16 +64,19 @@ def stored_answers(lake: Path, ids: Sequence[str]) -> tuple[list[dict[str, Any]]
 
 
 def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: str = "never",
-             reanalyze: bool = False) -> list[dict[str, Any]]:
+             reanalyze: bool = False, tls_keylog: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
     """Per capture: its file, diagnosis row and ranked findings (bottlenecks rows), analysing the
-    captures not in the lake yet (a temporary lake when ``config`` is None)."""
+    captures not in the lake yet (a temporary lake when ``config`` is None, TLS decrypted with
+    ``tls_keylog`` there)."""
     known = capture_ids(captures, config.group_rotated if config else True)
     ids = [capture_id for capture_id, _ in known]
     with tempfile.TemporaryDirectory(prefix="amqpscope-diagnose-") as scratch:
         if config is None:
             config = AnalyzeConfig(lake=Path(scratch) / "lake", report=Path(scratch) / "report.html",
-                                   data_docs=Path(scratch) / "data_docs")
+                                   data_docs=Path(scratch) / "data_docs", tls_keylog=tuple(map(Path, tls_keylog)))
         answers = None if reanalyze else stored_answers(config.lake, ids)
+        if answers is not None and config.tls_keylog and any(d.get("encrypted_connections") for d in answers[0]):
+            answers = None  # answered before without the key log given now: decrypt and judge again
         if answers is None:
             from amqpscope.jobs import analyze  # Spark is imported only when a capture must be analysed
 
@@ -87,6 +94,13 @@ def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: st
         }
         for capture_id, file in known
     ]
+
+
+def exit_code(answers: Sequence[dict[str, Any]]) -> int:
+    """4 when no capture could be judged (each ``no_amqp`` or ``encrypted``), else 0."""
+    if answers and all(a["bottleneck"] in NOTHING_TO_JUDGE for a in answers):
+        return EXIT_NOTHING_TO_JUDGE
+    return 0
 
 
 def _clock(ts: datetime | None) -> str:

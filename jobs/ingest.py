@@ -30,6 +30,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
 
 from amqpscope.ingest.capture import CaptureDecoder
+from amqpscope.ingest.tls_keylog import KeyLog
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, parse_tcp
 from amqpscope.ingest.pcap import CaptureError, Damage, scan
 from amqpscope.ingest.ranges import read_container, split
@@ -230,12 +231,15 @@ def _read_range(r: dict, schema: pa.Schema, counters: str | None) -> Iterator[pa
 
 
 def _decode_connections(
-    ports: tuple[int, ...], counters: str | None = None
+    ports: tuple[int, ...], counters: str | None = None, tls_keylog: tuple[str, ...] = ()
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The decode task. ``tls_keylog`` are paths: each task reads the key logs where it runs, when it
+    meets a TLS connection (no key material travels with the task or into a DataFrame)."""
     arrow_schema = to_arrow_schema(_MUX_SCHEMA)
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         decoders: dict[str, CaptureDecoder] = {}
+        keys = KeyLog(tls_keylog) if tls_keylog else None
         rows: list[dict] = []
         context = TaskContext.get()
         name = f"decode-{context.stageId() if context else 0}-{context.partitionId() if context else 0}"
@@ -255,7 +259,7 @@ def _decode_connections(
             ):  # fmt: skip
                 decoder = decoders.get(cid)
                 if decoder is None:
-                    decoder = decoders[cid] = CaptureDecoder(cid, ports, segments=True)
+                    decoder = decoders[cid] = CaptureDecoder(cid, ports, segments=True, keys=keys)
                 for kind, row in decoder.packet(number, ts, linktype, data, wirelen):
                     yield from emit(kind, row)
             decoded += batch.num_rows
@@ -284,22 +288,24 @@ def decode_captures(
     range_bytes: int = DEFAULT_RANGE_BYTES,
     connection_partitions: int | None = None,
     counters: str | None = None,
+    tls_keylog: Sequence[str | Path] = (),
 ) -> Bronze:
     """The bronze tables of ``captures``, decoded range- and connection-parallel."""
-    tables, persisted = decode_tables(spark, captures, ports, range_bytes, connection_partitions, counters)
+    tables, persisted = decode_tables(spark, captures, ports, range_bytes, connection_partitions, counters,
+                                      tls_keylog=tls_keylog)
     return Bronze(tables, tuple(c.capture_id for c in captures), persisted)
 
 
 def write_bronze(
     spark: SparkSession, lake: Lake, captures: Sequence[CaptureFile], ports: tuple[int, ...],
-    superseded: Sequence[str] = (), progress: Progress | None = None,
+    superseded: Sequence[str] = (), progress: Progress | None = None, tls_keylog: Sequence[str | Path] = (),
 ) -> Bronze:
     """Decode ``captures`` and write every bronze table, replacing exactly these captures' rows
-    (and removing those of the ``superseded`` ones)."""
+    (and removing those of the ``superseded`` ones). TLS is decrypted with the ``tls_keylog`` files."""
     counters = None
     if progress is not None:
         counters = progress.decoding(sum(c.size for c in captures))
-    bronze = decode_captures(spark, captures, ports, counters=counters)
+    bronze = decode_captures(spark, captures, ports, counters=counters, tls_keylog=tls_keylog)
     for name in BRONZE_SCHEMAS:
         if progress is not None:
             # The first table written runs the decode: its tasks are the ranges, then the connections.
@@ -318,6 +324,7 @@ def decode_tables(
     range_bytes: int = DEFAULT_RANGE_BYTES,
     connection_partitions: int | None = None,
     counters: str | None = None,
+    tls_keylog: Sequence[str | Path] = (),
 ) -> tuple[dict[str, DataFrame], tuple[DataFrame, ...]]:
     """The bronze tables of ``captures``, decoded range- and connection-parallel, and the persisted
     intermediates to release once the tables are written. Tasks report their counts to the
@@ -339,7 +346,7 @@ def decode_tables(
     raw = plan.mapInArrow(_range_reader(counters), PACKETS_SCHEMA).persist(_INTERMEDIATE)
     damage = raw.filter(F.col("error").isNotNull())
     records = raw.filter(F.col("error").isNull())
-    decode = _decode_connections(tuple(ports), counters)
+    decode = _decode_connections(tuple(ports), counters, tuple(str(p) for p in tls_keylog))
     columns = ("capture_id", "packet_number", "ts_us", "linktype", "data", "wirelen")
     if len(ranges) == len(captures):
         # Every capture is one byte range, read by one task in capture order: its packets are

@@ -53,6 +53,7 @@ def landing_files(landing: Path) -> list[Path]:
 def ingest_files(
     spark: SparkSession, lake: Lake, captures: Sequence[CaptureFile], ports: tuple[int, ...],
     superseded: Sequence[str] = (), *, run_id: str, progress: Progress | None = None,
+    tls_keylog: Sequence[str | Path] = (),
 ) -> Bronze:
     """Decode ``captures`` into the bronze tables (replacing their rows and the ``superseded``
     captures'), marked ``running`` in the runs table before the first write and ``ok`` after the
@@ -60,7 +61,7 @@ def ingest_files(
     ids = [c.capture_id for c in captures]
     runs.mark(lake, run_id, "ingest", ids, OUTCOME_RUNNING)
     try:
-        bronze = write_bronze(spark, lake, captures, ports, superseded, progress)
+        bronze = write_bronze(spark, lake, captures, ports, superseded, progress, tls_keylog)
     except Exception as exc:
         try:
             runs.mark(lake, run_id, "ingest", ids, runs.failed_outcome(exc))
@@ -105,7 +106,8 @@ def ingest_landing(
             progress.step(f"decoding {len(fresh)} capture(s) from {sum(len(c.parts) for c in fresh)} file(s)")
         superseded = superseded_captures(lake, fresh)
         with sized_for(spark, sum(c.size for c in fresh)):
-            ingest_files(spark, lake, fresh, config.ports, superseded, run_id=run_id, progress=progress).release()
+            ingest_files(spark, lake, fresh, config.ports, superseded, run_id=run_id, progress=progress,
+                         tls_keylog=config.tls_keylog).release()
         # The superseded captures' derived rows go with the next derive (no bronze rows left).
         runs.forget(lake, superseded)
     log.info("ingested %d, skipped %d, failed %d", len(fresh), len(skipped), len(failed))

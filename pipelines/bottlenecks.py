@@ -747,6 +747,8 @@ def bottleneck_findings(
 ) -> DataFrame:
     """The bottlenecks table (``schemas.diagnosis.BOTTLENECKS_SCHEMA``): every rule's findings,
     named as an operator knows the entity and ranked per capture."""
+    from amqpscope.pipelines.encrypted import encrypted_connection_findings  # it builds on this module's measures
+
     rules = [
         alarm_findings(connection_blocked, frames, limits),
         incoming_window_findings(flow_intervals, frames, limits),
@@ -754,6 +756,7 @@ def bottleneck_findings(
         credit_bound_findings(flow_intervals, link_state, frames, limits),
         client_not_reading_findings(tcp_flow, flow_intervals, frames, limits),
         network_findings(tcp_flow, limits),
+        encrypted_connection_findings(tcp_flow, connections, limits),
     ]
     # The throttled publishers are computed once, here: the publisher and head-of-line rules and
     # the throttling shared between publishers all start from these few rows, and a capture without

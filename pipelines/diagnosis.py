@@ -1,7 +1,9 @@
 """diagnosis: one row per capture, the headline an operator reads first and the ranked findings.
 
 The headline is the top-ranked finding of ``bottlenecks`` (``pipelines.bottlenecks``), or "none"
-for a capture in which nothing held traffic back for long enough to matter.
+for a capture in which nothing held traffic back for long enough to matter. A capture whose TLS
+connections were not decrypted says so in its headline, and is ``encrypted`` when nothing else could
+be judged: no AMQP decoded, no finding (its TCP-level findings still count, ``pipelines.encrypted``).
 """
 
 from __future__ import annotations
@@ -31,9 +33,34 @@ def _headline() -> Column:
         F.col("entity"), F.lit(", "), _when_text(), F.lit(". "), F.col("explanation"))
 
 
-def diagnosis(bottlenecks: DataFrame, captures: DataFrame) -> DataFrame:
+def _encrypted(connections: DataFrame) -> DataFrame:
+    """Per capture: TLS connections not decrypted, their TLS versions, and the AMQP connections decoded."""
+    versions = F.array_sort(F.collect_set(F.when(F.col("protocol") == "tls", F.col("tls_version"))))
+    return connections.groupBy("capture_id").agg(
+        F.count(F.when(F.col("protocol") == "tls", 1)).cast("int").alias("encrypted_connections"),
+        F.count(F.when(F.col("protocol").isin("amqp-0-9-1", "amqp-1.0"), 1)).alias("_amqp"),
+        F.count(F.when((F.col("protocol") == "tls") & F.col("tls_version").isNull(), 1)).alias("_unknown"),
+        versions.alias("_versions"))
+
+
+def _encrypted_sentence() -> Column:
+    """"2 connections are encrypted (TLS 1.3) and were not decoded: give --tls-keylog"."""
+    many = F.col("encrypted_connections") > 1
+    versions = F.array_join(F.when(F.col("_unknown") > 0, F.array_union(F.col("_versions"), F.array(F.lit(
+        "TLS version not seen")))).otherwise(F.col("_versions")), " and ")
+    return F.concat(
+        F.col("encrypted_connections").cast("string"),
+        F.when(many, F.lit(" connections are")).otherwise(F.lit(" connection is")),
+        F.lit(" encrypted ("), versions, F.lit(")"),
+        F.when(many, F.lit(" and were")).otherwise(F.lit(" and was")),
+        F.lit(" not decoded: give --tls-keylog"))
+
+
+def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFrame | None = None) -> DataFrame:
     """The diagnosis table (``schemas.diagnosis.DIAGNOSIS_SCHEMA``): every capture of ``captures``,
-    with its top finding as the headline ("none" when it has no finding)."""
+    with its top finding as the headline ("none" when it has no finding). With ``connections``, TLS
+    connections that were not decrypted are counted and named in the headline, and a capture of
+    nothing else with no finding is ``encrypted``."""
     summary = F.struct(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in FINDING_SUMMARY.fields])
     ranked = bottlenecks.groupBy("capture_id").agg(
         F.array_sort(F.collect_list(summary)).alias("findings"))  # rank is the struct's first field
@@ -42,12 +69,29 @@ def diagnosis(bottlenecks: DataFrame, captures: DataFrame) -> DataFrame:
         "start_packet_number", _headline().alias("headline"))
     every = captures.select("capture_id").distinct()
     joined = every.join(top, "capture_id", "left").join(ranked, "capture_id", "left")
+    if connections is not None:
+        joined = joined.join(_encrypted(connections), "capture_id", "left")
+    else:
+        joined = joined.select("*", F.lit(0).alias("encrypted_connections"), F.lit(0).alias("_amqp"))
+    encrypted = F.coalesce(F.col("encrypted_connections"), F.lit(0)) > 0
+    nothing_else = encrypted & (F.coalesce(F.col("_amqp"), F.lit(0)) == 0) & F.col("bottleneck").isNull()
+    sentence = F.concat(_encrypted_sentence(), F.lit("."))
+    headline = (F.when(nothing_else, F.concat(sentence, F.lit(" No AMQP was decoded, and TCP showed no finding: "
+                                                                "nothing else could be judged.")))
+                .when(encrypted & F.col("headline").isNull(), F.concat(
+                    F.lit("No bottleneck in the decoded traffic (no resource alarm, no throttled publisher, no "
+                          "prefetch- or credit-bound consumer, no client that stopped reading, no retransmission); "),
+                    sentence))
+                .when(encrypted, F.concat(F.col("headline"), F.lit(" "), sentence))
+                .otherwise(F.coalesce(F.col("headline"), F.lit(_NO_BOTTLENECK))))
     empty = F.array().cast(DIAGNOSIS_SCHEMA["findings"].dataType)
     return joined.select(
         "capture_id",
-        F.coalesce(F.col("bottleneck"), F.lit("none")).alias("bottleneck"),
+        F.when(nothing_else, F.lit("encrypted")).otherwise(F.coalesce(F.col("bottleneck"), F.lit("none")))
+        .alias("bottleneck"),
         "effect", "entity_kind", "entity", "connection_id", "start_packet_number",
-        F.coalesce(F.col("headline"), F.lit(_NO_BOTTLENECK)).alias("headline"),
+        headline.alias("headline"),
         F.when(F.col("findings").isNull(), F.lit(0)).otherwise(F.size("findings")).alias("findings_count"),
         F.coalesce(F.col("findings"), empty).alias("findings"),
+        F.coalesce(F.col("encrypted_connections"), F.lit(0)).alias("encrypted_connections"),
     ).select(*[F.col(f.name).cast(f.dataType) for f in DIAGNOSIS_SCHEMA.fields])

@@ -106,7 +106,9 @@ FINDING_SUMMARY = StructType(
 DIAGNOSIS_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),
-        StructField("bottleneck", StringType(), False),  # the top finding's component, or "none"
+        # The top finding's component, or "none"; "encrypted" when TLS connections were not decrypted
+        # and nothing else could be judged (no AMQP decoded, no TCP finding).
+        StructField("bottleneck", StringType(), False),
         StructField("effect", StringType(), True),
         StructField("entity_kind", StringType(), True),
         StructField("entity", StringType(), True),
@@ -115,5 +117,8 @@ DIAGNOSIS_SCHEMA = StructType(
         StructField("headline", StringType(), False),  # the sentence an operator reads first
         StructField("findings_count", IntegerType(), False),
         StructField("findings", ArrayType(FINDING_SUMMARY), False),  # ranked
+        # TLS connections on AMQP ports whose records were not decrypted (no key log, or keys of other
+        # sessions): their AMQP is not in the diagnosis, only their TCP (appended column).
+        StructField("encrypted_connections", IntegerType(), True),
     ]
 )

@@ -136,6 +136,15 @@ AMQP091_FIELDS = [
     StructField("body_size", LongType(), True),  # content header
 ]
 
+# Where a frame carried over TLS came from (appended to the table: rows written before read null).
+FRAME_TLS_FIELDS = [
+    # The TLS record whose decryption completed the frame: its number among the records of its
+    # direction (handshake records included), from 1. Null for a frame not carried over TLS. Such a
+    # frame's stream_offset counts decrypted bytes, and its packet_number is the packet that
+    # completed that record.
+    StructField("tls_record_number", LongType(), True),
+]
+
 # The frames table: one row per AMQP frame (or protocol header) seen on the wire.
 FRAMES_SCHEMA = StructType(
     FRAME_KEY_FIELDS
@@ -144,11 +153,30 @@ FRAMES_SCHEMA = StructType(
     + AMQP091_FIELDS
     + MESSAGE_FIELDS
     + [StructField("arguments", MapType(StringType(), StringType()), True)]
+    + FRAME_TLS_FIELDS
 )
 
 FRAMES_COLUMNS = tuple(FRAMES_SCHEMA.fieldNames())
 
-# The connections table: one row per TCP connection carrying AMQP.
+# A TLS connection (ingest/tls_stream.py): what its handshake showed and how its records went.
+# Appended to the connections table; null on a connection without TLS.
+TLS_CONNECTION_FIELDS = [
+    StructField("tls_version", StringType(), True),  # negotiated in the ServerHello: "TLS 1.2", "TLS 1.3"
+    StructField("tls_cipher_suite", StringType(), True),  # the ServerHello's, IANA name (TLS_AES_128_GCM_SHA256)
+    StructField("tls_sni", StringType(), True),  # server name the client asked for (ClientHello server_name)
+    StructField("tls_alpn", StringType(), True),  # ALPN protocol the server selected, when the capture shows it
+    StructField("tls_alpn_offered", ArrayType(StringType()), True),  # ALPN protocols the client offered
+    # "decrypted": every record decrypted; "handshake": no encrypted record seen; else the first
+    # quarantine reason id met (tls.no_key: no key for the session, tls.decrypt_failed, ...).
+    StructField("tls_status", StringType(), True),
+    # TLS's own bytes each way (record headers, nonces, tags, padding, handshake, alerts): a TLS
+    # connection's payload = framed + quarantined + these (pipelines/accounting.py).
+    StructField("c2s_tls_bytes", LongType(), True),
+    StructField("s2c_tls_bytes", LongType(), True),  # the same, server to client
+]
+
+# The connections table: one row per TCP connection carrying AMQP, or TLS on an AMQP port
+# (protocol "tls" when its records were not decrypted: no key, wrong keys, no handshake).
 CONNECTIONS_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),
@@ -157,7 +185,7 @@ CONNECTIONS_SCHEMA = StructType(
         StructField("client_port", IntegerType(), False),
         StructField("server_address", StringType(), False),
         StructField("server_port", IntegerType(), False),
-        StructField("protocol", StringType(), True),
+        StructField("protocol", StringType(), True),  # amqp-0-9-1, amqp-1.0; tls: TLS not decrypted; not-amqp
         StructField("protocol_inferred", BooleanType(), False),  # no protocol header in the capture
         StructField("first_ts", TimestampType(), True),
         StructField("last_ts", TimestampType(), True),
@@ -167,6 +195,7 @@ CONNECTIONS_SCHEMA = StructType(
         StructField("c2s_missing_bytes", LongType(), False),  # lost by the capture (gaps)
         StructField("s2c_missing_bytes", LongType(), False),
         StructField("retransmitted_bytes", LongType(), False),
+        *TLS_CONNECTION_FIELDS,
     ]
 )
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pika
 
-from amqpscope.testbed import raw091
+from amqpscope.testbed import raw091, tls
 from amqpscope.testbed.scenarios import GUEST, SCENARIO_TIMEOUT, message_body
 
 PUBLISHER_SNDBUF = 64 << 10  # raw publishers' SO_SNDBUF: what is left unread when they stop stays small
@@ -22,7 +22,7 @@ PUBLISHER_SNDBUF = 64 << 10  # raw publishers' SO_SNDBUF: what is left unread wh
 def connect(host: str, port: int, name: str) -> pika.BlockingConnection:
     parameters = pika.ConnectionParameters(
         host=host, port=port, credentials=pika.PlainCredentials(*GUEST),
-        client_properties={"connection_name": name},
+        client_properties={"connection_name": name}, ssl_options=tls.pika_ssl_options(port),
     )  # fmt: skip
     return pika.BlockingConnection(parameters)
 

@@ -326,12 +326,13 @@ def amqp10_slow_link(host: str, port: int) -> Truth:
 # -- a client that does not read: 1 MB messages to a consumer reading its socket slowly --------------
 
 
-def slow_reader(host: str, port: int) -> Truth:
-    """Two 1 MiB messages in a queue; a raw consumer (prefetch 1, SO_RCVBUF 32 KiB) reads 16 KiB
-    every 50 ms: its TCP receive window closes and the broker cannot send faster."""
+def slow_reader(host: str, port: int, *, messages: int = 2, size: int = 1 << 20) -> Truth:
+    """Two 1 MiB messages (``messages`` of ``size`` bytes) in a queue; a raw consumer (prefetch 1,
+    SO_RCVBUF 32 KiB) reads 16 KiB every 50 ms: its TCP receive window closes and the broker cannot
+    send faster."""
     queue = PREFIX + "slow-reader"
     clients.declare(host, port, (queue,))
-    messages, size, rcvbuf, read_size, pause, prefetch = 2, 1 << 20, 32 << 10, 16 << 10, 0.05, 1
+    rcvbuf, read_size, pause, prefetch = 32 << 10, 16 << 10, 0.05, 1
     filler = clients.fill(host, port, queue, messages, size, "slow reader filler")
     connection = raw091.RawConnection(host, port, *GUEST, "slow reader", rcvbuf=rcvbuf)
     try:
@@ -388,20 +389,24 @@ def registered(broker: PrivateBroker) -> Iterator[None]:
     for name, scenario in BOTTLENECK_SCENARIOS.items():
         CLIENT_SCENARIOS[name] = scenario  # type: ignore[index]
         SCENARIOS[name] = (name,)  # type: ignore[index]
-    _BROKERS[broker.port] = broker
+    ports = [p for p in (broker.port, broker.tls_port) if p is not None]  # scenarios over TLS run on the TLS port
+    for port in ports:
+        _BROKERS[port] = broker
     try:
         yield
     finally:
-        _BROKERS.pop(broker.port, None)
+        for port in ports:
+            _BROKERS.pop(port, None)
         for name in added:
             SCENARIOS.pop(name, None)  # type: ignore[attr-defined]
             CLIENT_SCENARIOS.pop(name, None)  # type: ignore[attr-defined]
 
 
-def capture_bottleneck(name: str, out_dir: Path, broker: PrivateBroker) -> Path:
-    """Capture scenario ``name`` while sampling the broker; add its states and summary to the truth file."""
+def capture_bottleneck(name: str, out_dir: Path, broker: PrivateBroker, **capture_options: Any) -> Path:
+    """Capture scenario ``name`` while sampling the broker; add its states and summary to the truth file.
+    ``capture_options`` go to ``capture_scenario`` (over TLS: the TLS port, the file's name)."""
     with BrokerStateSampler(broker) as sampler:
-        capture = capture_scenario(name, out_dir, broker=broker)
+        capture = capture_scenario(name, out_dir, broker=broker, **capture_options)
     path = truth_path(capture)
     truth = json.loads(path.read_text())
     started = _epoch_us(truth["capture"]["started_utc"])

@@ -33,6 +33,7 @@ from amqpscope.testbed.processes import (
     port_is_free,
     wait_gone,
 )
+from amqpscope.testbed.tls import Certificates, make_certificates
 
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 LOOPBACK = "127.0.0.1"
@@ -61,6 +62,10 @@ class PrivateBroker:
 
     Use as a context manager; ``port=None`` picks a free port. ``config`` holds extra
     ``rabbitmq.conf`` settings, e.g. ``{"vm_memory_high_watermark.relative": "0.0001"}``.
+    With ``tls=True`` it also listens for AMQP over TLS (both versions) on ``tls_port`` (``tls_port=None``
+    picks a free port), with a certificate of a throwaway CA made by ``openssl`` in the node's
+    temporary directory at start (``testbed.tls.make_certificates``; ``certificates`` afterwards):
+    TLS 1.2 and 1.3, no client certificate. ``ssl_options.*`` keys in ``config`` add to that.
     """
 
     def __init__(
@@ -71,9 +76,13 @@ class PrivateBroker:
         start_timeout: float = 90.0,
         stop_timeout: float = 30.0,
         keep_dir: bool = False,
+        tls: bool = False,
+        tls_port: int | None = None,
     ) -> None:
         self.host = LOOPBACK
         self.port = port if port is not None else free_port()
+        self.tls_port: int | None = (tls_port if tls_port is not None else free_port()) if tls else None
+        self.certificates: Certificates | None = None
         self.settings: dict[str, str] = {**BASE_SETTINGS}
         self.settings.update({key: str(value) for key, value in (config or {}).items()})
         self.nodename = f"amqpscope-{os.getpid()}-{self.port}@localhost"
@@ -107,8 +116,9 @@ class PrivateBroker:
         """Write the node's files, start epmd and the node, wait until AMQP is served."""
         if self._server is not None:
             raise BrokerError("broker already started")
-        if not port_is_free(self.port, self.host):
-            raise BrokerError(f"port {self.host}:{self.port} is already in use")
+        for port in (self.port, self.tls_port):
+            if port is not None and not port_is_free(port, self.host):
+                raise BrokerError(f"port {self.host}:{port} is already in use")
         self.base_dir = Path(tempfile.mkdtemp(prefix="amqpscope-rabbitmq-"))
         self.dist_port = free_port()
         self.epmd_port = free_port()
@@ -240,13 +250,30 @@ class PrivateBroker:
         assert self.base_dir is not None
         for sub in ("home", "mnesia", "log"):
             (self.base_dir / sub).mkdir()
-        settings = {"listeners.tcp.1": f"{LOOPBACK}:{self.port}", **self.settings}
+        settings = {"listeners.tcp.1": f"{LOOPBACK}:{self.port}", **self._tls_settings(), **self.settings}
         (self.base_dir / "rabbitmq.conf").write_text(
             "".join(f"{key} = {value}\n" for key, value in settings.items())
         )
         (self.base_dir / "enabled_plugins").write_text(f"[{','.join(PLUGINS)}].\n")
         # An empty env file shadows /etc/rabbitmq/rabbitmq-env.conf.
         (self.base_dir / "rabbitmq-env.conf").write_text("")
+
+    def _tls_settings(self) -> dict[str, str]:
+        """The TLS listener (rabbitmq.com/docs/ssl: listeners.ssl, ssl_options), with a new throwaway CA."""
+        if self.tls_port is None:
+            return {}
+        assert self.base_dir is not None
+        self.certificates = make_certificates(self.base_dir / "tls")
+        return {
+            "listeners.ssl.1": f"{LOOPBACK}:{self.tls_port}",
+            "ssl_options.cacertfile": str(self.certificates.ca_certificate),
+            "ssl_options.certfile": str(self.certificates.server_certificate),
+            "ssl_options.keyfile": str(self.certificates.server_key),
+            "ssl_options.verify": "verify_none",
+            "ssl_options.fail_if_no_peer_cert": "false",
+            "ssl_options.versions.1": "tlsv1.3",
+            "ssl_options.versions.2": "tlsv1.2",
+        }
 
     def _start_epmd(self) -> None:
         assert self.base_dir is not None and self.epmd_port is not None
@@ -288,6 +315,9 @@ class PrivateBroker:
         # The listener can open before every boot step and plugin has run; await_startup
         # returns once the node (AMQP 1.0 plugin included) is fully up.
         self.ctl("await_startup", "--timeout", str(int(self.start_timeout)))
+        if self.tls_port is not None:
+            self._wait_for(lambda: _accepts_connections(self.tls_port), self.start_timeout,
+                           f"RabbitMQ did not listen for TLS on {LOOPBACK}:{self.tls_port}")
         assert self._server is not None
         self._track(self._server.pid)
 

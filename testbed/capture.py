@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib.metadata import version as distribution_version
@@ -163,27 +164,34 @@ def capture_scenario(
     port: int | None = None,
     pcapng: bool = False,
     broker: PrivateBroker | None = None,
+    file_stem: str | None = None,
+    on_attempt: Callable[[], None] | None = None,
 ) -> Path:
     """Capture ``scenario`` into ``out_dir``; return the capture path (truth JSON beside it).
 
     Starts (and stops) its own PrivateBroker on ``port`` (None: a free port) unless ``broker``
-    is given, in which case ``port`` must be None or the broker's port.
+    is given, in which case ``port`` must be None, the broker's port, or its TLS port (the scenario
+    then runs and is captured there: ``testbed.tls_scenarios``). ``file_stem`` names the files
+    (default: the scenario's); ``on_attempt`` runs before each attempt (a TLS key log starts afresh).
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; choose from {sorted(SCENARIOS)}")
     if broker is None:
         with PrivateBroker(port=port) as own_broker:
-            return capture_scenario(scenario, out_dir, pcapng=pcapng, broker=own_broker)
-    if port is not None and port != broker.port:
+            return capture_scenario(scenario, out_dir, pcapng=pcapng, broker=own_broker, file_stem=file_stem)
+    if port is not None and port not in (broker.port, broker.tls_port):
         raise ValueError(f"port {port} given but the broker listens on {broker.port}")
+    listener = port if port is not None else broker.port
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    final = out_dir / capture_file_name(scenario, pcapng)
+    final = out_dir / capture_file_name(file_stem or scenario, pcapng)
     # tcpdump (libpcap) only writes pcap; pcapng is converted afterwards with editcap.
     raw = final.with_name(f".{final.name}.partial.pcap") if pcapng else final
     try:
         for attempt in range(1, CAPTURE_ATTEMPTS + 1):
-            truth, capture_meta = _capture_once(scenario, broker, raw)
+            if on_attempt is not None:
+                on_attempt()
+            truth, capture_meta = _capture_once(scenario, broker, raw, listener)
             dropped = capture_meta["packets_dropped_by_kernel"]
             if dropped == 0:
                 break
@@ -210,7 +218,7 @@ def capture_scenario(
         "scenario": scenario,
         "ground_truth": truth,
         "capture": capture_meta,
-        "broker": _broker_metadata(broker),
+        "broker": _broker_metadata(broker, listener),
         "clients": _client_metadata(),
     }
     truth_path(final).write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
@@ -218,12 +226,12 @@ def capture_scenario(
 
 
 def _capture_once(
-    scenario: str, broker: PrivateBroker, raw: Path
+    scenario: str, broker: PrivateBroker, raw: Path, port: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run ``scenario`` under tcpdump once: the clients' ground truth and capture metadata."""
     started = datetime.now(timezone.utc)
-    with Tcpdump(raw, broker.port) as tcpdump:
-        truth = run_scenario(scenario, broker.host, broker.port)
+    with Tcpdump(raw, port) as tcpdump:
+        truth = run_scenario(scenario, broker.host, port)
         time.sleep(DRAIN_SECONDS)
     finished = datetime.now(timezone.utc)
     return truth, _capture_metadata(raw, tcpdump, started, finished)
@@ -278,14 +286,15 @@ def _convert_to_pcapng(raw: Path, final: Path, raw_format: str) -> dict[str, Any
     }
 
 
-def _broker_metadata(broker: PrivateBroker) -> dict[str, Any]:
+def _broker_metadata(broker: PrivateBroker, port: int) -> dict[str, Any]:
     versions = broker.versions()
     return {
         "product": "RabbitMQ",
         "version": versions["rabbitmq"],
         "erlang": versions["erlang"],
         "host": broker.host,
-        "port": broker.port,
+        "port": port,
+        "tls": port == broker.tls_port,  # the TLS listener (a throwaway CA's certificate)
         "plugins": list(PLUGINS),
         "config": dict(broker.settings),
     }

@@ -22,6 +22,7 @@ from typing import Any
 
 import pika
 
+from amqpscope.testbed import tls
 from amqpscope.testbed.capture import capture_scenario, default_capture_port, truth_path
 from amqpscope.testbed.broker import PrivateBroker, memory_alarm_switch
 from amqpscope.testbed.broker import alarm_switch as lend_alarm_switch
@@ -36,7 +37,8 @@ def alarm_switch(broker: PrivateBroker) -> contextlib.AbstractContextManager[Non
 
 
 def _connect(host: str, port: int) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.ConnectionParameters(host=host, port=port, credentials=pika.PlainCredentials(*GUEST)))
+    return pika.BlockingConnection(pika.ConnectionParameters(host=host, port=port, credentials=pika.PlainCredentials(*GUEST),
+                                                             ssl_options=tls.pika_ssl_options(port)))
 
 
 def _utc_now() -> str:

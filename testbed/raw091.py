@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 import struct
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from amqpscope.testbed import tls
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
@@ -123,6 +126,9 @@ class RawConnection:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(60.0)
         self.sock.connect((host, port))
+        context = tls.client_context(port)
+        if context is not None:  # AMQP over TLS: the context lent for the port logs its keys
+            self.sock = context.wrap_socket(self.sock, server_hostname=tls.HOSTNAME)
         self.reader = FrameReader()
         self.pending: list[Frame] = []
         self.frame_max = 0
@@ -242,7 +248,9 @@ def deliveries(connection: RawConnection, stop: threading.Event) -> Iterator[int
             tag = tracker.complete(frame_)
             if tag is not None:
                 yield tag
-        readable, _, _ = select.select([connection.sock], [], [], 0.1)
+        # A TLS socket may hold decrypted bytes that select cannot see (SSLSocket.pending).
+        buffered = isinstance(connection.sock, ssl.SSLSocket) and connection.sock.pending() > 0
+        readable = buffered or bool(select.select([connection.sock], [], [], 0.1)[0])
         frames = connection.read_frames() if readable else []
 
 

@@ -19,6 +19,8 @@ from proton import Message, SASL
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from amqpscope.testbed import tls
+
 Truth = dict[str, Any]
 
 GUEST = ("guest", "guest")
@@ -100,7 +102,7 @@ def amqp091_qos_confirms(
         raise ValueError("nack_delivery_tag must be a delivery that would be acked singly")
     credentials = pika.PlainCredentials(*GUEST)
     connection = pika.BlockingConnection(
-        pika.ConnectionParameters(host=host, port=port, credentials=credentials)
+        pika.ConnectionParameters(host=host, port=port, credentials=credentials, ssl_options=tls.pika_ssl_options(port))
     )
     try:
         publish_channel = connection.channel()

@@ -42,11 +42,15 @@ def tshark_available() -> bool:
     return shutil.which("tshark") is not None
 
 
-def decoded_frames(capture: Path, broker_port: int) -> list[DecodedFrame]:
-    """Every AMQP frame tshark decodes in ``capture``, in capture order."""
+def decoded_frames(capture: Path, broker_port: int, keylog: Path | None = None) -> list[DecodedFrame]:
+    """Every AMQP frame tshark decodes in ``capture``, in capture order; over TLS with ``keylog``
+    (``tls.keylog_file``, the port decoded as TLS and the TLS payload as AMQP)."""
+    decode_as = ["-d", f"tcp.port=={broker_port},amqp"]
+    if keylog is not None:
+        decode_as = ["-o", f"tls.keylog_file:{keylog}", "-d", f"tcp.port=={broker_port},tls",
+                     "-d", f"tls.port=={broker_port},amqp"]
     command = [
-        "tshark", "-r", str(capture), *TSHARK_PREFERENCES,
-        "-d", f"tcp.port=={broker_port},amqp",
+        "tshark", "-r", str(capture), *TSHARK_PREFERENCES, *decode_as,
         "-Y", "amqp", "-T", "json", "--no-duplicate-keys", "-J", "frame tcp amqp",
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)

@@ -9,10 +9,12 @@ raw IPv4 packets, then ``finish``, and checks what must hold for any bytes at al
 - every row fits its table's Arrow schema (what the Spark ingest converts them with), so that no
   decoded value can fail a batch.
 
-Inputs come from three sources: the real samples' streams and the cases of issue 12 (the seed
-corpus, ``corpus()``), byte-level mutations of them (``mutate``), and a structure-aware generator
-for both type systems (``generated``): deep nesting, huge declared counts, bad constructors and
-value letters, wrong section types, odd timestamps. ``tests/test_fuzz.py`` runs them for a bounded
+Inputs come from four sources: the real samples' streams, TLS sessions carrying them with their key
+logs, and the cases of issue 12 (the seed corpus, ``corpus()``), byte-level mutations of them
+(``mutate``), a structure-aware generator for both type systems (``generated``): deep nesting,
+huge declared counts, bad constructors and value letters, wrong section types, odd timestamps; and
+one for the TLS record layer (``generated_tls``): records dropped, repeated, reordered, cut,
+damaged, lying lengths and types, junk between them, malformed hellos, wrong or missing keys. ``tests/test_fuzz.py`` runs them for a bounded
 time under Hypothesis; ``python -m tests.fuzz`` (``make fuzz``) for as long as asked.
 """
 
@@ -31,6 +33,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from amqpscope.ingest.capture import CaptureDecoder, direction_payloads
+from amqpscope.ingest.tls_keylog import KeyLog
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA, FRAMES_SCHEMA, QUARANTINE_SCHEMA
 from tests import amqp_bytes as b
 from tests.paths import ROOT, SAMPLES
@@ -50,15 +53,16 @@ class Case:
     s2c: bytes = b""
     segment: int = 1460
     handshake: bool = True  # False: the capture starts mid-stream
+    keylog: str = ""  # NSS key log lines TLS is decrypted with (throwaway test sessions' secrets)
 
     def to_json(self) -> str:
         return json.dumps({"c2s": self.c2s.hex(), "s2c": self.s2c.hex(), "segment": self.segment,
-                           "handshake": self.handshake})
+                           "handshake": self.handshake, "keylog": self.keylog})
 
     @classmethod
     def from_json(cls, text: str) -> Case:
         d = json.loads(text)
-        return cls(bytes.fromhex(d["c2s"]), bytes.fromhex(d["s2c"]), d["segment"], d["handshake"])
+        return cls(bytes.fromhex(d["c2s"]), bytes.fromhex(d["s2c"]), d["segment"], d["handshake"], d.get("keylog", ""))
 
 
 class InvariantBroken(AssertionError):
@@ -94,7 +98,8 @@ def packets(case: Case) -> list[bytes]:
 
 def decode(case: Case) -> dict[str, list[dict[str, Any]]]:
     """Every row the per-packet decoder makes of the case, by table."""
-    decoder = CaptureDecoder("fuzz")
+    keys = KeyLog.from_lines(case.keylog.splitlines()) if case.keylog else None
+    decoder = CaptureDecoder("fuzz", keys=keys)
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for number, data in enumerate(packets(case), 1):
         for kind, row in decoder.packet(number, number * 1000, LINKTYPE_RAW, data, len(data)):
@@ -121,8 +126,10 @@ def check(case: Case, out: dict[str, list[dict[str, Any]]]) -> None:
         for d, sent in (("c2s", case.c2s), ("s2c", case.s2c)):
             if c[f"{d}_bytes"] != len(sent):
                 raise InvariantBroken(f"{d}: {c[f'{d}_bytes']} payload bytes counted, {len(sent)} sent")
-            if c["protocol"] in ("amqp-0-9-1", "amqp-1.0") and framed[d] + quarantined[d] != len(sent):
-                raise InvariantBroken(f"{d}: {framed[d]} framed + {quarantined[d]} quarantined != {len(sent)} bytes")
+            tls = c.get(f"{d}_tls_bytes") or 0  # over TLS: its own bytes are the third part
+            if c["protocol"] in ("amqp-0-9-1", "amqp-1.0", "tls") and framed[d] + quarantined[d] + tls != len(sent):
+                raise InvariantBroken(f"{d}: {framed[d]} framed + {quarantined[d]} quarantined + {tls} TLS "
+                                      f"!= {len(sent)} bytes")
     for kind, rows in out.items():
         if kind in _SCHEMAS and rows:
             try:
@@ -165,9 +172,33 @@ def _seed_streams(limit: int = 6000) -> list[Case]:
 
 
 @cache
+def tls_seeds() -> tuple[Case, ...]:
+    """Real TLS sessions (OpenSSL over memory BIOs, a throwaway CA) carrying the start of the samples'
+    conversations, each with its key log: TLS 1.3, and TLS 1.2 with AES-GCM and ChaCha20-Poly1305."""
+    import tempfile
+
+    from amqpscope.testbed.tls import make_certificates, new_client_context, new_server_context
+    from tests.tls_traffic import conversation, memory_session
+
+    cases = []
+    with tempfile.TemporaryDirectory(prefix="amqpscope-fuzz-tls-") as folder:
+        certificates = make_certificates(Path(folder) / "ca")
+        sessions = [("1.3", None, "amqp091-qos-confirms.pcap"), ("1.2", "ECDHE-ECDSA-AES128-GCM-SHA256", "amqp10-credit.pcap"),
+                    ("1.2", "ECDHE-ECDSA-CHACHA20-POLY1305", "amqp10-credit.pcap")]
+        for index, (version, ciphers, sample) in enumerate(sessions):
+            keylog = Path(folder) / f"{index}.keylog"
+            session = memory_session(new_client_context(certificates.ca_certificate, keylog, version, ciphers),
+                                     new_server_context(certificates), conversation(SAMPLES / sample, limit=40))
+            c2s = b"".join(data for d, data in session.transcript if d == "c2s")
+            s2c = b"".join(data for d, data in session.transcript if d == "s2c")
+            cases.append(Case(c2s, s2c, keylog=keylog.read_text()))
+    return tuple(cases)
+
+
+@cache
 def corpus() -> tuple[Case, ...]:
-    """Seeds: the real samples' streams (their first few kilobytes) and the issue's cases."""
-    return (*_seed_streams(), *ISSUE_CASES.values())
+    """Seeds: the real samples' streams (their first few kilobytes), TLS sessions carrying them, and the issue's cases."""
+    return (*_seed_streams(), *tls_seeds(), *ISSUE_CASES.values())
 
 
 # --- byte-level mutation --------------------------------------------------------------------------
@@ -221,7 +252,7 @@ def mutated(rng: random.Random) -> Case:
         c2s = mutate(rng, c2s, other.c2s)
     if which != 0:
         s2c = mutate(rng, s2c, other.s2c)
-    return Case(c2s, s2c, _segment(rng, len(c2s) + len(s2c)), rng.random() > 0.1)
+    return Case(c2s, s2c, _segment(rng, len(c2s) + len(s2c)), rng.random() > 0.1, seed.keylog)
 
 
 # --- structure-aware generation -----------------------------------------------------------------
@@ -373,4 +404,103 @@ def generated(rng: random.Random) -> Case:
     return Case(c2s, s2c, _segment(rng, len(c2s) + len(s2c)))
 
 
-GENERATORS: dict[str, Callable[[random.Random], Case]] = {"mutated": mutated, "generated": generated}
+# --- the TLS record layer -----------------------------------------------------------------------------
+
+
+def _records(stream: bytes) -> list[bytes]:
+    """A TLS stream cut on its record headers (the generator's own view; junk stays one piece)."""
+    out, pos = [], 0
+    while pos + 5 <= len(stream):
+        end = pos + 5 + int.from_bytes(stream[pos + 3 : pos + 5], "big")
+        out.append(stream[pos:end])
+        pos = end
+    if pos < len(stream):
+        out.append(stream[pos:])
+    return out
+
+
+def _tls_record(rng: random.Random) -> bytes:
+    """A record of any type and version, sometimes lying about its length; handshake ones hold hellos
+    with random extension blocks."""
+    content_type = rng.choice((20, 21, 22, 23, 24, 0, 25, 0xFF))
+    body = bytes(rng.randrange(256) for _ in range(rng.choice((0, 1, 5, 40, 300))))
+    if content_type == 22 and rng.random() < 0.7:
+        kind = rng.choice((1, 2, 8, 20, 24, 4))
+        extensions = b"".join(struct.pack(">HH", rng.choice((0, 16, 43, 0xFFFF)), n) + bytes(rng.randrange(256) for _ in range(min(n, 40)))
+                              for n in (rng.choice((0, 2, 3, 40, 0xFFFF)) for _ in range(rng.randint(0, 3))))
+        hello = (struct.pack(">H", rng.choice((0x0303, 0x0301, 0xFFFF))) + bytes(32) + bytes([rng.choice((0, 32, 255))])
+                 + struct.pack(">H", rng.choice((0x1301, 0xC02B, 0xCCA8, 0xC013, 0))) + b"\x00"
+                 + struct.pack(">H", len(extensions) if rng.random() < 0.7 else rng.randrange(65536)) + extensions)
+        length = len(hello) if rng.random() < 0.8 else rng.choice((0, 1 << 20, 0xFFFFFF))
+        body = bytes([kind]) + length.to_bytes(3, "big") + hello
+    length = len(body) if rng.random() < 0.8 else rng.choice((0, 1, 0x4000, 0x4800, 0x4801, 0xFFFF))
+    return bytes([content_type, 3, rng.choice((1, 3, 4, 9))]) + struct.pack(">H", length) + body
+
+
+def _damage_records(rng: random.Random, records: list[bytes]) -> list[bytes]:
+    records = list(records)
+    for _ in range(rng.randint(1, 4)):
+        at = rng.randrange(len(records) + 1)
+        op = rng.randrange(8)
+        if op == 0 and records:
+            del records[min(at, len(records) - 1)]  # a lost record
+        elif op == 1 and records:
+            records.insert(at, rng.choice(records))  # a replayed one
+        elif op == 2 and len(records) > 1:
+            i, j = rng.randrange(len(records)), rng.randrange(len(records))
+            records[i], records[j] = records[j], records[i]
+        elif op == 3 and records:
+            i = min(at, len(records) - 1)
+            body = bytearray(records[i])
+            if len(body) > 5:
+                body[rng.randrange(5, len(body))] ^= 1 << rng.randrange(8)  # fails its tag
+            records[i] = bytes(body)
+        elif op == 4 and records:
+            i = min(at, len(records) - 1)
+            records[i] = records[i][: rng.randrange(len(records[i]) + 1)]  # cut short
+        elif op == 5:
+            records.insert(at, bytes(rng.randrange(256) for _ in range(rng.randint(1, 64))))  # junk between records
+        elif op == 6:
+            records.insert(at, _tls_record(rng))
+        elif op == 7:
+            records.insert(0, b"AMQP\x02\x01\x00\x00")  # AMQP 1.0's TLS header first
+    return records
+
+
+def _damage_keylog(rng: random.Random, keylog: str) -> str:
+    lines = keylog.splitlines()
+    roll = rng.random()
+    if roll < 0.15:
+        return ""  # no key log
+    if roll < 0.3 and lines:
+        lines.pop(rng.randrange(len(lines)))  # a secret missing
+    elif roll < 0.45 and lines:
+        i = rng.randrange(len(lines))
+        parts = lines[i].split()
+        if len(parts) == 3:
+            parts[2] = "%0*x" % (len(parts[2]), rng.getrandbits(4 * len(parts[2])))  # a wrong secret
+            lines[i] = " ".join(parts)
+    elif roll < 0.5:
+        lines.append(rng.choice(("CLIENT_RANDOM zz 00", "garbage", "CLIENT_RANDOM " + "00" * 32 + " 0")))
+    return "\n".join(lines)
+
+
+def generated_tls(rng: random.Random) -> Case:
+    """A TLS session of the seed corpus with records damaged in either direction, or records made up."""
+    seed = rng.choice(tls_seeds())
+    if rng.random() < 0.15:
+        c2s = b"".join(_tls_record(rng) for _ in range(rng.randint(1, 8)))
+        s2c = b"".join(_tls_record(rng) for _ in range(rng.randint(0, 8)))
+        return Case(c2s, s2c, _segment(rng, len(c2s) + len(s2c)), rng.random() > 0.1, seed.keylog)
+    c2s, s2c = _records(seed.c2s), _records(seed.s2c)
+    if rng.random() < 0.7:
+        c2s = _damage_records(rng, c2s)
+    if rng.random() < 0.7:
+        s2c = _damage_records(rng, s2c)
+    joined_c2s, joined_s2c = b"".join(c2s), b"".join(s2c)
+    return Case(joined_c2s, joined_s2c, _segment(rng, len(joined_c2s) + len(joined_s2c)), rng.random() > 0.1,
+                _damage_keylog(rng, seed.keylog))
+
+
+GENERATORS: dict[str, Callable[[random.Random], Case]] = {"mutated": mutated, "generated": generated,
+                                                          "tls": generated_tls}

@@ -44,3 +44,22 @@ def test_recorded_gaps_must_equal_missing_bytes(spark):
     assert balanced(accounting(spark, missing=5, gap=5))
     assert not balanced(accounting(spark, missing=6, gap=5))
     assert not balanced(accounting(spark, missing=0, gap=5))
+
+
+def test_over_tls_the_bytes_tls_adds_are_the_third_part(spark):
+    """A TLS connection's payload is its frames' plaintext, its quarantine and TLS's own bytes."""
+    def tls_accounting(tls_bytes: int):
+        conn = {f.name: 0 for f in CONNECTIONS_SCHEMA.fields}
+        conn.update(capture_id="c", connection_id="k", client_address="a", server_address="b", protocol="amqp-0-9-1",
+                    protocol_inferred=False, first_ts=None, last_ts=None, c2s_bytes=100, c2s_tls_bytes=tls_bytes,
+                    s2c_tls_bytes=0, tls_alpn_offered=None, tls_version="TLS 1.3")
+        frames = spark.createDataFrame([("c", "k", "c2s", 60)],
+                                       "capture_id string, connection_id string, direction string, frame_size long")
+        quarantine = spark.createDataFrame([("c", "k", "c2s", 0, 10, 1, False, "tls.no_key: ...")], QUARANTINE_SCHEMA)
+        return byte_accounting(spark.createDataFrame([conn], CONNECTIONS_SCHEMA), frames, quarantine)
+
+    assert balanced(tls_accounting(30))
+    assert tls_accounting(30).filter("direction = 'c2s'").first().tls_bytes == 30
+    assert not balanced(tls_accounting(29))
+    with pytest.raises(ByteAccountingError, match=r"payload 100 != framed 60 \+ quarantined 10 \+ TLS 29"):
+        assert_bytes_accounted(tls_accounting(29))

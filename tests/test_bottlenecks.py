@@ -411,3 +411,40 @@ def test_diagnosis_heads_with_the_alarm_and_says_none_for_a_quiet_capture(spark,
     assert rows["quiet"].bottleneck == "none" and rows["quiet"].findings == []
     assert rows["quiet"].headline.startswith("No bottleneck")
 
+
+
+def test_encrypted_connections_are_named_in_the_headline_and_alone_are_encrypted(spark, findings):
+    """TLS not decrypted (connections.protocol tls): after a finding, beside decoded traffic, or alone."""
+    found = spark.createDataFrame(findings("alarm_and_slow_consumer"), BOTTLENECKS_SCHEMA)
+    ids = ("alarm_and_slow_consumer", "mixed", "only_tls", "plain")
+    captures = spark.createDataFrame(
+        [dict({n: None for n in CAPTURES_SCHEMA.fieldNames()}, capture_id=c, file_name=f"{c}.pcap", file_size=1,
+              packets=1) for c in ids], CAPTURES_SCHEMA)
+
+    def connection(capture: str, port: int, protocol: str, version: str | None) -> dict:
+        row = {f.name: 0 for f in CONNECTIONS_SCHEMA.fields}
+        row.update(capture_id=capture, connection_id=f"{capture}-{port}", client_address="127.0.0.1", client_port=port,
+                   server_address="127.0.0.1", server_port=5671, protocol=protocol, protocol_inferred=False,
+                   first_ts=None, last_ts=None, tls_alpn_offered=None, tls_version=version)
+        return row
+
+    connections = spark.createDataFrame([
+        connection("alarm_and_slow_consumer", 1, "amqp-0-9-1", None), connection("alarm_and_slow_consumer", 2, "tls", "TLS 1.3"),
+        connection("mixed", 1, "amqp-1.0", "TLS 1.2"), connection("mixed", 2, "tls", "TLS 1.2"),
+        connection("only_tls", 1, "tls", "TLS 1.3"), connection("only_tls", 2, "tls", "TLS 1.3"),
+        connection("plain", 1, "amqp-0-9-1", None),
+    ], CONNECTIONS_SCHEMA)
+    rows = {r.capture_id: r for r in diagnosis(found, captures, connections).collect()}
+    assert rows["alarm_and_slow_consumer"].bottleneck == "memory_alarm"
+    assert rows["alarm_and_slow_consumer"].headline.startswith("Bottleneck: memory alarm (blocked)")
+    assert rows["alarm_and_slow_consumer"].headline.endswith(
+        " 1 connection is encrypted (TLS 1.3) and was not decoded: give --tls-keylog.")
+    assert rows["mixed"].bottleneck == "none"
+    assert rows["mixed"].headline.startswith("No bottleneck in the decoded traffic")
+    assert rows["mixed"].headline.endswith("1 connection is encrypted (TLS 1.2) and was not decoded: give --tls-keylog.")
+    assert (rows["only_tls"].bottleneck, rows["only_tls"].encrypted_connections) == ("encrypted", 2)
+    assert rows["only_tls"].headline == ("2 connections are encrypted (TLS 1.3) and were not decoded: give "
+                                         "--tls-keylog. No AMQP was decoded, and TCP showed no finding: nothing "
+                                         "else could be judged.")
+    assert (rows["plain"].bottleneck, rows["plain"].encrypted_connections) == ("none", 0)
+    assert rows["plain"].headline.startswith("No bottleneck: ")

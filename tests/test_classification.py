@@ -56,19 +56,27 @@ def test_http_on_the_amqp_port_is_quarantined_not_decoded(tmp_path):
         ("c2s", len(request), "not decoded: not AMQP"), ("s2c", 19, "not decoded: not AMQP")]
 
 
-def test_tls_is_classified(tmp_path):
+def test_tls_is_recorded_with_its_handshake_bytes_as_tls(tmp_path):
+    """Handshake records without a hello amqpscope can read: TLS's own bytes, nothing to decrypt (tests/test_tls.py decrypts)."""
     hello = bytes([0x16, 0x03, 0x01, 0x00, 0x40]) + bytes(0x40)
     out = decode(tmp_path, conversation(hello, bytes([0x16, 0x03, 0x03, 0x00, 0x02, 0, 0]), dport=5671), ports=(5671,))
-    assert out["frames"] == []
-    assert {q["reason"] for q in out["quarantine"]} == {"not decoded: TLS handshake"}
-    assert [c["protocol"] for c in out["connections"]] == ["tls"]
+    assert out["frames"] == [] and out["quarantine"] == []
+    [conn] = out["connections"]
+    assert (conn["protocol"], conn["tls_status"], conn["c2s_tls_bytes"], conn["s2c_tls_bytes"]) == ("tls", "handshake", 69, 7)
 
 
-def test_amqp_over_tls_header_is_classified(tmp_path):
-    out = decode(tmp_path, conversation(b"AMQP\x02\x01\x00\x00" + bytes([0x16, 3, 1, 0, 4, 1, 2, 3, 4]), b"AMQP\x02\x01\x00\x00", dport=5671), ports=(5671,))
-    assert out["frames"] == []
-    assert {q["reason"] for q in out["quarantine"]} == {"not decoded: AMQP over TLS"}
-    assert sum(q["byte_count"] for q in out["quarantine"]) == 17 + 8
+def test_amqp_over_tls_header_starts_tls_on_any_port(tmp_path):
+    out = decode(tmp_path, conversation(b"AMQP\x02\x01\x00\x00" + bytes([0x16, 3, 1, 0, 4, 1, 2, 3, 4]),
+                                        b"AMQP\x02\x01\x00\x00", dport=15671))
+    assert out["frames"] == [] and out["quarantine"] == []
+    [conn] = out["connections"]
+    assert (conn["protocol"], conn["c2s_tls_bytes"], conn["s2c_tls_bytes"]) == ("tls", 17, 8)
+
+
+def test_tls_on_a_port_not_known_to_carry_amqp_is_ignored(tmp_path):
+    hello = bytes([0x16, 0x03, 0x01, 0x00, 0x40]) + bytes(0x40)
+    out = decode(tmp_path, conversation(hello, bytes([0x16, 0x03, 0x03, 0x00, 0x02, 0, 0]), dport=443))
+    assert out["frames"] == [] and out["quarantine"] == [] and out["connections"] == []
 
 
 def test_other_traffic_on_other_ports_is_ignored(tmp_path):

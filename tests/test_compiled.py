@@ -25,10 +25,12 @@ CAPTURES = sorted(p for p in SAMPLES.rglob("*") if p.suffix in (".pcap", ".pcapn
 
 
 def rows_digest(path: Path) -> tuple[int, str]:
-    """How many rows a capture decodes to, and a hash of all of them in order."""
+    """How many rows a capture decodes to, and a hash of all of them in order (TLS decrypted with the
+    key log beside the capture, if any)."""
     digest = hashlib.sha256()
     count = 0
-    for table, row in decode_capture(path, "c", segments=True):
+    keylog = path.with_suffix(".keylog")
+    for table, row in decode_capture(path, "c", segments=True, tls_keylog=[keylog] if keylog.exists() else ()):
         digest.update(table.encode())
         digest.update(json.dumps(row, sort_keys=True, default=repr).encode())
         count += 1

@@ -46,6 +46,22 @@ def test_batch_read_gives_the_reference_frames(amqp):
     assertDataFrameEqual(connections, reference(amqp, "connections", FIRST))
 
 
+def test_tls_keylog_option_decrypts_where_the_tasks_run(amqp):
+    """The option carries the key log's path; each task reads it (no secret in the query plan)."""
+    capture = SAMPLES / "tls" / "amqp091-qos-confirms-tls13-aes256gcm.pcap"
+    keylog = capture.with_suffix(".keylog")
+    reader = amqp.read.format("amqp").option("tls_keylog", str(keylog))
+    frames = reader.load(str(capture))
+    want = [row for kind, row in decode_capture(capture, capture_id(capture), tls_keylog=[keylog]) if kind == "frames"]
+    assert frames.count() == len(want) > 1000
+    assert frames.filter(F.col("tls_record_number").isNull()).count() == 0
+    connections = amqp.read.format("amqp").option("table", "connections").option("tls_keylog", f'["{keylog}"]').load(
+        str(capture)).collect()
+    assert [(c.protocol, c.tls_status) for c in connections] == [("amqp-0-9-1", "decrypted")]
+    without = amqp.read.format("amqp").option("table", "connections").load(str(capture)).collect()
+    assert [(c.protocol, c.tls_status) for c in without] == [("tls", "tls.no_key")]
+
+
 def test_unknown_table_option_is_refused(amqp):
     with pytest.raises(Exception, match="option table must be one of frames"):
         amqp.read.format("amqp").option("table", "violations").load(str(FIRST)).schema

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests import amqp_bytes as b
-from tests.fuzzing import CRASHES, ISSUE_CASES, Case, corpus, generated, mutated, run
+from tests.fuzzing import CRASHES, ISSUE_CASES, Case, corpus, generated, generated_tls, mutated, run, tls_seeds
 
 # Derandomized (the same examples every run), no per-example deadline (never a timing assertion in
 # a unit test: ``make fuzz`` measures time per input), about a minute in all.
@@ -49,6 +49,19 @@ def test_mutated_real_streams(seed: int):
 @given(SEEDS)
 def test_structure_aware_frames_of_both_type_systems(seed: int):
     run(generated(random.Random(seed)))
+
+
+@BOUNDED
+@given(SEEDS)
+def test_damaged_and_made_up_tls_records(seed: int):
+    run(generated_tls(random.Random(seed)))
+
+
+def test_the_tls_seeds_decrypt_whole():
+    for case in tls_seeds():
+        out = run(case)
+        assert out["quarantine"] == [] and len(out["frames"]) > 20
+        assert out["connections"][0]["tls_status"] == "decrypted"
 
 
 def test_the_seed_corpus_decodes_cleanly_where_it_is_real_traffic():

@@ -188,9 +188,12 @@ def frame_name(row: Mapping[str, Any]) -> str:
 
 def compare_capture(capture: Path, broker_port: int) -> Comparison:
     """Every typed field of every frame against tshark's, and every 1.0 message's properties."""
-    theirs = decoded_frames(capture, broker_port)
-    ours = [row for row in stream_rows(capture, broker_port)
-            if not (row["protocol"] == amqp091.PROTOCOL and row["frame_type"] == "protocol-header")]
+    return compare_frames(list(stream_rows(capture, broker_port)), decoded_frames(capture, broker_port))
+
+
+def compare_frames(rows: list[dict[str, Any]], theirs: list[DecodedFrame]) -> Comparison:
+    """Our frames rows (one capture, one broker port) against tshark's frames of the same capture."""
+    ours = [row for row in rows if not (row["protocol"] == amqp091.PROTOCOL and row["frame_type"] == "protocol-header")]
     ours.sort(key=lambda r: (r["packet_number"], r["stream_offset"]))
     assert [(r["packet_number"], SENDER[r["direction"]], frame_name(r)) for r in ours] == [
         (f.frame_number, f.sender, f.name) for f in theirs

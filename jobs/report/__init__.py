@@ -63,10 +63,11 @@ FINDINGS_SHOWN = 50  # bottleneck findings per capture
 FRAMES_PER_FINDING = 20  # bottlenecks.packet_numbers holds up to 20
 
 TLS_ADVICE = (
-    "amqpscope does not decrypt TLS. To see these connections' AMQP, capture where the traffic is "
-    "plain (a test listener on 5672, or a TLS-terminating proxy's backend side); or record the TLS "
-    "session keys (SSLKEYLOGFILE with OpenSSL- or NSS-based clients, ssl.SSLContext.keylog_filename "
-    "in Python) and open the capture with the key log in Wireshark (tls.keylog_file)."
+    "Their records were not decrypted, so their AMQP is not in the tables, the timelines or the diagnosis "
+    "(only their TCP is). Give the clients' TLS key log with --tls-keylog (the NSS key log format: "
+    "SSLKEYLOGFILE, ssl.SSLContext.keylog_filename in Python; docs/TLS.md says how each client writes one) "
+    "and they decode like plain connections; tls.no_key: the key log has no secret for the session, "
+    "tls.decrypt_failed: its secrets are another session's."
 )
 
 

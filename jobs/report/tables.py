@@ -32,8 +32,12 @@ def ts_text(column: str) -> Column:
     return F.date_format(F.col(column), _TS_FORMAT).alias(column)
 
 
+_TLS_COLUMNS = ("tls_version", "tls_cipher_suite", "tls_sni", "tls_status")
+
+
 def connection_summary(connections: DataFrame) -> DataFrame:
-    """One row per connection: endpoints, protocol, frames, bytes and bytes the capture missed."""
+    """One row per connection: endpoints, protocol, frames, bytes and bytes the capture missed, and
+    for a TLS connection its version, cipher suite, server name and whether it was decrypted."""
     return connections.select(
         "capture_id",
         "connection_id",
@@ -46,6 +50,8 @@ def connection_summary(connections: DataFrame) -> DataFrame:
         (F.col("c2s_missing_bytes") + F.col("s2c_missing_bytes")).alias("missing_bytes"),
         ts_text("first_ts"),
         ts_text("last_ts"),
+        # A lake written before TLS was decoded has no such columns.
+        *[(F.col(c) if c in connections.columns else F.lit(None).cast("string")).alias(c) for c in _TLS_COLUMNS],
     )
 
 
