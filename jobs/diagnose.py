@@ -17,27 +17,20 @@ from typing import Any
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.rotation import resolve_parts
+from amqpscope.jobs.lake_read import read_rows
+from amqpscope.jobs.preflight import check_capture_arguments
 
 _MAX_FINDINGS_SHOWN = 10
 
 
 def capture_ids(captures: Sequence[str | Path], group_rotated: bool = True) -> list[tuple[str, str]]:
     """(capture id, first file) of each capture, as analyze would name them; reads only the files."""
-    return [(parts[0].content_hash, str(parts[0].path)) for parts in resolve_parts(captures, group_rotated)]
+    return [(parts[0].content_hash, str(parts[0].path)) for parts in resolve_parts(captures, group_rotated).captures]
 
 
 def _read_capture_rows(lake: Path, table: str, ids: Sequence[str]) -> list[dict[str, Any]]:
-    import pyarrow.dataset as ds
-    from deltalake import DeltaTable
-
-    path = lake / table
-    if not DeltaTable.is_deltatable(str(path)):
-        return []
-    # Read on this thread: with Arrow's scan threads (deltalake 1.6.6, pyarrow 26) the process
-    # aborted at exit about three times in four ("terminate called without an active exception"),
-    # losing the answer not yet flushed to stdout. These tables hold a few rows per capture.
-    dataset = DeltaTable(str(path)).to_pyarrow_dataset()
-    return dataset.to_table(filter=ds.field("capture_id").isin(list(ids)), use_threads=False).to_pylist()
+    # delta-rs, through the helper that cannot abort the process at exit (jobs.lake_read)
+    return read_rows(lake / table, ids)
 
 
 def incomplete(lake: Path, ids: Sequence[str]) -> list[str]:
@@ -63,6 +56,7 @@ def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: st
              reanalyze: bool = False) -> list[dict[str, Any]]:
     """Per capture: its file, diagnosis row and ranked findings (bottlenecks rows), analysing the
     captures not in the lake yet (a temporary lake when ``config`` is None)."""
+    check_capture_arguments(captures)  # a directory, a missing file: said before anything is read
     known = capture_ids(captures, config.group_rotated if config else True)
     ids = [capture_id for capture_id, _ in known]
     with tempfile.TemporaryDirectory(prefix="amqpscope-diagnose-") as scratch:
