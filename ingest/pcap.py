@@ -81,6 +81,7 @@ class Container:
     data_start: int = 24  # first record / first packet block
     interfaces: tuple[tuple[int, int], ...] = ()  # pcapng: (linktype, ticks per second) by id
     first_sec: int | None = None  # pcap: the first record's time, anchoring the capture's era
+    snaplens: tuple[int, ...] = ()  # pcapng: each interface's snapshot length (0: none), by id
 
 
 def capture_id(path: str | Path) -> str:
@@ -115,6 +116,7 @@ def _read_pcapng_header(f: BinaryIO, path: str | Path, head: bytes) -> Container
     if endian is None:
         raise CaptureError(path, "section header", "bad byte-order magic")
     interfaces: list[tuple[int, int]] = []
+    snaplens: list[int] = []
     offset = 0
     while True:
         f.seek(offset)
@@ -129,8 +131,9 @@ def _read_pcapng_header(f: BinaryIO, path: str | Path, head: bytes) -> Container
         if block_type == PCAPNG_IDB:
             body = f.read(length - 12)
             interfaces.append(_interface(endian, body))
+            snaplens.append(struct.unpack(endian + "I", body[4:8])[0] if len(body) >= 8 else 0)
         offset += length
-    return Container("pcapng", endian, data_start=offset, interfaces=tuple(interfaces))
+    return Container("pcapng", endian, data_start=offset, interfaces=tuple(interfaces), snaplens=tuple(snaplens))
 
 
 def _interface(endian: str, body: bytes) -> tuple[int, int]:
@@ -365,6 +368,8 @@ def find_boundary(path: str | Path, c: Container, offset: int, file_size: int) -
                     return offset + pos
             offset += 1 << 16
             scanned += 1 << 16
+    if offset >= file_size:
+        return file_size  # ``offset`` lies inside the file's last record: no record starts after it
     raise CaptureError(path, f"byte {offset}", "no record boundary found: the file is damaged here")
 
 

@@ -96,10 +96,16 @@ class Bronze:
             df.unpersist()
 
 
-def resolve_captures(paths: Sequence[str | Path], group_rotated: bool = True) -> list[CaptureFile]:
+def resolve_captures(paths: Sequence[str | Path], group_rotated: bool = True,
+                     say: Callable[[str], None] | None = None) -> list[CaptureFile]:
     """Check every file's container header before any work starts (a clear error naming the file
-    and the place); the same bytes twice are one capture; rotated files are grouped into one."""
-    return [CaptureFile(parts) for parts in resolve_parts(paths, group_rotated)]
+    and the place); the same bytes twice are one capture; rotated files are grouped into one, and
+    ``say`` is told which files were grouped and why (``ingest.rotation.Grouping.explain``)."""
+    grouping = resolve_parts(paths, group_rotated)
+    if say is not None:
+        for line in grouping.explain():
+            say(line)
+    return [CaptureFile(parts) for parts in grouping.captures]
 
 
 def superseded_captures(lake: Lake, captures: Sequence[CaptureFile]) -> list[str]:

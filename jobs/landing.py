@@ -95,7 +95,13 @@ def ingest_landing(
             parts[cid] = describe_part(path, cid)
         except CaptureError as exc:
             failed[cid] = (path, exc.reason)
-    captures = [CaptureFile(g) for g in group_parts(parts.values(), config.group_rotated)]
+    grouping = group_parts(parts.values(), config.group_rotated)
+    for line in grouping.explain():  # which files are one capture, and why (and which are not)
+        if progress is not None:
+            progress.announce(line)
+        else:
+            log.info("%s", line)
+    captures = [CaptureFile(g) for g in grouping.captures]
     fresh = [c for c in captures if known.get(c.capture_id) != c.part_hashes]
     skipped = sorted(c.capture_id for c in captures if known.get(c.capture_id) == c.part_hashes)
     if failed:
