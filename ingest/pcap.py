@@ -57,6 +57,9 @@ class Damage(NamedTuple):
     size: int  # bytes skipped: to the next plausible record, or to the end of the file
     place: str  # "record at byte N" / "block at byte N"
     reason: str  # what was wrong there, and how much was skipped
+    reason_id: str  # ``ingest.reasons.REASONS``: capture.*
+    expected: str | None = None
+    found: str | None = None
 
 
 class Record(NamedTuple):
@@ -168,8 +171,8 @@ def scan(path: str | Path, c: Container, start: int, end: int, damage: list[Dama
     return (_pcap_records if c.kind == "pcap" else _pcapng_records)(path, c, start, end, damage)
 
 
-def _skip_damage(path: str | Path, c: Container, offset: int, place: str, reason: str, damage: list[Damage] | None
-                 ) -> int:
+def _skip_damage(path: str | Path, c: Container, offset: int, place: str, reason: str, damage: list[Damage] | None,
+                 reason_id: str, expected: str | None = None, found: str | None = None) -> int:
     """Past an impossible record at ``offset``: where reading goes on (the file's size: nowhere).
 
     Raises ``CaptureError`` when the caller keeps no ``damage`` list.
@@ -186,7 +189,7 @@ def _skip_damage(path: str | Path, c: Container, offset: int, place: str, reason
         reason = f"{reason}; {skipped} bytes skipped to the next record"
     else:
         reason = f"{reason}; the {skipped} bytes to the end of the file skipped (no record found in them)"
-    damage.append(Damage(offset, skipped, place, reason))
+    damage.append(Damage(offset, skipped, place, reason, reason_id, expected, found))
     return resume
 
 
@@ -204,14 +207,16 @@ def _pcap_records(path: str | Path, c: Container, start: int, end: int, damage: 
                     if damage is None:
                         raise CaptureError(path, f"record at byte {base}", "file ends inside a record header",
                                            offset=base)
-                    damage.append(Damage(base, len(buf), f"record at byte {base}", "file ends inside a record header"))
+                    damage.append(Damage(base, len(buf), f"record at byte {base}", "file ends inside a record header",
+                                         "capture.truncated", "16", str(len(buf))))
                     return
             sec, frac, caplen, wirelen = unpack(buf, pos)
             if caplen > MAX_RECORD:
                 # No capture tool writes such a record (Wireshark refuses above 256 KiB): the
                 # length is damage, and must not size a read. Go on at the next record boundary.
                 place = f"record at byte {base + pos}"
-                resume = _skip_damage(path, c, base + pos, place, f"impossible captured length {caplen}", damage)
+                resume = _skip_damage(path, c, base + pos, place, f"impossible captured length {caplen}", damage,
+                                      "capture.record_length_impossible", f"at most {MAX_RECORD}", str(caplen))
                 f.seek(resume)
                 buf, base, pos = f.read(_BLOCK), resume, 0
                 continue
@@ -223,7 +228,8 @@ def _pcap_records(path: str | Path, c: Container, start: int, end: int, damage: 
                     reason = f"file ends {stop - len(buf)} bytes into a packet"
                     if damage is None:
                         raise CaptureError(path, f"record at byte {base}", reason, offset=base)
-                    damage.append(Damage(base, len(buf), f"record at byte {base}", reason))
+                    damage.append(Damage(base, len(buf), f"record at byte {base}", reason, "capture.truncated",
+                                         str(stop), str(len(buf))))
                     return
             ts_us = sec * 1_000_000 + (frac // 1000 if nano else frac)
             yield base + pos, ts_us, linktype, buf[pos + 16 : stop], wirelen
@@ -247,7 +253,8 @@ def _pcapng_records(path: str | Path, c: Container, start: int, end: int, damage
                     if damage is None:
                         raise CaptureError(path, f"block at byte {base}", "file ends inside a block header",
                                            offset=base)
-                    damage.append(Damage(base, len(buf), f"block at byte {base}", "file ends inside a block header"))
+                    damage.append(Damage(base, len(buf), f"block at byte {base}", "file ends inside a block header",
+                                         "capture.truncated", "12", str(len(buf))))
                     return
             block_type, length = struct.unpack_from(endian + "II", buf, pos)
             if block_type == PCAPNG_SHB:
@@ -257,7 +264,8 @@ def _pcapng_records(path: str | Path, c: Container, start: int, end: int, damage
                 interfaces = []
             if length < _MIN_BLOCK.get(block_type, 12) or length % 4 or length > _MAX_CLAIMED:
                 place = f"block at byte {base + pos}"
-                resume = _skip_damage(path, c, base + pos, place, f"impossible block length {length}", damage)
+                resume = _skip_damage(path, c, base + pos, place, f"impossible block length {length}", damage,
+                                      "capture.block_length_impossible", found=str(length))
                 f.seek(resume)
                 buf, base, pos = f.read(_BLOCK), resume, 0
                 continue
@@ -268,13 +276,15 @@ def _pcapng_records(path: str | Path, c: Container, start: int, end: int, damage
                 if stop > len(buf):
                     if damage is None:
                         raise CaptureError(path, f"block at byte {base}", "file ends inside a block", offset=base)
-                    damage.append(Damage(base, len(buf), f"block at byte {base}", "file ends inside a block"))
+                    damage.append(Damage(base, len(buf), f"block at byte {base}", "file ends inside a block",
+                                         "capture.truncated", str(length), str(len(buf))))
                     return
-            if struct.unpack_from(endian + "I", buf, stop - 4)[0] != length:
+            (trailer,) = struct.unpack_from(endian + "I", buf, stop - 4)
+            if trailer != length:
                 # Every block repeats its length at its end (pcapng 3.1): a block without it is damage.
                 place = f"block at byte {base + pos}"
                 resume = _skip_damage(path, c, base + pos, place, f"block length {length} not repeated at its end",
-                                      damage)
+                                      damage, "capture.block_length_not_repeated", str(length), str(trailer))
                 f.seek(resume)
                 buf, base, pos = f.read(_BLOCK), resume, 0
                 continue

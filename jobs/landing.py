@@ -18,6 +18,8 @@ from pyspark.sql.types import StructType
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import CaptureError, capture_id
+from amqpscope.ingest.quarantine import FAILED
+from amqpscope.ingest.quarantine import unreadable_rows as quarantine_rows
 from amqpscope.ingest.rotation import CapturePart, describe_part, group_parts
 from amqpscope.jobs import runs
 from amqpscope.jobs.ingest import Bronze, CaptureFile, superseded_captures, write_bronze
@@ -129,7 +131,7 @@ def _known_captures(lake: Lake) -> dict[str, tuple[str, ...] | None]:
     # A row per capture: read on the driver (no Spark query with delta-rs).
     rows = lake.read_rows("captures", StructType([CAPTURES_SCHEMA[c] for c in ("capture_id", "status", "parts")]))
     return {
-        r["capture_id"]: None if (r["status"] or "").startswith("failed")
+        r["capture_id"]: None if (r["status"] or "").startswith(FAILED)
         else tuple([p["content_hash"] for p in r["parts"] or ()] or (r["capture_id"],))
         for r in rows if r["capture_id"] not in unfinished
     }
@@ -137,17 +139,8 @@ def _known_captures(lake: Lake) -> dict[str, tuple[str, ...] | None]:
 
 def unreadable_rows(cid: str, path: Path, reason: str) -> dict[str, dict]:
     """The rows that record a file that is not a readable capture: its ``captures`` row (status
-    names the reason) and one ``quarantine`` row holding all its bytes."""
-    size = path.stat().st_size
-    return {
-        "captures": {"capture_id": cid, "file_name": path.name, "file_size": size,
-                     "parts": [{"file_name": path.name, "file_size": size, "content_hash": cid}],
-                     "packets": 0, "first_ts": None, "last_ts": None, "link_types": None,
-                     "status": f"failed: {reason}"},
-        "quarantine": {"capture_id": cid, "connection_id": None, "direction": None, "stream_offset": 0,
-                       "byte_count": size, "packet_number": None, "missing": False,
-                       "reason": f"capture unreadable: {reason}"},
-    }  # fmt: skip
+    names the reason) and one ``quarantine`` row holding all its bytes (``ingest.quarantine``)."""
+    return quarantine_rows(cid, path.name, path.stat().st_size, reason)
 
 
 def _record_failures(spark: SparkSession, lake: Lake, failed: dict[str, tuple[Path, str]]) -> None:
@@ -160,4 +153,3 @@ def _record_failures(spark: SparkSession, lake: Lake, failed: dict[str, tuple[Pa
     lake.write(captures, "captures", replace_capture_ids=ids)
     for cid, (path, reason) in failed.items():
         log.warning("%s: not ingested: %s", path, reason)
-
