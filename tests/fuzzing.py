@@ -33,7 +33,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from amqpscope.ingest.capture import CaptureDecoder, direction_payloads
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA, FRAMES_SCHEMA, QUARANTINE_SCHEMA
 from tests import amqp_bytes as b
-from tests.paths import ROOT, SAMPLES
+from tests.paths import SAMPLES
 
 # Inputs that once broke an invariant, kept as regression tests (``test_fuzz.py`` replays them).
 CRASHES = Path(__file__).resolve().parent / "fuzz_crashes"
