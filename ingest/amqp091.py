@@ -50,7 +50,7 @@ class Amqp091Format:
 
     def frame_length(self, buf: bytes | memoryview, pos: int) -> int | None:
         if buf[pos] not in FRAME_TYPES:
-            raise FrameError(f"unknown 0-9-1 frame type {buf[pos]}", "amqp091.frame.unknown_type",
+            raise FrameError(f"unknown 0-9-1 frame type {buf[pos]}", 0, "amqp091.frame.unknown_type",
                              expected=_FRAME_TYPE_CODES, found=str(buf[pos]))
         if len(buf) - pos < FRAME_HEADER_SIZE:
             return None
@@ -60,7 +60,7 @@ class Amqp091Format:
         end = buf[pos + length - 1]
         if end == FRAME_END:
             return None
-        return FrameError(f"frame-end is 0x{end:02x}, not 0xce", "amqp091.frame.bad_frame_end", offset=length - 1,
+        return FrameError(f"frame-end is 0x{end:02x}, not 0xce", length - 1, "amqp091.frame.bad_frame_end",
                           length=length, expected="0xce", found=f"0x{end:02x}")
 
     def plausible(self, buf: bytes | memoryview, pos: int) -> bool | None:

@@ -60,13 +60,13 @@ class Amqp10Format:
             return None
         size, doff, frame_type, _channel = _HEADER.unpack_from(buf, pos)
         if size < FRAME_HEADER_SIZE:
-            raise FrameError(f"frame size {size} is below the 8-byte minimum", "amqp10.frame.size_below_minimum",
+            raise FrameError(f"frame size {size} is below the 8-byte minimum", 0, "amqp10.frame.size_below_minimum",
                              expected=f"at least {FRAME_HEADER_SIZE}", found=str(size))
         if doff < 2 or doff * 4 > size:
-            raise FrameError(f"data offset {doff} does not fit a {size}-byte frame", "amqp10.frame.bad_data_offset",
+            raise FrameError(f"data offset {doff} does not fit a {size}-byte frame", 4, "amqp10.frame.bad_data_offset",
                              length=size, found=str(doff))
         if frame_type not in FRAME_TYPES:
-            raise FrameError(f"unknown 1.0 frame type {frame_type}", "amqp10.frame.unknown_type",
+            raise FrameError(f"unknown 1.0 frame type {frame_type}", 5, "amqp10.frame.unknown_type",
                              found=f"0x{frame_type:02x}")
         return size
 

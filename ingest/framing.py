@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Final, NamedTuple, Protocol
 
+from amqpscope.ingest.reasons import DecodeError
+
 PROTOCOL_HEADER_SIZE: Final = 8
 _AMQP: Final = b"AMQP"
 # How far the splitter looks past a framing error for the next plausible frame boundary.
@@ -39,30 +41,20 @@ class Unframed(NamedTuple):
     packet_number: int
     reason: str  # in words
     reason_id: str
-    error_offset: int | None = None  # stream offset of the byte at fault, where it is not the first
+    error_offset: int | None = None  # stream offset of the byte at fault
     error_length: int | None = None
     expected: str | None = None
     found: str | None = None
 
 
-class FrameError(ValueError):
-    """Bytes that cannot start (or end) a frame: the reason in words, its id (``ingest.reasons``) and
-    details; ``offset`` is from the frame's first byte."""
-
-    def __init__(self, reason: str, reason_id: str, offset: int | None = None, length: int | None = None,
-                 expected: str | None = None, found: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.reason_id = reason_id
-        self.offset = offset
-        self.length = length
-        self.expected = expected
-        self.found = found
+class FrameError(DecodeError):
+    """Bytes that cannot start (or end) a frame: raised by ``FrameFormat.frame_length``, returned by
+    ``validate``; ``offset`` is the byte at fault, from the frame's first."""
 
     def unframed(self, offset: int, size: int, packet_number: int, reason: str | None = None) -> Unframed:
         """The quarantine item of ``size`` bytes from stream offset ``offset`` that this error made unframeable."""
         return Unframed(offset, size, packet_number, self.reason if reason is None else reason, self.reason_id,
-                        None if self.offset is None else offset + self.offset, self.length, self.expected, self.found)
+                        offset + self.offset, self.length, self.expected, self.found)
 
 
 _INCOMPLETE: Final = "stream ended inside a frame"

@@ -26,9 +26,9 @@ DETAIL_COLUMNS = ("reason_id", "error_offset", "error_length", "expected", "foun
 
 def _given_ids() -> set[str]:
     """Every reason id the ingest code gives: ``reason_id=...`` (an argument or an assignment), a
-    ``Reason``'s first argument, a ``DecodeError``'s third, a ``FrameError``'s second, a ``Damage``'s
+    ``Reason``'s first argument, a ``DecodeError``'s or ``FrameError``'s third, a ``Damage``'s
     fifth, ..., or an id paired with its sentence (``("connection.tls", "not decoded: TLS handshake")``)."""
-    positions = {"Reason": 0, "DecodeError": 2, "FrameError": 1, "Damage": 4, "_skip_damage": 6,
+    positions = {"Reason": 0, "DecodeError": 2, "FrameError": 2, "Damage": 4, "_skip_damage": 6,
                  "quarantine_row": 7, "Unframed": 4}
     found: set[str] = set()
     for path in [*INGEST.glob("*.py"), *JOBS.glob("*.py")]:
@@ -69,7 +69,7 @@ def test_bytes_that_cannot_start_a_frame_give_the_type_octet_found():
     [row] = run(Case(stream))["quarantine"]
     assert row["reason"] == "unframeable bytes: unknown 0-9-1 frame type 255"
     assert (row["reason_id"], row["found"], row["expected"]) == ("amqp091.frame.unknown_type", "255", "1, 2, 3, 8")
-    assert (row["stream_offset"], row["byte_count"]) == (8, 40)
+    assert (row["stream_offset"], row["byte_count"], row["error_offset"]) == (8, 40, 8)
 
 
 def test_a_bad_frame_end_names_the_octet_and_where_it_is():
