@@ -265,22 +265,13 @@ def _boundary(a: CapturePart, b: CapturePart) -> Boundary:
                          f"{_flow_text(running[0].flow)} runs on{more}")
 
 
-def check_capture_path(path: Path) -> None:
-    """A capture argument names an existing regular file (``CaptureError`` naming it, if not)."""
-    if path.is_dir():
-        raise CaptureError(path, "argument", "is a directory, not a capture file")
-    if not path.exists():
-        raise CaptureError(path, "argument", "no such capture file")
-    if not path.is_file():
-        raise CaptureError(path, "argument", "not a regular file")
-
-
 def resolve_parts(paths: Sequence[str | Path], group_rotated: bool = True) -> Grouping:
     """Check every file's container before any work starts; files with the same bytes count once
     (the first in name order stands for them); rotated parts are grouped unless told not to."""
     seen: dict[str, CapturePart] = {}
     for raw in sorted(Path(p).resolve() for p in paths):
-        check_capture_path(raw)
+        if not raw.is_file():  # jobs.preflight says more (a directory: which command takes one)
+            raise CaptureError(raw, "argument", "not a regular file" if raw.exists() else "no such capture file")
         part = describe_part(raw)
         seen.setdefault(part.content_hash, part)
     return group_parts(seen.values(), group_rotated)

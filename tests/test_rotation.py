@@ -3,6 +3,7 @@ the unrotated file does, and a capture that grows by a part replaces what was st
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,6 +21,7 @@ from amqpscope.jobs.ingest import decode_tables, resolve_captures
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.cli import main as cli_main
 from amqpscope.jobs.landing import ingest_landing
+from amqpscope.jobs.progress import Progress
 from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -228,11 +230,18 @@ def test_landing_replaces_a_capture_that_grew_by_a_part(spark, tmp_path):
     shutil.copy(parts[1], landing / parts[1].name)
     assert ingest_landing(spark, landing, config).ingested == (capture_id(parts[1]),)
 
-    # Then the whole rotation: one capture, keyed by its first part, and the stray is gone.
+    # Then the whole rotation: one capture, keyed by its first part, and the stray is gone; the
+    # job says which files it took as one capture, and why.
     for p in parts:
         shutil.copy(p, landing / p.name)
-    run = ingest_landing(spark, landing, config)
+    said = io.StringIO()
+    with Progress(spark, stream=said, mode="never") as progress:
+        run = ingest_landing(spark, landing, config, progress)
     assert run.ingested == (capture_id(parts[0]),)
+    lines = said.getvalue().splitlines()
+    assert lines[0].startswith(f"{', '.join(p.name for p in parts)}: one capture, the rotated parts")
+    assert [line.split(":")[0].strip() for line in lines[1:len(parts)]] == [
+        f"{b.name} follows {a.name}" for a, b in zip(parts, parts[1:])]
     assert [r.capture_id for r in store.read("captures").collect()] == [capture_id(parts[0])]
     [whole] = resolve_captures([SAMPLE])
     want, persisted = decode_tables(spark, [whole], (5672,))
