@@ -1,4 +1,5 @@
-"""docs/RULES.md generated from the rule catalogue (rules.yml) and the event kinds.
+"""docs/RULES.md generated from the rule catalogue (rules.yml), the event kinds (events.yml) and the
+quarantine reasons (``ingest.reasons.REASONS``).
 
     python -m amqpscope.expectations.rules_doc [OUT]   # default: docs/RULES.md beside the package
 
@@ -15,22 +16,10 @@ from pathlib import Path
 import yaml
 
 from amqpscope.expectations.catalogue import CATALOGUE_PATH, SEVERITIES, Rule, load_rules
+from amqpscope.expectations.event_catalogue import EventKind, load_events
+from amqpscope.ingest.reasons import REASONS
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "RULES.md"
-
-# Event kinds of the events table (pipelines/events.py), with what each means.
-EVENTS: Mapping[str, str] = {
-    "amqp10.connection.closed_with_error": "a close carrying an error condition (transport 2.7.9)",
-    "amqp10.session.ended_with_error": "an end carrying an error condition (2.7.8), e.g. RabbitMQ 3.10.8's "
-                                       "amqp:internal-error after a drain on a classic queue",
-    "amqp10.link.detached_with_error": "a detach carrying an error condition (2.7.7)",
-    "amqp091.connection.closed_with_error": "connection.close with a reply code of 300 or more",
-    "amqp091.channel.closed_with_error": "channel.close with a reply code of 300 or more",
-    "amqp10.delivery.aborted": "a transfer with aborted=true (2.7.5)",
-    "amqp10.message.undecodable": "a delivery whose message sections could not be decoded (message-error in "
-                                  "frames.arguments)",
-    "amqp10.link.attached_again": "an attach of a link name its sender had attached before on the connection",
-}
 
 
 def not_implemented(path: Path = CATALOGUE_PATH) -> list[Mapping[str, str]]:
@@ -43,13 +32,17 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def render(rules: Sequence[Rule], missing: Sequence[Mapping[str, str]]) -> str:
-    """The text of docs/RULES.md."""
+def render(rules: Sequence[Rule], missing: Sequence[Mapping[str, str]], events: Sequence[EventKind] | None = None,
+           reasons: Mapping[str, str] | None = None) -> str:
+    """The text of docs/RULES.md (events: events.yml's, reasons: ``REASONS``, unless given)."""
+    events = load_events() if events is None else events
+    reasons = REASONS if reasons is None else reasons
     counts = Counter(rule.severity for rule in rules)
     lines = [
         "# Rule catalogue",
         "",
-        "Generated from `expectations/rules.yml` by `python -m amqpscope.expectations.rules_doc`; do not edit.",
+        "Generated from `expectations/rules.yml`, `expectations/events.yml` and `ingest/reasons.py` by "
+        "`python -m amqpscope.expectations.rules_doc`; do not edit.",
         "",
         f"{len(rules)} rules: " + ", ".join(f"{counts[s]} {s}" for s in SEVERITIES) + ". "
         "Severity `error`: the peer that sent the frame broke a MUST of the spec; `warning`: a SHOULD, "
@@ -70,7 +63,7 @@ def render(rules: Sequence[Rule], missing: Sequence[Mapping[str, str]]) -> str:
         "| event | what happened |",
         "|---|---|",
     ]
-    lines += [f"| `{event}` | {_cell(text)} |" for event, text in EVENTS.items()]
+    lines += [f"| `{event.id}` | {_cell(event.description)} |" for event in events]
     lines += [
         "",
         "## Not implemented",
@@ -81,6 +74,19 @@ def render(rules: Sequence[Rule], missing: Sequence[Mapping[str, str]]) -> str:
         "|---|---|",
     ]
     lines += [f"| {_cell(m['rule'])} | {_cell(m['why'])} |" for m in missing]
+    lines += [
+        "",
+        "## Quarantine reasons",
+        "",
+        "Bytes that are not decoded go to the `quarantine` table with a stable `reason_id`, a sentence "
+        "(`reason`) and the details in `error_offset`, `error_length`, `expected` and `found`. The "
+        "`amqp10.message.*` ids, and decoder ids met inside a 1.0 message, name a `message-error` in "
+        "`frames.arguments` instead: the transfer stays decoded.",
+        "",
+        "| reason | what it means |",
+        "|---|---|",
+    ]
+    lines += [f"| `{reason}` | {_cell(text)} |" for reason, text in reasons.items()]
     return "\n".join(lines) + "\n"
 
 

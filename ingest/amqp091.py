@@ -16,9 +16,9 @@ from typing import Any, Final
 
 from amqpscope.ingest.amqp091_methods import METHODS, decode_basic_properties
 from amqpscope.ingest.amqp091_values import short_of
-from amqpscope.ingest.amqp10_types import DecodeError
-from amqpscope.ingest.framing import RawFrame, new_frame
+from amqpscope.ingest.framing import FrameError, RawFrame, new_frame
 from amqpscope.ingest.limits import BUDGET
+from amqpscope.ingest.reasons import DecodeError
 from amqpscope.ingest.specs import amqp091
 
 PROTOCOL: Final[str] = "amqp-0-9-1"
@@ -31,6 +31,7 @@ FRAME_TYPES: Final = {
     _SPEC.constants["FRAME-BODY"]: "body",
     _SPEC.constants["FRAME-HEARTBEAT"]: "heartbeat",
 }
+_FRAME_TYPE_CODES: Final = ", ".join(str(code) for code in sorted(FRAME_TYPES))
 FRAME_METHOD: Final = _SPEC.constants["FRAME-METHOD"]
 FRAME_HEADER: Final = _SPEC.constants["FRAME-HEADER"]
 FRAME_BODY: Final = _SPEC.constants["FRAME-BODY"]
@@ -48,18 +49,19 @@ class Amqp091Format:
     """Frame boundaries of 0-9-1: a 7-byte header, the payload, and frame-end 0xCE."""
 
     def frame_length(self, buf: bytes | memoryview, pos: int) -> int | None:
+        if buf[pos] not in FRAME_TYPES:
+            raise FrameError(f"unknown 0-9-1 frame type {buf[pos]}", 0, "amqp091.frame.unknown_type",
+                             expected=_FRAME_TYPE_CODES, found=str(buf[pos]))
         if len(buf) - pos < FRAME_HEADER_SIZE:
-            if buf[pos] not in FRAME_TYPES:
-                raise ValueError(f"unknown 0-9-1 frame type {buf[pos]}")
             return None
-        frame_type, _channel, size = _HEADER.unpack_from(buf, pos)
-        if frame_type not in FRAME_TYPES:
-            raise ValueError(f"unknown 0-9-1 frame type {frame_type}")
-        return FRAME_HEADER_SIZE + size + 1
+        return FRAME_HEADER_SIZE + _unpack_size(buf, pos + 3)[0] + 1
 
-    def validate(self, buf: bytes, pos: int, length: int) -> str | None:
+    def validate(self, buf: bytes, pos: int, length: int) -> FrameError | None:
         end = buf[pos + length - 1]
-        return None if end == FRAME_END else f"frame-end is 0x{end:02x}, not 0xce"
+        if end == FRAME_END:
+            return None
+        return FrameError(f"frame-end is 0x{end:02x}, not 0xce", length - 1, "amqp091.frame.bad_frame_end",
+                          length=length, expected="0xce", found=f"0x{end:02x}")
 
     def plausible(self, buf: bytes | memoryview, pos: int) -> bool | None:
         if len(buf) - pos < FRAME_HEADER_SIZE:
@@ -115,10 +117,12 @@ def decode_properties(data: bytes, pos: int, end: int) -> dict[str, Any]:
         if not word & 1:
             break
     if unknown:
-        raise DecodeError("property flags name a property basic does not have", pos - 2)
+        raise DecodeError("property flags name a property basic does not have", pos - 2,
+                          "amqp091.properties.unknown_flag", found=f"0x{unknown:04x}")
     properties, stop = decode_basic_properties(data, pos, end, first)
     if stop != end:
-        raise DecodeError(f"{end - stop} bytes after the arguments of basic.properties", stop)
+        raise DecodeError(f"{end - stop} bytes after the arguments of basic.properties", stop,
+                          "amqp091.frame.trailing_bytes", length=end - stop)
     return properties
 
 
@@ -133,11 +137,13 @@ def decode_frame(data: bytes) -> dict[str, Any]:
         _type, _channel, _size, class_id, method_id = _METHOD_HEADER.unpack_from(data, 0)
         known = METHODS.get(class_id << 16 | method_id)
         if known is None:
-            raise DecodeError(f"unknown method {class_id}.{method_id}", FRAME_HEADER_SIZE)
+            raise DecodeError(f"unknown method {class_id}.{method_id}", FRAME_HEADER_SIZE, "amqp091.method.unknown",
+                              found=f"{class_id}.{method_id}")
         name, decode_arguments = known
         arguments, stop = decode_arguments(data, FRAME_HEADER_SIZE + 4, end)
         if stop != end:
-            raise DecodeError(f"{end - stop} bytes after the arguments of {name}", stop)
+            raise DecodeError(f"{end - stop} bytes after the arguments of {name}", stop, "amqp091.frame.trailing_bytes",
+                              length=end - stop)
         return {"frame_type": "method", "channel": channel, "class_id": class_id, "method_id": method_id,
                 "method": name, "arguments": arguments}
     if frame_type == FRAME_BODY:
@@ -147,10 +153,12 @@ def decode_frame(data: bytes) -> dict[str, Any]:
             raise short_of(14, FRAME_HEADER_SIZE, end)
         class_id, weight, body_size = _CONTENT_HEADER.unpack_from(data, FRAME_HEADER_SIZE)
         if weight:
-            raise DecodeError(f"content header weight is {weight}, not 0", FRAME_HEADER_SIZE + 2)
+            raise DecodeError(f"content header weight is {weight}, not 0", FRAME_HEADER_SIZE + 2,
+                              "amqp091.header.bad_weight", expected="0", found=str(weight))
         arguments = {"body-size": body_size, **decode_properties(data, FRAME_HEADER_SIZE + 12, end)}
         return {"frame_type": "header", "channel": channel, "class_id": class_id,
                 "method": _HEADER_METHODS.get(class_id) or f"{class_id}.header", "arguments": arguments}
     if size:
-        raise DecodeError(f"heartbeat frame with a {size}-byte payload", FRAME_HEADER_SIZE)
+        raise DecodeError(f"heartbeat frame with a {size}-byte payload", FRAME_HEADER_SIZE, "amqp091.heartbeat.payload",
+                          expected="0", found=str(size))
     return {"frame_type": "heartbeat", "channel": channel, "arguments": {}}

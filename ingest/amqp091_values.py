@@ -15,8 +15,9 @@ from typing import Any, Callable, Final
 
 from mypy_extensions import mypyc_attr
 
-from amqpscope.ingest.amqp10_types import DecodeError, likely_unit
+from amqpscope.ingest.amqp10_types import likely_unit
 from amqpscope.ingest.limits import BUDGET
+from amqpscope.ingest.reasons import DecodeError, beyond
 
 # Arguments that carry credentials: never decoded into a row (the mechanism is kept).
 SECRET_ARGUMENTS: Final = frozenset(
@@ -33,7 +34,8 @@ Reader = Callable[[bytes, int, int], tuple[Any, int]]
 
 def short_of(n: int, pos: int, end: int) -> DecodeError:
     """The error for a value of ``n`` bytes at ``pos`` that the frame (ending at ``end``) cannot hold."""
-    return DecodeError(f"value needs {n} bytes, {max(end - pos, 0)} left", pos)
+    return DecodeError(f"value needs {n} bytes, {max(end - pos, 0)} left", pos, "amqp091.value.truncated",
+                       expected=str(n), found=str(max(end - pos, 0)))
 
 
 def _struct_reader(fmt: str) -> Reader:
@@ -131,7 +133,8 @@ def _sized(data: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
         raise short_of(4, pos, end)
     stop = pos + 4 + _unpack_long(data, pos)[0]
     if stop > end:
-        raise DecodeError(f"{what} of {stop - pos - 4} bytes overruns the frame", pos)
+        raise DecodeError(f"{what} of {stop - pos - 4} bytes overruns the frame", pos, "amqp091.value.overruns_frame",
+                          length=stop - pos - 4)
     return stop, pos + 4
 
 
@@ -143,7 +146,7 @@ def read_table(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     """
     exceeded = BUDGET.enter()
     if exceeded is not None:
-        raise DecodeError(exceeded, pos)
+        raise beyond(exceeded, pos)
     stop, pos = _sized(data, pos, end, "field table")
     table: dict[str, Any] = {}
     while pos < stop:
@@ -156,7 +159,7 @@ def read_table(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
 def _array(data: bytes, pos: int, end: int) -> tuple[list[Any], int]:
     exceeded = BUDGET.enter()
     if exceeded is not None:
-        raise DecodeError(exceeded, pos)
+        raise beyond(exceeded, pos)
     stop, pos = _sized(data, pos, end, "field array")
     items: list[Any] = []
     while pos < stop:
@@ -202,5 +205,6 @@ def _field_value(data: bytes, pos: int, end: int) -> tuple[Any, int]:
         raise short_of(1, pos, end)
     reader = FIELD_VALUE_READERS.get(data[pos])
     if reader is None:
-        raise DecodeError(f"unknown field value type {chr(data[pos])!r}", pos)
+        raise DecodeError(f"unknown field value type {chr(data[pos])!r}", pos, "amqp091.value.unknown_type",
+                          found=chr(data[pos]))
     return reader(data, pos + 1, end)

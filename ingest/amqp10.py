@@ -15,12 +15,12 @@ from typing import Any, Final, Mapping, NamedTuple
 
 from amqpscope.ingest.amqp10_types import (
     DECODERS_BY_CODE,
-    DecodeError,
     Described,
     read_value,
 )
-from amqpscope.ingest.framing import RawFrame, new_frame
+from amqpscope.ingest.framing import FrameError, RawFrame, new_frame
 from amqpscope.ingest.limits import BUDGET
+from amqpscope.ingest.reasons import DecodeError
 from amqpscope.ingest.specs import Composite, amqp10
 
 PROTOCOL: Final = "amqp-1.0"
@@ -60,14 +60,17 @@ class Amqp10Format:
             return None
         size, doff, frame_type, _channel = _HEADER.unpack_from(buf, pos)
         if size < FRAME_HEADER_SIZE:
-            raise ValueError(f"frame size {size} is below the 8-byte minimum")
+            raise FrameError(f"frame size {size} is below the 8-byte minimum", 0, "amqp10.frame.size_below_minimum",
+                             expected=f"at least {FRAME_HEADER_SIZE}", found=str(size))
         if doff < 2 or doff * 4 > size:
-            raise ValueError(f"data offset {doff} does not fit a {size}-byte frame")
+            raise FrameError(f"data offset {doff} does not fit a {size}-byte frame", 4, "amqp10.frame.bad_data_offset",
+                             length=size, found=str(doff))
         if frame_type not in FRAME_TYPES:
-            raise ValueError(f"unknown 1.0 frame type {frame_type}")
+            raise FrameError(f"unknown 1.0 frame type {frame_type}", 5, "amqp10.frame.unknown_type",
+                             found=f"0x{frame_type:02x}")
         return size
 
-    def validate(self, buf: bytes, pos: int, length: int) -> str | None:
+    def validate(self, buf: bytes, pos: int, length: int) -> FrameError | None:
         return None
 
     def plausible(self, buf: bytes | memoryview, pos: int) -> bool | None:
@@ -224,11 +227,12 @@ def decode_frame(data: bytes) -> dict[str, Any]:
     BUDGET.start(len(data))
     descriptor, items, end = _decode_described(data, body_start)
     if descriptor is _NOT_DESCRIBED:
-        raise DecodeError("frame body is not a described performative", body_start)
+        raise DecodeError("frame body is not a described performative", body_start, "amqp10.frame.not_performative")
     composite = _composite_for(descriptor)
     expected = "sasl-frame" if kind == "sasl" else "frame"
     if composite is None or expected not in composite.provides or not isinstance(items, list):
-        raise DecodeError(f"{descriptor_name(descriptor)} cannot be the body of a {kind} frame", body_start)
+        raise DecodeError(f"{descriptor_name(descriptor)} cannot be the body of a {kind} frame", body_start,
+                          "amqp10.frame.wrong_body", expected=kind, found=descriptor_name(descriptor))
     decoded = {
         "frame_type": kind,
         "channel": channel if kind == "amqp" else None,
@@ -238,7 +242,8 @@ def decode_frame(data: bytes) -> dict[str, Any]:
     if composite.name == "transfer":
         decoded["payload"] = data[end:]
     elif end != size:
-        raise DecodeError(f"{size - end} bytes after the {composite.name} performative", end)
+        raise DecodeError(f"{size - end} bytes after the {composite.name} performative", end,
+                          "amqp10.frame.trailing_bytes", length=size - end)
     return decoded
 
 
@@ -270,16 +275,19 @@ def decode_message(payload: bytes) -> list[Section]:
         composite = None if descriptor is _NOT_DESCRIBED else _composite_for(descriptor)
         rules = None if composite is None else _SECTION_RULES.get(composite.name)
         if composite is None or rules is None:
-            raise DecodeError("message data is not a message section", start)
+            raise DecodeError("message data is not a message section", start, "amqp10.message.not_a_section")
         rank, repeats, is_body, source_type = rules
         if source_type is not None and not isinstance(inner, source_type):
-            raise DecodeError(f"{composite.name} section is not a {_TYPE_NAMES[source_type]}", start)
+            raise DecodeError(f"{composite.name} section is not a {_TYPE_NAMES[source_type]}", start,
+                              "amqp10.message.section_type", expected=_TYPE_NAMES[source_type], found=composite.name)
         # Sections come in spec order, and only body sections repeat (data, amqp-sequence).
         if rank < order or (rank == order and not repeats):
-            raise DecodeError(f"{composite.name} section out of order", start)
+            raise DecodeError(f"{composite.name} section out of order", start, "amqp10.message.section_order",
+                              found=composite.name)
         if is_body:
             if body is not None and body != composite.name:
-                raise DecodeError(f"{composite.name} section after a {body} body", start)
+                raise DecodeError(f"{composite.name} section after a {body} body", start, "amqp10.message.after_body",
+                                  found=composite.name)
             body = composite.name
         order = rank
         if composite.source == "list" and isinstance(inner, list):

@@ -27,16 +27,8 @@ from typing import Any, Callable, Final
 from mypy_extensions import mypyc_attr
 
 from amqpscope.ingest.limits import BUDGET, MAX_DEPTH, MAX_VALUE_BYTES
+from amqpscope.ingest.reasons import DecodeError, beyond
 from amqpscope.ingest.specs import Encoding, amqp10
-
-
-class DecodeError(ValueError):
-    """Bytes that do not decode; ``offset`` is relative to the start of the frame."""
-
-    def __init__(self, reason: str, offset: int) -> None:
-        super().__init__(f"{reason} at byte {offset}")
-        self.reason = reason
-        self.offset = offset
 
 
 @mypyc_attr(native_class=False)  # compiled classes cannot subclass str
@@ -95,7 +87,8 @@ Decoder = Callable[[bytes, int], tuple[Any, int]]
 
 
 def short_of(n: int, pos: int, left: int) -> DecodeError:
-    return DecodeError(f"value needs {n} bytes, {max(left, 0)} left", pos)
+    return DecodeError(f"value needs {n} bytes, {max(left, 0)} left", pos, "amqp10.value.truncated",
+                       expected=str(n), found=str(max(left, 0)))
 
 
 # How each fixed-width primitive's bytes become a value (struct formats, network byte order).
@@ -144,7 +137,8 @@ def _fixed(enc: Encoding) -> Decoder:
             if pos >= len(buf):
                 raise short_of(1, pos, 0)
             if buf[pos] > 1:
-                raise DecodeError(f"boolean octet 0x{buf[pos]:02x} is neither 0x00 nor 0x01", pos)
+                raise DecodeError(f"boolean octet 0x{buf[pos]:02x} is neither 0x00 nor 0x01", pos,
+                                  "amqp10.value.bad_boolean", expected="0x00 or 0x01", found=f"0x{buf[pos]:02x}")
             return buf[pos] == 1, pos + 1
 
         return decode_boolean
@@ -191,7 +185,8 @@ def _fixed(enc: Encoding) -> Decoder:
         try:
             return convert(bytes(buf[pos : pos + width])), pos + width
         except ValueError as exc:
-            raise DecodeError(f"{enc.type_name}: {exc}", pos) from None
+            raise DecodeError(f"{enc.type_name}: {exc}", pos, "amqp10.value.invalid",
+                              found=bytes(buf[pos : pos + width]).hex()) from None
 
     return decode_raw
 
@@ -230,7 +225,8 @@ def _variable(enc: Encoding) -> Decoder:
         else:
             size, pos = read_size(buf, pos)
             if size > MAX_VALUE_BYTES:
-                raise DecodeError(f"{enc.name} of {size} bytes, above {MAX_VALUE_BYTES} (limit)", pos - width)
+                raise DecodeError(f"{enc.name} of {size} bytes, above {MAX_VALUE_BYTES} (limit)", pos - width,
+                                  "limit.value_bytes", expected=str(MAX_VALUE_BYTES), found=str(size))
         stop = pos + size
         if stop > len(buf):
             raise short_of(size, pos, len(buf) - pos)
@@ -239,12 +235,12 @@ def _variable(enc: Encoding) -> Decoder:
             try:
                 return raw.decode("utf-8"), stop
             except UnicodeDecodeError as exc:
-                raise DecodeError("string is not valid UTF-8", pos + exc.start) from None
+                raise DecodeError("string is not valid UTF-8", pos + exc.start, "amqp10.value.bad_utf8") from None
         if kind == "symbol":
             try:
                 return Symbol(raw.decode("ascii")), stop
             except UnicodeDecodeError as exc:
-                raise DecodeError("symbol is not ASCII", pos + exc.start) from None
+                raise DecodeError("symbol is not ASCII", pos + exc.start, "amqp10.value.bad_ascii") from None
         return raw, stop
 
     return decode
@@ -273,7 +269,8 @@ def _sequence(enc: Encoding) -> Decoder:
             size, pos = read_size(buf, pos)
         end = pos + size
         if end > length or size < width:
-            raise DecodeError(f"{enc.name} of {size} bytes overruns the frame", pos)
+            raise DecodeError(f"{enc.name} of {size} bytes overruns the frame", pos, "amqp10.value.overruns_frame",
+                              length=size)
         if width == 1:
             count = buf[pos]
             pos += 1
@@ -282,12 +279,13 @@ def _sequence(enc: Encoding) -> Decoder:
         # List and map elements take a byte at least; array elements of a zero-width type none,
         # so those are only bounded, against a count that would loop for ever.
         if count > size and (not is_array or count > _MAX_ZERO_WIDTH_ELEMENTS):
-            raise DecodeError(f"{enc.name} of {size} bytes cannot hold {count} elements", pos)
+            raise DecodeError(f"{enc.name} of {size} bytes cannot hold {count} elements", pos,
+                              "amqp10.value.count_exceeds_size", length=size, found=str(count))
         # Limits (ingest.limits), checked before anything is built: nesting, and the values a
         # frame may build (zero-width array elements multiply when arrays nest).
         exceeded = budget.enter() or budget.take(count)
         if exceeded is not None:
-            raise DecodeError(exceeded, pos)
+            raise beyond(exceeded, pos)
         items: list[Any] = []
         append = items.append
         if is_array:
@@ -313,11 +311,13 @@ def _sequence(enc: Encoding) -> Decoder:
                     value, pos = known(buf, pos + 1)
                 append(value)
         if pos != end:
-            raise DecodeError(f"{enc.name} size {size} disagrees with its {count} elements", pos)
+            raise DecodeError(f"{enc.name} size {size} disagrees with its {count} elements", pos,
+                              "amqp10.value.size_mismatch", length=size, found=str(count))
         budget.leave()
         if is_map:
             if count % 2:
-                raise DecodeError(f"{enc.name} has an odd number ({count}) of elements", pos)
+                raise DecodeError(f"{enc.name} has an odd number ({count}) of elements", pos, "amqp10.value.odd_map",
+                                  found=str(count))
             return dict(zip(map(_hashable, items[0::2]), items[1::2])), pos
         return items, pos
 
@@ -351,7 +351,7 @@ def _constructor(buf: bytes, pos: int) -> tuple[Decoder, int]:
     if code == 0x00:
         exceeded = BUDGET.enter()
         if exceeded is not None:
-            raise DecodeError(exceeded, pos)
+            raise beyond(exceeded, pos)
         descriptor, pos = read_value(buf, pos + 1)
         inner, pos = _constructor(buf, pos)
         BUDGET.leave()
@@ -363,7 +363,8 @@ def _constructor(buf: bytes, pos: int) -> tuple[Decoder, int]:
         return described, pos
     decoder = _BY_CODE[code]
     if decoder is None:
-        raise DecodeError(f"unknown format code 0x{code:02x}", pos)
+        raise DecodeError(f"unknown format code 0x{code:02x}", pos, "amqp10.value.unknown_format_code",
+                          found=f"0x{code:02x}")
     return decoder, pos + 1
 
 
@@ -389,12 +390,13 @@ def read_value(buf: bytes, pos: int) -> tuple[Any, int]:
         # descriptor is itself a value, possibly described: nesting counts either way.
         exceeded = BUDGET.enter()
         if exceeded is not None:
-            raise DecodeError(exceeded, pos)
+            raise beyond(exceeded, pos)
         descriptor, pos = read_value(buf, pos + 1)
         value, pos = read_value(buf, pos)
         BUDGET.leave()
         return Described(descriptor, value), pos
-    raise DecodeError(f"unknown format code 0x{code:02x}", pos)
+    raise DecodeError(f"unknown format code 0x{code:02x}", pos, "amqp10.value.unknown_format_code",
+                      found=f"0x{code:02x}")
 
 
 def value_extent(buf: bytes, pos: int, depth: int = 0) -> int | None:
@@ -412,14 +414,16 @@ def value_extent(buf: bytes, pos: int, depth: int = 0) -> int | None:
         if code != 0x00:
             break
         if depth >= MAX_DEPTH:
-            raise DecodeError(f"descriptors nested deeper than {MAX_DEPTH} levels (limit)", pos)
+            raise DecodeError(f"descriptors nested deeper than {MAX_DEPTH} levels (limit)", pos, "limit.depth",
+                              expected=str(MAX_DEPTH))
         descriptor = value_extent(buf, pos + 1, depth + 1)
         if descriptor is None:
             return None
         pos += 1 + descriptor
     enc = spec.get(code)
     if enc is None:
-        raise DecodeError(f"unknown format code 0x{code:02x}", pos)
+        raise DecodeError(f"unknown format code 0x{code:02x}", pos, "amqp10.value.unknown_format_code",
+                          found=f"0x{code:02x}")
     if enc.category == "fixed":
         return pos + 1 + enc.width - start
     if pos + 1 + enc.width > len(buf):

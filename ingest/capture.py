@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any, Final, Iterator, Sequence
 
 from amqpscope.ingest import amqp10, amqp091
-from amqpscope.ingest.amqp10_types import DecodeError
 from amqpscope.ingest.messages import StreamDecoder, stream_decoder
-from amqpscope.ingest.framing import FrameFormat, FrameSplitter, RawFrame, Unframed
+from amqpscope.ingest.framing import FrameFormat, FrameSplitter, RawFrame
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_FIN, TCP_RST, TCP_SYN, TCP_ACK, Segment, parse_tcp
 from amqpscope.ingest.pcap import Damage, read_container, read_records, scan
+from amqpscope.ingest.quarantine import capture_status, damage_row, quarantine_row, unframed_row
+from amqpscope.ingest.reasons import DecodeError
 from amqpscope.ingest.rows import add_arguments
 from amqpscope.ingest.tcp import Data, DirectionStream, Event, Gap
 from amqpscope.ingest.tls_keylog import KeyLog
@@ -32,6 +33,8 @@ _HEADER_PROTOCOLS: Final = {
 _FORMATS: Final[dict[str, FrameFormat]] = {amqp091.PROTOCOL: amqp091.Amqp091Format(), amqp10.PROTOCOL: amqp10.Amqp10Format()}
 # Bytes of a stream examined before giving up on recognising AMQP in it.
 _DETECT_BYTES: Final = 64
+_GAP: Final = "capture gap: bytes missing from the capture"
+_NOT_AMQP: Final = ("connection.not_amqp", "not decoded: not AMQP")
 
 Row = dict[str, Any]
 Rows = list[tuple[str, Row]]
@@ -58,7 +61,7 @@ class _Connection:
     protocol: str | None = None
     protocol_inferred: bool = False
     not_amqp: bool = False
-    not_amqp_reason: str | None = None
+    not_amqp_reason: tuple[str, str] | None = None  # (reason id, sentence): why it is not decoded
     accountable: bool = False  # on an AMQP port or announced as AMQP: its bytes must be accounted
     frames: int = 0
     first_ts: int | None = None
@@ -208,12 +211,12 @@ class CaptureDecoder:
 
     def _gap(self, conn: _Connection, direction: str, side: _Direction, gap: Gap, rows: Rows) -> None:
         """Bytes missing from the capture: a quarantine row, and the splitter resynchronises after them."""
-        rows.append(("quarantine", self._quarantine(conn, direction, gap.offset, gap.size, gap.packet_number,
-                                                    "capture gap: bytes missing from the capture", missing=True)))
+        rows.append(("quarantine", quarantine_row(self.capture_id, conn.connection_id, direction, gap.offset, gap.size,
+                                                  gap.packet_number, _GAP, "tcp.gap", missing=True)))
         if side.splitter is not None:
             left = side.splitter.skip(gap.size, gap.packet_number, "capture gap")
             if left is not None:
-                rows.append(("quarantine", self._unframed(conn, direction, left)))
+                rows.append(("quarantine", unframed_row(self.capture_id, conn.connection_id, direction, left)))
 
     def _detect(self, conn: _Connection, direction: str, rows: Rows, final: bool = False) -> None:
         """Pick the protocol from the client's protocol header, else from frame shapes."""
@@ -350,7 +353,7 @@ class CaptureDecoder:
         # Runs once a frame: the frame's row is built here in one go rather than through a call a step.
         for item in splitter.feed(event.payload, event.packet_number, event.ts_us):
             if not isinstance(item, RawFrame):
-                rows.append(("quarantine", self._unframed(conn, direction, item)))
+                rows.append(("quarantine", unframed_row(capture_id, connection_id, direction, item)))
                 continue
             offset, data, packet_number, ts_us, is_protocol_header = item
             if is_protocol_header:
@@ -398,11 +401,15 @@ class CaptureDecoder:
         kept by its type and message at the frame's first byte, so that decoding goes on.
         """
         if isinstance(exc, DecodeError):
-            offset, reason = raw.offset + exc.offset, exc.reason
+            offset = raw.offset + exc.offset
+            reason_id, reason, length, expected, found = exc.reason_id, exc.reason, exc.length, exc.expected, exc.found
         else:
-            offset, reason = raw.offset, f"{type(exc).__name__}: {str(exc)[:200]}"
-        reason = f"undecodable {conn.protocol} frame: {reason} (byte {offset})"
-        return self._quarantine(conn, direction, raw.offset, len(raw.data), raw.packet_number, reason)
+            reason_id = "decoder.defect"
+            offset, reason, length, expected = raw.offset, f"{type(exc).__name__}: {str(exc)[:200]}", None, None
+            found = type(exc).__name__
+        return quarantine_row(self.capture_id, conn.connection_id, direction, raw.offset, len(raw.data),
+                              raw.packet_number, f"undecodable {conn.protocol} frame: {reason} (byte {offset})",
+                              reason_id, False, offset, length, expected, found)
 
     def _segment_row(self, conn: _Connection, direction: str, seg: Segment, number: int, ts_us: int) -> Row:
         """The tcp_segments row of one segment, before its payload enters the stream."""
@@ -448,16 +455,6 @@ class CaptureDecoder:
             "retransmitted_bytes": retransmitted,
         }
 
-    def _quarantine(self, conn: _Connection, direction: str, offset: int, size: int, packet: int, reason: str,
-                    missing: bool = False) -> Row:
-        return {"capture_id": self.capture_id, "connection_id": conn.connection_id, "direction": direction,
-                "stream_offset": offset, "byte_count": size, "packet_number": packet, "missing": missing,
-                "reason": reason}
-
-    def _unframed(self, conn: _Connection, direction: str, item: Unframed) -> Row:
-        return self._quarantine(conn, direction, item.offset, item.size, item.packet_number,
-                                f"unframeable bytes: {item.reason}")
-
     # --- end of capture -------------------------------------------------------------------------
 
     def finish(self) -> Iterator[tuple[str, Row]]:
@@ -483,20 +480,21 @@ class CaptureDecoder:
                 if side.splitter is not None:
                     left = side.splitter.close(self._last_packet)
                     if left is not None:
-                        yield "quarantine", self._unframed(conn, direction, left)
+                        yield "quarantine", unframed_row(self.capture_id, conn.connection_id, direction, left)
             yield "connections", self._connection_row(conn)
 
     def _classified_rows(self, conn: _Connection) -> Iterator[tuple[str, Row]]:
         """A connection on an AMQP port that is not AMQP: its bytes in one quarantine run a direction."""
+        reason_id, reason = conn.not_amqp_reason or _NOT_AMQP
         for direction, side in conn.directions.items():
             if side.payload_bytes:
-                yield "quarantine", self._quarantine(conn, direction, 0, side.payload_bytes, self._last_packet,
-                                                     conn.not_amqp_reason or "not AMQP")
+                yield "quarantine", quarantine_row(self.capture_id, conn.connection_id, direction, 0,
+                                                   side.payload_bytes, self._last_packet, reason, reason_id)
             if side.missing_bytes:
-                yield "quarantine", self._quarantine(conn, direction, 0, side.missing_bytes, self._last_packet,
-                                                     "capture gap: bytes missing from the capture", missing=True)
+                yield "quarantine", quarantine_row(self.capture_id, conn.connection_id, direction, 0,
+                                                   side.missing_bytes, self._last_packet, _GAP, "tcp.gap", missing=True)
         row = self._connection_row(conn)
-        row["protocol"] = "tls" if "TLS" in (conn.not_amqp_reason or "") else "not-amqp"
+        row["protocol"] = "tls" if "TLS" in reason else "not-amqp"
         yield "connections", row
 
     def _connection_row(self, conn: _Connection) -> Row:
@@ -576,16 +574,17 @@ def _chain_plausible(fmt: FrameFormat, head: memoryview) -> bool:
     return bool(fmt.plausible(head, length))  # None: too few bytes to tell
 
 
-def _not_amqp_reason(head: bytes) -> str:
+def _not_amqp_reason(head: bytes) -> tuple[str, str]:
+    """Why a connection on an AMQP port is not decoded, from the client's first bytes: (id, sentence)."""
     if not head:
-        return "not decoded: no payload bytes captured"
+        return "connection.no_client_bytes", "not decoded: no payload bytes captured"
     if head.startswith(b"AMQP\x02"):
-        return "not decoded: AMQP over TLS"
+        return "connection.amqp_over_tls", "not decoded: AMQP over TLS"
     if head[:1] == b"\x16":
-        return "not decoded: TLS handshake"
+        return "connection.tls", "not decoded: TLS handshake"
     if head.startswith(b"AMQP"):
-        return f"not decoded: unsupported protocol header {head[:8].hex()}"
-    return "not decoded: not AMQP"
+        return "connection.unsupported_protocol_header", f"not decoded: unsupported protocol header {head[:8].hex()}"
+    return _NOT_AMQP
 
 
 def direction_payloads(path: str | Path) -> dict[tuple[str, int, str, int], list[bytes]]:
@@ -631,22 +630,7 @@ def decode_capture(path: str | Path, capture_id: str, ports: tuple[int, ...] = D
         if rows:
             yield from rows
     yield from decoder.finish()
-    for skipped in damage:
-        yield "quarantine", {
-            "capture_id": capture_id, "connection_id": None, "direction": None,
-            "stream_offset": skipped.offset, "byte_count": skipped.size,  # here a file offset
-            "packet_number": None, "missing": False,
-            "reason": f"capture file damaged: {skipped.place}: {skipped.reason}",
-        }  # fmt: skip
-    yield "captures", decoder.capture_row(path, file_size, damage_status(damage))
-
-
-def damage_status(damage: Sequence[Damage]) -> str:
-    """``captures.status`` of a capture read past ``damage``: its first place, and how much in all."""
-    if not damage:
-        return "ok"
-    first = damage[0]
-    status = f"damaged: {first.place}: {first.reason}"
-    if len(damage) > 1:
-        status += f" (and {len(damage) - 1} more places: {sum(d.size for d in damage)} bytes skipped in all)"
-    return status
+    damaged = [damage_row(capture_id, skipped) for skipped in damage]
+    for row in damaged:
+        yield "quarantine", row
+    yield "captures", decoder.capture_row(path, file_size, capture_status(damaged))

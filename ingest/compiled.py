@@ -30,8 +30,8 @@ from typing import Mapping
 PACKAGE = "amqpscope.ingest"
 # In dependency order; everything a packet goes through on its way to a row.
 MODULES = (
-    "limits", "pcap", "packets", "tcp", "framing", "amqp10_types", "amqp091_values", "amqp091_methods", "amqp091",
-    "amqp10", "messages", "rows", "capture",
+    "reasons", "limits", "pcap", "packets", "tcp", "framing", "amqp10_types", "amqp091_values", "amqp091_methods",
+    "amqp091", "amqp10", "messages", "rows", "quarantine", "capture",
 )  # fmt: skip
 GROUP = f"{PACKAGE}._native"  # mypyc's shared library: amqpscope.ingest._native__mypyc
 MANIFEST = "_compiled_sources.json"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Final, NamedTuple, Protocol
 
+from amqpscope.ingest.reasons import DecodeError
+
 PROTOCOL_HEADER_SIZE: Final = 8
 _AMQP: Final = b"AMQP"
 # How far the splitter looks past a framing error for the next plausible frame boundary.
@@ -32,12 +34,30 @@ new_frame: Final = tuple.__new__
 
 
 class Unframed(NamedTuple):
-    """Bytes that could not be framed: they go to the quarantine with the reason."""
+    """Bytes that could not be framed: they go to the quarantine with the reason (``ingest.reasons``)."""
 
     offset: int
     size: int
     packet_number: int
-    reason: str
+    reason: str  # in words
+    reason_id: str
+    error_offset: int | None = None  # stream offset of the byte at fault
+    error_length: int | None = None
+    expected: str | None = None
+    found: str | None = None
+
+
+class FrameError(DecodeError):
+    """Bytes that cannot start (or end) a frame: raised by ``FrameFormat.frame_length``, returned by
+    ``validate``; ``offset`` is the byte at fault, from the frame's first."""
+
+    def unframed(self, offset: int, size: int, packet_number: int, reason: str | None = None) -> Unframed:
+        """The quarantine item of ``size`` bytes from stream offset ``offset`` that this error made unframeable."""
+        return Unframed(offset, size, packet_number, self.reason if reason is None else reason, self.reason_id,
+                        offset + self.offset, self.length, self.expected, self.found)
+
+
+_INCOMPLETE: Final = "stream ended inside a frame"
 
 
 class FrameFormat(Protocol):
@@ -46,11 +66,11 @@ class FrameFormat(Protocol):
     def frame_length(self, buf: bytes | memoryview, pos: int) -> int | None:
         """Length of the frame starting at ``pos``; None until the length is known.
 
-        Raises ValueError (with the reason) when the bytes cannot start a frame.
+        Raises FrameError (with the reason) when the bytes cannot start a frame.
         """
 
-    def validate(self, buf: bytes, pos: int, length: int) -> str | None:
-        """A reason when the complete frame at ``pos`` is malformed (e.g. 0-9-1 frame-end not 0xCE)."""
+    def validate(self, buf: bytes, pos: int, length: int) -> FrameError | None:
+        """Why the complete frame at ``pos`` is malformed (e.g. 0-9-1 frame-end not 0xCE), if it is."""
 
     def plausible(self, buf: bytes | memoryview, pos: int) -> bool | None:
         """Whether a frame could start at ``pos``; None while the bytes to tell are not there yet.
@@ -88,7 +108,7 @@ class FrameSplitter:
         # While self._buf starts with bytes that cannot be framed: why, and the next position (in
         # self._buf) to look at for a frame boundary. Every byte is looked at once, however many
         # packets the unframeable run spans: resynchronisation is linear in the bytes scanned.
-        self._unframeable: str | None = None
+        self._unframeable: FrameError | None = None
         self._scan = 0
 
     @property
@@ -124,7 +144,7 @@ class FrameSplitter:
             if skipped is None:
                 self._unframeable = reason
                 return out
-            out.append(Unframed(base, skipped, packet_number, reason))
+            out.append(reason.unframed(base, skipped, packet_number))
             pos = skipped
         while pos < end:
             # Runs of complete, well-formed frames (nearly all the bytes) in the version's own loop;
@@ -141,24 +161,24 @@ class FrameSplitter:
                     continue
             try:
                 length = fmt.frame_length(buf, pos)
-            except ValueError as exc:
+            except FrameError as exc:
                 skipped = self._boundary(buf, pos, pos + 1)
                 if skipped is None:
                     # No boundary in sight yet: keep the bytes until more arrive or the stream ends.
-                    self._unframeable = str(exc)
+                    self._unframeable = exc
                     break
-                out.append(Unframed(base + pos, skipped, packet_number, str(exc)))
+                out.append(exc.unframed(base + pos, skipped, packet_number))
                 pos += skipped
                 continue
             if length is None or end - pos < length:
                 self._wanted = length or 0
                 break
-            reason = fmt.validate(buf, pos, length)
-            if reason is not None:
+            malformed = fmt.validate(buf, pos, length)
+            if malformed is not None:
                 skipped = self._boundary(buf, pos + 1, pos + 2)
                 self._wanted = 0  # no wait: the frame's own length is the fallback
                 size = length if skipped is None else 1 + skipped
-                out.append(Unframed(base + pos, size, packet_number, reason))
+                out.append(malformed.unframed(base + pos, size, packet_number))
                 pos += size
                 continue
             out.append(RawFrame(base + pos, buf[pos : pos + length], packet_number, ts_us, False))
@@ -199,24 +219,33 @@ class FrameSplitter:
         self._wanted = pos - start + 1
         return None
 
-    def close(self, packet_number: int, reason: str | None = None) -> Unframed | None:
+    def close(self, packet_number: int) -> Unframed | None:
         """End of stream: whatever is still buffered is an incomplete frame, or bytes that never framed."""
-        if not self._buf:
-            return None
-        if reason is None:
-            reason = self._unframeable or "stream ended inside a frame"
-        left = Unframed(self._base, len(self._buf), packet_number, reason)
-        self._base += len(self._buf)
-        self._buf.clear()
-        self._unframeable, self._scan, self._wanted = None, 0, 0
-        return left
+        return self._drop(packet_number, None)
 
     def skip(self, size: int, packet_number: int, reason: str) -> Unframed | None:
         """A capture gap: drop what was buffered (it cannot complete) and move past the hole."""
-        before = f"before a capture gap ({reason})"
-        if self._unframeable is not None:
-            left = self.close(packet_number, f"{self._unframeable} ({before})")
-        else:
-            left = self.close(packet_number, f"incomplete frame {before}")
+        left = self._drop(packet_number, f"before a capture gap ({reason})")
         self._base += size
+        return left
+
+    def _drop(self, packet_number: int, gap: str | None) -> Unframed | None:
+        """The buffered bytes as unframed: bytes that never framed keep their reason; a frame not yet
+        whole is cut by the end of the stream, or by a capture gap (``gap``: the words for it)."""
+        if not self._buf:
+            return None
+        size = len(self._buf)
+        unframeable = self._unframeable
+        if unframeable is not None:
+            left = unframeable.unframed(self._base, size, packet_number,
+                                        unframeable.reason if gap is None else f"{unframeable.reason} ({gap})")
+        elif gap is None:
+            left = Unframed(self._base, size, packet_number, _INCOMPLETE, "framing.incomplete_frame",
+                            error_length=size)
+        else:
+            left = Unframed(self._base, size, packet_number, f"incomplete frame {gap}", "framing.cut_by_gap",
+                            error_length=size)
+        self._base += size
+        self._buf.clear()
+        self._unframeable, self._scan, self._wanted = None, 0, 0
         return left

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from amqpscope.ingest.reasons import Reason
+
 MAX_DEPTH: Final = 100
 MAX_ELEMENTS: Final = 1 << 20
 MAX_OBJECTS: Final = 1 << 12
@@ -45,23 +47,28 @@ class Budget:
         self.objects = 0
         self.allowed = size + MAX_OBJECTS
 
-    def enter(self) -> str | None:
-        """One level deeper; the reason when that is too deep (the caller raises, with its offset)."""
+    def enter(self) -> Reason | None:
+        """One level deeper; the reason when that is too deep (the caller raises, with its offset:
+        ``reasons.beyond``)."""
         if self.depth >= MAX_DEPTH:
-            return f"values nested deeper than {MAX_DEPTH} levels (limit)"
+            return Reason("limit.depth", f"values nested deeper than {MAX_DEPTH} levels (limit)",
+                          expected=str(MAX_DEPTH))
         self.depth += 1
         return None
 
     def leave(self) -> None:
         self.depth -= 1
 
-    def take(self, count: int) -> str | None:
+    def take(self, count: int) -> Reason | None:
         """Room for ``count`` more values; the reason when the frame may not build them."""
         if count > MAX_ELEMENTS:
-            return f"{count} elements in one value, above {MAX_ELEMENTS} (limit)"
+            return Reason("limit.elements", f"{count} elements in one value, above {MAX_ELEMENTS} (limit)",
+                          expected=str(MAX_ELEMENTS), found=str(count))
         self.objects += count
         if self.objects > self.allowed:
-            return f"more than {self.allowed} values in one frame of {self.allowed - MAX_OBJECTS} bytes (limit)"
+            return Reason("limit.objects",
+                          f"more than {self.allowed} values in one frame of {self.allowed - MAX_OBJECTS} bytes (limit)",
+                          expected=str(self.allowed))
         return None
 
 

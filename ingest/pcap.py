@@ -57,6 +57,9 @@ class Damage(NamedTuple):
     size: int  # bytes skipped: to the next plausible record, or to the end of the file
     place: str  # "record at byte N" / "block at byte N"
     reason: str  # what was wrong there, and how much was skipped
+    reason_id: str  # ``ingest.reasons.REASONS``: capture.*
+    expected: str | None = None
+    found: str | None = None
 
 
 class Record(NamedTuple):
@@ -81,6 +84,7 @@ class Container:
     data_start: int = 24  # first record / first packet block
     interfaces: tuple[tuple[int, int], ...] = ()  # pcapng: (linktype, ticks per second) by id
     first_sec: int | None = None  # pcap: the first record's time, anchoring the capture's era
+    snaplens: tuple[int, ...] = ()  # pcapng: each interface's snapshot length (0: none), by id
 
 
 def capture_id(path: str | Path) -> str:
@@ -115,6 +119,7 @@ def _read_pcapng_header(f: BinaryIO, path: str | Path, head: bytes) -> Container
     if endian is None:
         raise CaptureError(path, "section header", "bad byte-order magic")
     interfaces: list[tuple[int, int]] = []
+    snaplens: list[int] = []
     offset = 0
     while True:
         f.seek(offset)
@@ -129,8 +134,9 @@ def _read_pcapng_header(f: BinaryIO, path: str | Path, head: bytes) -> Container
         if block_type == PCAPNG_IDB:
             body = f.read(length - 12)
             interfaces.append(_interface(endian, body))
+            snaplens.append(struct.unpack(endian + "I", body[4:8])[0] if len(body) >= 8 else 0)
         offset += length
-    return Container("pcapng", endian, data_start=offset, interfaces=tuple(interfaces))
+    return Container("pcapng", endian, data_start=offset, interfaces=tuple(interfaces), snaplens=tuple(snaplens))
 
 
 def _interface(endian: str, body: bytes) -> tuple[int, int]:
@@ -165,8 +171,8 @@ def scan(path: str | Path, c: Container, start: int, end: int, damage: list[Dama
     return (_pcap_records if c.kind == "pcap" else _pcapng_records)(path, c, start, end, damage)
 
 
-def _skip_damage(path: str | Path, c: Container, offset: int, place: str, reason: str, damage: list[Damage] | None
-                 ) -> int:
+def _skip_damage(path: str | Path, c: Container, offset: int, place: str, reason: str, damage: list[Damage] | None,
+                 reason_id: str, expected: str | None = None, found: str | None = None) -> int:
     """Past an impossible record at ``offset``: where reading goes on (the file's size: nowhere).
 
     Raises ``CaptureError`` when the caller keeps no ``damage`` list.
@@ -183,7 +189,7 @@ def _skip_damage(path: str | Path, c: Container, offset: int, place: str, reason
         reason = f"{reason}; {skipped} bytes skipped to the next record"
     else:
         reason = f"{reason}; the {skipped} bytes to the end of the file skipped (no record found in them)"
-    damage.append(Damage(offset, skipped, place, reason))
+    damage.append(Damage(offset, skipped, place, reason, reason_id, expected, found))
     return resume
 
 
@@ -201,14 +207,16 @@ def _pcap_records(path: str | Path, c: Container, start: int, end: int, damage: 
                     if damage is None:
                         raise CaptureError(path, f"record at byte {base}", "file ends inside a record header",
                                            offset=base)
-                    damage.append(Damage(base, len(buf), f"record at byte {base}", "file ends inside a record header"))
+                    damage.append(Damage(base, len(buf), f"record at byte {base}", "file ends inside a record header",
+                                         "capture.truncated", "16", str(len(buf))))
                     return
             sec, frac, caplen, wirelen = unpack(buf, pos)
             if caplen > MAX_RECORD:
                 # No capture tool writes such a record (Wireshark refuses above 256 KiB): the
                 # length is damage, and must not size a read. Go on at the next record boundary.
                 place = f"record at byte {base + pos}"
-                resume = _skip_damage(path, c, base + pos, place, f"impossible captured length {caplen}", damage)
+                resume = _skip_damage(path, c, base + pos, place, f"impossible captured length {caplen}", damage,
+                                      "capture.record_length_impossible", f"at most {MAX_RECORD}", str(caplen))
                 f.seek(resume)
                 buf, base, pos = f.read(_BLOCK), resume, 0
                 continue
@@ -220,7 +228,8 @@ def _pcap_records(path: str | Path, c: Container, start: int, end: int, damage: 
                     reason = f"file ends {stop - len(buf)} bytes into a packet"
                     if damage is None:
                         raise CaptureError(path, f"record at byte {base}", reason, offset=base)
-                    damage.append(Damage(base, len(buf), f"record at byte {base}", reason))
+                    damage.append(Damage(base, len(buf), f"record at byte {base}", reason, "capture.truncated",
+                                         str(stop), str(len(buf))))
                     return
             ts_us = sec * 1_000_000 + (frac // 1000 if nano else frac)
             yield base + pos, ts_us, linktype, buf[pos + 16 : stop], wirelen
@@ -244,7 +253,8 @@ def _pcapng_records(path: str | Path, c: Container, start: int, end: int, damage
                     if damage is None:
                         raise CaptureError(path, f"block at byte {base}", "file ends inside a block header",
                                            offset=base)
-                    damage.append(Damage(base, len(buf), f"block at byte {base}", "file ends inside a block header"))
+                    damage.append(Damage(base, len(buf), f"block at byte {base}", "file ends inside a block header",
+                                         "capture.truncated", "12", str(len(buf))))
                     return
             block_type, length = struct.unpack_from(endian + "II", buf, pos)
             if block_type == PCAPNG_SHB:
@@ -254,7 +264,8 @@ def _pcapng_records(path: str | Path, c: Container, start: int, end: int, damage
                 interfaces = []
             if length < _MIN_BLOCK.get(block_type, 12) or length % 4 or length > _MAX_CLAIMED:
                 place = f"block at byte {base + pos}"
-                resume = _skip_damage(path, c, base + pos, place, f"impossible block length {length}", damage)
+                resume = _skip_damage(path, c, base + pos, place, f"impossible block length {length}", damage,
+                                      "capture.block_length_impossible", found=str(length))
                 f.seek(resume)
                 buf, base, pos = f.read(_BLOCK), resume, 0
                 continue
@@ -265,13 +276,15 @@ def _pcapng_records(path: str | Path, c: Container, start: int, end: int, damage
                 if stop > len(buf):
                     if damage is None:
                         raise CaptureError(path, f"block at byte {base}", "file ends inside a block", offset=base)
-                    damage.append(Damage(base, len(buf), f"block at byte {base}", "file ends inside a block"))
+                    damage.append(Damage(base, len(buf), f"block at byte {base}", "file ends inside a block",
+                                         "capture.truncated", str(length), str(len(buf))))
                     return
-            if struct.unpack_from(endian + "I", buf, stop - 4)[0] != length:
+            (trailer,) = struct.unpack_from(endian + "I", buf, stop - 4)
+            if trailer != length:
                 # Every block repeats its length at its end (pcapng 3.1): a block without it is damage.
                 place = f"block at byte {base + pos}"
                 resume = _skip_damage(path, c, base + pos, place, f"block length {length} not repeated at its end",
-                                      damage)
+                                      damage, "capture.block_length_not_repeated", str(length), str(trailer))
                 f.seek(resume)
                 buf, base, pos = f.read(_BLOCK), resume, 0
                 continue
@@ -365,6 +378,8 @@ def find_boundary(path: str | Path, c: Container, offset: int, file_size: int) -
                     return offset + pos
             offset += 1 << 16
             scanned += 1 << 16
+    if offset >= file_size:
+        return file_size  # ``offset`` lies inside the file's last record: no record starts after it
     raise CaptureError(path, f"byte {offset}", "no record boundary found: the file is damaged here")
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from amqpscope.ingest.pcap import CaptureError, Container, Record, find_boundary, read_container, scan
+from amqpscope.ingest.pcap import Container, Record, find_boundary, read_container, scan
 
-# Container and read_container are imported from here by the ingest job and ``ingest.rotation``.
+# Container and read_container are imported from here by the ingest job.
 __all__ = ["Container", "RangeRecord", "find_boundary", "read_container", "read_range", "split"]
 
 

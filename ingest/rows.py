@@ -36,8 +36,6 @@ _NESTED: Final = {
     "target": (("address", "target_address"),),
     "error": (("condition", "error_condition"), ("description", "error_description")),
 }
-# Arguments that are not useful as text (they are counted, not stored: message bodies).
-_DROPPED: Final = frozenset({"payload", "message"})
 # 1.0 message section fields with a typed column (messaging 3.2.1, 3.2.4); "to" is an address.
 _SECTION_COLUMNS: Final = {
     ("header", "priority"): "priority",

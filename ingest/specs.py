@@ -21,11 +21,6 @@ _AMQP10_NS = {"a": "https://www.amqp.org/schema/amqp.xsd"}
 AMQP10_SPEC_FILES = ("types.xml", "transport.xml", "messaging.xml", "security.xml", "transactions.xml")
 
 
-def snake(name: str) -> str:
-    """Spec names to column names: ``link-credit`` -> ``link_credit``."""
-    return name.replace("-", "_")
-
-
 # --- AMQP 0-9-1 -------------------------------------------------------------------------------
 
 

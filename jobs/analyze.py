@@ -9,6 +9,7 @@ incomplete, and the next run repairs them.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,12 +138,16 @@ def headlines(lake: Lake, capture_ids: Sequence[str]) -> tuple[dict[str, object]
     return tuple(row.asDict(recursive=True) for row in sorted(rows, key=lambda r: capture_ids.index(r.capture_id)))
 
 
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def main(captures: Sequence[str], config: AnalyzeConfig, progress: str = "auto") -> AnalyzeResult:
     """Entry point: check the files and the lake, start Spark, analyze (showing progress per
     ``progress``: auto, always, never), stop Spark. Each capture's diagnosis headline is printed on
     stderr as soon as it is known (``timings["answer"]``: seconds from the start until then)."""
     check_capture_arguments(captures)  # before Spark: a wrong argument fails in a second
-    files = resolve_captures(captures, config.group_rotated)
+    files = resolve_captures(captures, config.group_rotated, say=_say)
     check_lake_writable(config.lake)
     timings: dict[str, float] = {}
     start = time.perf_counter()

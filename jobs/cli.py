@@ -8,11 +8,52 @@ import json
 import logging
 import sys
 import traceback
+from enum import IntEnum
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
+
+import yaml
 
 from amqpscope.conf.settings import STORAGE_BACKENDS, AnalyzeConfig, load_yaml
 from amqpscope.ingest.pcap import CaptureError
+
+
+class ExitCode(IntEnum):
+    """How every command ends: the one place outcomes become exit codes (``EXIT_MEANINGS`` says
+    what each means, in --help and the README). ``diagnose`` adds its own verdicts here."""
+
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    NOTHING_TO_JUDGE = 4  # diagnose only
+
+
+EXIT_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "ok",
+    ExitCode.FAILED: "a failure inside a stage (the message names the stage and the table)",
+    ExitCode.USAGE: "a usage error or an unreadable input (the message names the argument or the file)",
+}
+# diagnose's verdicts, in its --help only.
+DIAGNOSE_EXIT_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.NOTHING_TO_JUDGE: "no capture could be judged (no AMQP traffic found, or all of it encrypted and not decoded)",
+}
+# Wrong input: the message says it all (a capture or landing directory that cannot be read, a bad
+# setting, a lake that cannot be written).
+_INPUT_ERRORS = (CaptureError, ValueError, PermissionError, FileNotFoundError, yaml.YAMLError)
+
+
+class UsageError(Exception):
+    """Arguments that do not make a command: its usage is printed with the message (exit 2)."""
+
+
+def exit_code(exc: BaseException) -> ExitCode:
+    """The exit code of a command that raised ``exc``: wrong arguments or input, else a failure."""
+    return ExitCode.USAGE if isinstance(exc, (UsageError, *_INPUT_ERRORS)) else ExitCode.FAILED
+
+
+def _exit_codes_epilog(extra: dict[ExitCode, str] | None = None) -> str:
+    meanings = {**EXIT_MEANINGS, **(extra or {})}
+    return "exit status: " + "; ".join(f"{int(code)} {meaning}" for code, meaning in meanings.items()) + "."
 
 
 def _ports(text: str) -> tuple[int, ...]:
@@ -79,20 +120,24 @@ def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
                    "times, are the parts of one capture and decode as one")
 
 
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    return load_yaml(args.config) if args.config else {}
+
+
 def _config(args: argparse.Namespace) -> AnalyzeConfig:
     """Settings from --config, overridden by the flags given."""
-    settings = load_yaml(args.config) if args.config else {}
+    settings = _settings(args)
     for key in ("lake", "master", "storage", "ports", "report", "data_docs", "group_rotated", "catalog", "schema",
                 "tls_keylog"):
         value = getattr(args, key, None)
         if value is not None:
             settings[key] = value
     if "lake" not in settings:
-        raise SystemExit(f"amqpscope {args.command}: --lake is required (or lake: in --config)")
+        raise UsageError("--lake is required (or lake: in --config)")
     return AnalyzeConfig(**settings)
 
 
-def _run_analyze(args: argparse.Namespace) -> int:
+def _run_analyze(args: argparse.Namespace) -> ExitCode:
     from amqpscope.jobs import analyze  # Spark is imported only when a job runs
 
     config = _config(args)
@@ -109,7 +154,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
         "data_docs": str(result.data_docs_index) if result.data_docs_index else None,
         "seconds": {k: round(v, 2) for k, v in result.stage_seconds.items()},
     }, indent=2))
-    return 0
+    return ExitCode.OK
 
 
 def _add_ingest(sub: argparse._SubParsersAction) -> None:
@@ -128,13 +173,13 @@ def _add_ingest(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run_ingest)
 
 
-def _run_ingest(args: argparse.Namespace) -> int:
+def _run_ingest(args: argparse.Namespace) -> ExitCode:
     from amqpscope.jobs import entry  # Spark is imported only when a job runs
 
     result = entry.ingest(args.landing, _config(args), args.progress)
     print(json.dumps({"ingested": list(result.ingested), "skipped": list(result.skipped),
                       "failed": [{"file": f, "reason": r} for f, r in result.failed]}, indent=2))
-    return 0
+    return ExitCode.OK
 
 
 def _add_derive(sub: argparse._SubParsersAction) -> None:
@@ -155,13 +200,13 @@ def _add_derive(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run_derive)
 
 
-def _run_derive(args: argparse.Namespace) -> int:
+def _run_derive(args: argparse.Namespace) -> ExitCode:
     from amqpscope.jobs import entry  # Spark is imported only when a job runs
 
     result = entry.derive(_config(args), args.capture_ids, args.progress)
     print(json.dumps({"derived": list(result.derived), "removed": list(result.removed),
                       "up_to_date": list(result.up_to_date), "suites_passed": result.suites_passed}, indent=2))
-    return 0
+    return ExitCode.OK
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
@@ -179,13 +224,13 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run_report)
 
 
-def _run_report(args: argparse.Namespace) -> int:
+def _run_report(args: argparse.Namespace) -> ExitCode:
     from amqpscope.jobs import entry  # Spark is imported only when a job runs
 
     result = entry.report(_config(args), args.capture_ids, args.progress)
     print(json.dumps({"report": str(result.report), "captures": list(result.captures),
                       "incomplete": [{"capture_id": c, "reason": r} for c, r in result.incomplete]}, indent=2))
-    return 0
+    return ExitCode.OK
 
 
 def _add_maintain(sub: argparse._SubParsersAction) -> None:
@@ -204,14 +249,14 @@ def _add_maintain(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run_maintain)
 
 
-def _run_maintain(args: argparse.Namespace) -> int:
+def _run_maintain(args: argparse.Namespace) -> ExitCode:
     from amqpscope.jobs import entry  # Spark is imported only when a job runs
 
     result = entry.maintain(_config(args), args.retain_hours)
     print(json.dumps({"tables": {t.table: {"files_before": t.files_before, "files_after": t.files_after,
                                            "files_vacuumed": t.files_vacuumed, "comments_set": t.comments_set}
                                  for t in result.tables}}, indent=2))
-    return 0
+    return ExitCode.OK
 
 
 def _add_diagnose(sub: argparse._SubParsersAction) -> None:
@@ -238,17 +283,17 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run_diagnose)
 
 
-def _run_diagnose(args: argparse.Namespace) -> int:
+def _run_diagnose(args: argparse.Namespace) -> ExitCode:
     from amqpscope.jobs import diagnose
 
-    settings = load_yaml(args.config) if args.config else {}
+    settings = _settings(args)
     if args.lake is not None:
         settings["lake"] = args.lake
     if args.tls_keylog is not None:
         settings["tls_keylog"] = tuple(args.tls_keylog)
     config = AnalyzeConfig(**settings) if "lake" in settings else None
     if config is None and set(settings) - {"tls_keylog"}:
-        raise SystemExit("amqpscope diagnose: --config without a lake: set --lake or lake: in the file")
+        raise UsageError("--config without a lake: set --lake or lake: in the file")
     answers = diagnose.diagnose(args.captures, config, args.progress, args.reanalyze,
                                 tls_keylog=tuple(settings.get("tls_keylog", ())))
     print(diagnose.render_json(answers) if args.json else diagnose.render_text(answers), end="")
@@ -273,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="amqpscope",
         description="AMQP 0-9-1 / 1.0 packet captures to a Delta lakehouse, flow-control timelines and bottleneck verdicts.",
+        epilog=_exit_codes_epilog(),
     )
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log progress of each stage, and show the full trace of an error")
@@ -285,10 +331,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_maintain(sub)
     _add_diagnose(sub)
     _add_capture(sub)
+    for name, command in sub.choices.items():
+        command.epilog = _exit_codes_epilog(DIAGNOSE_EXIT_MEANINGS if name == "diagnose" else None)
+        command.set_defaults(parser=command)  # a UsageError prints its command's usage
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code (``ExitCode``). argparse's own usage errors exit 2 too."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s")
@@ -296,19 +346,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("great_expectations", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        return args.run(args)
-    except (CaptureError, ValueError, PermissionError, FileNotFoundError) as exc:
-        # Wrong input: the message says it all.
+        return int(args.run(args))
+    except Exception as exc:
+        code = exit_code(exc)
         if args.verbose:
             traceback.print_exc()
-        print(f"amqpscope {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # a stage failed (StageFailed), a Py4J / JVM error: one line, the trace with -v
-        if args.verbose:
-            traceback.print_exc()
-        print(f"amqpscope {args.command}: error: {_one_line(exc)}"
-              + ("" if args.verbose else " (run with -v for the full trace)"), file=sys.stderr)
-        return 1
+        if isinstance(exc, UsageError):
+            args.parser.print_usage(sys.stderr)
+            print(f"amqpscope {args.command}: error: {exc}", file=sys.stderr)
+        elif code == ExitCode.USAGE:
+            print(f"amqpscope {args.command}: error: {exc}", file=sys.stderr)
+        else:  # a stage failed (StageFailed), a Py4J / JVM error: one line, the trace with -v
+            print(f"amqpscope {args.command}: error: {_one_line(exc)}"
+                  + ("" if args.verbose else " (run with -v for the full trace)"), file=sys.stderr)
+        return int(code)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import pyarrow as pa
-from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from amqpscope.jobs.lake import CAPTURE_ID, Lake
+from amqpscope.jobs.lake_read import add_actions
 
 
 def committed_rows(path: str, capture_ids: Sequence[str]) -> int | None:
     """Rows of `capture_ids` in the Delta table at `path`, from the log; None when a file of theirs
     has no row count in its statistics (the caller then counts the rows)."""
-    actions = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pydict()
+    actions = add_actions(path)
     wanted = set(capture_ids)
     counts = [n for n, capture in zip(actions["num_records"], actions[f"partition.{CAPTURE_ID}"]) if capture in wanted]
     if any(n is None for n in counts):

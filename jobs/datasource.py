@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,5 +219,17 @@ def _offset(offset: dict) -> dict:
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("amqp")`` known to ``spark``."""
+    """Make ``format("amqp")`` known to ``spark``, and its Python workers able to import amqpscope.
+
+    PySpark starts the workers that read the source with ``PYSPARK_PYTHON``, else with ``python3``
+    from the PATH: from a virtualenv's interpreter not activated, that is another Python, without
+    amqpscope (``ModuleNotFoundError`` in the workers). So unless the user chose the workers' Python,
+    they run the driver's own interpreter, the one that imported amqpscope. A choice made with
+    ``PYSPARK_PYTHON`` stands; one made with ``spark.pyspark.python``, which only spark-submit turns
+    into ``PYSPARK_PYTHON`` (PySpark alone reads the variable, not the setting), is applied here.
+    """
+    context = getattr(spark, "_sc", None)  # None: a Spark Connect session, whose server runs the workers
+    if context is not None and not os.environ.get("PYSPARK_PYTHON"):
+        # Read when a Python function is wrapped for the JVM: the data source's reader among them.
+        context.pythonExec = spark.conf.get("spark.pyspark.python", None) or sys.executable
     spark.dataSource.register(AmqpDataSource)

@@ -17,31 +17,25 @@ from typing import Any
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.rotation import resolve_parts
+from amqpscope.jobs.cli import ExitCode
+from amqpscope.jobs.lake_read import read_rows
+from amqpscope.jobs.preflight import check_capture_arguments
 
 _MAX_FINDINGS_SHOWN = 10
 # diagnosis.bottleneck when a capture gave nothing to judge (no AMQP decoded; or every AMQP-port
-# connection encrypted and not decoded): ``diagnose`` exits 4 when no capture could be judged.
+# connection encrypted and not decoded): ``diagnose`` exits ExitCode.NOTHING_TO_JUDGE (4) when no
+# capture could be judged.
 NOTHING_TO_JUDGE = ("no_amqp", "encrypted")
-EXIT_NOTHING_TO_JUDGE = 4
 
 
 def capture_ids(captures: Sequence[str | Path], group_rotated: bool = True) -> list[tuple[str, str]]:
     """(capture id, first file) of each capture, as analyze would name them; reads only the files."""
-    return [(parts[0].content_hash, str(parts[0].path)) for parts in resolve_parts(captures, group_rotated)]
+    return [(parts[0].content_hash, str(parts[0].path)) for parts in resolve_parts(captures, group_rotated).captures]
 
 
 def _read_capture_rows(lake: Path, table: str, ids: Sequence[str]) -> list[dict[str, Any]]:
-    import pyarrow.dataset as ds
-    from deltalake import DeltaTable
-
-    path = lake / table
-    if not DeltaTable.is_deltatable(str(path)):
-        return []
-    # Read on this thread: with Arrow's scan threads (deltalake 1.6.6, pyarrow 26) the process
-    # aborted at exit about three times in four ("terminate called without an active exception"),
-    # losing the answer not yet flushed to stdout. These tables hold a few rows per capture.
-    dataset = DeltaTable(str(path)).to_pyarrow_dataset()
-    return dataset.to_table(filter=ds.field("capture_id").isin(list(ids)), use_threads=False).to_pylist()
+    # delta-rs, through the helper that cannot abort the process at exit (jobs.lake_read)
+    return read_rows(lake / table, ids)
 
 
 def incomplete(lake: Path, ids: Sequence[str]) -> list[str]:
@@ -68,6 +62,7 @@ def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: st
     """Per capture: its file, diagnosis row and ranked findings (bottlenecks rows), analysing the
     captures not in the lake yet (a temporary lake when ``config`` is None, TLS decrypted with
     ``tls_keylog`` there)."""
+    check_capture_arguments(captures)  # a directory, a missing file: said before anything is read
     known = capture_ids(captures, config.group_rotated if config else True)
     ids = [capture_id for capture_id, _ in known]
     with tempfile.TemporaryDirectory(prefix="amqpscope-diagnose-") as scratch:
@@ -96,11 +91,11 @@ def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: st
     ]
 
 
-def exit_code(answers: Sequence[dict[str, Any]]) -> int:
-    """4 when no capture could be judged (each ``no_amqp`` or ``encrypted``), else 0."""
+def exit_code(answers: Sequence[dict[str, Any]]) -> ExitCode:
+    """NOTHING_TO_JUDGE when no capture could be judged (each ``no_amqp`` or ``encrypted``), else OK."""
     if answers and all(a["bottleneck"] in NOTHING_TO_JUDGE for a in answers):
-        return EXIT_NOTHING_TO_JUDGE
-    return 0
+        return ExitCode.NOTHING_TO_JUDGE
+    return ExitCode.OK
 
 
 def _clock(ts: datetime | None) -> str:

@@ -18,6 +18,7 @@ own. No task holds a whole capture, and nothing but per-range counts reaches the
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -33,6 +34,7 @@ from amqpscope.ingest.capture import CaptureDecoder
 from amqpscope.ingest.tls_keylog import KeyLog
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, parse_tcp
 from amqpscope.ingest.pcap import CaptureError, Damage, scan
+from amqpscope.ingest.quarantine import capture_status, damage_row
 from amqpscope.ingest.ranges import read_container, split
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.jobs.lake import Lake, lake_capture_filter
@@ -97,10 +99,16 @@ class Bronze:
             df.unpersist()
 
 
-def resolve_captures(paths: Sequence[str | Path], group_rotated: bool = True) -> list[CaptureFile]:
+def resolve_captures(paths: Sequence[str | Path], group_rotated: bool = True,
+                     say: Callable[[str], None] | None = None) -> list[CaptureFile]:
     """Check every file's container header before any work starts (a clear error naming the file
-    and the place); the same bytes twice are one capture; rotated files are grouped into one."""
-    return [CaptureFile(parts) for parts in resolve_parts(paths, group_rotated)]
+    and the place); the same bytes twice are one capture; rotated files are grouped into one, and
+    ``say`` is told which files were grouped and why (``ingest.rotation.Grouping.explain``)."""
+    grouping = resolve_parts(paths, group_rotated)
+    if say is not None:
+        for line in grouping.explain():
+            say(line)
+    return [CaptureFile(parts) for parts in grouping.captures]
 
 
 def superseded_captures(lake: Lake, captures: Sequence[CaptureFile]) -> list[str]:
@@ -211,19 +219,17 @@ def _read_range(r: dict, schema: pa.Schema, counters: str | None) -> Iterator[pa
                 rows = []
                 TaskCounters.report(counters, name, {"read_bytes": offset - r["start"], "read_packets": index})
     except CaptureError as exc:
-        # A damaged range (a truncated file, most often): what was read stays, the rest is
-        # quarantined with the place and the reason.
+        # A range that cannot be read on: what was read stays, the rest is quarantined with the
+        # place and the reason.
         stop = exc.offset if exc.offset is not None else position
-        rows.append({
-            "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": stop,
-            "index_in_range": 0, "ts_us": 0, "linktype": 0, "wirelen": r["end"] - stop, "data": b"",
-            "flow": None, "error": f"{r['part_label']}{exc.place}: {exc.reason}",
-        })  # fmt: skip
+        damage.append(Damage(stop, r["end"] - stop, exc.place, exc.reason, "capture.damaged"))
     for skipped in damage:
+        # The quarantine row, built as every path builds it (ingest.quarantine), travels as JSON.
+        quarantined = damage_row(r["capture_id"], skipped, r["part_label"])
         rows.append({
             "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": skipped.offset,
             "index_in_range": 0, "ts_us": 0, "linktype": 0, "wirelen": skipped.size, "data": b"",
-            "flow": None, "error": f"{r['part_label']}{skipped.place}: {skipped.reason}",
+            "flow": None, "error": json.dumps(quarantined),
         })  # fmt: skip
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=schema)
@@ -401,17 +407,16 @@ def _split(mux: DataFrame, kind: str) -> DataFrame:
 
 
 def _damage_rows(damage: DataFrame) -> DataFrame:
-    """Quarantine rows for the unreadable tails of damaged ranges: the file bytes never decoded."""
-    return damage.select(
-        "capture_id",
-        F.lit(None).cast("string").alias("connection_id"),
-        F.lit(None).cast("string").alias("direction"),
-        F.col("offset").alias("stream_offset"),  # here a file offset: the damage is in the file
-        F.col("wirelen").alias("byte_count"),
-        F.lit(None).cast("long").alias("packet_number"),
-        F.lit(False).alias("missing"),
-        F.concat(F.lit("capture file damaged: "), F.col("error")).alias("reason"),
-    )
+    """Quarantine rows for the bytes of the files that the read tasks read past, as they built them."""
+    schema = BRONZE_SCHEMAS["quarantine"]
+    row = F.from_json("error", schema)
+    return damage.select(*[row[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+@F.udf(returnType=StringType())
+def _capture_status(damage: list[str] | None) -> str:
+    """``captures.status`` from a capture's damage rows (JSON, in file order), as every path makes it."""
+    return capture_status([json.loads(row) for row in damage or ()])
 
 
 def _captures_table(spark: SparkSession, captures: Sequence[CaptureFile], packets: DataFrame, damage: DataFrame) -> DataFrame:
@@ -433,11 +438,13 @@ def _captures_table(spark: SparkSession, captures: Sequence[CaptureFile], packet
             F.array_sort(F.collect_set(F.coalesce(names[F.col("linktype")], F.col("linktype").cast("string")))), ","
         ).alias("link_types"),
     )
-    first_damage = damage.groupBy("capture_id").agg(F.min_by("error", "offset").alias("damage"))
+    # A capture's damage in file order: its parts' ranges in order, and by offset within a range.
+    in_file_order = F.array_sort(F.collect_list(F.struct("range_index", "offset", "error")))
+    damaged = damage.groupBy("capture_id").agg(F.transform(in_file_order, lambda d: d["error"]).alias("damage"))
     joined = (
         files.join(stats, on="capture_id", how="left")
-        .join(first_damage, on="capture_id", how="left")
+        .join(damaged, on="capture_id", how="left")
         .fillna(0, subset=["packets"])
-        .withColumn("status", F.when(F.col("damage").isNull(), F.lit("ok")).otherwise(F.concat(F.lit("damaged: "), F.col("damage"))))
+        .withColumn("status", _capture_status("damage"))
     )
     return joined.select(*[F.col(f.name).cast(f.dataType) for f in BRONZE_SCHEMAS["captures"].fields])

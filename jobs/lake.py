@@ -70,6 +70,7 @@ from pyspark.sql.types import (
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import delta_spark
 from amqpscope.jobs.delta_spark import TableRef
+from amqpscope.jobs.lake_read import add_actions, is_delta_table, open_table, read_table
 from amqpscope.jobs.lake_stats import file_stats
 from amqpscope.jobs.session import jvm_has_delta
 from amqpscope.schemas.catalog import description, documented
@@ -136,7 +137,7 @@ class Lake:
         """True when `table` is a Delta table (it has a commit)."""
         if self.backend == "delta-spark":
             return delta_spark.table_exists(self.spark, self.table_ref(table))
-        return DeltaTable.is_deltatable(self.table_path(table))
+        return is_delta_table(self.table_path(table))
 
     def write(
         self,
@@ -200,8 +201,7 @@ class Lake:
                 df = df.filter(lake_capture_filter(capture_ids))
             return [r.asDict(recursive=True) for r in df.collect()]  # nested rows as dicts, as pyarrow gives them
         # On the partition column: only the chosen captures' files are read.
-        chosen = [(CAPTURE_ID, "in", sorted(set(capture_ids)))] if capture_ids is not None else None
-        found = DeltaTable(self.table_path(table)).to_pyarrow_table(filters=chosen)
+        found = read_table(self.table_path(table), capture_ids)
         names = schema.fieldNames()
         # A column the table does not have yet (written by an older amqpscope) reads as null, as with read().
         return [{name: row.get(name) for name in names} for row in found.to_pylist()]
@@ -239,8 +239,7 @@ class Lake:
         if self.backend == "delta-spark":
             rows = delta_spark.read_table(self.spark, self.table_ref(table)).select(CAPTURE_ID).distinct().collect()
             return {r[CAPTURE_ID] for r in rows}
-        actions = pa.table(DeltaTable(path).get_add_actions(flatten=True))
-        return {v for v in actions.column(f"partition.{CAPTURE_ID}").to_pylist() if v is not None}
+        return {v for v in add_actions(path)[f"partition.{CAPTURE_ID}"] if v is not None}
 
     def read(self, table: str, schema: StructType | None = None) -> DataFrame:
         """The current snapshot of `table`; with `schema`, exactly its columns in its order."""
@@ -544,13 +543,13 @@ def _hive_layout_matches(
 
 
 def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) -> DataFrame:
-    table = DeltaTable(path)
+    table = open_table(path)
     # Column comments are for the lake's other readers; rows read back have the plain schema.
     fields = [{k: v for k, v in f.items() if k != "metadata"} for f in json.loads(table.schema().to_json())["fields"]]
     table_schema = StructType.fromJson({"type": "struct", "fields": [{**f, "metadata": {}} for f in fields]})
     schema = table_schema if schema is None else schema
     partition_columns = table.metadata().partition_columns
-    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    actions = add_actions(path, table)
     if not actions["path"]:
         return spark.createDataFrame([], schema)
     relative_paths = [unquote(p) for p in actions["path"]]

@@ -18,6 +18,8 @@ from pyspark.sql.types import StructType
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import CaptureError, capture_id
+from amqpscope.ingest.quarantine import FAILED
+from amqpscope.ingest.quarantine import unreadable_rows as quarantine_rows
 from amqpscope.ingest.rotation import CapturePart, describe_part, group_parts
 from amqpscope.jobs import runs
 from amqpscope.jobs.ingest import Bronze, CaptureFile, superseded_captures, write_bronze
@@ -96,7 +98,13 @@ def ingest_landing(
             parts[cid] = describe_part(path, cid)
         except CaptureError as exc:
             failed[cid] = (path, exc.reason)
-    captures = [CaptureFile(g) for g in group_parts(parts.values(), config.group_rotated)]
+    grouping = group_parts(parts.values(), config.group_rotated)
+    for line in grouping.explain():  # which files are one capture, and why (and which are not)
+        if progress is not None:
+            progress.announce(line)
+        else:
+            log.info("%s", line)
+    captures = [CaptureFile(g) for g in grouping.captures]
     fresh = [c for c in captures if known.get(c.capture_id) != c.part_hashes]
     skipped = sorted(c.capture_id for c in captures if known.get(c.capture_id) == c.part_hashes)
     if failed:
@@ -125,7 +133,7 @@ def _known_captures(lake: Lake) -> dict[str, tuple[str, ...] | None]:
     # A row per capture: read on the driver (no Spark query with delta-rs).
     rows = lake.read_rows("captures", StructType([CAPTURES_SCHEMA[c] for c in ("capture_id", "status", "parts")]))
     return {
-        r["capture_id"]: None if (r["status"] or "").startswith("failed")
+        r["capture_id"]: None if (r["status"] or "").startswith(FAILED)
         else tuple([p["content_hash"] for p in r["parts"] or ()] or (r["capture_id"],))
         for r in rows if r["capture_id"] not in unfinished
     }
@@ -133,17 +141,8 @@ def _known_captures(lake: Lake) -> dict[str, tuple[str, ...] | None]:
 
 def unreadable_rows(cid: str, path: Path, reason: str) -> dict[str, dict]:
     """The rows that record a file that is not a readable capture: its ``captures`` row (status
-    names the reason) and one ``quarantine`` row holding all its bytes."""
-    size = path.stat().st_size
-    return {
-        "captures": {"capture_id": cid, "file_name": path.name, "file_size": size,
-                     "parts": [{"file_name": path.name, "file_size": size, "content_hash": cid}],
-                     "packets": 0, "first_ts": None, "last_ts": None, "link_types": None,
-                     "status": f"failed: {reason}"},
-        "quarantine": {"capture_id": cid, "connection_id": None, "direction": None, "stream_offset": 0,
-                       "byte_count": size, "packet_number": None, "missing": False,
-                       "reason": f"capture unreadable: {reason}"},
-    }  # fmt: skip
+    names the reason) and one ``quarantine`` row holding all its bytes (``ingest.quarantine``)."""
+    return quarantine_rows(cid, path.name, path.stat().st_size, reason)
 
 
 def _record_failures(spark: SparkSession, lake: Lake, failed: dict[str, tuple[Path, str]]) -> None:
@@ -156,4 +155,3 @@ def _record_failures(spark: SparkSession, lake: Lake, failed: dict[str, tuple[Pa
     lake.write(captures, "captures", replace_capture_ids=ids)
     for cid, (path, reason) in failed.items():
         log.warning("%s: not ingested: %s", path, reason)
-

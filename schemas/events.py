@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-EVENT_SEVERITIES = ("info",)
-
 EVENTS_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),
         StructField("connection_id", StringType(), False),
-        # Stable, dotted like a rule id (pipelines/events.py lists them): amqp10.link.detached_with_error ...
+        # Stable, dotted like a rule id (expectations/events.yml lists them): amqp10.link.detached_with_error ...
         StructField("event_id", StringType(), False),
         StructField("severity", StringType(), False),  # info
         StructField("direction", StringType(), False),  # who sent the frame

@@ -199,17 +199,26 @@ CONNECTIONS_SCHEMA = StructType(
     ]
 )
 
-# Bytes that could not be decoded, with the reason: nothing is lost silently.
+# Bytes that could not be decoded, with the reason: nothing is lost silently. One cause is one
+# reason_id however many places it was met at; what differs between them is in the columns after it.
 QUARANTINE_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),
         StructField("connection_id", StringType(), True),
         StructField("direction", StringType(), True),
+        # First byte of the run in its direction's stream (for capture.* reasons: in the capture file).
         StructField("stream_offset", LongType(), True),
-        StructField("byte_count", LongType(), False),
-        StructField("packet_number", LongType(), True),
+        StructField("byte_count", LongType(), False),  # bytes in the run
+        StructField("packet_number", LongType(), True),  # the packet that completed (or showed) the run
         StructField("missing", BooleanType(), False),  # true: a capture gap, the bytes never seen
-        StructField("reason", StringType(), False),
+        StructField("reason", StringType(), False),  # the reason in words, with its place
+        # Stable id of the reason (ingest/reasons.py: REASONS; docs/RULES.md lists them), e.g. tcp.gap.
+        StructField("reason_id", StringType(), True),
+        # Where exactly: the byte a decoder stopped at, a frame-end octet (a file offset for capture.*).
+        StructField("error_offset", LongType(), True),
+        StructField("error_length", LongType(), True),  # a length the reason is about: declared, claimed or held
+        StructField("expected", StringType(), True),  # what the spec or the format wants there, as text
+        StructField("found", StringType(), True),  # what the bytes hold there, as text
     ]
 )
 

@@ -15,8 +15,8 @@ PACKETS_SCHEMA = StructType(
         StructField("wirelen", LongType(), False),
         StructField("data", BinaryType(), False),  # the captured bytes, link layer included
         StructField("flow", StringType(), True),  # the connection's two endpoints in canonical order; null: not TCP
-        # Set on the one row that ends a damaged range: why the rest of the range could not be read,
-        # with `offset` where reading stopped and `wirelen` the bytes left unread.
+        # Set on the rows that are no packet but bytes of the file read past (damage), with `offset`
+        # where they start and `wirelen` how many: their quarantine row as JSON (ingest.quarantine).
         StructField("error", StringType(), True),
     ]
 )

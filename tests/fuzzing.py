@@ -36,7 +36,7 @@ from amqpscope.ingest.capture import CaptureDecoder, direction_payloads
 from amqpscope.ingest.tls_keylog import KeyLog
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA, FRAMES_SCHEMA, QUARANTINE_SCHEMA
 from tests import amqp_bytes as b
-from tests.paths import ROOT, SAMPLES
+from tests.paths import SAMPLES
 
 # Inputs that once broke an invariant, kept as regression tests (``test_fuzz.py`` replays them).
 CRASHES = Path(__file__).resolve().parent / "fuzz_crashes"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from pyspark.testing import assertDataFrameEqual
 from amqpscope import register
 from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.pcap import capture_id
+from amqpscope.jobs.datasource import AmqpDataSource
 from amqpscope.jobs.lake import Lake
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from tests.test_parallel_ingest import as_python
@@ -184,3 +187,63 @@ def test_stream_offset_names_only_the_files_of_its_window(tmp_path):
     # An offset of an older amqpscope, every name seen, still covers exactly those files.
     legacy = {"files": [str(landing / "new.pcap")]}
     assert "new.pcap" not in names(reader.partitions(legacy, second))
+
+
+class _Conf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+
+class _Session:
+    """What ``register`` reads and sets of a classic session: its context's Python and its settings."""
+
+    def __init__(self, conf: dict[str, str]) -> None:
+        self._sc = type("Context", (), {"pythonExec": "python3"})()
+        self.conf = _Conf(conf)
+        self.registered: list[type] = []
+        self.dataSource = type("Registry", (), {"register": lambda _, source: self.registered.append(source)})()
+
+
+@pytest.mark.parametrize(
+    ("environment", "conf", "expected"),
+    [
+        ({}, {}, sys.executable),  # nobody chose: the driver's interpreter
+        ({"PYSPARK_PYTHON": "/opt/py/bin/python"}, {}, "python3"),  # chosen, and already applied by PySpark
+        ({}, {"spark.pyspark.python": "/opt/py/bin/python"}, "/opt/py/bin/python"),  # chosen, applied here
+    ],
+)
+def test_register_gives_the_workers_the_drivers_python_unless_one_was_chosen(monkeypatch, environment, conf, expected):
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    session = _Session(conf)
+    register(session)
+    assert session._sc.pythonExec == expected
+    assert session.registered == [AmqpDataSource]
+
+
+def test_the_source_reads_from_the_venvs_python_without_activating_it(tmp_path):
+    """The venv's interpreter run by its path, with a PATH whose ``python3`` cannot import amqpscope
+    and no PYSPARK_PYTHON: PySpark alone would start the workers with that ``python3``."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8",
+           **{k: v for k, v in os.environ.items() if k in ("JAVA_HOME", "AMQPSCOPE_PURE_PYTHON")}}
+    path_python = subprocess.run(["python3", "-c", "import amqpscope"], env=env, capture_output=True, check=False)
+    assert path_python.returncode != 0, "the PATH's python3 imports amqpscope: the test would prove nothing"
+    script = (
+        "import sys\n"
+        "from pyspark.sql import SparkSession\n"
+        "import amqpscope\n"
+        "spark = (SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false')\n"
+        "         .config('spark.python.authenticate.socketTimeout', '180s').getOrCreate())\n"
+        "amqpscope.register(spark)\n"
+        "print('frames', spark.read.format('amqp').load(sys.argv[1]).count())\n"
+        "spark.stop()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(FIRST)], env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = sum(1 for kind, _ in decode_capture(FIRST, capture_id(FIRST)) if kind == "frames")
+    assert done.stdout.splitlines()[-1] == f"frames {expected}"

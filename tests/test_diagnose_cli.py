@@ -15,6 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.diagnose import incomplete, stored_answers
+from amqpscope.jobs.lake_read import read_table
 from amqpscope.schemas.runs import OUTCOME_RUNNING
 from tests.paths import SAMPLES
 
@@ -71,7 +72,7 @@ def test_a_capture_left_incomplete_is_not_answered_from_the_lake(lake, tmp_path)
     killed = tmp_path / "killed-lake"
     shutil.copytree(lake, killed)
     table = DeltaTable(str(killed / "runs"))
-    runs = table.to_pyarrow_table()
+    runs = read_table(killed / "runs", table=table)
     derive = pc.equal(runs["stage"], "derive")
     outcome = pc.if_else(derive, OUTCOME_RUNNING, runs["outcome"])
     runs = runs.set_column(runs.schema.get_field_index("outcome"), "outcome", outcome)

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 
 from amqpscope.ingest.pcap import capture_id
+from amqpscope.jobs.lake_read import read_table
 from amqpscope.jobs.runs import COMPLETE, StageRun, completeness
 from amqpscope.schemas.quality import RUN_COLUMNS
 
@@ -92,7 +92,7 @@ def tables(lake: Path, cid: str | None = None) -> dict[str, list[str]]:
     found = {}
     for path in sorted(p for p in lake.iterdir() if (p / "_delta_log").is_dir()):
         rows = [{k: v for k, v in r.items() if k not in RUN_COLUMNS}
-                for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist() if cid is None or r["capture_id"] == cid]
+                for r in read_table(str(path)).to_pylist() if cid is None or r["capture_id"] == cid]
         found[path.name] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
     return found
 
@@ -101,7 +101,7 @@ def reader_state(lake: Path, cid: str) -> str:
     """The capture's completeness as a reader works it out from the runs table."""
     if not (lake / "runs" / "_delta_log").is_dir():
         return "no runs recorded"
-    rows = [StageRun(**r) for r in DeltaTable(str(lake / "runs")).to_pyarrow_table().to_pylist()]
+    rows = [StageRun(**r) for r in read_table(str(lake / "runs")).to_pylist()]
     return completeness({(r.capture_id, r.stage): r for r in rows}, cid)
 
 

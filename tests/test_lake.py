@@ -11,6 +11,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake_read import read_table
 
 SCHEMA = "capture_id string, n long, ts timestamp, m map<string,string>, b binary, s struct<x:int,tags:array<string>>"
 TS = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=timezone.utc)
@@ -35,7 +36,7 @@ def lake(spark, tmp_path) -> Lake:
 
 def table_rows(lake: Lake, table: str) -> list[dict]:
     """The table as delta-rs reads it, sorted, for comparing with plain Python values."""
-    rows = DeltaTable(lake.table_path(table)).to_pyarrow_table().to_pylist()
+    rows = read_table(lake.table_path(table)).to_pylist()
     return sorted(rows, key=lambda r: (r["capture_id"], r["n"]))
 
 
@@ -75,7 +76,7 @@ def test_write_then_read_roundtrip(spark, lake):
 
     dt = DeltaTable(lake.table_path("frames"))
     assert dt.metadata().partition_columns == ["capture_id"]
-    arrow_schema = dt.to_pyarrow_table().schema
+    arrow_schema = read_table(lake.table_path("frames"), table=dt).schema
     assert arrow_schema.field("ts").type == pa.timestamp("us", tz="UTC")
     assert arrow_schema.field("b").type == pa.binary()
     assert table_rows(lake, "frames") == [
@@ -127,7 +128,7 @@ def test_empty_write_creates_a_readable_empty_table(spark, lake):
     actual = lake.read("frames")
     assert actual.count() == 0
     assert actual.schema == empty.schema
-    arrow = DeltaTable(lake.table_path("frames")).to_pyarrow_table()
+    arrow = read_table(lake.table_path("frames"))
     assert arrow.num_rows == 0
     assert arrow.column_names == empty.schema.fieldNames()
 

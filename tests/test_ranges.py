@@ -71,3 +71,19 @@ def test_truncated_file_names_the_byte(tmp_path):
     with pytest.raises(CaptureError) as err:
         list(read_range(path, c, c.data_start, len(data) - 10))
     assert "t.pcap" in str(err.value) and "record at byte" in str(err.value)
+
+
+@pytest.mark.parametrize("writer", [PcapWriter, PcapNgWriter])
+def test_a_cut_inside_the_last_record_ends_the_last_range(tmp_path, writer):
+    """A file whose last record is longer than a range (a 64 KiB segment on loopback, as tcpdump -C
+    leaves at the end of a part): a nominal cut inside it has no record after it, so the range
+    before runs to the end of the file."""
+    path = tmp_path / "big-last.pcap"
+    with writer(str(path)) as w:
+        for i, size in enumerate([100, 200, 65_000]):
+            p = ETHER / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=1234, dport=5672, seq=i) / (b"\x5a" * size)
+            p.time = Decimal(1_700_000_000) + Decimal(i) / 1000
+            w.write(p)
+    ranges, records = all_records(path, 16_384)
+    assert ranges[-1][1] == path.stat().st_size
+    assert [(r.record.ts_us, r.record.data) for r in records] == [(ts, data) for ts, _lt, data, _wl in expected(path)]

@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual
 
+from amqpscope.ingest.reasons import REASONS
 from amqpscope.jobs.report import _plotly_js, anchor, write_report
 from amqpscope.jobs.report.context import connection_context
 from amqpscope.pipelines import series_grid as S
@@ -88,13 +89,15 @@ CONNECTIONS = [
 
 QUARANTINE = [
     dict(capture_id="cap", connection_id="c2", direction="s2c", stream_offset=20, byte_count=7, packet_number=8,
-         missing=False, reason="unframed: bad frame size"),
+         missing=False, reason="unframeable bytes: frame size 3 is below the 8-byte minimum",
+         reason_id="amqp10.frame.size_below_minimum", found="3"),
     dict(capture_id="cap", connection_id="c2", direction="c2s", stream_offset=20, byte_count=5, packet_number=7,
-         missing=True, reason="capture gap: bytes missing from the capture"),
+         missing=True, reason="capture gap: bytes missing from the capture", reason_id="tcp.gap"),
+    # One cause, two sentences: the report groups by the reason's id.
     dict(capture_id="cap", connection_id="t1", direction="c2s", stream_offset=0, byte_count=300, packet_number=9,
-         missing=False, reason="not decoded: TLS handshake"),
+         missing=False, reason="not decoded: TLS handshake", reason_id="connection.tls"),
     dict(capture_id="cap", connection_id="t1", direction="s2c", stream_offset=0, byte_count=900, packet_number=9,
-         missing=False, reason="not decoded: TLS handshake"),
+         missing=False, reason="not decoded: TLS handshake (server hello)", reason_id="connection.tls"),
 ]
 
 VIOLATIONS = [
@@ -330,8 +333,8 @@ def test_report_shows_context_tls_and_data_quality(full):
     assert "c2s 380 80 300 5 0" in text
     # s2c: payload 60 + 27 + 900; framed frames 0, 4, 5 (c1) and 7 (c2) = 80; quarantined 7 + 900.
     assert "s2c 987 80 907 0 0" in text
-    assert "not decoded: TLS handshake no 2 1,200 9" in text
-    assert "capture gap: bytes missing from the capture yes 1 5 7" in text
+    assert f"connection.tls: {REASONS['connection.tls']} no 2 1,200 9" in text
+    assert f"tcp.gap: {REASONS['tcp.gap']} yes 1 5 7" in text
 
 
 def test_report_shows_the_accounting_it_is_given(spark, tmp_path):

@@ -9,7 +9,8 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.expectations.catalogue import load_rules, rules_for, violations
-from amqpscope.pipelines.events import EVENT_IDS, events_timeline
+from amqpscope.expectations.event_catalogue import load_events
+from amqpscope.pipelines.events import events_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
 from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
 from amqpscope.pipelines.link_credit import link_state_timeline
@@ -262,7 +263,7 @@ def test_events_list_errors_aborts_undecodable_messages_and_reattached_links(spa
         ("conn-091", 2, "amqp091.connection.closed_with_error", "info", "s2c", "320", "CONNECTION_FORCED", 3, None),
     ], "connection_id string, frame_index long, event_id string, severity string, direction string, condition string, "
        "text string, packet_number long, link_name string"))
-    assert set(EVENT_IDS) == {"amqp10.session.ended_with_error", "amqp10.link.detached_with_error",
+    assert {kind.id for kind in load_events()} == {"amqp10.session.ended_with_error", "amqp10.link.detached_with_error",
                               "amqp10.connection.closed_with_error", "amqp10.delivery.aborted", "amqp10.message.undecodable",
                               "amqp10.link.attached_again", "amqp091.channel.closed_with_error",
                               "amqp091.connection.closed_with_error"}

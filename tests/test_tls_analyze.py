@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.diagnose import EXIT_NOTHING_TO_JUDGE
+from amqpscope.jobs.cli import ExitCode
 from amqpscope.testbed.tls_scenarios import CAPTURES
 from amqpscope.testbed.truth import expected_bottleneck
 from tests.paths import SAMPLES
@@ -61,7 +61,7 @@ def undecrypted(tmp_path_factory) -> dict:
     """``amqpscope diagnose --json`` of every TLS sample without a key log."""
     root = tmp_path_factory.mktemp("tls-lake-no-keys")
     run = amqpscope("diagnose", *map(str, CAPTURE_FILES), "--lake", str(root), "--json", "--progress", "never")
-    assert run.returncode in (0, EXIT_NOTHING_TO_JUDGE), run.stderr[-4000:]
+    assert run.returncode in (ExitCode.OK, ExitCode.NOTHING_TO_JUDGE), run.stderr[-4000:]
     return {"root": root, "run": run, "answers": {a["capture_id"]: a for a in json.loads(run.stdout)["captures"]}}
 
 

@@ -48,6 +48,7 @@ from amqpscope.jobs.report.tables import (
     violation_counts,
     violation_examples,
 )
+from amqpscope.ingest.reasons import REASONS
 from amqpscope.pipelines.accounting import byte_accounting
 from amqpscope.web_assets import asset
 
@@ -151,9 +152,17 @@ def _accounting(inputs: Inputs, shown: Sequence[str]) -> dict[str, list[dict]]:
 def _quarantine_reasons(inputs: Inputs, shown: Sequence[str]) -> dict[str, Section]:
     if inputs.quarantine is None:
         return {}
-    reasons = inputs.quarantine.groupBy("capture_id", "reason", "missing").agg(
-        F.count(F.lit(1)).alias("runs"), F.sum("byte_count").alias("bytes"), F.min("packet_number").alias("first_packet"))
-    return top_rows(reasons, shown, [F.col("bytes").desc(), F.col("reason")])
+    # One row a cause: its reason id with what it means (rows stored before reason ids: their sentence).
+    meanings = F.create_map(*[F.lit(x) for reason_id, meaning in REASONS.items() for x in (reason_id, meaning)])
+    reason_id = F.coalesce(F.col("reason_id"), F.col("reason"))
+    reasons = (
+        inputs.quarantine.withColumn("reason_id", reason_id)
+        .groupBy("capture_id", "reason_id", "missing")
+        .agg(F.count(F.lit(1)).alias("runs"), F.sum("byte_count").alias("bytes"),
+             F.min("packet_number").alias("first_packet"))
+        .withColumn("reason", F.concat_ws(": ", "reason_id", meanings[F.col("reason_id")]))
+    )
+    return top_rows(reasons, shown, [F.col("bytes").desc(), F.col("reason_id")])
 
 
 def _wireshark_filter(connection: Mapping[str, Any] | None, packet_number: int | None) -> str | None:

@@ -16,8 +16,6 @@ from pyspark.sql import Column, DataFrame
 from amqpscope.jobs.report.tables import endpoint
 from amqpscope.pipelines.addresses import queue_address
 
-AMQP_PROTOCOLS = ("amqp-0-9-1", "amqp-1.0")
-
 
 def _json(map_key: str, path: str) -> Column:
     # Composite arguments are kept as JSON text (ingest.rows.text).
