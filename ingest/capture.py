@@ -302,8 +302,8 @@ class CaptureDecoder:
         tls = conn.tls
         assert tls is not None
         if isinstance(event, Gap):
-            rows.append(("quarantine", self._quarantine(conn, direction, event.offset, event.size, event.packet_number,
-                                                        "capture gap: bytes missing from the capture", missing=True)))
+            rows.append(("quarantine", quarantine_row(self.capture_id, conn.connection_id, direction, event.offset,
+                                                      event.size, event.packet_number, _GAP, "tcp.gap", missing=True)))
         self._above_tls(conn, tls.event(direction, event), rows)
 
     def _above_tls(self, conn: _Connection, items: list[tuple[str, Plain | Problem | Break | Decided]],
@@ -315,13 +315,13 @@ class CaptureDecoder:
                 self._split(conn, direction, side, Data(item.offset, item.payload, item.packet_number, item.ts_us),
                             rows, item.record)
             elif isinstance(item, Problem):
-                rows.append(("quarantine", self._quarantine(conn, direction, item.offset, item.size,
-                                                            item.packet_number, item.reason)))
+                rows.append(("quarantine", quarantine_row(self.capture_id, conn.connection_id, direction, item.offset,
+                                                          item.size, item.packet_number, item.reason, item.reason_id)))
             elif isinstance(item, Break):
                 if side.splitter is not None:
                     left = side.splitter.skip(0, item.packet_number, "TLS records not decrypted")
                     if left is not None:
-                        rows.append(("quarantine", self._unframed(conn, direction, left)))
+                        rows.append(("quarantine", unframed_row(self.capture_id, conn.connection_id, direction, left)))
             else:
                 conn.protocol, conn.protocol_inferred = item.protocol, item.inferred
 
@@ -333,7 +333,7 @@ class CaptureDecoder:
             if side.splitter is not None:
                 left = side.splitter.close(self._last_packet)
                 if left is not None:
-                    yield "quarantine", self._unframed(conn, direction, left)
+                    yield "quarantine", unframed_row(self.capture_id, conn.connection_id, direction, left)
         row = self._connection_row(conn)
         row["protocol"] = conn.protocol or "tls"
         row.update(tls.columns())

@@ -8,7 +8,7 @@ that one cause is one group however many offsets it was met at.
 
 Ids are dotted and lower-case, by layer: ``capture.`` the capture file, ``tcp.`` reassembly,
 ``connection.`` a connection on an AMQP port that is not decoded, ``framing.`` the frame splitter
-of either version, ``amqp091.`` / ``amqp10.`` the versions' framing and decoders, ``limit.`` the
+of either version, ``tls.`` the TLS record layer, ``amqp091.`` / ``amqp10.`` the versions' framing and decoders, ``limit.`` the
 decoders' limits (``ingest.limits``), ``decoder.`` a defect of ours. A decoder failure inside an AMQP
 1.0 message does not quarantine its transfer (the transfer stays a frame, with ``message-error`` in
 ``frames.arguments``): those ids name message errors. docs/RULES.md lists them all
@@ -44,6 +44,18 @@ REASONS: Final[dict[str, str]] = {
     "connection.unsupported_protocol_header": "an AMQP protocol header of a version not decoded (found: the "
                                               "header's bytes in hex)",
     "connection.no_client_bytes": "the client's bytes are not in the capture, so nothing tells the protocol",
+    # The TLS record layer (``ingest.tls_stream``): bytes of a TLS connection not decrypted.
+    "tls.no_key": "encrypted, not decoded: the key log has no secret for this TLS session (give --tls-keylog)",
+    "tls.decrypt_failed": "encrypted, not decoded: the record does not decrypt with the key log's secret for "
+                          "this session (keys of another session, or a damaged record)",
+    "tls.cipher_unsupported": "encrypted, not decoded: the cipher suite is not one amqpscope decrypts "
+                              "(AES-GCM or ChaCha20-Poly1305)",
+    "tls.record_truncated": "the capture ends inside a TLS record",
+    "tls.segment_missing": "part of a TLS record missing from the capture: the record cannot be decrypted",
+    "tls.not_a_record": "bytes that are not a TLS record (no plausible record header)",
+    "tls.no_handshake": "encrypted, not decoded: the TLS handshake that would find this session's keys is not "
+                        "in the capture",
+    "tls.not_amqp": "decrypted, but the application data is not AMQP",
     # The frame splitter (``ingest.framing``), either version.
     "framing.incomplete_frame": "the stream ends inside a frame (a capture that stops mid-frame; error_length: "
                                 "the bytes of it seen)",

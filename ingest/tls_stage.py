@@ -78,7 +78,7 @@ class TlsStage:
         """What the layer above gets of decrypted bytes: themselves, or their quarantine when not AMQP."""
         assert self._decided is not None
         if isinstance(item, Plain) and self._decided.protocol is None:
-            return Problem(item.offset, len(item.payload), item.packet_number, reason(NOT_AMQP))
+            return Problem(item.offset, len(item.payload), item.packet_number, reason(NOT_AMQP), NOT_AMQP)
         return item
 
     def _last_is_plain(self, direction: str) -> bool:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+from amqpscope.ingest.reasons import REASONS
 from amqpscope.ingest.tcp import Data, Gap
 from amqpscope.ingest.tls_handshake import (
     CLIENT_HELLO, ENCRYPTED_EXTENSIONS, FINISHED, KEY_UPDATE, SERVER_HELLO, TLS13, HandshakeMessages,
@@ -53,7 +54,7 @@ MAX_WAITING_BYTES: Final = 4 << 20
 # After lost bytes: how many sequence numbers past the expected one a record is tried under.
 MAX_SEQUENCE_TRIES: Final = 1024
 
-# Quarantine reasons: a stable id and the sentence a reader sees.
+# Quarantine reason ids (their sentences: ``ingest.reasons.REASONS``).
 NO_KEY = "tls.no_key"
 DECRYPT_FAILED = "tls.decrypt_failed"
 CIPHER_UNSUPPORTED = "tls.cipher_unsupported"
@@ -62,24 +63,12 @@ SEGMENT_MISSING = "tls.segment_missing"
 NOT_A_RECORD = "tls.not_a_record"
 NO_HANDSHAKE = "tls.no_handshake"
 NOT_AMQP = "tls.not_amqp"
-REASONS: Final = {
-    NO_KEY: "encrypted, not decoded: the key log has no secret for this TLS session (give --tls-keylog)",
-    DECRYPT_FAILED: "encrypted, not decoded: the record does not decrypt with the key log's secret for this "
-                    "session (keys of another session, or a damaged record)",
-    CIPHER_UNSUPPORTED: "encrypted, not decoded: the cipher suite is not one amqpscope decrypts "
-                        "(AES-GCM or ChaCha20-Poly1305)",
-    RECORD_TRUNCATED: "the capture ends inside a TLS record",
-    SEGMENT_MISSING: "part of a TLS record missing from the capture: the record cannot be decrypted",
-    NOT_A_RECORD: "bytes that are not a TLS record (no plausible record header)",
-    NO_HANDSHAKE: "encrypted, not decoded: the TLS handshake that would find this session's keys is not in "
-                  "the capture",
-    NOT_AMQP: "decrypted, but the application data is not AMQP",
-}  # fmt: skip
 
 
 def reason(reason_id: str, detail: str = "") -> str:
-    """``tls.<id>: sentence`` (and the detail, which never holds key material)."""
-    return f"{reason_id}: {REASONS[reason_id]}{' (' + detail + ')' if detail else ''}"
+    """The sentence of a TLS reason id (``ingest.reasons.REASONS``), and the detail, which never holds
+    key material."""
+    return f"{REASONS[reason_id]}{' (' + detail + ')' if detail else ''}"
 
 
 class Plain(NamedTuple):
@@ -95,6 +84,7 @@ class Problem(NamedTuple):
     size: int
     packet_number: int
     reason: str
+    reason_id: str
 
 
 class Break(NamedTuple):
@@ -331,11 +321,11 @@ class TlsSession:
         text = reason(reason_id, detail)
         run = side.run
         if run is not None and run.reason == text and run.offset + run.size == offset:
-            side.run = Problem(run.offset, run.size + size, packet, text)
+            side.run = Problem(run.offset, run.size + size, packet, text, reason_id)
             return
         if run is not None:
             out.append((side.name, run))
-        side.run = Problem(offset, size, packet, text)
+        side.run = Problem(offset, size, packet, text, reason_id)
 
     def _record(self, direction: str, side: _Side, record: _Record, out: Output) -> None:
         content_type = record.header[0]

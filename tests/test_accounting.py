@@ -55,7 +55,8 @@ def test_over_tls_the_bytes_tls_adds_are_the_third_part(spark):
                     s2c_tls_bytes=0, tls_alpn_offered=None, tls_version="TLS 1.3")
         frames = spark.createDataFrame([("c", "k", "c2s", 60)],
                                        "capture_id string, connection_id string, direction string, frame_size long")
-        quarantine = spark.createDataFrame([("c", "k", "c2s", 0, 10, 1, False, "tls.no_key: ...")], QUARANTINE_SCHEMA)
+        quarantine = spark.createDataFrame([("c", "k", "c2s", 0, 10, 1, False, "encrypted, not decoded: ...", "tls.no_key",
+                                             None, None, None, None)], QUARANTINE_SCHEMA)
         return byte_accounting(spark.createDataFrame([conn], CONNECTIONS_SCHEMA), frames, quarantine)
 
     assert balanced(tls_accounting(30))

@@ -164,9 +164,9 @@ def test_without_a_key_log_the_connection_is_recorded_and_its_bytes_quarantined(
     assert (connection["protocol"], connection["tls_version"], connection["tls_cipher_suite"], connection["tls_sni"],
             connection["tls_status"]) == ("tls", "TLS 1.3", "TLS_AES_256_GCM_SHA384", "localhost", "tls.no_key")
     assert (connection["client_port"], connection["server_port"]) == (40001, 5671)
-    reasons = {q["reason"] for q in out["quarantine"]}
-    assert reasons == {"tls.no_key: encrypted, not decoded: the key log has no secret for this TLS session "
-                       "(give --tls-keylog) (no key log given)"}
+    reasons = {(q["reason_id"], q["reason"]) for q in out["quarantine"]}
+    assert reasons == {("tls.no_key", "encrypted, not decoded: the key log has no secret for this TLS session "
+                                      "(give --tls-keylog) (no key log given)")}
     assert len(out["quarantine"]) == 2  # one run a direction
     assert_accounted(out)
     # Its TCP is still there for the TCP-level findings: every packet of the connection.
@@ -198,7 +198,7 @@ def test_keys_of_another_session_fail_to_decrypt(tmp_path, certificates):
     wrong.write_text(f"CLIENT_RANDOM {random_hex} {other_secret}\n")
     out = decode(pcap, wrong)
     assert out["frames"] == [] and out["connections"][0]["tls_status"] == "tls.decrypt_failed"
-    assert {q["reason"].split(":")[0] for q in out["quarantine"]} == {"tls.decrypt_failed"}
+    assert {q["reason_id"] for q in out["quarantine"]} == {"tls.decrypt_failed"}
     assert_accounted(out)
 
 
@@ -211,9 +211,9 @@ def test_a_suite_not_decrypted_is_named(tmp_path, certificates):
     out = decode(pcap, keylog)
     assert out["frames"] == []
     assert out["connections"][0]["tls_status"] == "tls.cipher_unsupported"
-    assert {q["reason"] for q in out["quarantine"]} == {
-        "tls.cipher_unsupported: encrypted, not decoded: the cipher suite is not one amqpscope decrypts (AES-GCM or "
-        "ChaCha20-Poly1305) (TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA)"}
+    assert {(q["reason_id"], q["reason"]) for q in out["quarantine"]} == {(
+        "tls.cipher_unsupported", "encrypted, not decoded: the cipher suite is not one amqpscope decrypts (AES-GCM or "
+        "ChaCha20-Poly1305) (TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA)")}
     assert_accounted(out)
 
 
@@ -228,7 +228,7 @@ def test_a_missing_segment_loses_its_records_and_decoding_goes_on(tmp_path, cert
     damaged = write_capture(tmp_path / "lost.pcap", _transcript_of(whole), mss=50, drop=[lost])
     out = decode(damaged, keylog)
     assert_accounted(out)
-    reasons = Counter(q["reason"].split(":")[0] for q in out["quarantine"])
+    reasons = Counter(q["reason_id"] for q in out["quarantine"])
     assert reasons["capture gap"] == 1 and reasons["tls.segment_missing"] >= 1
     # Offsets after the gap count the bytes decrypted, so frames are compared by what they are.
     got = Counter((e[0], repr(e[2])) for e in essence(out["frames"]))
@@ -237,7 +237,7 @@ def test_a_missing_segment_loses_its_records_and_decoding_goes_on(tmp_path, cert
     assert not got - expected and 0 < sum((expected - got).values()) <= 6
     # Every frame completed after the gap in the lost direction is decoded: decoding went on.
     lost_direction = next(q["direction"] for q in out["quarantine"] if q["missing"])
-    gap_at = next(q["stream_offset"] for q in out["quarantine"] if q["reason"].startswith("tls.segment_missing"))
+    gap_at = next(q["stream_offset"] for q in out["quarantine"] if q["reason_id"] == "tls.segment_missing")
     last = [f["method"] for f in out["frames"] if f["direction"] == lost_direction][-3:]
     assert last == [f["method"] for f in want if f["direction"] == lost_direction][-3:] and gap_at > 0
 
@@ -251,7 +251,7 @@ def test_a_capture_cut_inside_a_record(tmp_path, certificates):
 
     write_pcap(cut, records[: len(records) - 7])  # the FINs and the last segments of a record
     out = decode(cut, keylog)
-    truncated = [q for q in out["quarantine"] if q["reason"].startswith("tls.record_truncated")]
+    truncated = [q for q in out["quarantine"] if q["reason_id"] == "tls.record_truncated"]
     assert len(truncated) == 1 and " bytes)" in truncated[0]["reason"]
     assert_accounted(out)
     assert len(out["frames"]) > 20
@@ -266,7 +266,7 @@ def test_a_capture_started_after_the_handshake(tmp_path, certificates):
     out = decode(late, keylog)
     assert out["frames"] == []
     assert out["connections"][0]["protocol"] == "tls"
-    assert {q["reason"].split(":")[0] for q in out["quarantine"]} == {"tls.no_handshake"}
+    assert {q["reason_id"] for q in out["quarantine"]} == {"tls.no_handshake"}
     assert_accounted(out)
 
 

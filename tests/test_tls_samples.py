@@ -97,4 +97,4 @@ def test_without_the_key_log_each_connection_is_recorded_not_decoded(capture):
         ("tls", f"TLS {spec.version}", "localhost", "tls.no_key")}
     for c in connections:
         assert c["c2s_bytes"] > 0 and c["s2c_bytes"] > 0
-    assert {q["reason"].split(":")[0] for q in out["quarantine"]} == {"tls.no_key"}
+    assert {q["reason_id"] for q in out["quarantine"]} == {"tls.no_key"}
