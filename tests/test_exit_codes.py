@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from amqpscope.jobs import cli
-from amqpscope.jobs.cli import EXIT_MEANINGS, ExitCode, build_parser, main
+from amqpscope.jobs.cli import DIAGNOSE_EXIT_MEANINGS, EXIT_MEANINGS, ExitCode, build_parser, main
 from tests.paths import SAMPLES
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -81,7 +81,11 @@ def test_every_exit_code_is_in_help_and_in_the_readme():
     for code, meaning in EXIT_MEANINGS.items():
         assert all(f"{int(code)} {' '.join(meaning.split())}" in " ".join(h.split()) for h in helps)
         assert table[str(int(code))] == meaning
-    assert set(EXIT_MEANINGS) == set(ExitCode)
+    diagnose_help = " ".join(build_parser()._subparsers._group_actions[0].choices["diagnose"].format_help().split())
+    for code, meaning in DIAGNOSE_EXIT_MEANINGS.items():
+        assert f"{int(code)} {' '.join(meaning.split())}" in diagnose_help
+        assert meaning in table[str(int(code))]
+    assert set(EXIT_MEANINGS) | set(DIAGNOSE_EXIT_MEANINGS) == set(ExitCode)
 
 
 def test_outcomes_become_codes_in_one_place():

@@ -21,12 +21,14 @@ INGEST = Path(__file__).resolve().parent.parent / "ingest"
 JOBS = INGEST.parent / "jobs"
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "amqp091-qos-confirms.pcap"
 _ID = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
+# The layers ids are named by (ingest/reasons.py's docstring): a constant of another name is no id.
+_LAYERS = {"capture", "tcp", "connection", "tls", "framing", "amqp091", "amqp10", "limit", "decoder"}
 DETAIL_COLUMNS = ("reason_id", "error_offset", "error_length", "expected", "found")
 
 
 def _given_ids() -> set[str]:
     """Every reason id the ingest code gives: ``reason_id=...`` (an argument or an assignment), a
-    ``Reason``'s first argument, a ``DecodeError``'s or ``FrameError``'s third, a ``Damage``'s
+    ``Reason``'s first argument, a constant (``NO_KEY = "tls.no_key"``), a ``DecodeError``'s or ``FrameError``'s third, a ``Damage``'s
     fifth, ..., or an id paired with its sentence (``("connection.tls", "not decoded: TLS handshake")``)."""
     positions = {"Reason": 0, "DecodeError": 2, "FrameError": 2, "Damage": 4, "_skip_damage": 6,
                  "quarantine_row": 7, "Unframed": 4}
@@ -38,6 +40,10 @@ def _given_ids() -> set[str]:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "reason_id" for t in node.targets):
                 if isinstance(node.value, ast.Constant):
                     found.add(node.value.value)
+            if isinstance(node, ast.Assign) and all(str(getattr(t, "id", "")).isupper() for t in node.targets):
+                value = node.value.value if isinstance(node.value, ast.Constant) else None
+                if isinstance(value, str) and _ID.fullmatch(value) and value.split(".")[0] in _LAYERS:
+                    found.add(value)  # an id named once as a constant (NO_KEY = "tls.no_key")
             if isinstance(node, ast.Call):
                 name = getattr(node.func, "id", getattr(node.func, "attr", None))
                 values = [k.value for k in node.keywords if k.arg == "reason_id"]
@@ -90,11 +96,13 @@ def test_an_undecodable_frame_gives_the_byte_and_the_sizes():
     assert row["reason"] == "undecodable amqp-0-9-1 frame: field table of 1000 bytes overruns the frame (byte 13)"
 
 
-def test_a_tls_connection_on_the_amqp_port_is_one_reason_a_direction():
+def test_a_tls_handshake_on_the_amqp_port_is_tls_bytes_not_a_quarantine_reason():
     hello = b"\x16\x03\x01\x00\x50" + b"\x01" * 80
-    rows = run(Case(hello, b"\x16\x03\x03\x00\x10" + b"\x02" * 16))["quarantine"]
-    tls = ("connection.tls", "not decoded: TLS handshake")
-    assert {(r["direction"], r["reason_id"], r["reason"]) for r in rows} == {("c2s", *tls), ("s2c", *tls)}
+    out = run(Case(hello, b"\x16\x03\x03\x00\x10" + b"\x02" * 16))
+    (connection,) = out["connections"]
+    assert out["quarantine"] == []  # handshake records are TLS's own bytes (ingest.tls_stream)
+    assert (connection["protocol"], connection["tls_status"]) == ("tls", "handshake")
+    assert (connection["c2s_tls_bytes"], connection["s2c_tls_bytes"]) == (len(hello), 21)
 
 
 def damaged_copy(capture: Path, out: Path, cuts: list[int]) -> tuple[Path, list[tuple[int, int]]]:

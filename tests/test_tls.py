@@ -229,7 +229,7 @@ def test_a_missing_segment_loses_its_records_and_decoding_goes_on(tmp_path, cert
     out = decode(damaged, keylog)
     assert_accounted(out)
     reasons = Counter(q["reason_id"] for q in out["quarantine"])
-    assert reasons["capture gap"] == 1 and reasons["tls.segment_missing"] >= 1
+    assert reasons["tcp.gap"] == 1 and reasons["tls.segment_missing"] >= 1
     # Offsets after the gap count the bytes decrypted, so frames are compared by what they are.
     got = Counter((e[0], repr(e[2])) for e in essence(out["frames"]))
     expected = Counter((e[0], repr(e[2])) for e in essence(want))
