@@ -75,7 +75,7 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
     their diagnoses as soon as they are known."""
     run_id = run_id or runs.new_run_id()
     clock = StageClock({} if timings is None else timings, progress)
-    lake = Lake.of(spark, config)
+    lake = Lake.of(spark, config, run_id=run_id)
     lake.remove_stale_staging()
     # Captures stored before under other ids that share a file with these (a rotation analysed
     # part by part): every table drops their rows as it takes these captures' rows.

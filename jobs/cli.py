@@ -16,6 +16,7 @@ import yaml
 
 from amqpscope.conf.settings import STORAGE_BACKENDS, AnalyzeConfig, load_yaml
 from amqpscope.ingest.pcap import CaptureError
+from amqpscope.jobs.errors import LakeError, printable
 
 
 class ExitCode(IntEnum):
@@ -178,7 +179,8 @@ def _run_ingest(args: argparse.Namespace) -> ExitCode:
 
     result = entry.ingest(args.landing, _config(args), args.progress)
     print(json.dumps({"ingested": list(result.ingested), "skipped": list(result.skipped),
-                      "failed": [{"file": f, "reason": r} for f, r in result.failed]}, indent=2))
+                      "failed": [{"file": f, "reason": r} for f, r in result.failed],
+                      "busy": [{"capture_id": c, "run": r} for c, r in result.busy]}, indent=2))
     return ExitCode.OK
 
 
@@ -205,7 +207,8 @@ def _run_derive(args: argparse.Namespace) -> ExitCode:
 
     result = entry.derive(_config(args), args.capture_ids, args.progress)
     print(json.dumps({"derived": list(result.derived), "removed": list(result.removed),
-                      "up_to_date": list(result.up_to_date), "suites_passed": result.suites_passed}, indent=2))
+                      "up_to_date": list(result.up_to_date), "suites_passed": result.suites_passed,
+                      "busy": [{"capture_id": c, "run": r} for c, r in result.busy]}, indent=2))
     return ExitCode.OK
 
 
@@ -353,9 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         if isinstance(exc, UsageError):
             args.parser.print_usage(sys.stderr)
-            print(f"amqpscope {args.command}: error: {exc}", file=sys.stderr)
+            print(f"amqpscope {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         elif code == ExitCode.USAGE:
-            print(f"amqpscope {args.command}: error: {exc}", file=sys.stderr)
+            print(f"amqpscope {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         else:  # a stage failed (StageFailed), a Py4J / JVM error: one line, the trace with -v
             print(f"amqpscope {args.command}: error: {_one_line(exc)}"
                   + ("" if args.verbose else " (run with -v for the full trace)"), file=sys.stderr)
@@ -365,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _one_line(exc: BaseException) -> str:
     from amqpscope.jobs.stages import StageFailed, one_line  # imports PySpark: only once a job has run
 
-    return str(exc) if isinstance(exc, StageFailed) else one_line(exc)
+    return str(exc) if isinstance(exc, (StageFailed, LakeError)) else one_line(exc)
 
 
 def version() -> str:

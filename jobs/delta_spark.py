@@ -88,12 +88,15 @@ def replace_where(capture_ids: Sequence[str]) -> str:
     return f"{quoted(CAPTURE_ID)} IN ({', '.join(sql_string(i) for i in capture_ids)})"
 
 
-def write_options(capture_ids: Sequence[str], merge_schema: bool) -> dict[str, str]:
+def write_options(capture_ids: Sequence[str], merge_schema: bool, user_metadata: str | None = None) -> dict[str, str]:
     """The Delta writer's options of a write replacing ``capture_ids``' rows; ``merge_schema``
-    when the rows add columns at the table's end (checked by the caller)."""
+    when the rows add columns at the table's end (checked by the caller); ``user_metadata`` for the
+    commit's commitInfo (the run that wrote it: a run its write conflicts with can name it)."""
     options = {"replaceWhere": replace_where(capture_ids)}
     if merge_schema:
         options["mergeSchema"] = "true"
+    if user_metadata:
+        options["userMetadata"] = user_metadata
     return options
 
 
@@ -117,9 +120,11 @@ def create_table(spark: SparkSession, ref: TableRef, schema: StructType, descrip
     spark.sql(create_table_sql(ref, schema, description, cluster_by))
 
 
-def write_rows(df: DataFrame, ref: TableRef, capture_ids: Sequence[str], merge_schema: bool) -> None:
+def write_rows(df: DataFrame, ref: TableRef, capture_ids: Sequence[str], merge_schema: bool,
+               user_metadata: str | None = None) -> None:
     """Replace the rows of ``capture_ids`` in ``ref`` (an existing table) by ``df``'s, in one commit."""
-    writer = df.write.format("delta").mode("overwrite").options(**write_options(capture_ids, merge_schema))
+    writer = df.write.format("delta").mode("overwrite").options(
+        **write_options(capture_ids, merge_schema, user_metadata))
     if ref.name is not None:
         writer.saveAsTable(ref.name)
     else:

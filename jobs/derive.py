@@ -173,22 +173,28 @@ class DeriveResult:
     removed: tuple[str, ...]  # captures no longer in the bronze tables whose derived rows went
     up_to_date: tuple[str, ...]  # already derived from their latest ingest
     suites_passed: bool
+    busy: tuple[tuple[str, str], ...] = ()  # (capture id, the live run writing it): left to that run
 
 
 def derive_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequence[str] | None = None,
                 *, run_id: str | None = None, clock: StageClock | None = None) -> DeriveResult:
     """Derive every capture of the lake whose bronze rows are newer than its derived rows (or the
     given ``capture_ids``, again); remove the derived rows of captures gone from the bronze tables."""
-    lake = Lake.of(spark, config)
     run_id = run_id or runs.new_run_id()
+    lake = Lake.of(spark, config, run_id=run_id)
     in_bronze = ingested_captures(lake)
     if capture_ids is not None:
         unknown = sorted(set(capture_ids) - set(in_bronze))
         if unknown:
             raise ValueError(f"not in the lake's captures table (or unreadable): {', '.join(unknown)}")
         todo = sorted(set(capture_ids))
+        busy: list[tuple[str, str]] = []
     else:
         todo = runs.pending_derive(lake, in_bronze)
+        busy = runs.busy(lake, run_id, todo)  # being written by a live run, which derives them itself
+        for cid, holder in busy:
+            log.warning("capture %s not derived: %s", cid[:12], holder)
+        todo = [cid for cid in todo if cid not in dict(busy)]
     orphans = sorted(_derived_capture_ids(lake) - set(in_bronze) - set(todo))
     suites_passed = True
     if todo or orphans:
@@ -197,8 +203,8 @@ def derive_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
                          diagnosis_limits=config.diagnosis, replace=orphans, clock=clock)
         suites_passed = derived.verdicts.result().success
         runs.forget(lake, orphans)
-    done = tuple(sorted(set(in_bronze) - set(todo)))
-    return DeriveResult(tuple(todo), tuple(orphans), done, suites_passed)
+    done = tuple(sorted(set(in_bronze) - set(todo) - set(dict(busy))))
+    return DeriveResult(tuple(todo), tuple(orphans), done, suites_passed, tuple(busy))
 
 
 def ingested_captures(lake: Lake) -> list[str]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.jobs.errors import LakeError, printable, table_of
 from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.session import build_session, stop_session
@@ -34,7 +35,10 @@ class StageFailed(RuntimeError):
 
 
 def one_line(exc: BaseException) -> str:
-    """The gist of an exception in one line: a JVM error's first line without its Java class prefix."""
+    """The gist of an exception in one line: a JVM error's first line without its Java class prefix;
+    control characters escaped (a damaged file's bytes must not reach the terminal raw)."""
+    if isinstance(exc, LakeError):  # its table is named by the stage
+        return f"{type(exc).__name__}: {exc.detail}"
     text = str(exc).strip()
     java = getattr(exc, "java_exception", None)  # py4j.protocol.Py4JJavaError
     if java is not None:
@@ -42,7 +46,7 @@ def one_line(exc: BaseException) -> str:
             text = str(java.getMessage() or java.toString())
         except Exception:  # the JVM may be gone (killed executor, stopped context)
             pass
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    first = printable(next((line.strip() for line in text.splitlines() if line.strip()), ""))
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
@@ -67,7 +71,8 @@ class StageClock:
         except StageFailed:
             raise
         except Exception as exc:
-            where = f"stage {name}" + (f", table {self.table}" if self.table else "")
+            table = table_of(exc) or self.table  # the write that failed names its table (bronze's too)
+            where = f"stage {name}" + (f", table {table}" if table else "")
             raise StageFailed(where, exc) from exc
         took = time.perf_counter() - start
         self.seconds[name] = self.seconds.get(name, 0.0) + took  # a step in two parts: both summed
