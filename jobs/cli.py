@@ -151,7 +151,7 @@ def _run_analyze(args: argparse.Namespace) -> ExitCode:
         "lake": str(config.lake),
         "tables": result.row_counts,
         "suites_passed": result.suites_passed,
-        "report": str(result.report),
+        "report": str(result.report) if result.report is not None else None,
         "data_docs": str(result.data_docs_index) if result.data_docs_index else None,
         "seconds": {k: round(v, 2) for k, v in result.stage_seconds.items()},
     }, indent=2))
@@ -273,7 +273,9 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
         "bottlenecks tables without starting Spark; others (not in the lake, or left incomplete by a killed or "
         "failed run) are analysed first (into --lake, or a temporary lake without it). TLS connections are "
         "decrypted with --tls-keylog; without it they are named in the headline as encrypted, and when nothing "
-        "else could be judged the bottleneck is \"encrypted\" and the exit status 4.",
+        "else could be judged the bottleneck is \"encrypted\". A capture in which no AMQP connection was decoded "
+        "gets no verdict: \"No AMQP traffic found\" with what it holds instead (bottleneck no_amqp; a capture "
+        "without packets is answered before Spark starts). The exit status is 4 when no capture could be judged.",
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
     p.add_argument("--lake", help="lake to answer from and analyse into (default: a temporary lake)")

@@ -75,8 +75,10 @@ def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: st
         if answers is None:
             from amqpscope.jobs import analyze  # Spark is imported only when a capture must be analysed
 
-            analyze.main(captures, config, progress)
+            result = analyze.main(captures, config, progress)
             answers = stored_answers(config.lake, ids)
+            if answers is None and result.report is None:  # no packet in any: answered without the lake
+                answers = list(result.diagnoses), []
             if answers is None:
                 raise RuntimeError(f"analyze wrote no diagnosis for every capture into {config.lake}")
     diagnoses, findings = answers
