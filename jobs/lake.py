@@ -47,24 +47,19 @@ import json
 import os
 import re
 import shutil
-import socket
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date
 from functools import reduce
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pyspark.sql.functions as F
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
     ByteType,
@@ -80,6 +75,16 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import delta_commit, delta_log, delta_spark
 from amqpscope.jobs.delta_spark import TableRef
 from amqpscope.jobs.errors import WriteConflict, name_table
+from amqpscope.jobs.lake_files import (
+    NULL_PARTITION_DIR,
+    STAGING_DIR,
+    partition_string,
+    spark_unescape,
+    stage_rows,
+    staged_files,
+    staging_is_stale,
+    staging_name,
+)
 from amqpscope.jobs.lake_read import add_actions, is_delta_table, open_table, read_table
 from amqpscope.jobs.lake_stats import file_stats
 from amqpscope.jobs.session import jvm_has_delta
@@ -91,12 +96,7 @@ CAPTURE_ID = "capture_id"
 # Partition values travel as directory names and as strings in the Delta log; for these types
 # Spark's directory rendering and Delta's partition value serialization are the same text.
 _PARTITION_TYPES = (StringType, BooleanType, ByteType, ShortType, IntegerType, LongType, DateType)
-# How Spark (and Hive, and Delta writers) spell a null partition value in a directory name.
-_NULL_PARTITION_DIR = "__HIVE_DEFAULT_PARTITION__"
-_STAGING_DIR = "_staging"
 _TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
-# A staging folder of another host (whose processes we cannot see) is taken as abandoned after this.
-STALE_STAGING_SECONDS = 24 * 3600
 
 
 class Lake:
@@ -223,7 +223,7 @@ class Lake:
         try:
             self._committed(table, capture_ids, _commit_staged(
                 path, schema, capture_ids, partition_columns,
-                lambda staging: _stage_rows(rows, schema, staging, partition_columns), self._writer(table, read_version)))
+                lambda staging: stage_rows(rows, schema, staging, partition_columns), self._writer(table, read_version)))
         except Exception as exc:
             name_table(exc, table)
             raise
@@ -275,7 +275,7 @@ class Lake:
         removed = []
         now = time.time()
         for table in sorted(os.listdir(self.root)):
-            staging_root = os.path.join(self.root, table, _STAGING_DIR)
+            staging_root = os.path.join(self.root, table, STAGING_DIR)
             if not os.path.isdir(staging_root):
                 continue
             for name in sorted(os.listdir(staging_root)):
@@ -284,7 +284,7 @@ class Lake:
                     modified = os.path.getmtime(folder)
                 except OSError:
                     continue  # its writer finished meanwhile
-                if _staging_is_stale(name, modified, now):
+                if staging_is_stale(name, modified, now):
                     shutil.rmtree(folder, ignore_errors=True)
                     removed.append(folder)
             try:
@@ -407,17 +407,6 @@ def _delta_spark_conflict(exc: Exception, table: str, capture_ids: list[str]) ->
 # --- delta-rs backend: Spark writes Parquet, delta-rs commits the log ----------------------------
 
 
-@dataclass(frozen=True)
-class _StagedFile:
-    """One Parquet file Spark wrote into the staging directory."""
-
-    relative_dir: str  # Hive-style partition directories, e.g. "capture_id=a%3Ab"
-    name: str
-    partition_values: dict[str, str | None]
-    num_records: int
-    size: int
-
-
 def _delta_schema_json(schema: StructType) -> str:
     """`schema` as a Delta schema string, every field nullable.
 
@@ -438,36 +427,6 @@ def _delta_schema_json(schema: StructType) -> str:
         }
 
     return json.dumps(nullable(schema.jsonValue()))
-
-
-def _partition_values_of(relative_dir: str, partition_columns: list[str]) -> dict[str, str | None]:
-    """Partition values from Spark's ``col=value/...`` directories (values path-escaped)."""
-    values: dict[str, str | None] = {}
-    for segment in relative_dir.split("/"):
-        name, _, escaped = segment.partition("=")
-        values[name] = None if escaped == _NULL_PARTITION_DIR else _spark_unescape(escaped)
-    if list(values) != partition_columns:
-        raise RuntimeError(f"unexpected partition directories {relative_dir!r} for {partition_columns}")
-    return values
-
-
-def _staged_files(staging: str, partition_columns: list[str]) -> list[_StagedFile]:
-    files = []
-    for directory, _, names in os.walk(staging):
-        for name in names:
-            # Spark's side files (_SUCCESS, .crc checksums) are not data.
-            if name.startswith(("_", ".")) or not name.endswith(".parquet"):
-                continue
-            file_path = os.path.join(directory, name)
-            relative_dir = os.path.relpath(directory, staging).replace(os.sep, "/")
-            files.append(_StagedFile(
-                relative_dir=relative_dir,
-                name=name,
-                partition_values=_partition_values_of(relative_dir, partition_columns),
-                num_records=pq.read_metadata(file_path).num_rows,  # the footer only
-                size=os.path.getsize(file_path),
-            ))
-    return files
 
 
 @dataclass(frozen=True)
@@ -532,11 +491,11 @@ def _commit_staged(path: str, rows_schema: StructType, capture_ids: list[str], p
     if table is not None:
         fits(table)
 
-    staging = os.path.join(path, _STAGING_DIR, _staging_name())
+    staging = os.path.join(path, STAGING_DIR, staging_name())
     moved: list[str] = []
     try:
         stage(staging)
-        staged = [f for f in _staged_files(staging, partition_columns) if f.num_records > 0]
+        staged = [f for f in staged_files(staging, partition_columns) if f.num_records > 0]
         strays = sorted({f.partition_values[CAPTURE_ID] or "" for f in staged} - set(capture_ids))
         if strays:
             raise ValueError(f"rows of captures {strays} are not in replace_capture_ids {capture_ids}")
@@ -580,76 +539,6 @@ def _commit_staged(path: str, rows_schema: StructType, capture_ids: list[str], p
     return rows
 
 
-def _stage_rows(rows: Sequence[Mapping[str, Any]], schema: StructType, staging: str,
-                partition_columns: list[str]) -> None:
-    """Rows made on the driver as Parquet files in ``staging``, laid out as Spark lays out a
-    partitioned write (``col=value`` directories, every column optional, timestamps UTC micros)."""
-    data = StructType([f for f in schema.fields if f.name not in partition_columns])
-    arrow = pa.schema([field.with_nullable(True) for field in to_arrow_schema(data)])
-    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(row[c] for c in partition_columns), []).append(row)
-    for values, members in groups.items():
-        directory = os.path.join(staging, *(f"{c}={_partition_dir(v)}" for c, v in zip(partition_columns, values)))
-        os.makedirs(directory, exist_ok=True)
-        columns = {f.name: [row[f.name] for row in members] for f in data.fields}
-        pq.write_table(pa.Table.from_pydict(columns, schema=arrow),
-                       os.path.join(directory, f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"), compression="snappy")
-
-
-# The characters Spark escapes as %XX in a partition directory name (ExternalCatalogUtils), besides
-# the control characters.
-_ESCAPED_IN_PARTITION_DIRS = frozenset('"#%\'*/:=?\\\x7f{[]^')
-
-
-def _partition_dir(value: Any) -> str:
-    """A partition value as Spark names its directory (``_spark_unescape`` reads it back)."""
-    text = _partition_string(value)
-    if text is None or text == "":
-        return _NULL_PARTITION_DIR
-    return "".join(f"%{ord(c):02X}" if c in _ESCAPED_IN_PARTITION_DIRS or ord(c) < 0x20 else c for c in text)
-
-
-def _staging_name() -> str:
-    """A staging folder name that says who made it: host, process and a unique part."""
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}"
-
-
-def _staging_is_stale(name: str, modified: float, now: float) -> bool:
-    """A staging folder left by a writer that is gone: a process of this host no longer running,
-    or (another host's, or a name from an older amqpscope) untouched for STALE_STAGING_SECONDS."""
-    parts = name.rsplit("-", 2)  # host names may hold "-"
-    host, pid_text = (parts[0], parts[1]) if len(parts) == 3 else ("", "")
-    if host == socket.gethostname() and pid_text.isdigit():
-        pid = int(pid_text)
-        if pid == os.getpid():
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False  # alive, another user's
-        return False
-    return now - modified > STALE_STAGING_SECONDS
-
-
-def _spark_unescape(value: str) -> str:
-    # Spark's partition discovery decodes each %XX to one char (Latin-1), not UTF-8 bytes.
-    return unquote(value, encoding="latin-1")
-
-
-def _partition_string(value: Any) -> str | None:
-    """A typed partition value from `get_add_actions` back in its directory / log text form."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, date):
-        return value.isoformat()
-    return str(value)
-
-
 def _hive_layout_matches(
     relative_paths: list[str], partitions: list[Mapping[str, Any]], partition_columns: list[str]
 ) -> bool:
@@ -662,8 +551,8 @@ def _hive_layout_matches(
             return False
         for segment, column in zip(segments, partition_columns):
             name, eq, escaped = segment.partition("=")
-            found = None if escaped == _NULL_PARTITION_DIR else _spark_unescape(escaped)
-            if name != column or not eq or found != _partition_string(values[column]):
+            found = None if escaped == NULL_PARTITION_DIR else spark_unescape(escaped)
+            if name != column or not eq or found != partition_string(values[column]):
                 return False
     return True
 
