@@ -22,7 +22,7 @@ from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
 from amqpscope.jobs.lake import Lake, lake_capture_filter
-from amqpscope.jobs.stages import StageClock, stored
+from amqpscope.jobs.stages import StageClock, one_line, stored
 from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
 from amqpscope.pipelines.bottlenecks import bottleneck_findings
 from amqpscope.pipelines.chart_series import chart_series
@@ -157,8 +157,9 @@ def derive(
 def _mark_failed(lake: Lake, run_id: str, ids: Sequence[str], exc: Exception) -> None:
     try:
         runs.mark(lake, run_id, "derive", ids, runs.failed_outcome(exc))
-    except Exception:  # the lake itself may be what failed: the row stays "running", still incomplete
-        log.warning("could not record the failed derive of %s", ", ".join(ids), exc_info=True)
+    except Exception as unrecorded:  # the lake itself may be what failed: the row stays "running", still incomplete
+        log.warning("could not record the failed derive of %s: %s", ", ".join(ids), one_line(unrecorded))
+        log.info("the failure to record it:", exc_info=True)  # the trace with -v
 
 
 def bronze_tables(lake: Lake, capture_ids: Sequence[str]) -> dict[str, DataFrame]:
@@ -201,7 +202,8 @@ def derive_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
         log.info("deriving %d capture(s)%s", len(todo), f", removing {len(orphans)} gone" if orphans else "")
         derived = derive(lake, bronze_tables(lake, todo), todo, run_id=run_id, data_docs_dir=config.data_docs_dir,
                          diagnosis_limits=config.diagnosis, replace=orphans, clock=clock)
-        suites_passed = derived.verdicts.result().success
+        with runs.verdicts_failing_derive(lake, run_id, todo, derived.verdicts.validation):
+            suites_passed = derived.verdicts.result().success
         runs.forget(lake, orphans)
     done = tuple(sorted(set(in_bronze) - set(todo) - set(dict(busy))))
     return DeriveResult(tuple(todo), tuple(orphans), done, suites_passed, tuple(busy))

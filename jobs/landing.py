@@ -26,7 +26,7 @@ from amqpscope.jobs.ingest import Bronze, CaptureFile, superseded_captures, writ
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.session import sized_for
-from amqpscope.jobs.stages import StageClock
+from amqpscope.jobs.stages import StageClock, one_line
 from amqpscope.schemas.frames import CAPTURES_SCHEMA, QUARANTINE_SCHEMA
 from amqpscope.schemas.runs import OUTCOME_OK, OUTCOME_RUNNING
 
@@ -70,8 +70,9 @@ def ingest_files(
     except Exception as exc:
         try:
             runs.mark(lake, run_id, "ingest", ids, runs.failed_outcome(exc))
-        except Exception:  # the lake itself may be what failed: the rows stay "running", still incomplete
-            log.warning("could not record the failed ingest of %s", ", ".join(ids), exc_info=True)
+        except Exception as unrecorded:  # the lake itself may be what failed: the rows stay "running", still incomplete
+            log.warning("could not record the failed ingest of %s: %s", ", ".join(ids), one_line(unrecorded))
+            log.info("the failure to record it:", exc_info=True)  # the trace with -v
         raise
     runs.mark(lake, run_id, "ingest", ids, OUTCOME_OK)
     return bronze

@@ -16,11 +16,14 @@ run's latest mark).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -29,6 +32,8 @@ from amqpscope.jobs.delta_commit import process_owner
 from amqpscope.jobs.errors import CaptureBusy, WriteConflict
 from amqpscope.jobs.lake import Lake
 from amqpscope.schemas.runs import OUTCOME_FAILED_PREFIX, OUTCOME_OK, OUTCOME_RUNNING, RUNS_SCHEMA, STAGES
+
+log = logging.getLogger("amqpscope.runs")
 
 RUNS_TABLE = "runs"
 COMPLETE = "complete"
@@ -74,15 +79,17 @@ class StageRun:
 
 
 def owner_alive(owner: str, started: datetime) -> bool | None:
-    """Whether the process ``owner`` ("pid N on host") still runs; None when it is another host's.
+    """Whether the process ``owner`` ("pid N on host") still runs the run that started at ``started``;
+    None when it is another host's.
 
-    A process id taken again by a process started after the run's ``started`` is the run's no more."""
+    A process id taken again by a process started after ``started`` is the run's no more; nor is
+    this process, asked about a run other than its own (it runs one at a time: that one ended)."""
     found = _OWNER.fullmatch(owner)
     if found is None or found.group(2) != socket.gethostname():
         return None
     pid = int(found.group(1))
     if pid == os.getpid():
-        return True
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -137,8 +144,10 @@ def mark(lake: Lake, run_id: str, stage: str, capture_ids: Sequence[str], outcom
     _checked(stage, outcome)
     if outcome == OUTCOME_OK:
         check_stored(lake, lake.take_written(capture_ids, exclude=(RUNS_TABLE,)))
-    busy = _mark(lake, run_id, stage, sorted(set(capture_ids)), outcome, source_runs, skip_busy=False)
-    assert not busy
+    # A failure is recorded for the captures no other run holds (a run that lost a race to another
+    # leaves the other's rows alone); any other mark of a held capture is refused.
+    _mark(lake, run_id, stage, sorted(set(capture_ids)), outcome, source_runs,
+          skip_busy=outcome.startswith(OUTCOME_FAILED_PREFIX))
 
 
 def claim(lake: Lake, run_id: str, stage: str, capture_ids: Sequence[str]) -> list[tuple[str, str]]:
@@ -168,6 +177,10 @@ def _mark(lake: Lake, run_id: str, stage: str, ids: list[str], outcome: str,
         if busy and not skip_busy:
             raise CaptureBusy(RUNS_TABLE, busy)
         free = [cid for cid in ids if cid not in dict(busy)]
+        if outcome.startswith(OUTCOME_FAILED_PREFIX):
+            # A failure is recorded over this run's own rows only: a capture another run has written
+            # since (a run that lost a race to it) keeps that run's outcome.
+            free = [cid for cid in free if (cid, stage) not in existing or existing[(cid, stage)].run_id == run_id]
         if not free:
             return busy
         rows = [r for (cid, st), r in existing.items() if st != stage and cid in free]
@@ -246,3 +259,21 @@ def _holders(rows: Mapping[tuple[str, str], StageRun], run_id: str, now: datetim
         if who is not None:
             held.setdefault(cid, who)
     return sorted(held.items())
+
+
+@contextmanager
+def verdicts_failing_derive(lake: Lake, run_id: str, capture_ids: Sequence[str], verdicts: Future) -> Iterator[None]:
+    """Around what waits for the verdicts Great Expectations validates on a thread of its own
+    (after derive marked its tables ``ok``): if they failed (a full disk under the Data Docs), the
+    captures' derive is marked failed, so that they are not complete and the next run derives them."""
+    try:
+        yield
+    except Exception:
+        failure = verdicts.exception() if verdicts.done() else None
+        if failure is not None:
+            try:
+                mark(lake, run_id, "derive", capture_ids, failed_outcome(failure))
+            except Exception as unrecorded:  # the lake may be full too: the next run's check decides
+                log.warning("could not record the failed verdicts of %s: %s", ", ".join(capture_ids),
+                            str(unrecorded).splitlines()[0] if str(unrecorded) else type(unrecorded).__name__)
+        raise
