@@ -107,17 +107,23 @@ def staging_is_stale(name: str, modified: float, now: float) -> bool:
     parts = name.rsplit("-", 2)  # host names may hold "-"
     host, pid_text = (parts[0], parts[1]) if len(parts) == 3 else ("", "")
     if host == socket.gethostname() and pid_text.isdigit():
-        pid = int(pid_text)
-        if pid == os.getpid():
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False  # alive, another user's
-        return False
+        return int(pid_text) != os.getpid() and not pid_running(int(pid_text))
     return now - modified > STALE_STAGING_SECONDS
+
+
+def pid_running(pid: int) -> bool:
+    """Whether a process of this host has id ``pid`` (a zombie, ended but not reaped, has not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True  # no /proc: kill's answer stands
 
 
 def spark_unescape(value: str) -> str:

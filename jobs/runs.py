@@ -31,6 +31,7 @@ from amqpscope.jobs.commits import check_stored
 from amqpscope.jobs.delta_commit import process_owner
 from amqpscope.jobs.errors import CaptureBusy, WriteConflict
 from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake_files import pid_running
 from amqpscope.schemas.runs import OUTCOME_FAILED_PREFIX, OUTCOME_OK, OUTCOME_RUNNING, RUNS_SCHEMA, STAGES
 
 log = logging.getLogger("amqpscope.runs")
@@ -88,32 +89,21 @@ def owner_alive(owner: str, started: datetime) -> bool | None:
     if found is None or found.group(2) != socket.gethostname():
         return None
     pid = int(found.group(1))
-    if pid == os.getpid():
+    if pid == os.getpid() or not pid_running(pid):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, another user's
     began = _process_start(pid)
-    if began == "zombie":
-        return False
-    return not (isinstance(began, datetime) and began > started + timedelta(seconds=1))
+    return not (began is not None and began > started + timedelta(seconds=1))
 
 
-def _process_start(pid: int) -> datetime | str | None:
-    """When process ``pid`` started (Linux /proc), "zombie" for one that ended, None when unknown."""
+def _process_start(pid: int) -> datetime | None:
+    """When process ``pid`` started (Linux /proc), None when unknown."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
+            ticks = int(handle.read().rsplit(")", 1)[1].split()[19])  # field 22: clock ticks after boot
         with open("/proc/stat", encoding="ascii") as handle:
             boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
     except (OSError, IndexError, StopIteration, ValueError):
         return None
-    if fields[0] in ("Z", "X"):
-        return "zombie"
-    ticks = int(fields[19])  # field 22 of stat: start time in clock ticks after boot
     return datetime.fromtimestamp(boot + ticks / os.sysconf("SC_CLK_TCK"), timezone.utc)
 
 
