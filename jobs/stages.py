@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,8 +47,16 @@ def one_line(exc: BaseException) -> str:
             text = str(java.getMessage() or java.toString())
         except Exception:  # the JVM may be gone (killed executor, stopped context)
             pass
-    first = printable(next((line.strip() for line in text.splitlines() if line.strip()), ""))
+    lines = [line.strip() for line in _TERMINAL_STYLE.sub("", text).splitlines() if line.strip()]
+    # delta-rs renders its error's causes on the lines after it, each after an arrow: the last one is
+    # what happened ("Generic LocalFileSystem error: ...: No space left on device (os error 28)").
+    causes = [line.lstrip(_CAUSE).strip() for line in lines[1:] if line.startswith(_CAUSE)]
+    first = printable(": ".join(lines[:1] + causes))
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+_TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colours a library put in its message
+_CAUSE = "\u21b3"  # "↳"
 
 
 @dataclass

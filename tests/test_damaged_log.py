@@ -17,7 +17,7 @@ from deltalake import write_deltalake
 from amqpscope.jobs import runs
 from amqpscope.jobs.errors import DamagedLog, StoredRowsMismatch
 from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.stages import StageClock, StageFailed
+from amqpscope.jobs.stages import StageClock, StageFailed, one_line
 from tests.racers import SCHEMA
 
 
@@ -92,3 +92,11 @@ def test_the_rows_a_run_wrote_are_checked_once_and_pass(tmp_path):
     state = runs.stage_runs(lake)
     assert [state[(c, "ingest")].outcome for c in "ab"] == ["ok", "ok"]
     assert state[("a", "ingest")].ended <= datetime.now(timezone.utc)
+
+
+def test_a_delta_rs_error_is_one_line_with_its_causes():
+    # How deltalake 1.6.6 words a commit that a full disk refused: its causes on lines of their own.
+    error = OSError("Generic LocalFileSystem error\n          \x1b[31m\u21b3\x1b[0m Unable to copy data to file\n"
+                    "           \x1b[31m\u21b3\x1b[0m No space left on device (os error 28)\n")
+    assert one_line(error) == ("OSError: Generic LocalFileSystem error: Unable to copy data to file: "
+                               "No space left on device (os error 28)")
