@@ -106,8 +106,8 @@ def _analyze_files(spark: SparkSession, lake: Lake, files: Sequence[CaptureFile]
     try:
         derived = derive(lake, bronze.tables, ids, run_id=run_id, data_docs_dir=config.data_docs_dir,
                          diagnosis_limits=config.diagnosis, replace=superseded, clock=clock, diagnosed=diagnosed)
-        runs.forget(lake, superseded)
         with clock.stage("report"), runs.verdicts_failing_derive(lake, run_id, ids, derived.verdicts.validation):
+            runs.forget(lake, superseded)
             report = write_report(
                 config.report_path_for(run_id),
                 frames=bronze.frames,

@@ -16,7 +16,7 @@ import yaml
 
 from amqpscope.conf.settings import STORAGE_BACKENDS, AnalyzeConfig, load_yaml
 from amqpscope.ingest.pcap import CaptureError
-from amqpscope.jobs.errors import LakeError, printable
+from amqpscope.jobs.errors import LakeError, printable, table_of
 
 
 class ExitCode(IntEnum):
@@ -370,7 +370,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _one_line(exc: BaseException) -> str:
     from amqpscope.jobs.stages import StageFailed, one_line  # imports PySpark: only once a job has run
 
-    return str(exc) if isinstance(exc, (StageFailed, LakeError)) else one_line(exc)
+    if isinstance(exc, (StageFailed, LakeError)):
+        return str(exc)
+    table = table_of(exc)  # a write outside a stage (bookkeeping between stages) names its table too
+    return f"table {table}: {one_line(exc)}" if table else one_line(exc)
 
 
 def version() -> str:

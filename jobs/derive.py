@@ -82,7 +82,8 @@ def derive(
     ids = list(capture_ids)
     replace = sorted({*ids, *replace})
     sources = {cid: r.run_id for (cid, stage), r in runs.stage_runs(lake, ids).items() if stage == "ingest"}
-    runs.mark(lake, run_id, "derive", ids, OUTCOME_RUNNING, sources)
+    with clock.stage("derive"):  # the captures taken (a failure here names the stage and the runs table)
+        runs.mark(lake, run_id, "derive", ids, OUTCOME_RUNNING, sources)
     try:
         frames = bronze["frames"]
         # Every TCP payload byte is in a frame, in the quarantine or missing: checked before any
