@@ -45,6 +45,9 @@ def one_line(exc: BaseException) -> str:
     if java is not None:
         try:
             text = str(java.getMessage() or java.toString())
+            root = _root_cause(java)
+            if root is not None:  # what happened under Spark's wrapping ("No space left on device")
+                text = f"{text.strip().splitlines()[0] if text.strip() else ''} ({root})"
         except Exception:  # the JVM may be gone (killed executor, stopped context)
             pass
     lines = [line.strip() for line in _TERMINAL_STYLE.sub("", text).splitlines() if line.strip()]
@@ -53,6 +56,21 @@ def one_line(exc: BaseException) -> str:
     causes = [line.lstrip(_CAUSE).strip() for line in lines[1:] if line.startswith(_CAUSE)]
     first = printable(": ".join(lines[:1] + causes))
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _root_cause(java: object) -> str | None:
+    """The innermost cause of a JVM exception, "Class: message", when it has one."""
+    root, depth = java, 0
+    while depth < 20:
+        cause = root.getCause()  # type: ignore[attr-defined]
+        if cause is None or cause.equals(root):
+            break
+        root, depth = cause, depth + 1
+    if depth == 0:
+        return None
+    message = str(root.getMessage() or "").strip().splitlines()  # type: ignore[attr-defined]
+    name = str(root.getClass().getSimpleName())  # type: ignore[attr-defined]
+    return f"{name}: {message[0]}" if message else name
 
 
 _TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colours a library put in its message

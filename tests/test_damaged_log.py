@@ -100,3 +100,38 @@ def test_a_delta_rs_error_is_one_line_with_its_causes():
                     "           \x1b[31m\u21b3\x1b[0m No space left on device (os error 28)\n")
     assert one_line(error) == ("OSError: Generic LocalFileSystem error: Unable to copy data to file: "
                                "No space left on device (os error 28)")
+
+
+class _Throwable:
+    """Stands in for py4j's JavaObject of a Throwable with a cause."""
+
+    def __init__(self, name: str, message: str, cause: _Throwable | None = None) -> None:
+        self.name, self.message, self.cause = name, message, cause
+
+    def getMessage(self) -> str:
+        return self.message
+
+    def getCause(self) -> _Throwable | None:
+        return self.cause
+
+    def equals(self, other: object) -> bool:
+        return other is self
+
+    def getClass(self):
+        name = self.name
+
+        class _Class:
+            def getSimpleName(self) -> str:
+                return name
+
+        return _Class()
+
+
+def test_a_spark_write_a_full_disk_refused_is_named_by_its_root_cause():
+    class Py4JJavaError(Exception):
+        java_exception = _Throwable(
+            "SparkException", "[TASK_WRITE_FAILED] Task failed while writing rows to file:/lake/frames/_staging/x.\n\tat ...",
+            _Throwable("TaskFailed", "wrapped", _Throwable("IOException", "No space left on device")))
+
+    assert one_line(Py4JJavaError()) == ("Py4JJavaError: [TASK_WRITE_FAILED] Task failed while writing rows to "
+                                         "file:/lake/frames/_staging/x. (IOException: No space left on device)")
