@@ -161,7 +161,7 @@ def conflicting_commit(path: str, table: str, read_version: int, after: int, upt
         touched = set(_touched_captures(actions, partition))
         if touched & wanted or "?" in touched:
             raise WriteConflict(table, sorted(wanted & touched) or sorted(wanted),
-                                read_version if read_version >= 0 else None, version,
+                                read_version, version,
                                 writer_of(_commit_info(actions)))
 
 

@@ -46,14 +46,19 @@ class WriteConflict(LakeError):
     """Another writer replaced rows of the same captures after this write read the table
     (optimistic concurrency: the first commit wins)."""
 
-    def __init__(self, table: str, capture_ids: Sequence[str], read_version: int | None, version: int,
+    def __init__(self, table: str, capture_ids: Sequence[str], read_version: int | None, version: int | None,
                  other: str) -> None:
+        """``read_version``: the version this write read, negative when there was no table yet, None
+        when unknown here (delta-spark's transactions read their own); ``version``: the winning
+        commit's, None when not known."""
         self.capture_ids = tuple(capture_ids)
         self.version = version
         self.other = other
-        read = f"version {read_version}" if read_version is not None else "no table yet"
-        super().__init__(table, f"capture {short_ids(capture_ids)} was written by {other} (version {version}) "
-                                f"after this run read {read}; not written twice")
+        won = f"{other} (version {version})" if version is not None else other
+        read = ("after this run read the table" if read_version is None
+                else "after this run read no table yet" if read_version < 0
+                else f"after this run read version {read_version}")
+        super().__init__(table, f"capture {short_ids(capture_ids)} was written by {won} {read}; not written twice")
 
 
 class CaptureBusy(LakeError):

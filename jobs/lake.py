@@ -191,8 +191,8 @@ class Lake:
                 if self.exists(table):
                     widens = _checked_schema_change(str(ref), delta_spark.read_table(self.spark, ref).schema, df.schema)
                 else:
-                    delta_spark.create_table(self.spark, ref, documented(table, df.schema), description(table),
-                                                   partition_columns)
+                    _create_delta_spark(self.spark, ref, documented(table, df.schema), description(table),
+                                        partition_columns)
                 _write_delta_spark(df, ref, capture_ids, widens, self.run_id)
             else:
                 self._committed(table, capture_ids, _write_delta_rs(
@@ -386,22 +386,26 @@ def _write_delta_spark(df: DataFrame, ref: TableRef, capture_ids: list[str], mer
 
 
 def _delta_spark_conflict(exc: Exception, table: str, capture_ids: list[str]) -> WriteConflict | None:
-    """Delta's concurrent-modification errors (io.delta.exceptions.Concurrent*Exception) as one
-    WriteConflict line naming the table and, when its message shows it, the run that won."""
-    java = getattr(exc, "java_exception", None)
-    if java is None:
+    """Delta's commit conflicts (``delta_spark.commit_conflict``) as one WriteConflict line naming
+    the table and, when Delta's message shows its ``userMetadata``, the run that won."""
+    conflict = delta_spark.commit_conflict(exc)
+    if conflict is None:
         return None
+    run = conflict.user_metadata(delta_log.RUN_KEY)
+    other = f"run {run}" if run else f"another writer ({conflict.kind})"
+    return WriteConflict(table, capture_ids, None, conflict.version, other)
+
+
+def _create_delta_spark(spark: SparkSession, ref: TableRef, schema: StructType, table_description: str | None,
+                        cluster_by: list[str]) -> None:
+    """``CREATE TABLE IF NOT EXISTS``; when another run creates the table at the same moment, Delta
+    refuses one of the two creations (ProtocolChangedException: two writers of an empty directory),
+    and the refused run writes into the table the other created."""
     try:
-        name, message = str(java.getClass().getName()), str(java.getMessage() or "")
-    except Exception:  # the JVM may be gone
-        return None
-    if not name.startswith("io.delta.exceptions.Concurrent"):
-        return None
-    # Delta puts the winning commit's commitInfo in its message ("Conflicting commit: {...}").
-    found = re.search(re.escape(delta_log.RUN_KEY) + r"=([\w-]+)", message)
-    version = re.search(r'"version":\s*(\d+)', message)
-    other = f"run {found.group(1)}" if found else f"another writer ({name.rsplit('.', 1)[-1]})"
-    return WriteConflict(table, capture_ids, None, int(version.group(1)) if version else -1, other)
+        delta_spark.create_table(spark, ref, schema, table_description, cluster_by)
+    except Exception as exc:
+        if delta_spark.commit_conflict(exc) is None or not delta_spark.table_exists(spark, ref):
+            raise
 
 
 # --- delta-rs backend: Spark writes Parquet, delta-rs commits the log ----------------------------
