@@ -55,7 +55,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-import pyarrow as pa
 import pyspark.sql.functions as F
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction
