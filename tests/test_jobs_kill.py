@@ -91,7 +91,7 @@ def tables(lake: Path, cid: str | None = None) -> dict[str, list[str]]:
     rows as sorted JSON text, without the columns naming the run that wrote them."""
     found = {}
     # A table whose first commit never happened (a killed or refused create) may leave an empty log: no table.
-    for path in sorted(p for p in lake.iterdir() if is_delta_table(p)):
+    for path in sorted(p for p in lake.iterdir() if p.is_dir() and is_delta_table(p)):
         rows = [{k: v for k, v in r.items() if k not in RUN_COLUMNS}
                 for r in read_table(str(path)).to_pylist() if cid is None or r["capture_id"] == cid]
         found[path.name] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
