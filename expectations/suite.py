@@ -44,7 +44,10 @@ from great_expectations.checkpoint import UpdateDataDocsAction  # noqa: E402
 from great_expectations.core.batch_definition import BatchDefinition  # noqa: E402
 from great_expectations.core.run_identifier import RunIdentifier  # noqa: E402
 from great_expectations.data_context import FileDataContext  # noqa: E402
+from great_expectations.data_context.data_context.context_factory import set_context  # noqa: E402
 from great_expectations.data_context.types.base import ProgressBarsConfig  # noqa: E402
+
+from amqpscope.expectations.gx_files import AtomicFileDataContext, configure, repair  # noqa: E402
 
 SUITE_PREFIX = "amqpscope."
 CHECKPOINT_NAME = "amqpscope"
@@ -152,12 +155,27 @@ def build_suite(table: str, rules: Sequence[Rule]) -> gx.ExpectationSuite:
 
 
 def file_context(docs_dir: Path) -> FileDataContext:
-    """A GX file context rooted in `docs_dir` (created or reused), quiet and offline."""
+    """A GX file context rooted in `docs_dir` (created or reused), quiet and offline, whose files are
+    written atomically (``expectations.gx_files``); what an earlier run left damaged is removed
+    first, to be rebuilt by this one."""
     docs_dir.mkdir(parents=True, exist_ok=True)
-    context = gx.get_context(mode="file", project_root_dir=docs_dir)
-    context.variables.analytics_enabled = False
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    context.variables.save()
+    removed = repair(docs_dir / FileDataContext.GX_DIR)
+    context = _open_context(docs_dir)
+    if configure(context):  # a project file of GX's own making: its stores now write atomically
+        context = _open_context(docs_dir)
+    quiet = ProgressBarsConfig(globally=False)
+    if context.variables.analytics_enabled is not False or context.variables.progress_bars != quiet:
+        context.variables.analytics_enabled = False
+        context.variables.progress_bars = quiet
+        context.variables.save()
+    if any(p.suffix == ".html" for p in removed):  # pages of earlier runs: rendered again from the stores
+        context.build_data_docs(site_names=[_DOCS_SITE])
+    return context
+
+
+def _open_context(docs_dir: Path) -> FileDataContext:
+    context = AtomicFileDataContext(project_root_dir=docs_dir)
+    set_context(context)  # as gx.get_context does: validations and checkpoints find their stores through it
     return context
 
 

@@ -12,7 +12,7 @@ from typing import Any, Final, Iterator, Sequence
 
 from amqpscope.ingest import amqp10, amqp091
 from amqpscope.ingest.messages import StreamDecoder, stream_decoder
-from amqpscope.ingest.framing import FrameFormat, FrameSplitter, RawFrame
+from amqpscope.ingest.framing import FrameError, FrameFormat, FrameSplitter, RawFrame
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_FIN, TCP_RST, TCP_SYN, TCP_ACK, Segment, parse_tcp
 from amqpscope.ingest.pcap import Damage, read_container, read_records, scan
 from amqpscope.ingest.quarantine import capture_status, damage_row, quarantine_row, unframed_row
@@ -35,6 +35,15 @@ _FORMATS: Final[dict[str, FrameFormat]] = {amqp091.PROTOCOL: amqp091.Amqp091Form
 _DETECT_BYTES: Final = 64
 _GAP: Final = "capture gap: bytes missing from the capture"
 _NOT_AMQP: Final = ("connection.not_amqp", "not decoded: not AMQP")
+# A connection picked up mid-stream on an AMQP port (no SYN captured) may start inside a frame as
+# long as RabbitMQ's frame_max (131072 by default): up to this many bytes of each direction are
+# searched for frames back to back before it is taken for something else.
+_INFER_BYTES: Final = 1 << 18
+# Held undecided at most this many bytes a direction (the search then decides on what it has).
+_INFER_HOLD: Final = 4 * _INFER_BYTES
+# The bytes of such a direction before its first frame (the rest of a frame the capture cut).
+_MID_STREAM_START: Final = FrameError("capture started inside a frame (connection picked up mid-stream)", 0,
+                                      "framing.mid_stream_start")
 
 Row = dict[str, Any]
 Rows = list[tuple[str, Row]]
@@ -72,6 +81,7 @@ class _Connection:
     syn_scale: dict[str, int | None] = field(default_factory=dict)
     held_segments: list[Row] = field(default_factory=list)  # tcp_segments rows before the protocol is known
     tls: TlsStage | None = None  # a TLS connection's records, between reassembly and framing
+    infer_at: int = _DETECT_BYTES  # held bytes at which a mid-stream search for frames runs next
 
 
 class CaptureDecoder:
@@ -230,12 +240,19 @@ class CaptureDecoder:
             self._start_tls(conn, rows)
             return
         protocol = None
+        starts: dict[str, int] = {}  # mid-stream: where each direction's first frame starts in its held bytes
         if c2s.held and c2s.held[0].offset == 0 and head.startswith(b"AMQP"):
             if len(head) < 8 and not final:
                 return
             protocol, name = _HEADER_PROTOCOLS.get(head[:8], (None, None))
             if name == "tls":
                 protocol = None  # AMQP over TLS: the header is clear, the rest is ciphertext
+        elif conn.server[1] in self.ports and not conn.syn_scale:  # no handshake captured: mid-stream
+            found = self._infer_mid_stream(conn, final)
+            if found is None:
+                return  # undecided: more bytes are needed
+            protocol, starts = found
+            conn.protocol_inferred = protocol is not None
         elif len(head) >= _DETECT_BYTES or final or (direction == S2C and not c2s.held):
             protocol = self._infer(conn)
             conn.protocol_inferred = protocol is not None
@@ -252,13 +269,28 @@ class CaptureDecoder:
         conn.protocol = protocol
         held_segments, conn.held_segments = conn.held_segments, []
         rows.extend(("tcp_segments", row) for row in held_segments)
+        waiting: dict[str, list[Event]] = {}
         for d, side in conn.directions.items():
             held, side.held, side.held_bytes = side.held, [], 0
-            for event in held:
-                if isinstance(event, Gap):
-                    self._gap(conn, d, side, event, rows)
-                else:
-                    self._split(conn, d, side, event, rows)
+            if conn.protocol_inferred and held and side.splitter is None:
+                held = self._frames_start(conn, d, side, held, starts.get(d), rows)
+            waiting[d] = held
+        # Both directions' bytes in capture order, as if the protocol had been known from the start
+        # (a connection's frames are numbered, frame_index, in the order their packets came); each
+        # direction's own events in their stream order.
+        c2s_events, s2c_events = waiting[C2S], waiting[S2C]
+        i = j = 0
+        while i < len(c2s_events) or j < len(s2c_events):
+            if j >= len(s2c_events) or (i < len(c2s_events)
+                                        and c2s_events[i].packet_number <= s2c_events[j].packet_number):
+                d, event, i = C2S, c2s_events[i], i + 1
+            else:
+                d, event, j = S2C, s2c_events[j], j + 1
+            side = conn.directions[d]
+            if isinstance(event, Gap):
+                self._gap(conn, d, side, event, rows)
+            else:
+                self._split(conn, d, side, event, rows)
 
     def _infer(self, conn: _Connection) -> str | None:
         """Mid-stream pickup: the version whose frame shapes fit the bytes seen."""
@@ -338,6 +370,59 @@ class CaptureDecoder:
         row["protocol"] = conn.protocol or "tls"
         row.update(tls.columns())
         yield "connections", row
+
+    def _infer_mid_stream(self, conn: _Connection, final: bool) -> tuple[str | None, dict[str, int]] | None:
+        """A connection picked up mid-stream: the version whose frames run back to back from some
+        offset in one direction's held bytes (``_frames_from``), and that offset per direction where
+        found; (None, {}) when the bytes are not AMQP; None while undecided (the search runs again
+        once half as many bytes again are held, so its cost stays linear)."""
+        held = sum(side.held_bytes for side in conn.directions.values())
+        final = final or any(side.held_bytes >= _INFER_HOLD for side in conn.directions.values())
+        if held < conn.infer_at and not final:
+            return None
+        conn.infer_at = held + held // 2
+        found: dict[str, tuple[str, int]] = {}
+        settled = True  # every direction with bytes has as many as the search looks at
+        for d, side in conn.directions.items():
+            head, cut = _held_head(side, _INFER_BYTES)
+            complete = final or cut or len(head) >= _INFER_BYTES
+            settled = settled and (complete or not head)
+            start = _frames_from(memoryview(head), complete)
+            if start is not None:
+                found[d] = start
+        if not found:
+            return (None, {}) if final or settled else None
+        protocol = (found.get(C2S) or found[S2C])[0]
+        return protocol, {d: offset for d, (p, offset) in found.items() if p == protocol}
+
+    def _frames_start(self, conn: _Connection, direction: str, side: _Direction, held: list[Event],
+                      start: int | None, rows: Rows) -> list[Event]:
+        """A mid-stream direction's splitter, started at its first frame: the bytes before it (the
+        rest of a frame the capture cut) are quarantined. Where no frame was found yet, the splitter
+        starts resynchronising, as after bytes it cannot frame. Returns the held events left to split."""
+        first = held[0]
+        fmt = _FORMATS[conn.protocol or ""]
+        if start is None:
+            side.splitter = FrameSplitter(fmt, start_offset=first.offset, unframed=_MID_STREAM_START)
+            side.decoder = stream_decoder(conn.protocol or "")
+            return held
+        side.splitter = FrameSplitter(fmt, start_offset=first.offset + start)
+        side.decoder = stream_decoder(conn.protocol or "")
+        if start == 0:
+            return held
+        rows.append(("quarantine", unframed_row(self.capture_id, conn.connection_id, direction,
+                                                _MID_STREAM_START.unframed(first.offset, start, first.packet_number))))
+        left, skip = [], start
+        for event in held:
+            if skip and isinstance(event, Data):
+                if len(event.payload) <= skip:
+                    skip -= len(event.payload)
+                    continue
+                event = Data(event.offset + skip, event.payload[skip:], event.packet_number, event.ts_us)
+                skip = 0
+            left.append(event)
+        return left
+
 
     def _split(self, conn: _Connection, direction: str, side: _Direction, event: Data, rows: Rows,
                record: int | None = None) -> None:
@@ -530,6 +615,7 @@ class CaptureDecoder:
             "last_ts": self.last_ts,
             "link_types": ",".join(sorted(LINK_TYPE_NAMES.get(t, str(t)) for t in self.link_types)),
             "status": status,
+            "tcp_connections": len(self._seen_ids),  # pairs of endpoints, as the Spark ingest counts them
         }
 
 
@@ -572,6 +658,37 @@ def _chain_plausible(fmt: FrameFormat, head: memoryview) -> bool:
     if length is None or length >= len(head):
         return True
     return bool(fmt.plausible(head, length))  # None: too few bytes to tell
+
+
+def _frames_from(head: memoryview, complete: bool) -> tuple[str, int] | None:
+    """The first offset of ``head`` from which frames of one AMQP version run back to back, and the
+    version: three frames, or two whose successor's evidence is not all held yet; with ``complete``
+    (no more bytes will come), also a last frame that ends exactly at the end of the bytes."""
+    for offset in range(max(0, len(head) - 7)):
+        for protocol, fmt in _FORMATS.items():
+            frames, ran_out, pos = 0, False, offset
+            while frames < 3:
+                verdict = fmt.plausible(head, pos)
+                if verdict is None:
+                    ran_out = True
+                    break
+                if not verdict:
+                    break
+                try:
+                    length = fmt.frame_length(head, pos)
+                except ValueError:
+                    break
+                if length is None:
+                    ran_out = True
+                    break
+                frames += 1
+                pos += length
+                if pos >= len(head):
+                    ran_out = pos > len(head) or not complete
+                    break
+            if frames >= 3 or (frames >= 2 and ran_out) or (complete and frames >= 1 and pos == len(head)):
+                return protocol, offset
+    return None
 
 
 def _not_amqp_reason(head: bytes) -> tuple[str, str]:

@@ -98,7 +98,9 @@ def protocol_header_at(buf: bytes | memoryview, pos: int) -> bool:
 class FrameSplitter:
     """Incremental splitter for one direction of one connection."""
 
-    def __init__(self, fmt: FrameFormat, start_offset: int = 0) -> None:
+    def __init__(self, fmt: FrameFormat, start_offset: int = 0, unframed: FrameError | None = None) -> None:
+        """``unframed``: the stream starts with bytes that may not be a frame (a capture started
+        inside one), for this reason: the splitter starts by looking for a frame boundary."""
         self.fmt = fmt
         self._buf = bytearray()
         self._base = start_offset  # stream offset of self._buf[0]
@@ -108,7 +110,7 @@ class FrameSplitter:
         # While self._buf starts with bytes that cannot be framed: why, and the next position (in
         # self._buf) to look at for a frame boundary. Every byte is looked at once, however many
         # packets the unframeable run spans: resynchronisation is linear in the bytes scanned.
-        self._unframeable: FrameError | None = None
+        self._unframeable: FrameError | None = unframed
         self._scan = 0
 
     @property
@@ -144,7 +146,8 @@ class FrameSplitter:
             if skipped is None:
                 self._unframeable = reason
                 return out
-            out.append(reason.unframed(base, skipped, packet_number))
+            if skipped:
+                out.append(reason.unframed(base, skipped, packet_number))
             pos = skipped
         while pos < end:
             # Runs of complete, well-formed frames (nearly all the bytes) in the version's own loop;

@@ -59,6 +59,8 @@ REASONS: Final[dict[str, str]] = {
     # The frame splitter (``ingest.framing``), either version.
     "framing.incomplete_frame": "the stream ends inside a frame (a capture that stops mid-frame; error_length: "
                                 "the bytes of it seen)",
+    "framing.mid_stream_start": "bytes before the first frame of a direction the capture picked up mid-stream "
+                                "(no SYN captured): the rest of a frame it started inside",
     "framing.cut_by_gap": "a frame cut short by a capture gap: its bytes before the gap cannot complete it "
                           "(error_length)",
     "amqp091.frame.unknown_type": "bytes that cannot start a 0-9-1 frame: the type octet is none of method, "

@@ -24,11 +24,12 @@ from amqpscope.jobs.derive import DERIVED_TABLES, GOLD_TABLES, MESSAGE_TABLES, V
 from amqpscope.jobs.ingest import CaptureFile, resolve_captures, superseded_captures
 from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.landing import ingest_files
-from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable
+from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable, without_packets
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.report import write_report
 from amqpscope.jobs.session import sized_for
 from amqpscope.jobs.stages import StageClock, job_session
+from amqpscope.pipelines.diagnosis import no_packets_diagnosis
 from amqpscope.pipelines.flow_state import FLOW_TABLES
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.report import CHART_SERIES_SCHEMA
@@ -43,7 +44,7 @@ __all__ = ["AnalyzeResult", "FLOW_TABLES", "GOLD_TABLES", "MESSAGE_TABLES", "VER
 @dataclass
 class AnalyzeResult:
     capture_ids: tuple[str, ...]
-    report: Path
+    report: Path | None  # None: nothing to report (every capture without a packet)
     data_docs_index: Path | None
     row_counts: dict[str, int]
     stage_seconds: dict[str, float] = field(default_factory=dict)
@@ -75,7 +76,7 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
     their diagnoses as soon as they are known."""
     run_id = run_id or runs.new_run_id()
     clock = StageClock({} if timings is None else timings, progress)
-    lake = Lake.of(spark, config)
+    lake = Lake.of(spark, config, run_id=run_id)
     lake.remove_stale_staging()
     # Captures stored before under other ids that share a file with these (a rotation analysed
     # part by part): every table drops their rows as it takes these captures' rows.
@@ -105,8 +106,8 @@ def _analyze_files(spark: SparkSession, lake: Lake, files: Sequence[CaptureFile]
     try:
         derived = derive(lake, bronze.tables, ids, run_id=run_id, data_docs_dir=config.data_docs_dir,
                          diagnosis_limits=config.diagnosis, replace=superseded, clock=clock, diagnosed=diagnosed)
-        runs.forget(lake, superseded)
-        with clock.stage("report"):
+        with clock.stage("report"), runs.verdicts_failing_derive(lake, run_id, ids, derived.verdicts.validation):
+            runs.forget(lake, superseded)
             report = write_report(
                 config.report_path_for(run_id),
                 frames=bronze.frames,
@@ -146,11 +147,13 @@ def main(captures: Sequence[str], config: AnalyzeConfig, progress: str = "auto")
     """Entry point: check the files and the lake, start Spark, analyze (showing progress per
     ``progress``: auto, always, never), stop Spark. Each capture's diagnosis headline is printed on
     stderr as soon as it is known (``timings["answer"]``: seconds from the start until then)."""
+    start = time.perf_counter()
     check_capture_arguments(captures)  # before Spark: a wrong argument fails in a second
     files = resolve_captures(captures, config.group_rotated, say=_say)
     check_lake_writable(config.lake)
     timings: dict[str, float] = {}
-    start = time.perf_counter()
+    if len(without_packets([c.parts for c in files])) == len(files):
+        return _no_packets(files, timings, start)
     with job_session(config, "amqpscope-analyze", preload_modules=(VERDICTS_MODULE,)) as spark:
         timings["spark_start"] = time.perf_counter() - start
         with Progress(spark, mode=progress) as reporter:
@@ -162,3 +165,13 @@ def main(captures: Sequence[str], config: AnalyzeConfig, progress: str = "auto")
             result = analyze_files(spark, files, config, timings, reporter, answered=answered)
     timings["total"] = time.perf_counter() - start
     return result
+
+
+def _no_packets(files: Sequence[CaptureFile], timings: dict[str, float], start: float) -> AnalyzeResult:
+    """The answer for captures that hold no packet, without Spark and without writing to the lake:
+    diagnosis ``no_amqp`` (there is nothing to judge), printed on stderr as analyze prints its answers."""
+    answers = tuple(no_packets_diagnosis(c.capture_id) for c in files)
+    for answer in answers:
+        print(f"{str(answer['capture_id'])[:12]}: {answer['headline']}", file=sys.stderr, flush=True)
+    timings["answer"] = timings["total"] = time.perf_counter() - start
+    return AnalyzeResult(tuple(c.capture_id for c in files), None, None, {}, timings, True, runs.new_run_id(), answers)

@@ -16,6 +16,7 @@ import yaml
 
 from amqpscope.conf.settings import STORAGE_BACKENDS, AnalyzeConfig, load_yaml
 from amqpscope.ingest.pcap import CaptureError
+from amqpscope.jobs.errors import LakeError, printable, table_of
 
 
 class ExitCode(IntEnum):
@@ -150,7 +151,7 @@ def _run_analyze(args: argparse.Namespace) -> ExitCode:
         "lake": str(config.lake),
         "tables": result.row_counts,
         "suites_passed": result.suites_passed,
-        "report": str(result.report),
+        "report": str(result.report) if result.report is not None else None,
         "data_docs": str(result.data_docs_index) if result.data_docs_index else None,
         "seconds": {k: round(v, 2) for k, v in result.stage_seconds.items()},
     }, indent=2))
@@ -178,7 +179,8 @@ def _run_ingest(args: argparse.Namespace) -> ExitCode:
 
     result = entry.ingest(args.landing, _config(args), args.progress)
     print(json.dumps({"ingested": list(result.ingested), "skipped": list(result.skipped),
-                      "failed": [{"file": f, "reason": r} for f, r in result.failed]}, indent=2))
+                      "failed": [{"file": f, "reason": r} for f, r in result.failed],
+                      "busy": [{"capture_id": c, "run": r} for c, r in result.busy]}, indent=2))
     return ExitCode.OK
 
 
@@ -205,7 +207,8 @@ def _run_derive(args: argparse.Namespace) -> ExitCode:
 
     result = entry.derive(_config(args), args.capture_ids, args.progress)
     print(json.dumps({"derived": list(result.derived), "removed": list(result.removed),
-                      "up_to_date": list(result.up_to_date), "suites_passed": result.suites_passed}, indent=2))
+                      "up_to_date": list(result.up_to_date), "suites_passed": result.suites_passed,
+                      "busy": [{"capture_id": c, "run": r} for c, r in result.busy]}, indent=2))
     return ExitCode.OK
 
 
@@ -270,7 +273,9 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
         "bottlenecks tables without starting Spark; others (not in the lake, or left incomplete by a killed or "
         "failed run) are analysed first (into --lake, or a temporary lake without it). TLS connections are "
         "decrypted with --tls-keylog; without it they are named in the headline as encrypted, and when nothing "
-        "else could be judged the bottleneck is \"encrypted\" and the exit status 4.",
+        "else could be judged the bottleneck is \"encrypted\". A capture in which no AMQP connection was decoded "
+        "gets no verdict: \"No AMQP traffic found\" with what it holds instead (bottleneck no_amqp; a capture "
+        "without packets is answered before Spark starts). The exit status is 4 when no capture could be judged.",
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
     p.add_argument("--lake", help="lake to answer from and analyse into (default: a temporary lake)")
@@ -353,9 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         if isinstance(exc, UsageError):
             args.parser.print_usage(sys.stderr)
-            print(f"amqpscope {args.command}: error: {exc}", file=sys.stderr)
+            print(f"amqpscope {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         elif code == ExitCode.USAGE:
-            print(f"amqpscope {args.command}: error: {exc}", file=sys.stderr)
+            print(f"amqpscope {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         else:  # a stage failed (StageFailed), a Py4J / JVM error: one line, the trace with -v
             print(f"amqpscope {args.command}: error: {_one_line(exc)}"
                   + ("" if args.verbose else " (run with -v for the full trace)"), file=sys.stderr)
@@ -365,7 +370,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _one_line(exc: BaseException) -> str:
     from amqpscope.jobs.stages import StageFailed, one_line  # imports PySpark: only once a job has run
 
-    return str(exc) if isinstance(exc, StageFailed) else one_line(exc)
+    if isinstance(exc, (StageFailed, LakeError)):
+        return str(exc)
+    table = table_of(exc)  # a write outside a stage (bookkeeping between stages) names its table too
+    return f"table {table}: {one_line(exc)}" if table else one_line(exc)
 
 
 def version() -> str:

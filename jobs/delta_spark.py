@@ -17,10 +17,15 @@ Delta's jars (tests/test_delta_spark.py parses the statements with Spark's own S
   rows (Delta checks that every row written matches the predicate);
 - maintenance (``amqpscope maintain``): OPTIMIZE, VACUUM, and the comments and description of a
   table brought up to those of ``schemas/`` (a table created before a comment was written).
+
+Overlapping runs rely on Delta's own optimistic concurrency: each commit carries the run that made it
+(``userMetadata``), and the conflicts Delta raises (``commit_conflict``) become the lake's one-line
+``WriteConflict`` naming the run that won (``jobs.lake``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,6 +33,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 CAPTURE_ID = "capture_id"
+# Delta's commit conflicts (io.delta.exceptions, all DeltaConcurrentModificationException): another
+# transaction committed, since this one read the table, what this one's commit contradicts. delta-spark's
+# Python package raises them as classes of the same names (delta.exceptions); without it PySpark
+# raises the Py4JJavaError that holds the Java exception.
+DELTA_CONFLICTS = frozenset({
+    "DeltaConcurrentModificationException", "ConcurrentWriteException", "MetadataChangedException",
+    "ProtocolChangedException", "ConcurrentAppendException", "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
+})
+# Delta's message of a conflict ends "Conflicting commit: {...}", the winning commit's commitInfo as JSON.
+_CONFLICTING_VERSION = re.compile(r'"version"\s*:\s*(\d+)')
 
 
 @dataclass(frozen=True)
@@ -88,12 +104,15 @@ def replace_where(capture_ids: Sequence[str]) -> str:
     return f"{quoted(CAPTURE_ID)} IN ({', '.join(sql_string(i) for i in capture_ids)})"
 
 
-def write_options(capture_ids: Sequence[str], merge_schema: bool) -> dict[str, str]:
+def write_options(capture_ids: Sequence[str], merge_schema: bool, user_metadata: str | None = None) -> dict[str, str]:
     """The Delta writer's options of a write replacing ``capture_ids``' rows; ``merge_schema``
-    when the rows add columns at the table's end (checked by the caller)."""
+    when the rows add columns at the table's end (checked by the caller); ``user_metadata`` for the
+    commit's commitInfo (the run that wrote it: a run its write conflicts with can name it)."""
     options = {"replaceWhere": replace_where(capture_ids)}
     if merge_schema:
         options["mergeSchema"] = "true"
+    if user_metadata:
+        options["userMetadata"] = user_metadata
     return options
 
 
@@ -117,13 +136,50 @@ def create_table(spark: SparkSession, ref: TableRef, schema: StructType, descrip
     spark.sql(create_table_sql(ref, schema, description, cluster_by))
 
 
-def write_rows(df: DataFrame, ref: TableRef, capture_ids: Sequence[str], merge_schema: bool) -> None:
+def write_rows(df: DataFrame, ref: TableRef, capture_ids: Sequence[str], merge_schema: bool,
+               user_metadata: str | None = None) -> None:
     """Replace the rows of ``capture_ids`` in ``ref`` (an existing table) by ``df``'s, in one commit."""
-    writer = df.write.format("delta").mode("overwrite").options(**write_options(capture_ids, merge_schema))
+    writer = df.write.format("delta").mode("overwrite").options(
+        **write_options(capture_ids, merge_schema, user_metadata))
     if ref.name is not None:
         writer.saveAsTable(ref.name)
     else:
         writer.save(str(ref.path))
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A commit Delta refused because another transaction committed first."""
+
+    kind: str  # the exception's class name: ConcurrentAppendException, ...
+    message: str  # Delta's, with the winning commit's commitInfo
+    version: int | None  # the winning commit's version, when the message shows it
+
+    def user_metadata(self, key: str) -> str | None:
+        """The value the winning commit's ``userMetadata`` gave ``key`` (``key=value``), if shown."""
+        found = re.search(re.escape(key) + r"=([\w.-]+)", self.message)
+        return found.group(1) if found else None
+
+
+def commit_conflict(exc: BaseException) -> Conflict | None:
+    """``exc`` as one of Delta's commit conflicts (``DELTA_CONFLICTS``), as PySpark raises them, else None."""
+    for cls in type(exc).__mro__:
+        if cls.__name__ in DELTA_CONFLICTS and cls.__module__.split(".")[0] == "delta":
+            return _conflict(cls.__name__, str(exc))
+    java = getattr(exc, "java_exception", None)  # py4j's Py4JJavaError
+    if java is None:
+        return None
+    try:
+        name, message = str(java.getClass().getName()), str(java.getMessage() or "")
+    except Exception:  # the JVM may be gone: not something to tell apart
+        return None
+    package, _, kind = name.rpartition(".")
+    return _conflict(kind, message) if package == "io.delta.exceptions" and kind in DELTA_CONFLICTS else None
+
+
+def _conflict(kind: str, message: str) -> Conflict:
+    version = _CONFLICTING_VERSION.search(message)
+    return Conflict(kind, message, int(version.group(1)) if version else None)
 
 
 def optimize_sql(ref: TableRef) -> str:

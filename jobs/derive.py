@@ -22,7 +22,7 @@ from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
 from amqpscope.jobs.lake import Lake, lake_capture_filter
-from amqpscope.jobs.stages import StageClock, stored
+from amqpscope.jobs.stages import StageClock, one_line, stored
 from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
 from amqpscope.pipelines.bottlenecks import bottleneck_findings
 from amqpscope.pipelines.chart_series import chart_series
@@ -82,7 +82,8 @@ def derive(
     ids = list(capture_ids)
     replace = sorted({*ids, *replace})
     sources = {cid: r.run_id for (cid, stage), r in runs.stage_runs(lake, ids).items() if stage == "ingest"}
-    runs.mark(lake, run_id, "derive", ids, OUTCOME_RUNNING, sources)
+    with clock.stage("derive"):  # the captures taken (a failure here names the stage and the runs table)
+        runs.mark(lake, run_id, "derive", ids, OUTCOME_RUNNING, sources)
     try:
         frames = bronze["frames"]
         # Every TCP payload byte is in a frame, in the quarantine or missing: checked before any
@@ -157,8 +158,9 @@ def derive(
 def _mark_failed(lake: Lake, run_id: str, ids: Sequence[str], exc: Exception) -> None:
     try:
         runs.mark(lake, run_id, "derive", ids, runs.failed_outcome(exc))
-    except Exception:  # the lake itself may be what failed: the row stays "running", still incomplete
-        log.warning("could not record the failed derive of %s", ", ".join(ids), exc_info=True)
+    except Exception as unrecorded:  # the lake itself may be what failed: the row stays "running", still incomplete
+        log.warning("could not record the failed derive of %s: %s", ", ".join(ids), one_line(unrecorded))
+        log.info("the failure to record it:", exc_info=True)  # the trace with -v
 
 
 def bronze_tables(lake: Lake, capture_ids: Sequence[str]) -> dict[str, DataFrame]:
@@ -173,32 +175,39 @@ class DeriveResult:
     removed: tuple[str, ...]  # captures no longer in the bronze tables whose derived rows went
     up_to_date: tuple[str, ...]  # already derived from their latest ingest
     suites_passed: bool
+    busy: tuple[tuple[str, str], ...] = ()  # (capture id, the live run writing it): left to that run
 
 
 def derive_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequence[str] | None = None,
                 *, run_id: str | None = None, clock: StageClock | None = None) -> DeriveResult:
     """Derive every capture of the lake whose bronze rows are newer than its derived rows (or the
     given ``capture_ids``, again); remove the derived rows of captures gone from the bronze tables."""
-    lake = Lake.of(spark, config)
     run_id = run_id or runs.new_run_id()
+    lake = Lake.of(spark, config, run_id=run_id)
     in_bronze = ingested_captures(lake)
     if capture_ids is not None:
         unknown = sorted(set(capture_ids) - set(in_bronze))
         if unknown:
             raise ValueError(f"not in the lake's captures table (or unreadable): {', '.join(unknown)}")
         todo = sorted(set(capture_ids))
+        busy: list[tuple[str, str]] = []
     else:
         todo = runs.pending_derive(lake, in_bronze)
+        busy = runs.busy(lake, run_id, todo)  # being written by a live run, which derives them itself
+        for cid, holder in busy:
+            log.warning("capture %s not derived: %s", cid[:12], holder)
+        todo = [cid for cid in todo if cid not in dict(busy)]
     orphans = sorted(_derived_capture_ids(lake) - set(in_bronze) - set(todo))
     suites_passed = True
     if todo or orphans:
         log.info("deriving %d capture(s)%s", len(todo), f", removing {len(orphans)} gone" if orphans else "")
         derived = derive(lake, bronze_tables(lake, todo), todo, run_id=run_id, data_docs_dir=config.data_docs_dir,
                          diagnosis_limits=config.diagnosis, replace=orphans, clock=clock)
-        suites_passed = derived.verdicts.result().success
+        with runs.verdicts_failing_derive(lake, run_id, todo, derived.verdicts.validation):
+            suites_passed = derived.verdicts.result().success
         runs.forget(lake, orphans)
-    done = tuple(sorted(set(in_bronze) - set(todo)))
-    return DeriveResult(tuple(todo), tuple(orphans), done, suites_passed)
+    done = tuple(sorted(set(in_bronze) - set(todo) - set(dict(busy))))
+    return DeriveResult(tuple(todo), tuple(orphans), done, suites_passed, tuple(busy))
 
 
 def ingested_captures(lake: Lake) -> list[str]:

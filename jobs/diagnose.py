@@ -19,18 +19,13 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.rotation import resolve_parts
 from amqpscope.jobs.cli import ExitCode
 from amqpscope.jobs.lake_read import read_rows
-from amqpscope.jobs.preflight import check_capture_arguments
+from amqpscope.jobs.preflight import check_capture_arguments, without_packets
 
 _MAX_FINDINGS_SHOWN = 10
 # diagnosis.bottleneck when a capture gave nothing to judge (no AMQP decoded; or every AMQP-port
 # connection encrypted and not decoded): ``diagnose`` exits ExitCode.NOTHING_TO_JUDGE (4) when no
 # capture could be judged.
 NOTHING_TO_JUDGE = ("no_amqp", "encrypted")
-
-
-def capture_ids(captures: Sequence[str | Path], group_rotated: bool = True) -> list[tuple[str, str]]:
-    """(capture id, first file) of each capture, as analyze would name them; reads only the files."""
-    return [(parts[0].content_hash, str(parts[0].path)) for parts in resolve_parts(captures, group_rotated).captures]
 
 
 def _read_capture_rows(lake: Path, table: str, ids: Sequence[str]) -> list[dict[str, Any]]:
@@ -63,8 +58,13 @@ def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: st
     captures not in the lake yet (a temporary lake when ``config`` is None, TLS decrypted with
     ``tls_keylog`` there)."""
     check_capture_arguments(captures)  # a directory, a missing file: said before anything is read
-    known = capture_ids(captures, config.group_rotated if config else True)
+    captured = resolve_parts(captures, config.group_rotated if config else True).captures  # as analyze names them
+    known = [(parts[0].content_hash, str(parts[0].path)) for parts in captured]
     ids = [capture_id for capture_id, _ in known]
+    if len(without_packets(captured)) == len(captured):  # nothing to judge: answered without Spark's modules
+        from amqpscope.pipelines.diagnosis import no_packets_diagnosis
+
+        return [{"file": file, **no_packets_diagnosis(capture_id), "findings": []} for capture_id, file in known]
     with tempfile.TemporaryDirectory(prefix="amqpscope-diagnose-") as scratch:
         if config is None:
             config = AnalyzeConfig(lake=Path(scratch) / "lake", report=Path(scratch) / "report.html",
@@ -75,8 +75,10 @@ def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: st
         if answers is None:
             from amqpscope.jobs import analyze  # Spark is imported only when a capture must be analysed
 
-            analyze.main(captures, config, progress)
+            result = analyze.main(captures, config, progress)
             answers = stored_answers(config.lake, ids)
+            if answers is None and result.report is None:  # no packet in any: answered without the lake
+                answers = list(result.diagnoses), []
             if answers is None:
                 raise RuntimeError(f"analyze wrote no diagnosis for every capture into {config.lake}")
     diagnoses, findings = answers

@@ -430,13 +430,20 @@ def _captures_table(spark: SparkSession, captures: Sequence[CaptureFile], packet
         "parts array<struct<file_name: string, file_size: long, content_hash: string>>",
     )  # fmt: skip
     names = F.create_map(*[x for code, name in LINK_TYPE_NAMES.items() for x in (F.lit(code), F.lit(name))])
-    stats = packets.groupBy("capture_id").agg(
+    # Per connection first (its key is null for a packet of no TCP connection), then per capture: the
+    # connections are counted without a distinct aggregate of their own.
+    by_flow = packets.groupBy("capture_id", "flow").agg(
         F.count(F.lit(1)).alias("packets"),
-        F.timestamp_micros(F.min("ts_us")).alias("first_ts"),
-        F.timestamp_micros(F.max("ts_us")).alias("last_ts"),
-        F.array_join(
-            F.array_sort(F.collect_set(F.coalesce(names[F.col("linktype")], F.col("linktype").cast("string")))), ","
-        ).alias("link_types"),
+        F.min("ts_us").alias("first_us"),
+        F.max("ts_us").alias("last_us"),
+        F.collect_set("linktype").alias("linktypes"),
+    )
+    stats = by_flow.groupBy("capture_id").agg(
+        F.sum("packets").alias("packets"),
+        F.timestamp_micros(F.min("first_us")).alias("first_ts"),
+        F.timestamp_micros(F.max("last_us")).alias("last_ts"),
+        F.array_sort(F.array_distinct(F.flatten(F.collect_list("linktypes")))).alias("linktypes"),
+        F.count("flow").alias("tcp_connections"),
     )
     # A capture's damage in file order: its parts' ranges in order, and by offset within a range.
     in_file_order = F.array_sort(F.collect_list(F.struct("range_index", "offset", "error")))
@@ -444,7 +451,9 @@ def _captures_table(spark: SparkSession, captures: Sequence[CaptureFile], packet
     joined = (
         files.join(stats, on="capture_id", how="left")
         .join(damaged, on="capture_id", how="left")
-        .fillna(0, subset=["packets"])
+        .fillna(0, subset=["packets", "tcp_connections"])
+        .withColumn("link_types", F.array_join(F.array_sort(F.transform(
+            "linktypes", lambda t: F.coalesce(names[t], t.cast("string")))), ","))
         .withColumn("status", _capture_status("damage"))
     )
     return joined.select(*[F.col(f.name).cast(f.dataType) for f in BRONZE_SCHEMAS["captures"].fields])

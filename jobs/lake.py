@@ -24,12 +24,21 @@ amqpscope adding a column to a table): the commit then widens the table's schema
 earlier writes read the new columns as null, as Delta's schema evolution has it. Anything else
 (a column dropped, renamed, retyped or moved) is refused before any file is written.
 
-Concurrency: each write is a single Delta commit, so readers see all of it or none of it.
-Concurrent writers are left to each engine's conflict detection: delta-spark's optimistic
-concurrency, and delta-rs's commit (which fails or retries on a conflicting version; two
-writers creating the same table at once can make one of them fail). There is no lock, and
-vacuum with a zero retention period may delete a delta-rs write's files between their move
-and their commit.
+Concurrency: each write is a single Delta commit, so readers see all of it or none of it, and
+each commit names the version it read (optimistic concurrency). With delta-rs, the version read is
+the snapshot opened before Spark writes the files; a commit made since then that replaced rows of
+the same captures wins, and this write fails naming the table and the other run
+(``jobs.delta_commit``: delta-rs alone would keep both runs' rows of a capture new to the table);
+commits of other captures, or the table created meanwhile by another run, are harmless and the
+commit is tried again on the newer version. delta-spark's ``replaceWhere`` has Delta's own
+conflict detection. There is no lock (the runs table's leases keep two live runs off one capture,
+``jobs.runs``), and vacuum with a zero retention period may delete a delta-rs write's files
+between their move and their commit.
+
+Damage: a commit file of the log that is empty or does not parse is reported naming the table and
+the version (``jobs.delta_log``), never read as a commit of nothing. ``written`` keeps, per table and
+capture, the rows this Lake's writes committed, for checking the lake against them after a run
+(``jobs.commits.check_stored``).
 """
 
 from __future__ import annotations
@@ -38,24 +47,18 @@ import json
 import os
 import re
 import shutil
-import socket
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date
 from functools import reduce
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pyspark.sql.functions as F
 from deltalake import DeltaTable, Schema
-from deltalake.transaction import AddAction, create_table_with_add_actions
+from deltalake.transaction import AddAction
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BooleanType,
     ByteType,
@@ -68,8 +71,19 @@ from pyspark.sql.types import (
 )
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs import delta_spark
+from amqpscope.jobs import delta_commit, delta_log, delta_spark
 from amqpscope.jobs.delta_spark import TableRef
+from amqpscope.jobs.errors import WriteConflict, name_table
+from amqpscope.jobs.lake_files import (
+    NULL_PARTITION_DIR,
+    STAGING_DIR,
+    partition_string,
+    spark_unescape,
+    stage_rows,
+    staged_files,
+    staging_is_stale,
+    staging_name,
+)
 from amqpscope.jobs.lake_read import add_actions, is_delta_table, open_table, read_table
 from amqpscope.jobs.lake_stats import file_stats
 from amqpscope.jobs.session import jvm_has_delta
@@ -81,24 +95,20 @@ CAPTURE_ID = "capture_id"
 # Partition values travel as directory names and as strings in the Delta log; for these types
 # Spark's directory rendering and Delta's partition value serialization are the same text.
 _PARTITION_TYPES = (StringType, BooleanType, ByteType, ShortType, IntegerType, LongType, DateType)
-# How Spark (and Hive, and Delta writers) spell a null partition value in a directory name.
-_NULL_PARTITION_DIR = "__HIVE_DEFAULT_PARTITION__"
-_STAGING_DIR = "_staging"
 _TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
-# A staging folder of another host (whose processes we cannot see) is taken as abandoned after this.
-STALE_STAGING_SECONDS = 24 * 3600
 
 
 class Lake:
     """The amqpscope tables under one root, written and read with one of two Delta backends."""
 
-    def __init__(self, spark: SparkSession, root: str | Path, backend: str = "auto",
-                 catalog: str | None = None, schema: str | None = None) -> None:
+    def __init__(self, spark: SparkSession | None, root: str | Path, backend: str = "auto",
+                 catalog: str | None = None, schema: str | None = None, *, run_id: str | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
         if (catalog is None) != (schema is None):
             raise ValueError("catalog and schema go together: give both or neither")
-        has_delta = jvm_has_delta(spark)
+        # No session: delta-rs alone, for the driver-made rows (write_rows, read_rows, version).
+        has_delta = spark is not None and jvm_has_delta(spark)
         if backend == "delta-spark" and not has_delta:
             raise ValueError("backend 'delta-spark' needs Delta Lake's jars in the JVM (io.delta.tables)")
         self.spark = spark
@@ -113,11 +123,16 @@ class Lake:
             self.root = os.path.abspath(root)
         else:
             self.root = str(root).rstrip("/")
+        self.run_id = run_id  # named in the commits, so that a conflicting run can be told who wrote first
+        # table -> capture id -> rows committed by this Lake's writes and not checked yet (delta-rs; from
+        # the files' footers).
+        self.written: dict[str, dict[str, int]] = {}
 
     @classmethod
-    def of(cls, spark: SparkSession, config: AnalyzeConfig) -> Lake:
-        """The lake ``config`` names: its root, backend and Unity Catalog schema."""
-        return cls(spark, config.lake, backend=config.storage, catalog=config.catalog, schema=config.schema)
+    def of(cls, spark: SparkSession, config: AnalyzeConfig, run_id: str | None = None) -> Lake:
+        """The lake ``config`` names: its root, backend and Unity Catalog schema (written by ``run_id``)."""
+        return cls(spark, config.lake, backend=config.storage, catalog=config.catalog, schema=config.schema,
+                   run_id=run_id)
 
     def table_path(self, table: str) -> str:
         """Where `table` lives without Unity Catalog: ``<root>/<table>``."""
@@ -139,6 +154,15 @@ class Lake:
             return delta_spark.table_exists(self.spark, self.table_ref(table))
         return is_delta_table(self.table_path(table))
 
+    def version(self, table: str) -> int | None:
+        """The version a read-modify-write reads ``table`` at (-1: no table yet), to hand to ``write``
+        / ``write_rows`` as ``read_version``. None with delta-spark, whose commits take the version
+        their own transaction read."""
+        if self.backend == "delta-spark":
+            return None
+        version = delta_log.check_log(self.table_path(table), table)
+        return delta_commit.NO_TABLE if version is None else version
+
     def write(
         self,
         df: DataFrame,
@@ -146,27 +170,35 @@ class Lake:
         *,
         replace_capture_ids: Sequence[str],
         partition_by: Sequence[str] = (CAPTURE_ID,),
+        read_version: int | None = None,
     ) -> None:
         """Replace the rows of `replace_capture_ids` in `table` by `df`'s rows, in one commit.
 
         Every row of `df` must belong to one of `replace_capture_ids`; an empty `df` deletes
         those captures' rows (and creates the table with `df`'s schema if it is new). delta-spark
-        clusters a new table by `partition_by` instead of partitioning it.
+        clusters a new table by `partition_by` instead of partitioning it. The commit conflicts with
+        any made after `read_version` (``version``; default: the version current when the write
+        starts) that touched the same captures.
         """
         path = self.table_path(table)
         capture_ids = _checked_capture_ids(replace_capture_ids)
         partition_columns = _checked_partition_columns(df.schema, partition_by)
-        if self.backend == "delta-spark":
-            ref = self.table_ref(table)
-            widens = False
-            if self.exists(table):
-                widens = _checked_schema_change(str(ref), delta_spark.read_table(self.spark, ref).schema, df.schema)
+        try:
+            if self.backend == "delta-spark":
+                ref = self.table_ref(table)
+                widens = False
+                if self.exists(table):
+                    widens = _checked_schema_change(str(ref), delta_spark.read_table(self.spark, ref).schema, df.schema)
+                else:
+                    _create_delta_spark(self.spark, ref, documented(table, df.schema), description(table),
+                                        partition_columns)
+                _write_delta_spark(df, ref, capture_ids, widens, self.run_id)
             else:
-                delta_spark.create_table(self.spark, ref, documented(table, df.schema), description(table),
-                                               partition_columns)
-            delta_spark.write_rows(df, ref, capture_ids, merge_schema=widens)
-        else:
-            _write_delta_rs(self.spark, df, path, capture_ids, partition_columns)
+                self._committed(table, capture_ids, _write_delta_rs(
+                    self.spark, df, path, capture_ids, partition_columns, self._writer(table, read_version)))
+        except Exception as exc:
+            name_table(exc, table)
+            raise
 
     def write_rows(
         self,
@@ -176,23 +208,50 @@ class Lake:
         *,
         replace_capture_ids: Sequence[str],
         partition_by: Sequence[str] = (CAPTURE_ID,),
+        read_version: int | None = None,
     ) -> None:
         """``write`` for a few rows made on the driver (the runs table's bookkeeping): with delta-rs
         they go to Parquet through pyarrow, no Spark job; with delta-spark, through Spark."""
         if self.backend == "delta-spark":
             self.write(self.spark.createDataFrame(list(rows), schema), table,
-                       replace_capture_ids=replace_capture_ids, partition_by=partition_by)
+                       replace_capture_ids=replace_capture_ids, partition_by=partition_by, read_version=read_version)
             return
         capture_ids = _checked_capture_ids(replace_capture_ids)
         partition_columns = _checked_partition_columns(schema, partition_by)
         path = self.table_path(table)
-        _commit_staged(path, schema, capture_ids, partition_columns,
-                       lambda staging: _stage_rows(rows, schema, staging, partition_columns))
+        try:
+            self._committed(table, capture_ids, _commit_staged(
+                path, schema, capture_ids, partition_columns,
+                lambda staging: stage_rows(rows, schema, staging, partition_columns), self._writer(table, read_version)))
+        except Exception as exc:
+            name_table(exc, table)
+            raise
 
-    def read_rows(self, table: str, schema: StructType, capture_ids: Sequence[str] | None = None) -> list[dict]:
-        """The rows of ``table`` (of ``capture_ids``, or all) as dicts of ``schema``'s columns (nested
-        structs as dicts too): for small tables only. With delta-rs they are read through pyarrow,
-        no Spark job."""
+    def _writer(self, table: str, read_version: int | None) -> _Writer:
+        return _Writer(table, self.run_id, read_version)
+
+    def _committed(self, table: str, capture_ids: Sequence[str], rows: Mapping[str, int]) -> None:
+        written = self.written.setdefault(table, {})
+        for cid in capture_ids:
+            written[cid] = rows.get(cid, 0)
+
+    def take_written(self, capture_ids: Sequence[str], exclude: Sequence[str] = ()) -> dict[str, dict[str, int]]:
+        """The rows committed per table (but ``exclude``) for ``capture_ids`` since they were last
+        taken: what a check of the lake against the run compares (``jobs.commits.check_stored``)."""
+        taken: dict[str, dict[str, int]] = {}
+        for table, by_capture in self.written.items():
+            if table in exclude:
+                continue
+            for cid in capture_ids:
+                if cid in by_capture:
+                    taken.setdefault(table, {})[cid] = by_capture.pop(cid)
+        return taken
+
+    def read_rows(self, table: str, schema: StructType, capture_ids: Sequence[str] | None = None,
+                  version: int | None = None) -> list[dict]:
+        """The rows of ``table`` (of ``capture_ids``, or all; at ``version``, or the latest) as dicts
+        of ``schema``'s columns (nested structs as dicts too): for small tables only. With delta-rs
+        they are read through pyarrow, no Spark job."""
         if capture_ids is not None and not capture_ids:
             return []
         if self.backend == "delta-spark":
@@ -201,7 +260,7 @@ class Lake:
                 df = df.filter(lake_capture_filter(capture_ids))
             return [r.asDict(recursive=True) for r in df.collect()]  # nested rows as dicts, as pyarrow gives them
         # On the partition column: only the chosen captures' files are read.
-        found = read_table(self.table_path(table), capture_ids)
+        found = read_table(self.table_path(table), capture_ids, _open(self.table_path(table), table, version))
         names = schema.fieldNames()
         # A column the table does not have yet (written by an older amqpscope) reads as null, as with read().
         return [{name: row.get(name) for name in names} for row in found.to_pylist()]
@@ -215,7 +274,7 @@ class Lake:
         removed = []
         now = time.time()
         for table in sorted(os.listdir(self.root)):
-            staging_root = os.path.join(self.root, table, _STAGING_DIR)
+            staging_root = os.path.join(self.root, table, STAGING_DIR)
             if not os.path.isdir(staging_root):
                 continue
             for name in sorted(os.listdir(staging_root)):
@@ -224,7 +283,7 @@ class Lake:
                     modified = os.path.getmtime(folder)
                 except OSError:
                     continue  # its writer finished meanwhile
-                if _staging_is_stale(name, modified, now):
+                if staging_is_stale(name, modified, now):
                     shutil.rmtree(folder, ignore_errors=True)
                     removed.append(folder)
             try:
@@ -239,7 +298,7 @@ class Lake:
         if self.backend == "delta-spark":
             rows = delta_spark.read_table(self.spark, self.table_ref(table)).select(CAPTURE_ID).distinct().collect()
             return {r[CAPTURE_ID] for r in rows}
-        return {v for v in add_actions(path)[f"partition.{CAPTURE_ID}"] if v is not None}
+        return {v for v in add_actions(path, _open(path, table))[f"partition.{CAPTURE_ID}"] if v is not None}
 
     def read(self, table: str, schema: StructType | None = None) -> DataFrame:
         """The current snapshot of `table`; with `schema`, exactly its columns in its order."""
@@ -311,18 +370,44 @@ def _checked_schema_change(path: str, table: StructType, rows: StructType) -> bo
                      f"its end): {'; '.join(problems)}")
 
 
+def _write_delta_spark(df: DataFrame, ref: TableRef, capture_ids: list[str], merge_schema: bool,
+                       run_id: str | None) -> None:
+    """``delta_spark.write_rows``, naming the run in the commit (``userMetadata``), with Delta's
+    concurrent-modification errors as one line naming the table and the run that won."""
+    try:
+        delta_spark.write_rows(df, ref, capture_ids, merge_schema=merge_schema,
+                               user_metadata=f"{delta_log.RUN_KEY}={run_id}" if run_id else None)
+    except Exception as exc:
+        conflict = _delta_spark_conflict(exc, ref.table, capture_ids)
+        if conflict is None:
+            raise
+        raise conflict from exc
+
+
+def _delta_spark_conflict(exc: Exception, table: str, capture_ids: list[str]) -> WriteConflict | None:
+    """Delta's commit conflicts (``delta_spark.commit_conflict``) as one WriteConflict line naming
+    the table and, when Delta's message shows its ``userMetadata``, the run that won."""
+    conflict = delta_spark.commit_conflict(exc)
+    if conflict is None:
+        return None
+    run = conflict.user_metadata(delta_log.RUN_KEY)
+    other = f"run {run}" if run else f"another writer ({conflict.kind})"
+    return WriteConflict(table, capture_ids, None, conflict.version, other)
+
+
+def _create_delta_spark(spark: SparkSession, ref: TableRef, schema: StructType, table_description: str | None,
+                        cluster_by: list[str]) -> None:
+    """``CREATE TABLE IF NOT EXISTS``; when another run creates the table at the same moment, Delta
+    refuses one of the two creations (ProtocolChangedException: two writers of an empty directory),
+    and the refused run writes into the table the other created."""
+    try:
+        delta_spark.create_table(spark, ref, schema, table_description, cluster_by)
+    except Exception as exc:
+        if delta_spark.commit_conflict(exc) is None or not delta_spark.table_exists(spark, ref):
+            raise
+
+
 # --- delta-rs backend: Spark writes Parquet, delta-rs commits the log ----------------------------
-
-
-@dataclass(frozen=True)
-class _StagedFile:
-    """One Parquet file Spark wrote into the staging directory."""
-
-    relative_dir: str  # Hive-style partition directories, e.g. "capture_id=a%3Ab"
-    name: str
-    partition_values: dict[str, str | None]
-    num_records: int
-    size: int
 
 
 def _delta_schema_json(schema: StructType) -> str:
@@ -347,74 +432,78 @@ def _delta_schema_json(schema: StructType) -> str:
     return json.dumps(nullable(schema.jsonValue()))
 
 
-def _partition_values_of(relative_dir: str, partition_columns: list[str]) -> dict[str, str | None]:
-    """Partition values from Spark's ``col=value/...`` directories (values path-escaped)."""
-    values: dict[str, str | None] = {}
-    for segment in relative_dir.split("/"):
-        name, _, escaped = segment.partition("=")
-        values[name] = None if escaped == _NULL_PARTITION_DIR else _spark_unescape(escaped)
-    if list(values) != partition_columns:
-        raise RuntimeError(f"unexpected partition directories {relative_dir!r} for {partition_columns}")
-    return values
+@dataclass(frozen=True)
+class _Writer:
+    """Who commits a write and the version it read (None: the version current when it starts)."""
+
+    table: str
+    run_id: str | None
+    read_version: int | None
 
 
-def _staged_files(staging: str, partition_columns: list[str]) -> list[_StagedFile]:
-    files = []
-    for directory, _, names in os.walk(staging):
-        for name in names:
-            # Spark's side files (_SUCCESS, .crc checksums) are not data.
-            if name.startswith(("_", ".")) or not name.endswith(".parquet"):
-                continue
-            file_path = os.path.join(directory, name)
-            relative_dir = os.path.relpath(directory, staging).replace(os.sep, "/")
-            files.append(_StagedFile(
-                relative_dir=relative_dir,
-                name=name,
-                partition_values=_partition_values_of(relative_dir, partition_columns),
-                num_records=pq.read_metadata(file_path).num_rows,  # the footer only
-                size=os.path.getsize(file_path),
-            ))
-    return files
+def _open(path: str, table: str, version: int | None = None) -> DeltaTable:
+    """The table at ``version`` (default latest) through delta-rs, its log checked for damage first."""
+    delta_log.check_log(path, table)
+    return open_table(path, version)
 
 
-def _write_delta_rs(
-    spark: SparkSession, df: DataFrame, path: str, capture_ids: list[str], partition_columns: list[str]
-) -> None:
+def _write_delta_rs(spark: SparkSession, df: DataFrame, path: str, capture_ids: list[str],
+                    partition_columns: list[str], writer: _Writer) -> dict[str, int]:
     # delta-rs and every non-Spark Parquet reader need TIMESTAMP_MICROS (INT96 is legacy).
     timestamp_type = spark.conf.get("spark.sql.parquet.outputTimestampType")
     if timestamp_type != "TIMESTAMP_MICROS":
         raise ValueError("spark.sql.parquet.outputTimestampType must be TIMESTAMP_MICROS, "
                          f"not {timestamp_type} (jobs/session.py sets it)")
-    _commit_staged(path, df.schema, capture_ids, partition_columns,
-                   lambda staging: df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging))
+    return _commit_staged(path, df.schema, capture_ids, partition_columns,
+                          lambda staging: df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging),
+                          writer)
 
 
-def _commit_staged(path: str, rows_schema: StructType, capture_ids: list[str], partition_columns: list[str],
-                   stage: Callable[[str], None]) -> None:
-    """``stage(staging)`` writes the rows' Parquet files into the staging folder in Spark's
-    partition layout; they are moved into the table and committed, replacing ``capture_ids``."""
-    name = os.path.basename(path)
-    # The columns' comments of schemas/ go into the Delta schema: readers see what each column means.
-    schema = Schema.from_json(_delta_schema_json(documented(name, rows_schema)))
-    table = DeltaTable(path) if DeltaTable.is_deltatable(path) else None
-    if table is not None:
+def _read_snapshot(path: str, table: str, read_version: int | None) -> tuple[int, DeltaTable | None]:
+    """The version a write reads (given, or the latest) and the table at it (None: no table)."""
+    if read_version is None:
+        latest = delta_log.check_log(path, table)
+        read_version = delta_commit.NO_TABLE if latest is None else latest
+    if read_version == delta_commit.NO_TABLE:
+        return read_version, None
+    return read_version, _open(path, table, read_version)
+
+
+def _fits(path: str, rows_schema: StructType, partition_columns: list[str]) -> Callable[[DeltaTable], None]:
+    """The check that rows of ``rows_schema`` may be committed on a snapshot of table ``path``."""
+    def check(table: DeltaTable) -> None:
         # The commit replaces the table's schema with the rows' one: only a widening keeps the other
         # captures' files readable (their missing columns read as null).
         _checked_schema_change(path, StructType.fromJson(json.loads(table.schema().to_json())), rows_schema)
         if table.metadata().partition_columns != partition_columns:
             raise ValueError(f"table {path} is partitioned by {table.metadata().partition_columns}, "
                              f"not {partition_columns}")
+    return check
 
-    staging = os.path.join(path, _STAGING_DIR, _staging_name())
+
+def _commit_staged(path: str, rows_schema: StructType, capture_ids: list[str], partition_columns: list[str],
+                   stage: Callable[[str], None], writer: _Writer) -> dict[str, int]:
+    """``stage(staging)`` writes the rows' Parquet files into the staging folder in Spark's
+    partition layout; they are moved into the table and committed, replacing ``capture_ids``, on
+    the version read before staging (``jobs.delta_commit``). Returns the rows committed per capture."""
+    name = os.path.basename(path)
+    # The columns' comments of schemas/ go into the Delta schema: readers see what each column means.
+    schema = Schema.from_json(_delta_schema_json(documented(name, rows_schema)))
+    fits = _fits(path, rows_schema, partition_columns)
+    read_version, table = _read_snapshot(path, name, writer.read_version)
+    if table is not None:
+        fits(table)
+
+    staging = os.path.join(path, STAGING_DIR, staging_name())
     moved: list[str] = []
-    committed = False
     try:
         stage(staging)
-        staged = [f for f in _staged_files(staging, partition_columns) if f.num_records > 0]
+        staged = [f for f in staged_files(staging, partition_columns) if f.num_records > 0]
         strays = sorted({f.partition_values[CAPTURE_ID] or "" for f in staged} - set(capture_ids))
         if strays:
             raise ValueError(f"rows of captures {strays} are not in replace_capture_ids {capture_ids}")
         adds = []
+        rows: dict[str, int] = {}
         for f in staged:
             # Into the table's own partition directories: the layout every Delta reader expects
             # and that vacuum cleans (it skips "_" directories such as the staging one).
@@ -434,94 +523,23 @@ def _commit_staged(path: str, rows_schema: StructType, capture_ids: list[str], p
                 # Row count, min, max and null counts from the footer: readers skip files on them.
                 stats=file_stats(target, rows_schema, partition_columns),
             ))
-        if table is None:
-            create_table_with_add_actions(path, schema, adds, mode="error", partition_by=partition_columns,
-                                          name=name, description=description(name))
-        else:
-            table.create_write_transaction(
-                adds, mode="overwrite", schema=schema, partition_by=partition_columns,
-                partition_filters=[(CAPTURE_ID, "in", capture_ids)],
-            )
-        committed = True
+            capture = f.partition_values[CAPTURE_ID] or ""
+            rows[capture] = rows.get(capture, 0) + f.num_records
+        delta_commit.commit(
+            delta_commit.Commit(path, name, schema, adds, capture_ids, partition_columns, read_version,
+                                writer.run_id, description(name)),
+            table, fits)
+    except Exception:
+        for target in moved:  # referenced by no commit (delta_commit returns if it went through)
+            os.remove(target)
+        raise
     finally:
-        if not committed:
-            for target in moved:  # referenced by no commit: not worth keeping for vacuum
-                os.remove(target)
         shutil.rmtree(staging, ignore_errors=True)
         try:
             os.rmdir(os.path.dirname(staging))
         except OSError:
             pass  # another write is staging too
-
-
-def _stage_rows(rows: Sequence[Mapping[str, Any]], schema: StructType, staging: str,
-                partition_columns: list[str]) -> None:
-    """Rows made on the driver as Parquet files in ``staging``, laid out as Spark lays out a
-    partitioned write (``col=value`` directories, every column optional, timestamps UTC micros)."""
-    data = StructType([f for f in schema.fields if f.name not in partition_columns])
-    arrow = pa.schema([field.with_nullable(True) for field in to_arrow_schema(data)])
-    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(row[c] for c in partition_columns), []).append(row)
-    for values, members in groups.items():
-        directory = os.path.join(staging, *(f"{c}={_partition_dir(v)}" for c, v in zip(partition_columns, values)))
-        os.makedirs(directory, exist_ok=True)
-        columns = {f.name: [row[f.name] for row in members] for f in data.fields}
-        pq.write_table(pa.Table.from_pydict(columns, schema=arrow),
-                       os.path.join(directory, f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"), compression="snappy")
-
-
-# The characters Spark escapes as %XX in a partition directory name (ExternalCatalogUtils), besides
-# the control characters.
-_ESCAPED_IN_PARTITION_DIRS = frozenset('"#%\'*/:=?\\\x7f{[]^')
-
-
-def _partition_dir(value: Any) -> str:
-    """A partition value as Spark names its directory (``_spark_unescape`` reads it back)."""
-    text = _partition_string(value)
-    if text is None or text == "":
-        return _NULL_PARTITION_DIR
-    return "".join(f"%{ord(c):02X}" if c in _ESCAPED_IN_PARTITION_DIRS or ord(c) < 0x20 else c for c in text)
-
-
-def _staging_name() -> str:
-    """A staging folder name that says who made it: host, process and a unique part."""
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}"
-
-
-def _staging_is_stale(name: str, modified: float, now: float) -> bool:
-    """A staging folder left by a writer that is gone: a process of this host no longer running,
-    or (another host's, or a name from an older amqpscope) untouched for STALE_STAGING_SECONDS."""
-    parts = name.rsplit("-", 2)  # host names may hold "-"
-    host, pid_text = (parts[0], parts[1]) if len(parts) == 3 else ("", "")
-    if host == socket.gethostname() and pid_text.isdigit():
-        pid = int(pid_text)
-        if pid == os.getpid():
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False  # alive, another user's
-        return False
-    return now - modified > STALE_STAGING_SECONDS
-
-
-def _spark_unescape(value: str) -> str:
-    # Spark's partition discovery decodes each %XX to one char (Latin-1), not UTF-8 bytes.
-    return unquote(value, encoding="latin-1")
-
-
-def _partition_string(value: Any) -> str | None:
-    """A typed partition value from `get_add_actions` back in its directory / log text form."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, date):
-        return value.isoformat()
-    return str(value)
+    return rows
 
 
 def _hive_layout_matches(
@@ -536,14 +554,14 @@ def _hive_layout_matches(
             return False
         for segment, column in zip(segments, partition_columns):
             name, eq, escaped = segment.partition("=")
-            found = None if escaped == _NULL_PARTITION_DIR else _spark_unescape(escaped)
-            if name != column or not eq or found != _partition_string(values[column]):
+            found = None if escaped == NULL_PARTITION_DIR else spark_unescape(escaped)
+            if name != column or not eq or found != partition_string(values[column]):
                 return False
     return True
 
 
 def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) -> DataFrame:
-    table = open_table(path)
+    table = _open(path, os.path.basename(path))
     # Column comments are for the lake's other readers; rows read back have the plain schema.
     fields = [{k: v for k, v in f.items() if k != "metadata"} for f in json.loads(table.schema().to_json())["fields"]]
     table_schema = StructType.fromJson({"type": "struct", "fields": [{**f, "metadata": {}} for f in fields]})

@@ -38,9 +38,10 @@ def is_delta_table(path: str | Path) -> bool:
     return DeltaTable.is_deltatable(str(path))
 
 
-def open_table(path: str | Path) -> DeltaTable:
-    """The current snapshot of the Delta table at ``path`` (its log only: no data file is read)."""
-    return DeltaTable(str(path))
+def open_table(path: str | Path, version: int | None = None) -> DeltaTable:
+    """The snapshot of the Delta table at ``path`` at ``version`` (default: the current one); its
+    log only, no data file is read."""
+    return DeltaTable(str(path)) if version is None else DeltaTable(str(path), version=version)
 
 
 def read_table(path: str | Path, capture_ids: Sequence[str] | None = None,

@@ -26,6 +26,7 @@ from amqpscope.jobs.ingest import Bronze, CaptureFile, superseded_captures, writ
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.session import sized_for
+from amqpscope.jobs.stages import StageClock, one_line
 from amqpscope.schemas.frames import CAPTURES_SCHEMA, QUARANTINE_SCHEMA
 from amqpscope.schemas.runs import OUTCOME_OK, OUTCOME_RUNNING
 
@@ -40,6 +41,7 @@ class LandingResult:
     ingested: tuple[str, ...]  # capture ids decoded by this run
     skipped: tuple[str, ...]  # already in the lake
     failed: tuple[tuple[str, str], ...]  # (file name, reason)
+    busy: tuple[tuple[str, str], ...] = ()  # (capture id, the live run writing it): left to that run
 
 
 def landing_files(landing: Path) -> list[Path]:
@@ -54,21 +56,23 @@ def landing_files(landing: Path) -> list[Path]:
 
 def ingest_files(
     spark: SparkSession, lake: Lake, captures: Sequence[CaptureFile], ports: tuple[int, ...],
-    superseded: Sequence[str] = (), *, run_id: str, progress: Progress | None = None,
+    superseded: Sequence[str] = (), *, run_id: str, progress: Progress | None = None, claimed: bool = False,
     tls_keylog: Sequence[str | Path] = (),
 ) -> Bronze:
     """Decode ``captures`` into the bronze tables (replacing their rows and the ``superseded``
-    captures'), marked ``running`` in the runs table before the first write and ``ok`` after the
-    last; the caller releases the returned tables."""
+    captures'), marked ``running`` in the runs table before the first write (unless ``claimed``
+    so already: ``runs.claim``) and ``ok`` after the last; the caller releases the returned tables."""
     ids = [c.capture_id for c in captures]
-    runs.mark(lake, run_id, "ingest", ids, OUTCOME_RUNNING)
+    if not claimed:
+        runs.mark(lake, run_id, "ingest", ids, OUTCOME_RUNNING)
     try:
         bronze = write_bronze(spark, lake, captures, ports, superseded, progress, tls_keylog)
     except Exception as exc:
         try:
             runs.mark(lake, run_id, "ingest", ids, runs.failed_outcome(exc))
-        except Exception:  # the lake itself may be what failed: the rows stay "running", still incomplete
-            log.warning("could not record the failed ingest of %s", ", ".join(ids), exc_info=True)
+        except Exception as unrecorded:  # the lake itself may be what failed: the rows stay "running", still incomplete
+            log.warning("could not record the failed ingest of %s: %s", ", ".join(ids), one_line(unrecorded))
+            log.info("the failure to record it:", exc_info=True)  # the trace with -v
         raise
     runs.mark(lake, run_id, "ingest", ids, OUTCOME_OK)
     return bronze
@@ -84,7 +88,7 @@ def ingest_landing(
     Rotated files are decoded as one capture (``ingest.rotation``); when a new part joins a
     capture already in the lake, the whole capture is decoded again and replaces its rows."""
     run_id = run_id or runs.new_run_id()
-    lake = Lake.of(spark, config)
+    lake = Lake.of(spark, config, run_id=run_id)
     lake.remove_stale_staging()
     known = _known_captures(lake)
     failed_before = {cid for cid, hashes in known.items() if hashes is None}
@@ -107,20 +111,30 @@ def ingest_landing(
     captures = [CaptureFile(g) for g in grouping.captures]
     fresh = [c for c in captures if known.get(c.capture_id) != c.part_hashes]
     skipped = sorted(c.capture_id for c in captures if known.get(c.capture_id) == c.part_hashes)
-    if failed:
-        _record_failures(spark, lake, failed)
-    if fresh:
-        if progress is not None:
-            progress.step(f"decoding {len(fresh)} capture(s) from {sum(len(c.parts) for c in fresh)} file(s)")
-        superseded = superseded_captures(lake, fresh)
-        with sized_for(spark, sum(c.size for c in fresh)):
-            ingest_files(spark, lake, fresh, config.ports, superseded, run_id=run_id, progress=progress,
-                         tls_keylog=config.tls_keylog).release()
-        # The superseded captures' derived rows go with the next derive (no bronze rows left).
-        runs.forget(lake, superseded)
-    log.info("ingested %d, skipped %d, failed %d", len(fresh), len(skipped), len(failed))
+    clock = StageClock(progress=progress)
+    busy: list[tuple[str, str]] = []
+    with clock.stage("ingest"):  # a failure names the stage and the table
+        if failed:
+            _record_failures(spark, lake, failed)
+        if fresh:
+            # Captures another live run is writing (an analyze of the same file) are left to it.
+            busy = runs.claim(lake, run_id, "ingest", [c.capture_id for c in fresh])
+            for cid, holder in busy:
+                log.warning("capture %s not ingested: %s", cid[:12], holder)
+            fresh = [c for c in fresh if c.capture_id not in dict(busy)]
+        if fresh:
+            if progress is not None:
+                progress.step(f"decoding {len(fresh)} capture(s) from {sum(len(c.parts) for c in fresh)} file(s)")
+            superseded = superseded_captures(lake, fresh)
+            with sized_for(spark, sum(c.size for c in fresh)):
+                ingest_files(spark, lake, fresh, config.ports, superseded, run_id=run_id, progress=progress,
+                             tls_keylog=config.tls_keylog, claimed=True).release()
+            # The superseded captures' derived rows go with the next derive (no bronze rows left).
+            runs.forget(lake, superseded)
+    log.info("ingested %d, skipped %d, failed %d, busy %d", len(fresh), len(skipped), len(failed), len(busy))
     return LandingResult(
-        tuple(c.capture_id for c in fresh), tuple(skipped), tuple((p.name, reason) for p, reason in failed.values())
+        tuple(c.capture_id for c in fresh), tuple(skipped), tuple((p.name, reason) for p, reason in failed.values()),
+        tuple(busy),
     )
 
 

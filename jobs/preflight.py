@@ -1,7 +1,8 @@
 """Checks made before Spark starts, so that a wrong argument fails in a second, not after 30.
 
 Capture files are checked by ``jobs.ingest.resolve_captures`` (exists, a regular file, a pcap or
-pcapng header); this module adds the directory hint and the lake's writability.
+pcapng header); this module adds the directory hint, the lake's writability, and the captures that
+hold no packet at all (answered "no AMQP traffic" without Spark).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from amqpscope.ingest.pcap import CaptureError
+from amqpscope.ingest.pcap import CaptureError, Damage, read_container, scan
+from amqpscope.ingest.rotation import CapturePart
 
 
 def check_capture_arguments(paths: Sequence[str | Path]) -> None:
@@ -41,3 +43,19 @@ def check_lake_writable(lake: str | Path) -> None:
             pass
     except OSError as exc:
         raise PermissionError(f"lake {root} is not writable: {exc.strerror or exc}") from None
+
+
+def without_packets(captures: Sequence[Sequence[CapturePart]]) -> list[int]:
+    """Indexes of the captures (each its parts, as ``resolve_parts`` read them) none of whose files
+    holds a packet: a file header alone, a pcapng of interface blocks only. A file whose first
+    record is damaged is read on past the damage, as ingest reads it: damage is not "no packets"."""
+    return [i for i, parts in enumerate(captures) if all(_no_packet(p) for p in parts)]
+
+
+def _no_packet(part: CapturePart) -> bool:
+    if part.first_ts_us is not None:
+        return False
+    container = read_container(part.path)
+    damage: list[Damage] = []
+    found = next(iter(scan(part.path, container, container.data_start, os.path.getsize(part.path), damage)), None)
+    return found is None and not damage

@@ -40,7 +40,7 @@ def report_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
     """Write the report of ``capture_ids`` (default: every capture in the lake) from the stored tables."""
     run_id = run_id or runs.new_run_id()
     clock = clock or StageClock()
-    lake = Lake.of(spark, config)
+    lake = Lake.of(spark, config, run_id=run_id)
     if not lake.exists("captures"):
         raise ValueError(f"lake {config.lake} has no captures table: run `amqpscope ingest` and `amqpscope derive` first")
     stored = {r["capture_id"]: r for r in lake.read_rows("captures", CAPTURES_SCHEMA)}

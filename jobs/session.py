@@ -129,7 +129,9 @@ def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "amqpscop
     if writing is not None:
         _archive_written = (writing, spark.sparkContext._jvm.System.getProperty("java.class.path"),
                             collector_options(own))
-    spark.sparkContext.setLogLevel("ERROR")
+    # Spark logs a failed task's traces at ERROR, pages of them (a full disk printed 400-600 lines):
+    # the job's own error line says what failed, and -v (INFO) shows Spark's errors too.
+    spark.sparkContext.setLogLevel("ERROR" if logging.getLogger("amqpscope").isEnabledFor(logging.INFO) else "FATAL")
     return spark
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.jobs.errors import LakeError, printable, table_of
 from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.session import build_session, stop_session
@@ -34,16 +36,45 @@ class StageFailed(RuntimeError):
 
 
 def one_line(exc: BaseException) -> str:
-    """The gist of an exception in one line: a JVM error's first line without its Java class prefix."""
+    """The gist of an exception in one line: a JVM error's first line without its Java class prefix;
+    control characters escaped (a damaged file's bytes must not reach the terminal raw)."""
+    if isinstance(exc, LakeError):  # its table is named by the stage
+        return f"{type(exc).__name__}: {exc.detail}"
     text = str(exc).strip()
     java = getattr(exc, "java_exception", None)  # py4j.protocol.Py4JJavaError
     if java is not None:
         try:
             text = str(java.getMessage() or java.toString())
+            root = _root_cause(java)
+            if root is not None:  # what happened under Spark's wrapping ("No space left on device")
+                text = f"{text.strip().splitlines()[0] if text.strip() else ''} ({root})"
         except Exception:  # the JVM may be gone (killed executor, stopped context)
             pass
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    lines = [line.strip() for line in _TERMINAL_STYLE.sub("", text).splitlines() if line.strip()]
+    # delta-rs renders its error's causes on the lines after it, each after an arrow: the last one is
+    # what happened ("Generic LocalFileSystem error: ...: No space left on device (os error 28)").
+    causes = [line.lstrip(_CAUSE).strip() for line in lines[1:] if line.startswith(_CAUSE)]
+    first = printable(": ".join(lines[:1] + causes))
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _root_cause(java: object) -> str | None:
+    """The innermost cause of a JVM exception, "Class: message", when it has one."""
+    root, depth = java, 0
+    while depth < 20:
+        cause = root.getCause()  # type: ignore[attr-defined]
+        if cause is None or cause.equals(root):
+            break
+        root, depth = cause, depth + 1
+    if depth == 0:
+        return None
+    message = str(root.getMessage() or "").strip().splitlines()  # type: ignore[attr-defined]
+    name = str(root.getClass().getSimpleName())  # type: ignore[attr-defined]
+    return f"{name}: {message[0]}" if message else name
+
+
+_TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colours a library put in its message
+_CAUSE = "\u21b3"  # "↳"
 
 
 @dataclass
@@ -67,7 +98,8 @@ class StageClock:
         except StageFailed:
             raise
         except Exception as exc:
-            where = f"stage {name}" + (f", table {self.table}" if self.table else "")
+            table = table_of(exc) or self.table  # the write that failed names its table (bronze's too)
+            where = f"stage {name}" + (f", table {table}" if table else "")
             raise StageFailed(where, exc) from exc
         took = time.perf_counter() - start
         self.seconds[name] = self.seconds.get(name, 0.0) + took  # a step in two parts: both summed

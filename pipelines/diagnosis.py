@@ -4,6 +4,9 @@ The headline is the top-ranked finding of ``bottlenecks`` (``pipelines.bottlenec
 for a capture in which nothing held traffic back for long enough to matter. A capture whose TLS
 connections were not decrypted says so in its headline, and is ``encrypted`` when nothing else could
 be judged: no AMQP decoded, no finding (its TCP-level findings still count, ``pipelines.encrypted``).
+A capture in which no AMQP connection was decoded, and none was encrypted, has nothing to judge:
+``no_amqp``, and a headline that says what the capture holds instead (its packets, its TCP
+connections on other ports), never "No bottleneck".
 """
 
 from __future__ import annotations
@@ -11,7 +14,12 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from amqpscope.schemas.diagnosis import DIAGNOSIS_SCHEMA, FINDING_SUMMARY
+from amqpscope.schemas.diagnosis import DIAGNOSIS_SCHEMA, FINDING_SUMMARY, NO_AMQP
+
+# Protocols of a decoded AMQP connection (connections.protocol; "tls" and "not-amqp" are not).
+AMQP_PROTOCOLS = ("amqp-0-9-1", "amqp-1.0")
+NO_AMQP_PREFIX = "No AMQP traffic found: "
+NO_PACKETS = f"{NO_AMQP_PREFIX}the capture has no packets."
 
 _NO_BOTTLENECK = ("No bottleneck: no connection, channel, consumer or link was held back long enough to matter "
                   "(no resource alarm, no throttled publisher, no prefetch- or credit-bound consumer, no client "
@@ -34,11 +42,13 @@ def _headline() -> Column:
 
 
 def _encrypted(connections: DataFrame) -> DataFrame:
-    """Per capture: TLS connections not decrypted, their TLS versions, and the AMQP connections decoded."""
+    """Per capture: TLS connections not decrypted, their TLS versions, the AMQP connections decoded and
+    the connections the table has (those on the AMQP ports)."""
     versions = F.array_sort(F.collect_set(F.when(F.col("protocol") == "tls", F.col("tls_version"))))
     return connections.groupBy("capture_id").agg(
         F.count(F.when(F.col("protocol") == "tls", 1)).cast("int").alias("encrypted_connections"),
-        F.count(F.when(F.col("protocol").isin("amqp-0-9-1", "amqp-1.0"), 1)).alias("_amqp"),
+        F.count(F.when(F.col("protocol").isin(*AMQP_PROTOCOLS), 1)).alias("_amqp"),
+        F.count(F.lit(1)).alias("_port_connections"),
         F.count(F.when((F.col("protocol") == "tls") & F.col("tls_version").isNull(), 1)).alias("_unknown"),
         versions.alias("_versions"))
 
@@ -56,28 +66,62 @@ def _encrypted_sentence() -> Column:
         F.lit(" not decoded: give --tls-keylog"))
 
 
+def _counted(n: Column, one: str, many: str) -> Column:
+    """"1 TCP connection", "3 TCP connections"."""
+    return F.concat(F.format_number(n, 0), F.lit(" "), F.when(n == 1, F.lit(one)).otherwise(F.lit(many)))
+
+
+def _no_amqp_headline(packets: Column, tcp_connections: Column, port_connections: Column) -> Column:
+    """"No AMQP traffic found: 200 packets, 3 TCP connections on other ports; try --ports." The
+    connections on the AMQP ports are those the connections table has (not AMQP: TLS, other bytes)."""
+    others = F.greatest(tcp_connections - port_connections, F.lit(0))
+    return F.when(packets == 0, F.lit(NO_PACKETS)).otherwise(F.concat(
+        F.lit(NO_AMQP_PREFIX), _counted(packets, "packet", "packets"),
+        F.when(tcp_connections.isNotNull(),
+               F.concat(F.lit(", "), _counted(others, "TCP connection", "TCP connections"), F.lit(" on other ports")))
+        .otherwise(F.lit("")),
+        F.when(port_connections > 0, F.concat(
+            F.lit(", "), _counted(port_connections, "connection", "connections"),
+            F.lit(" on the AMQP ports not AMQP (see connections.protocol)"))).otherwise(F.lit("")),
+        F.lit("; try --ports.")))
+
+
+def no_packets_diagnosis(capture_id: str) -> dict[str, object]:
+    """The diagnosis row of a capture without a single packet (answered before Spark starts)."""
+    row: dict[str, object] = {name: None for name in DIAGNOSIS_SCHEMA.fieldNames()}
+    row.update(capture_id=capture_id, bottleneck=NO_AMQP, headline=NO_PACKETS, findings_count=0, findings=[],
+               encrypted_connections=0)
+    return row
+
+
 def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFrame | None = None) -> DataFrame:
     """The diagnosis table (``schemas.diagnosis.DIAGNOSIS_SCHEMA``): every capture of ``captures``,
     with its top finding as the headline ("none" when it has no finding). With ``connections``, TLS
-    connections that were not decrypted are counted and named in the headline, and a capture of
-    nothing else with no finding is ``encrypted``."""
+    connections that were not decrypted are counted and named in the headline, a capture of nothing
+    else with no finding is ``encrypted``, and a capture with no AMQP connection decoded and none
+    encrypted is ``no_amqp``."""
     summary = F.struct(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in FINDING_SUMMARY.fields])
     ranked = bottlenecks.groupBy("capture_id").agg(
         F.array_sort(F.collect_list(summary)).alias("findings"))  # rank is the struct's first field
     top = bottlenecks.filter(F.col("rank") == 1).select(
         "capture_id", F.col("component").alias("bottleneck"), "effect", "entity_kind", "entity", "connection_id",
         "start_packet_number", _headline().alias("headline"))
-    every = captures.select("capture_id").distinct()
+    every = captures.select("capture_id", "packets", "tcp_connections").dropDuplicates(["capture_id"])
     joined = every.join(top, "capture_id", "left").join(ranked, "capture_id", "left")
     if connections is not None:
         joined = joined.join(_encrypted(connections), "capture_id", "left")
     else:
-        joined = joined.select("*", F.lit(0).alias("encrypted_connections"), F.lit(0).alias("_amqp"))
+        joined = joined.select("*", F.lit(0).alias("encrypted_connections"), F.lit(0).alias("_amqp"),
+                               F.lit(None).cast("long").alias("_port_connections"))
     encrypted = F.coalesce(F.col("encrypted_connections"), F.lit(0)) > 0
     nothing_else = encrypted & (F.coalesce(F.col("_amqp"), F.lit(0)) == 0) & F.col("bottleneck").isNull()
+    # Nothing decoded as AMQP and nothing encrypted: no verdict at all (never "none").
+    no_amqp = F.lit(connections is not None) & ~encrypted & (F.coalesce(F.col("_amqp"), F.lit(0)) == 0)
     sentence = F.concat(_encrypted_sentence(), F.lit("."))
     headline = (F.when(nothing_else, F.concat(sentence, F.lit(" No AMQP was decoded, and TCP showed no finding: "
                                                                 "nothing else could be judged.")))
+                .when(no_amqp, _no_amqp_headline(F.col("packets"), F.col("tcp_connections"),
+                                                 F.coalesce(F.col("_port_connections"), F.lit(0))))
                 .when(encrypted & F.col("headline").isNull(), F.concat(
                     F.lit("No bottleneck in the decoded traffic (no resource alarm, no throttled publisher, no "
                           "prefetch- or credit-bound consumer, no client that stopped reading, no retransmission); "),
@@ -87,8 +131,8 @@ def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFram
     empty = F.array().cast(DIAGNOSIS_SCHEMA["findings"].dataType)
     return joined.select(
         "capture_id",
-        F.when(nothing_else, F.lit("encrypted")).otherwise(F.coalesce(F.col("bottleneck"), F.lit("none")))
-        .alias("bottleneck"),
+        F.when(nothing_else, F.lit("encrypted")).when(no_amqp, F.lit(NO_AMQP))
+        .otherwise(F.coalesce(F.col("bottleneck"), F.lit("none"))).alias("bottleneck"),
         "effect", "entity_kind", "entity", "connection_id", "start_packet_number",
         headline.alias("headline"),
         F.when(F.col("findings").isNull(), F.lit(0)).otherwise(F.size("findings")).alias("findings_count"),

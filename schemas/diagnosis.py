@@ -48,6 +48,9 @@ EFFECTS = (
     "retransmission",  # bytes sent more than once
 )
 
+# diagnosis.bottleneck of a capture with nothing to judge: no AMQP connection was decoded in it.
+NO_AMQP = "no_amqp"
+
 ENTITY_KINDS = ("connection", "channel", "consumer", "queue", "session", "link", "node")
 
 # The bottlenecks table: one row per finding, ranked: which entity is held back, by which component
@@ -107,7 +110,8 @@ DIAGNOSIS_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),
         # The top finding's component, or "none"; "encrypted" when TLS connections were not decrypted
-        # and nothing else could be judged (no AMQP decoded, no TCP finding).
+        # and nothing else could be judged (no AMQP decoded, no TCP finding); "no_amqp" when no AMQP
+        # connection was decoded and none was encrypted (nothing to judge).
         StructField("bottleneck", StringType(), False),
         StructField("effect", StringType(), True),
         StructField("entity_kind", StringType(), True),

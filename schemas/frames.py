@@ -247,5 +247,8 @@ CAPTURES_SCHEMA = StructType(
         # "ok"; "damaged: <place>: <reason>" when part of the file could not be read (the rest was);
         # "failed: <reason>" when none of it could (``amqpscope ingest`` records those too).
         StructField("status", StringType(), True),
+        # TCP connections seen, on any port (one a pair of endpoints): with connections, what a
+        # capture without AMQP traffic holds instead (diagnosis no_amqp); null when not read.
+        StructField("tcp_connections", LongType(), True),
     ]
 )

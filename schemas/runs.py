@@ -2,7 +2,9 @@
 
 A stage marks its captures ``running`` before it writes any of their rows and ``ok`` after its last
 commit, so a run killed in between leaves ``running`` behind: readers tell a half-analysed capture
-from a finished one here, and the next run of the stage repairs it.
+from a finished one here, and the next run of the stage repairs it. A ``running`` row is also the
+run's lease on the capture: while its owner lives (and, seen from another host, until
+``lease_until``), no other run writes the capture (``jobs.runs``).
 """
 
 from __future__ import annotations
@@ -27,5 +29,10 @@ RUNS_SCHEMA = StructType(
         # The run of the stage before whose rows this one read (derive: the ingest run; report:
         # the derive run): a derive older than its capture's ingest is stale.
         StructField("source_run", StringType(), True),
+        # The process of the run, "pid N on host": another run on that host tells a live lease from
+        # a killed run's at once.
+        StructField("owner", StringType(), True),
+        # Until when a running row holds the capture for a run on another host (renewed by every mark).
+        StructField("lease_until", TimestampType(), True),
     ]
 )

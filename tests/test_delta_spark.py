@@ -13,6 +13,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import delta_spark, lake as lake_module, maintain
 from amqpscope.jobs.delta_spark import TableRef
+from amqpscope.jobs.errors import WriteConflict
 from amqpscope.jobs.lake import Lake
 from amqpscope.schemas.catalog import description, documented, tables
 from amqpscope.schemas.runs import RUNS_SCHEMA
@@ -109,8 +110,9 @@ class Recorder:
             self.statements.append(delta_spark.create_table_sql(ref, schema, text, cluster_by))
             self.created[str(ref)] = schema
 
-        def write(df, ref, capture_ids, merge_schema):
-            self.writes.append((str(ref), delta_spark.write_options(capture_ids, merge_schema), df.columns))
+        def write(df, ref, capture_ids, merge_schema, user_metadata=None):
+            self.writes.append((str(ref), delta_spark.write_options(capture_ids, merge_schema, user_metadata),
+                                df.columns))
             if merge_schema:
                 self.created[str(ref)] = df.schema
 
@@ -173,3 +175,124 @@ def test_maintain_on_delta_spark_optimizes_vacuums_and_documents(spark, monkeypa
     assert sent[:2] == ["OPTIMIZE `main`.`amqpscope`.`runs`", "VACUUM `main`.`amqpscope`.`runs` RETAIN 200 HOURS"]
     assert len(sent) == 2 + len(comments) + 1 and done.comments_set == len(comments) + 1
     assert sent[-1].startswith("COMMENT ON TABLE `main`.`amqpscope`.`runs` IS 'The ``runs`` table")
+
+
+# What Delta says when a replaceWhere loses to another run's commit of the same capture (the message of
+# DeltaErrors.concurrentAppendException: the winning commit's commitInfo as JSON, its userMetadata ours).
+APPEND_LOST = ('Files were added to partition [capture_id=abc] by a concurrent update. Please try the operation '
+               'again.\nConflicting commit: {"timestamp":1764160000000,"userMetadata":"amqpscope.runId=run-7f3a",'
+               '"operation":"WRITE","operationParameters":{"mode":"Overwrite"},"readVersion":3,'
+               '"isolationLevel":"Serializable","isBlindAppend":false,"version":4}\n'
+               'Refer to https://docs.delta.io/latest/concurrency-control.html for more details.')
+
+
+def delta_python_exception(kind: str, message: str) -> Exception:
+    """The exception delta-spark's Python package raises for a Java one (delta.exceptions.<kind>)."""
+    return type(kind, (Exception,), {"__module__": "delta.exceptions"})(message)
+
+
+class JavaClass:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def getName(self) -> str:
+        return self.name
+
+
+class JavaException:
+    def __init__(self, name: str, message: str) -> None:
+        self.name, self.message = name, message
+
+    def getClass(self) -> JavaClass:
+        return JavaClass(self.name)
+
+    def getMessage(self) -> str:
+        return self.message
+
+
+class Py4JLikeError(Exception):
+    """PySpark's error for a Java exception it has no class of its own for (py4j's Py4JJavaError)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(name)
+        self.java_exception = JavaException(name, message)
+
+
+def test_every_commit_names_its_run():
+    assert delta_spark.write_options(["a"], merge_schema=False, user_metadata="amqpscope.runId=r1") == {
+        "replaceWhere": "`capture_id` IN ('a')", "userMetadata": "amqpscope.runId=r1"}
+
+
+@pytest.mark.parametrize("raised", [
+    delta_python_exception("ConcurrentAppendException", APPEND_LOST),
+    Py4JLikeError("io.delta.exceptions.ConcurrentAppendException", APPEND_LOST),
+], ids=["delta's Python class", "the Java exception"])
+def test_a_conflict_delta_raises_names_the_run_that_won(raised):
+    conflict = delta_spark.commit_conflict(raised)
+    assert conflict is not None
+    assert (conflict.kind, conflict.version, conflict.user_metadata("amqpscope.runId")) == (
+        "ConcurrentAppendException", 4, "run-7f3a")
+    lost = lake_module._delta_spark_conflict(raised, "frames", ["abc" + "0" * 61])
+    assert str(lost) == ("table frames: capture abc000000000 was written by run run-7f3a (version 4) after this "
+                         "run read the table; not written twice")
+
+
+@pytest.mark.parametrize("raised", [
+    ValueError("Conflicting commit: version 4"),
+    type("ConcurrentAppendException", (Exception,), {"__module__": "someone.else"})("x"),
+    Py4JLikeError("org.apache.spark.SparkException", APPEND_LOST),
+    Py4JLikeError("io.delta.exceptions.DeltaAnalysisException", "no conflict"),
+])
+def test_other_errors_are_not_conflicts(raised):
+    assert delta_spark.commit_conflict(raised) is None
+    assert lake_module._delta_spark_conflict(raised, "frames", ["abc"]) is None
+
+
+def test_a_conflict_without_our_metadata_names_its_kind():
+    # Two writers creating one table at once: Delta refuses one (ProtocolChangedException), no run named.
+    raised = delta_python_exception("ProtocolChangedException", "The protocol version of the Delta table has been "
+                                    "changed by a concurrent update. This happens when multiple writers are writing "
+                                    "to an empty directory.")
+    lost = lake_module._delta_spark_conflict(raised, "runs", ["abc"])
+    assert str(lost) == ("table runs: capture abc was written by another writer (ProtocolChangedException) after "
+                         "this run read the table; not written twice")
+
+
+def test_a_lost_write_is_one_line_naming_the_table_and_the_winner(spark, monkeypatch, tmp_path):
+    recorder = Recorder(spark)
+    recorder.install(monkeypatch)
+    lake = Lake.of(spark, AnalyzeConfig(lake=tmp_path, storage="delta-spark"), run_id="run-mine")
+    rows = spark.createDataFrame([], RUNS_SCHEMA)
+    lake.write(rows, "runs", replace_capture_ids=["a"])
+    assert recorder.writes[-1][1]["userMetadata"] == "amqpscope.runId=run-mine"
+
+    def lose(df, ref, capture_ids, merge_schema, user_metadata=None):
+        raise Py4JLikeError("io.delta.exceptions.ConcurrentDeleteReadException", APPEND_LOST)
+
+    monkeypatch.setattr(delta_spark, "write_rows", lose)
+    with pytest.raises(WriteConflict, match=r"^table runs: capture a was written by run run-7f3a \(version 4\)") as lost:
+        lake.write(rows, "runs", replace_capture_ids=["a"])
+    assert isinstance(lost.value.__cause__, Py4JLikeError)
+
+
+def test_a_table_two_runs_create_at_once_is_written_by_both(spark, monkeypatch, tmp_path):
+    recorder = Recorder(spark)
+    recorder.install(monkeypatch)
+
+    def created_by_the_other_run(spark_, ref, schema, text, cluster_by):
+        recorder.created[str(ref)] = schema  # the other run's CREATE committed version 0 first
+        raise delta_python_exception("ProtocolChangedException", "multiple writers are writing to an empty directory")
+
+    monkeypatch.setattr(delta_spark, "create_table", created_by_the_other_run)
+    lake = Lake.of(spark, AnalyzeConfig(lake=tmp_path, storage="delta-spark"))
+    rows = spark.createDataFrame([], RUNS_SCHEMA)
+    lake.write(rows, "runs", replace_capture_ids=["a"])
+    assert [(ref, options["replaceWhere"]) for ref, options, _ in recorder.writes] == [
+        (str(lake.table_ref("runs")), "`capture_id` IN ('a')")]
+
+    def refused(spark_, ref, schema, text, cluster_by):  # a conflict, yet no table: not ours to hide
+        raise delta_python_exception("ProtocolChangedException", "refused")
+
+    monkeypatch.setattr(delta_spark, "create_table", refused)
+    with pytest.raises(Exception, match="refused"):
+        lake.write(rows, "diagnosis_empty", replace_capture_ids=["a"])

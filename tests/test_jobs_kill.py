@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.lake_read import read_table
+from amqpscope.jobs.lake_read import is_delta_table, read_table
 from amqpscope.jobs.runs import COMPLETE, StageRun, completeness
 from amqpscope.schemas.quality import RUN_COLUMNS
 
@@ -90,7 +90,8 @@ def tables(lake: Path, cid: str | None = None) -> dict[str, list[str]]:
     """Every Delta table under ``lake`` as delta-rs reads it (the rows of capture ``cid``, else all):
     rows as sorted JSON text, without the columns naming the run that wrote them."""
     found = {}
-    for path in sorted(p for p in lake.iterdir() if (p / "_delta_log").is_dir()):
+    # A table whose first commit never happened (a killed or refused create) may leave an empty log: no table.
+    for path in sorted(p for p in lake.iterdir() if p.is_dir() and is_delta_table(p)):
         rows = [{k: v for k, v in r.items() if k not in RUN_COLUMNS}
                 for r in read_table(str(path)).to_pylist() if cid is None or r["capture_id"] == cid]
         found[path.name] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)

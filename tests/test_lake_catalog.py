@@ -43,9 +43,9 @@ def test_catalog_has_every_table_with_its_declared_columns():
 def test_commit_carries_statistics_comments_and_description(spark, tmp_path):
     lake = Lake(spark, tmp_path / "lake")
     rows = [
-        ("cap-a", "derive", "r1", T1, T2, "ok", "r0"),
-        ("cap-a", "ingest", "r0", T2, None, "running", None),
-        ("cap-b", "derive", "r2", T1, None, "failed: x", None),
+        ("cap-a", "derive", "r1", T1, T2, "ok", "r0", None, None),
+        ("cap-a", "ingest", "r0", T2, None, "running", None, "pid 7 on host", T2),
+        ("cap-b", "derive", "r2", T1, None, "failed: x", None, None, None),
     ]
     # One task: one file per capture, so each add action holds all of its capture's rows.
     lake.write(spark.createDataFrame(rows, RUNS_SCHEMA).coalesce(1), "runs", replace_capture_ids=["cap-a", "cap-b"])

@@ -14,7 +14,7 @@ import pytest
 from amqpscope.ingest.pcap import CaptureError
 from amqpscope.jobs import runs
 from amqpscope.jobs.cli import main as cli_main
-from amqpscope.jobs.lake import _staging_is_stale
+from amqpscope.jobs.lake_files import staging_is_stale as _staging_is_stale
 from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable
 from amqpscope.jobs.runs import StageRun, completeness
 
