@@ -147,6 +147,30 @@ def _child_analyze(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
     }
 
 
+def _child_writes(lake_from: str, lake_to: str, capture_bytes: int) -> dict:
+    """A Spark job of analyze's shape without its work: a session, every table of the lake at
+    ``lake_from`` read and written again through ``Lake.write`` into ``lake_to`` (one Spark write
+    and one Delta commit a table, as derive makes them), stop. What writing each table with Spark
+    costs by itself, whatever computes the rows."""
+    from amqpscope.jobs.lake import Lake
+    from amqpscope.jobs.session import build_session, sized_for
+    from amqpscope.pipelines.tables import TABLES
+
+    started = time.perf_counter()
+    spark = build_session("local[2]", "amqpscope-bench-writes")
+    up = time.perf_counter() - started
+    source, target = Lake(spark, lake_from), Lake(spark, lake_to)
+    written = 0
+    with sized_for(spark, capture_bytes):  # set up as analyze is for that capture
+        for name, table in TABLES.items():
+            if table.layer in ("bronze", "silver", "gold") and source.exists(name):
+                rows = source.read(name)
+                target.write(rows, name, replace_capture_ids=sorted(source.capture_ids(name)) or ["none"])
+                written += 1
+    spark.stop()
+    return {"session_start_s": round(up, 2), "tables": written, "seconds": round(time.perf_counter() - started, 2)}
+
+
 class _RoundTrips:
     """Every Py4J round trip the driver makes while active: (start, end) in epoch seconds, on the main
     thread (the one that builds the plans and waits for the queries)."""
@@ -350,6 +374,7 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
                                 out / f"analyze-{capture.stem}.log")
             print(f"[{time.strftime('%H:%M:%S')}] report of {name} in chromium ...", file=sys.stderr, flush=True)
             page = report_page(lake / "report.html", out)
+            writes = table_writes(out, me, lake, name, capture)
         finally:
             if not keep:
                 shutil.rmtree(lake, ignore_errors=True)
@@ -357,11 +382,27 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
         tshark = _measure(tshark_command(capture, ports), out / f"tshark-{capture.stem}.log")
         tshark["frames"] = tshark_frames(capture, ports)
         rows.append({"name": name, "file": str(capture), "megabytes": round(capture.stat().st_size / 1e6, 1),
-                     "analyze": analyzed, "tshark": tshark, "report": page})
+                     "analyze": analyzed, "tshark": tshark, "report": page, "writes_alone": writes})
     warm = fixed_cost(out, me)
     ratios = {**derived(bare, rows), "small_warm_vs_bare_spark_wall": round(warm["warm_s"] / bare["wall_s"], 2)}
+    ratios["small_writes_alone_vs_bare_spark_wall"] = round(rows[0]["writes_alone"]["wall_s"] / bare["wall_s"], 2)
+    if len(rows) >= 3:
+        ratios["large_writes_alone_vs_tshark_wall"] = round(
+            rows[-1]["writes_alone"]["wall_s"] / rows[-1]["tshark"]["wall_s"], 1)
     return {"machine": machine(), "commit": _commit(), "load_average_at_end": os.getloadavg(),
             "class_archive": archive, "bare_spark": bare, "captures": rows, "warm_sample": warm, "derived": ratios}
+
+
+def table_writes(out: Path, me: list[str], lake: Path, name: str, capture: Path) -> dict:
+    """A capture's tables written again by a Spark job that does nothing else (``_child_writes``)."""
+    target = Path(tempfile.mkdtemp(prefix="lake-", dir=out))
+    try:
+        print(f"[{time.strftime('%H:%M:%S')}] the tables of {name} written again, nothing else ...", file=sys.stderr,
+              flush=True)
+        return _measure([*me, "one-writes", str(lake), str(target), str(capture.stat().st_size)],
+                        out / f"table-writes-{name.split()[0]}.log")
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
 
 
 def fixed_cost(out: Path, me: list[str]) -> dict:
@@ -417,6 +458,8 @@ def step_table(row: dict) -> list[str]:
     lines += [f"| **analyze, whole process** | **{a['jobs']}** | **{a['wall_s']}** | **{a['cpu_s']}** | "
               f"**{per_frame(a['cpu_s'])}** |",
               f"| tshark `-T fields` | | {t['wall_s']} | {t['cpu_s']} | {per_frame(t['cpu_s'])} |",
+              *([f"| its {w['tables']} tables written again by Spark, nothing else | | {w['wall_s']} | {w['cpu_s']} | "
+                 f"{per_frame(w['cpu_s'])} |"] if (w := row.get("writes_alone")) else []),
               f"| ratio analyze / tshark | | {a['wall_s'] / t['wall_s']:.1f}x | "
               f"{a['cpu_s'] / max(t['cpu_s'], 0.01):.1f}x | |"]
     return lines
@@ -468,6 +511,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "one-spark":
         print(json.dumps(_child_spark()))
+        return 0
+    if argv and argv[0] == "one-writes":
+        print(json.dumps(_child_writes(argv[1], argv[2], int(argv[3]))))
         return 0
     if argv and argv[0] == "one-warm":
         capture, lake, ports = argv[1:4]

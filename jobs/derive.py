@@ -84,12 +84,19 @@ def derive(
     sources = {cid: r.run_id for (cid, stage), r in runs.stage_runs(lake, ids).items() if stage == "ingest"}
     runs.mark(lake, run_id, "derive", ids, OUTCOME_RUNNING, sources)
     try:
-        def store(table: tables.Table, rows: DataFrame) -> DataFrame:
+        def store(table: tables.Table, rows: DataFrame | None) -> DataFrame:
             clock.writing(table.name)
+            if rows is None:  # no rows: committed without a Spark job on delta-rs
+                lake.write_rows([], table.schema, table.name, replace_capture_ids=replace,
+                                partition_by=table.partition_by)
+                return tables.no_rows(bronze["frames"], table)
             lake.write(rows, table.name, replace_capture_ids=replace, partition_by=table.partition_by)
             return lake.read(table.name).filter(lake_capture_filter(ids))
 
-        build = tables.Build(bronze, {"limits": diagnosis_limits or DiagnosisThresholds(), "run_id": run_id}, store)
+        # A capture of one AMQP version has no rows in the other's tables: those are not built.
+        spoken = {c["protocol"] for c in lake.read_rows("connections", tables.table("connections").schema, ids)}
+        build = tables.Build(bronze, {"limits": diagnosis_limits or DiagnosisThresholds(), "run_id": run_id}, store,
+                             empty=tables.without_rows(spoken))
         # Every TCP payload byte is in a frame, in the quarantine or missing: checked before any
         # table is derived from the frames (dq_summary sums the same accounting).
         accounting = build.value("accounting")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
@@ -26,6 +27,7 @@ from amqpscope.pipelines.blocking import channel_flow_intervals, connection_bloc
 from amqpscope.pipelines.bottlenecks import bottleneck_findings
 from amqpscope.pipelines.chart_series import chart_series
 from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline, unacked_ledger
+from amqpscope.pipelines.channels import channel_pass
 from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.diagnosis import diagnosis
 from amqpscope.pipelines.dq_summary import dq_summary
@@ -68,6 +70,7 @@ from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
 Layer = Literal["bronze", "silver", "gold", "bookkeeping"]
 # The steps of a run, in order (jobs.analyze times each; a step may write in two parts).
 STEPS = ("ingest", "messages", "flow_state", "diagnosis", "verdicts", "charts", "report")
+AMQP091, AMQP10 = "amqp-0-9-1", "amqp-1.0"
 # Within a connection, the order frames completed on the wire.
 _FRAME = ("connection_id", "frame_index")
 _CHANNEL = ("connection_id", "channel", "frame_index")
@@ -102,6 +105,9 @@ class Table:
     order_by: tuple[str, ...] = ()
     # A small gold table its readers take through delta-rs, without a Spark query (Lake.read_rows).
     read_without_spark: bool = False
+    # The AMQP version whose frames its rows come from, when only one's: without a connection of
+    # that version among the run's captures it has no rows, and derive does not build it.
+    protocol: str | None = None
 
     def __post_init__(self) -> None:
         if self.step is not None and self.step not in STEPS:
@@ -114,21 +120,24 @@ class Table:
 
 
 def _timeline(name: str, schema: StructType, build: Callable[..., DataFrame], *inputs: str,
-              order_by: tuple[str, ...]) -> Table:
-    return Table(name, schema, "silver", "flow_state", build, inputs, order_by=order_by)
+              order_by: tuple[str, ...], protocol: str | None = None) -> Table:
+    return Table(name, schema, "silver", "flow_state", build, inputs, order_by=order_by, protocol=protocol)
 
 
 _BRONZE_ORDER = {"frames": _FRAME, "connections": ("connection_id",), "captures": ("capture_id",),
                  "tcp_segments": ("connection_id", "packet_number")}
 
-# The shared results, by name. The AMQP 1.0 tables that bind frames to sessions share one session
-# map (a row per begin); the 0-9-1 unacked tables one ledger of deliveries and their settlements
-# (computed once, the pair took 0.72-0.83x the time at 1 M frames: docs/BENCHMARKS.md). The byte
-# accounting is checked before anything is derived and summed by dq_summary.
+# The shared results, by name. The 0-9-1 channel tables start from one pass over the channels'
+# frames (pipelines.channels: incarnations, confirm mode, consumers, lifecycle state); the two
+# unacked tables from one ledger of deliveries and their settlements drawn from it (computed once,
+# the pair took 0.72-0.83x the time at 1 M frames: docs/BENCHMARKS.md). The AMQP 1.0 tables that
+# bind frames to sessions share one session map (a row per begin). The byte accounting is checked
+# before anything is derived and summed by dq_summary.
 SHARED: dict[str, Shared] = {s.name: s for s in (
     Shared("accounting", byte_accounting, ("connections", "frames", "quarantine")),
+    Shared("channels", channel_pass, ("frames",)),
+    Shared("ledger", unacked_ledger, ("frames", "channels")),
     Shared("sessions", session_map, ("frames",)),
-    Shared("ledger", unacked_ledger, ("frames",)),
 )}
 
 # In the order derive writes them when nothing asks for another: every table after its inputs.
@@ -137,28 +146,32 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     *(Table(name, schema, "bronze", "ingest", order_by=_BRONZE_ORDER.get(name, ()))
       for name, schema in BRONZE_SCHEMAS.items()),
     # Silver: messages and the flow state (docs/FLOW_STATE.md), rule state and events.
-    Table("messages_091", MESSAGES_091_SCHEMA, "silver", "messages", messages_091, ("frames",), order_by=_CHANNEL),
+    Table("messages_091", MESSAGES_091_SCHEMA, "silver", "messages", messages_091, ("frames", "channels"),
+          order_by=_CHANNEL, protocol=AMQP091),
     Table("deliveries_10", DELIVERIES_10_SCHEMA, "silver", "messages", deliveries_10, ("frames",),
-          order_by=("connection_id", "direction", "channel", "handle", "frame_index")),
+          order_by=("connection_id", "direction", "channel", "handle", "frame_index"), protocol=AMQP10),
     _timeline("link_credit", LINK_CREDIT_SCHEMA, link_credit_timeline, "frames",
-              order_by=("connection_id", "link_name", "sender_side", "frame_index")),
+              order_by=("connection_id", "link_name", "sender_side", "frame_index"), protocol=AMQP10),
     _timeline("channel_unacked", CHANNEL_UNACKED_SCHEMA, channel_unacked_timeline, "frames", "ledger",
-              order_by=_CHANNEL),
+              order_by=_CHANNEL, protocol=AMQP091),
     _timeline("link_state", LINK_STATE_SCHEMA, link_state_timeline, "frames", "sessions",
-              order_by=("connection_id", "link_name", "sender_side", "frame_index")),
+              order_by=("connection_id", "link_name", "sender_side", "frame_index"), protocol=AMQP10),
     _timeline("session_window", SESSION_WINDOW_SCHEMA, session_window_timeline, "frames", "sessions",
-              order_by=("connection_id", "session_id", "frame_index")),
+              order_by=("connection_id", "session_id", "frame_index"), protocol=AMQP10),
     _timeline("consumer_unacked", CONSUMER_UNACKED_SCHEMA, consumer_unacked_timeline, "frames", "ledger",
-              order_by=("connection_id", "channel", "consumer_tag", "frame_index")),
-    _timeline("channel_confirms", CHANNEL_CONFIRMS_SCHEMA, channel_confirms_timeline, "frames", order_by=_CHANNEL),
+              order_by=("connection_id", "channel", "consumer_tag", "frame_index"), protocol=AMQP091),
+    _timeline("channel_confirms", CHANNEL_CONFIRMS_SCHEMA, channel_confirms_timeline, "frames", "channels",
+              order_by=_CHANNEL, protocol=AMQP091),
     _timeline("connection_blocked", CONNECTION_BLOCKED_SCHEMA, connection_blocked_intervals, "frames",
-              order_by=("connection_id", "start_frame_index")),
+              order_by=("connection_id", "start_frame_index"), protocol=AMQP091),
     _timeline("channel_flow", CHANNEL_FLOW_SCHEMA, channel_flow_intervals, "frames",
-              order_by=("connection_id", "channel", "direction", "start_frame_index")),
+              order_by=("connection_id", "channel", "direction", "start_frame_index"), protocol=AMQP091),
     _timeline("frame_limits", FRAME_LIMITS_SCHEMA, frame_limits_timeline, "frames", order_by=_FRAME),
     _timeline("idle_gaps", IDLE_GAPS_SCHEMA, idle_gaps_timeline, "frames", order_by=_FRAME),
-    _timeline("lifecycle_10", LIFECYCLE_10_SCHEMA, lifecycle_10_timeline, "frames", "sessions", order_by=_FRAME),
-    _timeline("lifecycle_091", LIFECYCLE_091_SCHEMA, lifecycle_091_timeline, "frames", order_by=_FRAME),
+    _timeline("lifecycle_10", LIFECYCLE_10_SCHEMA, lifecycle_10_timeline, "frames", "sessions", order_by=_FRAME,
+              protocol=AMQP10),
+    _timeline("lifecycle_091", LIFECYCLE_091_SCHEMA, lifecycle_091_timeline, "frames", "channels", order_by=_FRAME,
+              protocol=AMQP091),
     _timeline("events", EVENTS_SCHEMA, events_timeline, "frames", order_by=(*_FRAME, "event_id")),
     _timeline("tcp_flow", TCP_FLOW_SCHEMA, tcp_flow_timeline, "tcp_segments",
               order_by=("connection_id", "packet_number")),
@@ -246,14 +259,20 @@ class Build:
     each shared result is computed once, when a first table needs it, and kept (a local checkpoint:
     one Spark job). ``store`` gets each table's rows as built and returns them as the tables built
     from it should read them: derive writes them and reads them back from the lake; by default
-    they are used as built (tests, benchmarks)."""
+    they are used as built (tests, benchmarks). The tables of ``empty`` are known to have no rows
+    (``without_rows``): they are not built, ``store`` gets None for their rows."""
 
     def __init__(self, given: Mapping[str, DataFrame], settings: Mapping[str, object] | None = None,
-                 store: Callable[[Table, DataFrame], DataFrame] | None = None) -> None:
+                 store: Callable[[Table, DataFrame | None], DataFrame] | None = None,
+                 empty: Iterable[str] = ()) -> None:
         self.tables: dict[str, DataFrame] = dict(given)
         self.settings: dict[str, object] = dict(settings or {})
-        self._store = store or (lambda _table, rows: rows)
+        self._store = store or self._as_built
+        self._empty = frozenset(empty)
         self._shared: dict[str, DataFrame] = {}
+
+    def _as_built(self, table: Table, rows: DataFrame | None) -> DataFrame:
+        return rows if rows is not None else no_rows(next(iter(self.tables.values())), table)
 
     def value(self, name: str) -> DataFrame:
         """A table (built if need be) or a shared result."""
@@ -263,7 +282,9 @@ class Build:
         if shared is None:
             return self.table(name)
         if name not in self._shared:
-            self._shared[name] = shared.build(**{i: self.value(i) for i in shared.inputs}).localCheckpoint()
+            # On disk, as ingest keeps its intermediates: the heap stays the same whatever the capture.
+            rows = shared.build(**{i: self.value(i) for i in shared.inputs})
+            self._shared[name] = rows.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
         return self._shared[name]
 
     def table(self, name: str) -> DataFrame:
@@ -272,8 +293,8 @@ class Build:
             declared = table(name)
             if declared.build is None:
                 raise ValueError(f"table {name} has no builder: its step writes it")
-            rows = declared.build(**{i: self.value(i) for i in declared.inputs},
-                                  **{s: self.settings[s] for s in declared.settings})
+            rows = None if name in self._empty else declared.build(
+                **{i: self.value(i) for i in declared.inputs}, **{s: self.settings[s] for s in declared.settings})
             self.tables[name] = self._store(declared, rows)
         return self.tables[name]
 
@@ -282,20 +303,34 @@ class Build:
         return {name: self.table(name) for name in in_order(names)}
 
 
+def without_rows(protocols: Iterable[str | None]) -> frozenset[str]:
+    """The tables without rows when the run's connections speak ``protocols`` only (the connections
+    table's ``protocol``): those whose rows come from the frames of another AMQP version."""
+    spoken = set(protocols)
+    return frozenset(t.name for t in TABLES.values() if t.protocol is not None and t.protocol not in spoken)
+
+
+def no_rows(like: DataFrame, table: Table) -> DataFrame:
+    """An empty DataFrame of ``table``'s schema, in ``like``'s session (no Spark job reads it)."""
+    return like.sparkSession.createDataFrame([], table.schema)
+
+
 def _check_graph() -> None:
     """Every input is declared before what reads it (so declaration order is a build order)."""
     seen: set[str] = set(SHARED)
+    earlier: set[str] = set()
     for shared in SHARED.values():
-        missing = [i for i in shared.inputs if i not in TABLES]
+        missing = [i for i in shared.inputs if i not in TABLES and i not in earlier]
         if missing:
-            raise ValueError(f"shared result {shared.name}: no table {', '.join(missing)}")
+            raise ValueError(f"shared result {shared.name}: no table or earlier shared result {', '.join(missing)}")
+        earlier.add(shared.name)
     for t in TABLES.values():
         missing = [i for i in t.inputs if i not in seen]
         if missing:
             raise ValueError(f"table {t.name}: {', '.join(missing)} not declared before it")
         seen.add(t.name)
     for shared in SHARED.values():
-        late = [i for i in shared.inputs if TABLES[i].layer != "bronze"]
+        late = [i for i in shared.inputs if i in TABLES and TABLES[i].layer != "bronze"]
         if late:
             raise ValueError(f"shared result {shared.name} reads {', '.join(late)}: only bronze tables")
 
