@@ -4,7 +4,7 @@ how its rows are partitioned and ordered.
 
 ``derive`` walks this graph (``jobs/derive.py``): it writes the diagnosis's inputs first, then the
 diagnosis, then the rest, each table built from its inputs as stored (read back from the lake) and
-from the shared results (``Shared``: a pass over the frames that several tables are drawn from,
+from the shared results (``Shared``: a pass over the frames or a table that several tables are drawn from,
 computed once and kept while they are written). ``analyze``, ``report``, the row counts and the
 tests take their table lists from here. A new table is one declaration here and its schema in
 ``schemas/``; a gold table small enough for readers to take without Spark says so
@@ -41,7 +41,7 @@ from amqpscope.pipelines.link_credit import link_credit_timeline, link_state_tim
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.pipelines.sessions import session_map, session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
-from amqpscope.pipelines.throughput import throughput
+from amqpscope.pipelines.throughput import message_events, throughput_of
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
 from amqpscope.schemas.events import EVENTS_SCHEMA
 from amqpscope.schemas.flow import (
@@ -132,12 +132,15 @@ _BRONZE_ORDER = {"frames": _FRAME, "connections": ("connection_id",), "captures"
 # unacked tables from one ledger of deliveries and their settlements drawn from it (computed once,
 # the pair took 0.72-0.83x the time at 1 M frames: docs/BENCHMARKS.md). The AMQP 1.0 tables that
 # bind frames to sessions share one session map (a row per begin). The byte accounting is checked
-# before anything is derived and summed by dq_summary.
+# before anything is derived and summed by dq_summary. The message events (a row per message, both
+# versions: a pass over the frames with a window per channel and direction) are summed per second
+# by throughput and per bucket by the report's charts.
 SHARED: dict[str, Shared] = {s.name: s for s in (
     Shared("accounting", byte_accounting, ("connections", "frames", "quarantine")),
     Shared("channels", channel_pass, ("frames",)),
     Shared("ledger", unacked_ledger, ("frames", "channels")),
     Shared("sessions", session_map, ("frames",)),
+    Shared("message_events", message_events, ("frames", "link_state")),
 )}
 
 # In the order derive writes them when nothing asks for another: every table after its inputs.
@@ -180,7 +183,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
               "consumer_unacked", "channel_unacked", "channel_confirms", "connection_blocked", "channel_flow",
               "tcp_flow", order_by=("cause", "entity", "connection_id", "channel", "link_name", "consumer_tag", "direction",
                         "start_packet_number")),
-    _timeline("throughput", THROUGHPUT_SCHEMA, throughput, "frames", "link_state",
+    _timeline("throughput", THROUGHPUT_SCHEMA, throughput_of, "message_events",
               order_by=("scope", "connection_id", "protocol", "direction", "channel", "link_name", "address", "second")),
     # Gold: the diagnosis (docs/DIAGNOSIS.md), the verdicts and the data quality summary.
     Table("bottlenecks", BOTTLENECKS_SCHEMA, "gold", "diagnosis", bottleneck_findings,
@@ -196,7 +199,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     # The report's charts (pipelines.chart_series): every point it draws, so that it reads them
     # through delta-rs and a capture of any size is drawn without a Spark query.
     Table("chart_series", CHART_SERIES_SCHEMA, "gold", "charts", chart_series,
-          ("captures", "frames", "link_state", "consumer_unacked", "channel_unacked", "channel_confirms", "tcp_flow",
+          ("captures", "frames", "message_events", "link_state", "consumer_unacked", "channel_unacked", "channel_confirms", "tcp_flow",
            "flow_intervals", "violations"), read_without_spark=True),
     # Bookkeeping: each stage's latest run per capture, marked without Spark (jobs.runs).
     Table("runs", RUNS_SCHEMA, "bookkeeping", None, order_by=("capture_id", "stage")),
@@ -316,23 +319,21 @@ def no_rows(like: DataFrame, table: Table) -> DataFrame:
 
 
 def _check_graph() -> None:
-    """Every input is declared before what reads it (so declaration order is a build order)."""
-    seen: set[str] = set(SHARED)
+    """Every input is declared before what reads it (so declaration order is a build order): a
+    table that reads a shared result comes after every table that result is drawn from."""
     earlier: set[str] = set()
     for shared in SHARED.values():
         missing = [i for i in shared.inputs if i not in TABLES and i not in earlier]
         if missing:
             raise ValueError(f"shared result {shared.name}: no table or earlier shared result {', '.join(missing)}")
         earlier.add(shared.name)
+    seen: set[str] = set(SHARED)
     for t in TABLES.values():
-        missing = [i for i in t.inputs if i not in seen]
+        needed = {*t.inputs, *(u for i in t.inputs if i in SHARED for u in upstream(i))}
+        missing = sorted(needed - seen)
         if missing:
             raise ValueError(f"table {t.name}: {', '.join(missing)} not declared before it")
         seen.add(t.name)
-    for shared in SHARED.values():
-        late = [i for i in shared.inputs if i in TABLES and TABLES[i].layer != "bronze"]
-        if late:
-            raise ValueError(f"shared result {shared.name} reads {', '.join(late)}: only bronze tables")
 
 
 _check_graph()
