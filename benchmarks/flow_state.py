@@ -38,7 +38,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from amqpscope.jobs.session import build_session
-from amqpscope.pipelines.flow_state import FRAME_TIMELINES, derived_tables, flow_timelines
+from amqpscope.pipelines.tables import FLOW, Build, upstream
 from amqpscope.schemas.frames import FRAMES_SCHEMA
 from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA
 
@@ -232,14 +232,20 @@ def run_shape(spark: SparkSession, frames: int, shape: str, work: Path) -> dict:
     ]
     stored_frames = spark.read.parquet(str(base / "frames"))
     stored_segments = spark.read.parquet(str(base / "tcp_segments"))
-    timelines = flow_timelines(stored_frames, stored_segments)
     jobs = []
-    for name, df in timelines.items():
-        rows = frames if name in FRAME_TIMELINES else frames // 2
-        jobs.append(_timed(name, rows, lambda df=df, name=name: df.write.parquet(str(base / name))))
-    stored = {name: spark.read.parquet(str(base / name)) for name in timelines}
-    for name, df in derived_tables(stored_frames, stored).items():
-        jobs.append(_timed(name, frames, lambda df=df: df.write.format("noop").mode("overwrite").save()))
+
+    def store(table, rows: DataFrame) -> DataFrame:  # noqa: ANN001 (a pipelines.tables.Table)
+        """A timeline written to Parquet and read back, as analyze stores it; a table built from
+        stored timelines (flow_intervals, throughput) run into Spark's noop sink."""
+        name = table.name
+        if set(table.inputs) - {"frames", "tcp_segments"} - {"sessions", "ledger"}:
+            jobs.append(_timed(name, frames, lambda: rows.write.format("noop").mode("overwrite").save()))
+            return rows
+        counted = frames if "frames" in upstream(name) else frames // 2
+        jobs.append(_timed(name, counted, lambda: rows.write.parquet(str(base / name))))
+        return spark.read.parquet(str(base / name))
+
+    Build({"frames": stored_frames, "tcp_segments": stored_segments}, store=store).build(FLOW)
     frame_jobs = [j for j in jobs if j["job"] != "tcp_flow"]
     total = sum(j["seconds"] for j in frame_jobs)
     print(f"  {'all frame jobs':<22} {frames:>12,} frames {total:8.1f} s  {frames / total:>12,.0f} frames/s", flush=True)

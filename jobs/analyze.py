@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
 from amqpscope.jobs.commits import committed_row_counts
-from amqpscope.jobs.derive import DERIVED_TABLES, GOLD_TABLES, MESSAGE_TABLES, VERDICT_TABLES, VERDICTS_MODULE, derive
+from amqpscope.jobs.derive import VERDICTS_MODULE, derive
 from amqpscope.jobs.ingest import CaptureFile, resolve_captures, superseded_captures
 from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.landing import ingest_files
@@ -29,16 +29,13 @@ from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.report import write_report
 from amqpscope.jobs.session import sized_for
 from amqpscope.jobs.stages import StageClock, job_session
+from amqpscope.pipelines import tables
 from amqpscope.pipelines.diagnosis import no_packets_diagnosis
-from amqpscope.pipelines.flow_state import FLOW_TABLES
-from amqpscope.schemas.bronze import BRONZE_SCHEMAS
-from amqpscope.schemas.report import CHART_SERIES_SCHEMA
 from amqpscope.schemas.runs import OUTCOME_OK
 
 log = logging.getLogger("amqpscope.analyze")
 
-__all__ = ["AnalyzeResult", "FLOW_TABLES", "GOLD_TABLES", "MESSAGE_TABLES", "VERDICT_TABLES", "analyze", "analyze_files",
-           "headlines", "main"]
+__all__ = ["AnalyzeResult", "analyze", "analyze_files", "headlines", "main"]
 
 
 @dataclass
@@ -116,18 +113,18 @@ def _analyze_files(spark: SparkSession, lake: Lake, files: Sequence[CaptureFile]
                 captures=bronze.captures,
                 verdicts=derived.verdicts,  # GX may still be at work: the report waits for it last
                 data_docs_index=None,
-                flow={name: derived.tables[name] for name in FLOW_TABLES},
+                flow={name: derived.tables[name] for name in tables.FLOW},
                 quarantine=bronze.quarantine,
                 diagnosis=derived.tables["diagnosis"],
                 bottlenecks=derived.tables["bottlenecks"],
                 dq_summary=derived.tables["dq_summary"],
                 accounting=derived.accounting,
-                chart_series=lake.read_rows("chart_series", CHART_SERIES_SCHEMA, ids),
+                chart_series=lake.read_rows("chart_series", tables.table("chart_series").schema, ids),
             )
             runs.mark(lake, run_id, "report", ids, OUTCOME_OK, {cid: run_id for cid in ids})
     finally:
         bronze.release()
-    counts = committed_row_counts(lake, (*BRONZE_SCHEMAS, *DERIVED_TABLES), ids)
+    counts = committed_row_counts(lake, (*tables.BRONZE, *tables.DERIVED), ids)
     verdicts = derived.verdicts.result()
     return AnalyzeResult(tuple(ids), report, verdicts.data_docs_index, counts, clock.seconds,
                          verdicts.success, run_id, answers[0])

@@ -1,4 +1,5 @@
-"""``amqpscope derive``: messages, flow state, diagnosis and verdicts from the bronze tables in the lake.
+"""``amqpscope derive``: messages, flow state, diagnosis, verdicts and the report's chart series from the
+bronze tables in the lake.
 
 ``derive`` is the one function that turns a set of captures' bronze tables into every derived
 table; ``analyze`` calls it on the tables it has just decoded, the ``derive`` job on the tables
@@ -12,6 +13,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,15 +24,9 @@ from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
 from amqpscope.jobs.lake import Lake, lake_capture_filter
-from amqpscope.jobs.stages import StageClock, one_line, stored
-from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
-from amqpscope.pipelines.bottlenecks import bottleneck_findings
-from amqpscope.pipelines.chart_series import chart_series
-from amqpscope.pipelines.diagnosis import diagnosis
-from amqpscope.pipelines.dq_summary import dq_summary
-from amqpscope.pipelines.flow_state import FLOW_TABLES, INTERVAL_INPUTS, TIMELINE_TABLES, FlowTimelines, derived_tables
-from amqpscope.pipelines.messages import deliveries_10, messages_091
-from amqpscope.schemas.bronze import BRONZE_SCHEMAS
+from amqpscope.jobs.stages import StageClock, one_line
+from amqpscope.pipelines import tables
+from amqpscope.pipelines.accounting import assert_bytes_accounted
 from amqpscope.schemas.runs import OUTCOME_OK, OUTCOME_RUNNING
 
 if TYPE_CHECKING:
@@ -41,13 +37,9 @@ VERDICTS_MODULE = "amqpscope.expectations.suite"
 
 log = logging.getLogger("amqpscope.derive")
 
-# Tables derive writes, in order (the flow-state ones are pipelines.flow_state's).
-MESSAGE_TABLES = ("messages_091", "deliveries_10")
-GOLD_TABLES = ("bottlenecks", "diagnosis")
-VERDICT_TABLES = ("violations",)
-QUALITY_TABLES = ("dq_summary",)
-REPORT_TABLES = ("chart_series",)  # what the report draws, read back with delta-rs (schemas/report.py)
-DERIVED_TABLES = (*MESSAGE_TABLES, *FLOW_TABLES, *GOLD_TABLES, *VERDICT_TABLES, *QUALITY_TABLES, *REPORT_TABLES)
+# What the diagnosis reads, and the diagnosis: written first, so its answer comes before the other
+# tables are written (the verdicts read every table, so they come last).
+ANSWER = tables.in_order({*tables.upstream("diagnosis"), "diagnosis"} - set(tables.BRONZE) - set(tables.SHARED))
 
 
 @dataclass(frozen=True)
@@ -58,6 +50,14 @@ class Derived:
     tables: dict[str, DataFrame]
     verdicts: PendingVerdicts
     accounting: DataFrame  # the bronze tables' byte accounting (pipelines.accounting), as checked
+
+
+def _stages(build: tables.Build, clock: StageClock, names: Sequence[str]) -> None:
+    """Build and write ``names`` in declaration order, each step's tables in one timed stage."""
+    for step, group in groupby(tables.in_order(names), key=lambda name: tables.table(name).step):
+        with clock.stage(str(step)):
+            for name in group:
+                build.table(name)
 
 
 def derive(
@@ -85,74 +85,49 @@ def derive(
     with clock.stage("derive"):  # the captures taken (a failure here names the stage and the runs table)
         runs.mark(lake, run_id, "derive", ids, OUTCOME_RUNNING, sources)
     try:
-        frames = bronze["frames"]
+        def store(table: tables.Table, rows: DataFrame | None) -> DataFrame:
+            clock.writing(table.name)
+            if rows is None:  # no rows: committed without a Spark job on delta-rs
+                lake.write_rows([], table.schema, table.name, replace_capture_ids=replace,
+                                partition_by=table.partition_by)
+                return tables.no_rows(bronze["frames"], table)
+            lake.write(rows, table.name, replace_capture_ids=replace, partition_by=table.partition_by)
+            return lake.read(table.name).filter(lake_capture_filter(ids))
+
+        # A capture of one AMQP version has no rows in the other's tables: those are not built.
+        spoken = {c["protocol"] for c in lake.read_rows("connections", tables.table("connections").schema, ids)}
+        build = tables.Build(bronze, {"limits": diagnosis_limits or DiagnosisThresholds(), "run_id": run_id}, store,
+                             empty=tables.without_rows(spoken))
         # Every TCP payload byte is in a frame, in the quarantine or missing: checked before any
-        # table is derived from the frames. Computed once (a row per connection and direction),
-        # it is also what dq_summary sums.
-        accounting = byte_accounting(bronze["connections"], frames, bronze["quarantine"]).localCheckpoint()
+        # table is derived from the frames (dq_summary sums the same accounting).
+        accounting = build.value("accounting")
         assert_bytes_accounted(accounting)
-        tables: dict[str, DataFrame] = {}
-        # What the diagnosis reads is written first and the diagnosis from it; the other tables
-        # follow its answer (each step's seconds are summed over its two parts).
-        with clock.stage("messages"):
-            tables.update(stored(lake, {"messages_091": messages_091(frames)}, ids, replace, clock))
-        timelines = FlowTimelines(frames, bronze["tcp_segments"])
-        with clock.stage("flow_state"):
-            flow = stored(lake, timelines.build(INTERVAL_INPUTS), ids, replace, clock)
-            # Intervals and throughput read the stored timelines back rather than recompute them.
-            intervals = derived_tables(frames, flow)
-            flow.update(stored(lake, {"flow_intervals": intervals["flow_intervals"]}, ids, replace, clock))
-            tables.update(flow)
-        with clock.stage("diagnosis"):
-            findings = bottleneck_findings(
-                frames=frames, connections=bronze["connections"], messages_091=tables["messages_091"],
-                flow_intervals=tables["flow_intervals"], consumer_unacked=tables["consumer_unacked"],
-                link_state=tables["link_state"], connection_blocked=tables["connection_blocked"],
-                tcp_flow=tables["tcp_flow"], limits=diagnosis_limits or DiagnosisThresholds())
-            tables.update(stored(lake, {"bottlenecks": findings}, ids, replace, clock))
-            tables.update(stored(lake, {"diagnosis": diagnosis(tables["bottlenecks"], bronze["captures"],
-                                                               bronze["connections"])},
-                                 ids, replace, clock))
+        _stages(build, clock, ANSWER)
         if diagnosed is not None:
             diagnosed()
-        with clock.stage("messages"):
-            tables.update(stored(lake, {"deliveries_10": deliveries_10(frames)}, ids, replace, clock))
-        with clock.stage("flow_state"):
-            rest = [name for name in TIMELINE_TABLES if name not in INTERVAL_INPUTS]
-            tables.update(stored(lake, {**timelines.build(rest), "throughput": intervals["throughput"]},
-                                 ids, replace, clock))
+        # Then what the verdicts read, the verdicts, and what reads them (dq_summary, chart_series).
+        built = tables.names(built=True)
+        _stages(build, clock, [name for name in built if name not in ANSWER and "violations" not in tables.upstream(name)])
         with clock.stage("verdicts"):
             from amqpscope.expectations.suite import start_verdicts
 
             # Rules are evaluated once: the violations are written as they are counted (expectations.suite).
             clock.writing("violations")
             verdicts = start_verdicts(
-                {**tables, "frames": frames}, data_docs_dir, capture_ids=ids,
+                build.tables, data_docs_dir, capture_ids=ids,
                 store=lambda found: lake.write(found, "violations", replace_capture_ids=replace))
-            tables["violations"] = lake.read("violations").filter(lake_capture_filter(ids))
-            # One row per capture and run for data-quality dashboards (pipelines.dq_summary), written
-            # while GX validates the counts.
-            tables.update(stored(lake, {"dq_summary": dq_summary(
-                captures=bronze["captures"], connections=bronze["connections"], frames=frames,
-                quarantine=bronze["quarantine"], violations=tables["violations"], diagnosis=tables["diagnosis"],
-                suite_of_rule=verdicts.suite_of_rule, suites_run=list(verdicts.suites_run),
-                run_id=run_id, run_ts=datetime.now(timezone.utc), accounting=accounting,
-            )}, ids, replace, clock))
-        with clock.stage("charts"):
-            # The report's charts as a gold table (pipelines.chart_series): the report reads it
-            # with delta-rs, so a capture of any size is drawn with no Spark query.
-            tables.update(stored(lake, {"chart_series": chart_series(
-                captures=bronze["captures"], frames=frames, link_state=tables["link_state"],
-                consumer_unacked=tables["consumer_unacked"], channel_unacked=tables["channel_unacked"],
-                channel_confirms=tables["channel_confirms"], tcp_flow=tables["tcp_flow"],
-                flow_intervals=tables["flow_intervals"], violations=tables["violations"],
-            )}, ids, replace, clock))
+            build.tables["violations"] = lake.read("violations").filter(lake_capture_filter(ids))
+        # dq_summary: one row per capture and run for data-quality dashboards, written while GX
+        # validates the counts.
+        build.settings.update(suite_of_rule=verdicts.suite_of_rule, suites_run=list(verdicts.suites_run),
+                              run_ts=datetime.now(timezone.utc))
+        _stages(build, clock, [name for name in built if "violations" in tables.upstream(name)])
     except BaseException as exc:
         if isinstance(exc, Exception):
             _mark_failed(lake, run_id, ids, exc)
         raise
     runs.mark(lake, run_id, "derive", ids, OUTCOME_OK)
-    return Derived(tables, verdicts, accounting)
+    return Derived({name: build.tables[name] for name in tables.DERIVED}, verdicts, accounting)
 
 
 def _mark_failed(lake: Lake, run_id: str, ids: Sequence[str], exc: Exception) -> None:
@@ -165,8 +140,8 @@ def _mark_failed(lake: Lake, run_id: str, ids: Sequence[str], exc: Exception) ->
 
 def bronze_tables(lake: Lake, capture_ids: Sequence[str]) -> dict[str, DataFrame]:
     """The bronze tables of ``capture_ids`` as stored."""
-    return {name: lake.read(name, schema).filter(lake_capture_filter(capture_ids))
-            for name, schema in BRONZE_SCHEMAS.items()}
+    return {name: lake.read(name, tables.table(name).schema).filter(lake_capture_filter(capture_ids))
+            for name in tables.BRONZE}
 
 
 @dataclass(frozen=True)
@@ -219,4 +194,4 @@ def ingested_captures(lake: Lake) -> list[str]:
 
 
 def _derived_capture_ids(lake: Lake) -> set[str]:
-    return {cid for table in DERIVED_TABLES if lake.exists(table) for cid in lake.capture_ids(table)}
+    return {cid for table in tables.DERIVED if lake.exists(table) for cid in lake.capture_ids(table)}

@@ -20,9 +20,7 @@ from amqpscope.jobs import runs
 from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.report import render_page, write_report
 from amqpscope.jobs.stages import StageClock
-from amqpscope.pipelines.flow_state import FLOW_TABLES
-from amqpscope.schemas.frames import CAPTURES_SCHEMA
-from amqpscope.schemas.report import CHART_SERIES_SCHEMA
+from amqpscope.pipelines import tables
 from amqpscope.schemas.runs import OUTCOME_OK
 
 log = logging.getLogger("amqpscope.report")
@@ -43,7 +41,7 @@ def report_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
     lake = Lake.of(spark, config, run_id=run_id)
     if not lake.exists("captures"):
         raise ValueError(f"lake {config.lake} has no captures table: run `amqpscope ingest` and `amqpscope derive` first")
-    stored = {r["capture_id"]: r for r in lake.read_rows("captures", CAPTURES_SCHEMA)}
+    stored = {r["capture_id"]: r for r in lake.read_rows("captures", tables.table("captures").schema)}
     if capture_ids:
         unknown = sorted(set(capture_ids) - set(stored))
         if unknown:
@@ -75,11 +73,11 @@ def report_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
             captures=lake.read("captures").filter(keep),
             verdicts=None,
             data_docs_index=_data_docs_index(config.data_docs_dir),
-            flow={name: lake.read(name).filter(keep) for name in FLOW_TABLES if lake.exists(name)},
+            flow={name: lake.read(name).filter(keep) for name in tables.FLOW if lake.exists(name)},
             quarantine=lake.read("quarantine").filter(keep),
             **{name: lake.read(name).filter(keep) for name in ("diagnosis", "bottlenecks", "dq_summary")
                if lake.exists(name)},
-            chart_series=lake.read_rows("chart_series", CHART_SERIES_SCHEMA, complete) if lake.exists("chart_series") else (),
+            chart_series=lake.read_rows("chart_series", tables.table("chart_series").schema, complete) if lake.exists("chart_series") else (),
             left_out=left_out,
         )
         runs.mark(lake, run_id, "report", complete, OUTCOME_OK,

@@ -1,4 +1,4 @@
-"""What every job shares: timed stages that name themselves when they fail, and stored tables.
+"""What every job shares: timed stages that name themselves when they fail, and the job's session.
 
 A failure inside a stage (a Py4J / JVM error most often, whose trace is pages long) becomes one
 ``StageFailed`` naming the stage and the table being written; the command line prints that line
@@ -11,15 +11,14 @@ import importlib
 import logging
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.errors import LakeError, printable, table_of
-from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.session import build_session, stop_session
 from amqpscope.threads import in_background
@@ -109,15 +108,6 @@ class StageClock:
         self.table = table
         if self.progress is not None:
             self.progress.detail(f"writing {table}")
-
-
-def stored(lake: Lake, tables: Mapping[str, DataFrame], capture_ids: Sequence[str], replace: Sequence[str],
-           clock: StageClock) -> dict[str, DataFrame]:
-    """Write each table (the rows of ``replace`` go), and return it as read back from the lake."""
-    for name, df in tables.items():
-        clock.writing(name)
-        lake.write(df, name, replace_capture_ids=replace)
-    return {name: lake.read(name).filter(lake_capture_filter(capture_ids)) for name in tables}
 
 
 def preload(modules: Sequence[str]) -> None:

@@ -24,14 +24,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.consumers import method_sent, with_consumers
-from amqpscope.pipelines.partitioning import (
-    CHANNEL,
-    by_connection,
-    channel_after_frame,
-    frame_of_channel,
-    with_channel_incarnation,
-)
+from amqpscope.pipelines.channels import channel_pass
+from amqpscope.pipelines.consumers import method_sent
+from amqpscope.pipelines.partitioning import CHANNEL, channel_after_frame, frame_of_channel
 from amqpscope.pipelines.settlement import settle, with_settlement_rows
 from amqpscope.schemas.flow import CHANNEL_UNACKED_SCHEMA, CONSUMER_UNACKED_SCHEMA
 
@@ -68,18 +63,16 @@ def _consumer_rows_in_order() -> WindowSpec:
     return Window.partitionBy(*CHANNEL, "consumer_tag").orderBy("frame_index", "delivery_tag")
 
 
-def unacked_ledger(frames: DataFrame) -> DataFrame:
+def unacked_ledger(frames: DataFrame, channels: DataFrame | None = None) -> DataFrame:
     """Every channel event, and a row per settlement of each delivery (``_is_event`` false), with
     the channel's running state after each frame: what channel_unacked and consumer_unacked are
-    drawn from (``pipelines.flow_state`` computes it once for both)."""
+    drawn from (derive computes it once for both: ``pipelines.tables``). Channel incarnations and
+    consumers come from ``channels`` (``channels.channel_pass``, computed when not given)."""
     is_qos = method_sent("basic.qos", "c2s")
     is_global = F.coalesce(F.col("global"), F.lit(False))
     any_delivery = F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")
-    events = (
-        by_connection(frames.filter((F.col("protocol") == "amqp-0-9-1") & F.col("method").isin(*_EVENTS)).select(*_COLUMNS))
-        .transform(with_channel_incarnation)
-        .transform(with_consumers)
-    )
+    events = ((channel_pass(frames) if channels is None else channels).filter(F.col("method").isin(*_EVENTS))
+              .select(*_COLUMNS, "incarnation", "_consumer", "_no_ack"))
     events = events.withColumn("_is_delivery", any_delivery & ~F.coalesce("_no_ack", F.lit(False)))  # no-ack: a tag, never an ack
 
     recover = F.col("method").isin(*_RECOVERS) & (F.col("direction") == "c2s")

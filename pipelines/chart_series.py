@@ -27,7 +27,6 @@ from amqpscope.pipelines.series_grid import (
     states,
 )
 from amqpscope.pipelines.shape import in_schema
-from amqpscope.pipelines.throughput import message_events
 from amqpscope.schemas.report import CHART_SERIES_SCHEMA
 
 LANES = 60  # timeline lanes of a capture at most
@@ -159,16 +158,19 @@ def violation_markers(violations: DataFrame, grid: DataFrame) -> DataFrame:
 
 
 def chart_series(
-    *, captures: DataFrame, frames: DataFrame, link_state: DataFrame, consumer_unacked: DataFrame,
+    *, captures: DataFrame, frames: DataFrame, message_events: DataFrame, link_state: DataFrame,
+    consumer_unacked: DataFrame,
     channel_unacked: DataFrame, channel_confirms: DataFrame, tcp_flow: DataFrame, flow_intervals: DataFrame,
     violations: DataFrame,
 ) -> DataFrame:
-    """Every chart of the captures (CHART_SERIES_SCHEMA rows), from their bronze and flow-state tables.
+    """Every chart of the captures (CHART_SERIES_SCHEMA rows), from their bronze and flow-state tables
+    and their ``message_events`` (``throughput.message_events``: derive computes them once, for the
+    throughput table and for these charts).
 
     The count charts are one pass (one aggregation and ranking for all of them), the step charts
     another: a chart more is a branch of a union, not a pipeline of its own."""
     grid = bucket_grid(captures)
-    messages = message_events(frames, link_state)
+    messages = message_events
     charts = [
         counts([*queue_charts(queue_events(messages, consumer_unacked)), *count_charts(messages, link_state, frames)],
                grid),

@@ -13,34 +13,27 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.partitioning import (
-    CHANNEL,
-    by_connection,
-    channel_after_frame,
-    channel_so_far,
-    frame_of_channel,
-    with_channel_incarnation,
-)
+from amqpscope.pipelines.channels import channel_pass
+from amqpscope.pipelines.partitioning import CHANNEL, channel_after_frame, frame_of_channel
 from amqpscope.pipelines.settlement import settle, with_settlement_rows
 from amqpscope.schemas.flow import CHANNEL_CONFIRMS_SCHEMA
 
-_EVENTS = ("channel.open", "confirm.select", "basic.publish", "basic.ack", "basic.nack")
 _COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "packet_number", "direction", "method",
             "delivery_tag", "multiple")
 
 
-def channel_confirms_timeline(frames: DataFrame) -> DataFrame:
-    """The channel_confirms table (``schemas.flow.CHANNEL_CONFIRMS_SCHEMA``) from the frames table."""
+def channel_confirms_timeline(frames: DataFrame, channels: DataFrame | None = None) -> DataFrame:
+    """The channel_confirms table (``schemas.flow.CHANNEL_CONFIRMS_SCHEMA``) from the frames table (and
+    its ``channels.channel_pass``, which says when a channel is in confirm mode and numbers its
+    publishes; computed when not given)."""
     is_select = (F.col("method") == "confirm.select") & (F.col("direction") == "c2s")
     is_publish = (F.col("method") == "basic.publish") & (F.col("direction") == "c2s")
     # Broker to client: a client's basic.ack on the same channel acknowledges a delivery instead.
     is_confirm = F.col("method").isin("basic.ack", "basic.nack") & (F.col("direction") == "s2c")
     events = (
-        by_connection(frames.filter((F.col("protocol") == "amqp-0-9-1") & F.col("method").isin(*_EVENTS)).select(*_COLUMNS))
-        .transform(with_channel_incarnation)
-        .withColumn("_in_mode", F.max(is_select.cast("int")).over(channel_so_far()) == 1)
+        (channel_pass(frames) if channels is None else channels)
         .filter(F.col("_in_mode") & (is_select | is_publish | is_confirm))
-        .withColumn("published", F.sum(is_publish.cast("long")).over(channel_so_far()))
+        .select(*_COLUMNS, "incarnation", F.col("_published").alias("published"))
         .withColumn("publish_seq", F.when(is_publish, F.col("published")))
     )
     settled = settle(events, CHANNEL, sent=F.col("publish_seq"), item=F.col("publish_seq"), settling=is_confirm)

@@ -22,8 +22,7 @@ from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.ingest.specs import amqp091
-from amqpscope.pipelines.consumers import with_consumers
-from amqpscope.pipelines.partitioning import channel_so_far, with_channel_incarnation
+from amqpscope.pipelines.channels import channel_pass
 from amqpscope.pipelines.settlement import settle
 from amqpscope.schemas.messages import DELIVERIES_10_SCHEMA, MESSAGES_091_SCHEMA
 
@@ -59,13 +58,11 @@ def _stream_after() -> WindowSpec:
     )
 
 
-def messages_091(frames: DataFrame) -> DataFrame:
-    """The messages_091 table (``schemas.messages.MESSAGES_091_SCHEMA``) from the frames table."""
-    channel_frames = (
-        frames.filter(F.col("protocol") == "amqp-0-9-1")
-        .filter(F.col("channel") > 0)
-        .transform(with_channel_incarnation)
-    )
+def messages_091(frames: DataFrame, channels: DataFrame | None = None) -> DataFrame:
+    """The messages_091 table (``schemas.messages.MESSAGES_091_SCHEMA``) from the frames table (and
+    its ``channels.channel_pass``, which numbers channel incarnations, publishes in confirm mode and
+    consumers; computed when not given)."""
+    channel_frames = (channel_pass(frames) if channels is None else channels).filter(F.col("channel") > 0)
     is_content_method = F.col("method").isin(*_CONTENT_METHODS)
     content = channel_frames.withColumn(
         "message_at", F.last(F.when(is_content_method, F.col("frame_index")), True).over(_stream_so_far())
@@ -78,14 +75,9 @@ def messages_091(frames: DataFrame) -> DataFrame:
         F.sum((F.col("frame_type") == "body").cast("int")).alias("body_frames"),
     )
     # Confirm mode: a channel incarnation from its confirm.select on; publishes numbered in it.
-    confirming = F.max((F.col("method") == "confirm.select").cast("int")).over(channel_so_far()) == 1
     is_publish = (F.col("method") == "basic.publish") & (F.col("direction") == "c2s")
     methods = (
-        # Before with_consumers, whose first windows are over the same order: one sort for all.
-        channel_frames.withColumn("_confirming", confirming)
-        .withColumn("_publishes", F.sum((is_publish & F.col("_confirming")).cast("long")).over(channel_so_far()))
-        .withColumn("publish_seq", F.when(is_publish & F.col("_confirming"), F.col("_publishes")))
-        .transform(with_consumers)
+        channel_frames.withColumn("publish_seq", F.when(is_publish & F.col("_confirming"), F.col("_publishes")))
         .withColumn("next_method_frame_index", F.last(
             F.when(F.col("frame_type") == "method", F.col("frame_index")), True).over(_stream_after()))
     )

@@ -90,18 +90,37 @@ def busiest(df: DataFrame, weight: Column, limit: int = SERIES, keys: Sequence[s
             within: Sequence[str] = ()) -> DataFrame:
     """``df`` restricted to the ``limit`` series (``keys``) of each capture (and ``within`` columns,
     e.g. the chart) with the most ``weight``, with ``series_rank`` (1 = busiest) and
-    ``series_total`` (series there)."""
-    series = Window.partitionBy("capture_id", *within, *keys)  # unordered: a series' weight
+    ``series_total`` (series there).
+
+    The series are weighed by an aggregation and ranked among themselves (a few rows), then joined
+    back: ``df``'s rows are never sorted, so a chart of a million points costs one hash
+    aggregation, not a sort of them all in one task per capture and chart."""
+    weights = df.groupBy("capture_id", *within, *keys).agg(F.sum(weight).alias("_weight"))
+    return on_series(df, series_ranks(weights, limit, keys, within), ["capture_id", *within, *keys])
+
+
+def series_ranks(weights: DataFrame, limit: int = SERIES, keys: Sequence[str] = KEYS,
+                 within: Sequence[str] = ()) -> DataFrame:
+    """Per series (capture_id, ``within``, ``keys``) of ``weights`` (a row each, its ``_weight``):
+    ``series_rank`` and ``series_total``, the ``limit`` heaviest series of each capture only."""
     # Ranks a chart's series in a capture, heaviest first (ties by key, so the choice is stable).
     heaviest_first = Window.partitionBy("capture_id", *within).orderBy(F.col("_weight").desc(), *keys)
     in_capture = Window.partitionBy("capture_id", *within)  # unordered: counts the series
     return (
-        df.withColumn("_weight", F.sum(weight).over(series))
-        .withColumn("series_rank", F.dense_rank().over(heaviest_first))
+        weights.withColumn("series_rank", F.dense_rank().over(heaviest_first))
         .withColumn("series_total", F.max("series_rank").over(in_capture))
         .where(F.col("series_rank") <= limit)
         .drop("_weight")
     )
+
+
+def on_series(df: DataFrame, per_series: DataFrame, series: Sequence[str]) -> DataFrame:
+    """``df``'s rows of the series in ``per_series`` (a few rows: broadcast), with its other columns;
+    a null key matches a null key (a series' keys are null where its chart has no such key)."""
+    rows, small = df.alias("_rows"), F.broadcast(per_series).alias("_series")
+    matched = reduce(Column.__and__, [F.col(f"_rows.{k}").eqNullSafe(F.col(f"_series.{k}")) for k in series])
+    added = [F.col(f"_series.{c}") for c in per_series.columns if c not in series]
+    return rows.join(small, matched, "inner").select("_rows.*", *added)
 
 
 @dataclass(frozen=True)
@@ -190,17 +209,23 @@ def states(charts: Sequence[StateChart], grid: DataFrame, points: int = POINTS) 
         .select("*", "_m.*").drop("_m")
         for c in charts])
     series = ["capture_id", "chart", *KEYS]
-    in_metric = Window.partitionBy(*series, "metric")  # unordered: a series' points of one metric
-    in_order = in_metric.orderBy("ts", "_order")  # a series' points in time: the n-th one
     first_metric = F.col("metric") == _lookup(first, F.col("chart"))
-    weighed = busiest(events.join(F.broadcast(grid), "capture_id"),
-                      F.when(first_metric, F.col("_w")).otherwise(F.lit(0.0)), within=["chart"])
-    points_of = with_columns(weighed, [
+    # One aggregation over the points: per series and metric their number (a short series keeps
+    # each point) and the weight that ranks the series (its first metric's points').
+    per_metric = events.groupBy(*series, "metric").agg(
+        F.count(F.lit(1)).alias("_n"), F.sum(F.when(first_metric, F.col("_w")).otherwise(F.lit(0.0))).alias("_weight"))
+    ranks = series_ranks(per_metric.groupBy(*series).agg(F.sum("_weight").alias("_weight")), within=["chart"])
+    kept = on_series(per_metric.drop("_weight"), ranks, series)
+    # A short series' points are told apart by their time and order (no two of a series share both).
+    short = F.col("_n") <= points
+    points_of = with_columns(on_series(events.join(F.broadcast(grid), "capture_id"), kept, [*series, "metric"]), [
         ("_x", since_start("ts")),
-        ("_n", F.count(F.lit(1)).over(in_metric)),
-        ("_bucket", F.when(F.col("_n") <= points, -F.row_number().over(in_order)).otherwise(_bucket("ts"))),
+        ("_bucket", F.when(short, F.lit(-1)).otherwise(_bucket("ts"))),
+        ("_point_ts", F.when(short, F.col("ts"))),
+        ("_point_order", F.when(short, F.col("_order"))),
     ])
-    aggregated = points_of.groupBy(*series, "metric", "series_rank", "series_total", "bucket_s", "_bucket").agg(
+    aggregated = points_of.groupBy(*series, "metric", "series_rank", "series_total", "bucket_s", "_bucket",
+                                   "_point_ts", "_point_order").agg(
         F.min("_x").alias("x"), F.max("_value").alias("_max"), F.min("_value").alias("_min"),
         F.sum("_value").alias("_sum"), F.first("_agg").alias("_agg"))
     value = (F.when(F.col("_agg") == "min", F.col("_min")).when(F.col("_agg") == "sum", F.col("_sum"))

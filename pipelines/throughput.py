@@ -115,7 +115,13 @@ def message_events(frames: DataFrame, link_state: DataFrame | None) -> DataFrame
 
 def throughput(frames: DataFrame, link_state: DataFrame) -> DataFrame:
     """The throughput table (``schemas.flow.THROUGHPUT_SCHEMA``) from the frames and link_state tables."""
-    messages = message_events(frames, link_state).withColumn("second", F.date_trunc("second", F.col("ts")))
+    return throughput_of(message_events(frames, link_state))
+
+
+def throughput_of(message_events: DataFrame) -> DataFrame:
+    """The throughput table from ``message_events`` (derive computes those once: the report's
+    charts count the same rows in their own buckets)."""
+    messages = message_events.withColumn("second", F.date_trunc("second", F.col("ts")))
     # One aggregation by grouping sets for every scope: the message rows (windows and joins over
     # the frames) are found once, not once per scope. A column outside a scope's set is null.
     grouped_by = ("capture_id", *_GROUPED, "second")

@@ -22,17 +22,17 @@ import pyspark.sql.functions as F
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
-import amqpscope.jobs.analyze as analyze_module
-from amqpscope.jobs.analyze import FLOW_TABLES, MESSAGE_TABLES, VERDICT_TABLES, analyze
+from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.lake import Lake
-from amqpscope.schemas.bronze import BRONZE_SCHEMAS
+from amqpscope.pipelines import tables as lake_tables
 from tests.paths import ROOT, SAMPLES
 
 # The three samples and the decoder and flow scenario captures (the bottleneck scenarios' 21 MB
 # would make this the slowest test of the suite; their diagnosis has its own acceptance test).
 CAPTURES = tuple(sorted(p for folder in (SAMPLES, SAMPLES / "decoders", SAMPLES / "flow")
                         for p in folder.iterdir() if p.suffix in (".pcap", ".pcapng")))
-TABLES = (*BRONZE_SCHEMAS, *MESSAGE_TABLES, *FLOW_TABLES, *getattr(analyze_module, "GOLD_TABLES", ()), *VERDICT_TABLES)
+# Every table analyze writes but those whose rows name the run that wrote them (dq_summary, runs).
+TABLES = tuple(t.name for t in lake_tables.TABLES.values() if "run_id" not in t.schema.fieldNames())
 
 
 def table_digests(spark: SparkSession, lake_root: Path, tables=TABLES) -> dict[str, dict[str, dict]]:

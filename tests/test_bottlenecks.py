@@ -17,7 +17,7 @@ import pytest
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.pipelines.bottlenecks import bottleneck_findings
 from amqpscope.pipelines.diagnosis import diagnosis
-from amqpscope.pipelines.flow_state import derived_tables, flow_timelines
+from amqpscope.pipelines.tables import FLOW, Build
 from amqpscope.pipelines.messages import messages_091
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 from amqpscope.schemas.frames import CAPTURES_SCHEMA, CONNECTIONS_SCHEMA, FRAMES_SCHEMA
@@ -82,8 +82,8 @@ class Diagnosed:
                   first_ts=T0, last_ts=T0, frames=0, c2s_bytes=0, s2c_bytes=0, c2s_missing_bytes=0,
                   s2c_missing_bytes=0, retransmitted_bytes=0)
              for t in cases.values() for c, port in t.connections.items()], CONNECTIONS_SCHEMA)
-        timelines = flow_timelines(frames, segments)
-        flow = {name: table.cache() for name, table in {**timelines, **derived_tables(frames, timelines)}.items()}
+        built = Build({"frames": frames, "tcp_segments": segments}).build(FLOW)
+        flow = {name: table.cache() for name, table in built.items()}
         self.inputs = dict(
             frames=frames.cache(), connections=connections, messages_091=messages_091(frames).cache(),
             flow_intervals=flow["flow_intervals"], consumer_unacked=flow["consumer_unacked"],

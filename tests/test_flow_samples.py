@@ -18,8 +18,7 @@ from pyspark.sql import functions as F
 from amqpscope.expectations.catalogue import load_rules, violations
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.ingest import decode_captures, resolve_captures
-from amqpscope.pipelines.flow_state import FLOW_TABLES, derived_tables, flow_timelines
-from amqpscope.pipelines.messages import messages_091
+from amqpscope.pipelines import tables as lake_tables
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CAPTURES = sorted(p for p in [*SAMPLES.iterdir(), *(SAMPLES / "flow").iterdir()] if p.suffix in (".pcap", ".pcapng"))
@@ -44,9 +43,10 @@ def tables(spark) -> dict[str, DataFrame]:
     try:
         frames = bronze.frames.localCheckpoint()
         segments = bronze.tcp_segments.localCheckpoint()
-        built = {name: df.localCheckpoint() for name, df in flow_timelines(frames, segments).items()}
-        built.update({name: df.localCheckpoint() for name, df in derived_tables(frames, built).items()})
-        built["messages_091"] = messages_091(frames).localCheckpoint()
+        # Each table checkpointed as built, as derive reads the tables it built from stored rows.
+        build = lake_tables.Build({"frames": frames, "tcp_segments": segments},
+                                  store=lambda _table, rows: rows.localCheckpoint())
+        built = build.build([*lake_tables.FLOW, "messages_091"])
     finally:
         bronze.release()
     return {**built, "frames": frames, "tcp_segments": segments}
@@ -176,11 +176,11 @@ def test_no_violations_in_clean_traffic(tables):
 
 
 def test_every_flow_table_is_built(tables):
-    assert set(FLOW_TABLES) <= set(tables)
+    assert set(lake_tables.FLOW) <= set(tables)
     # No sample uses channel.flow, and none stays silent for a heartbeat interval (60 s, longer
     # than any sample lasts), and nothing in them closes with an error or aborts: those tables
     # are empty here.
-    assert {name for name in FLOW_TABLES if tables[name].count() == 0} == {"channel_flow", "idle_gaps", "events"}
+    assert {name for name in lake_tables.FLOW if tables[name].count() == 0} == {"channel_flow", "idle_gaps", "events"}
     heartbeats = {r.heartbeat for r in tables["frames"].filter("method = 'connection.tune-ok'").collect()}
     longest = tables["frames"].groupBy("connection_id").agg(F.max("ts_us") - F.min("ts_us")).collect()
     assert min(heartbeats) * 1_000_000 > max(r[1] for r in longest)

@@ -19,14 +19,13 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs import runs
 from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.derive import DERIVED_TABLES
 from amqpscope.jobs.lake import Lake
-from amqpscope.schemas.bronze import BRONZE_SCHEMAS
+from amqpscope.pipelines.tables import BRONZE, DERIVED
 from amqpscope.schemas.quality import RUN_COLUMNS
 from tests.paths import ROOT, SAMPLES
 
 FIRST, SECOND = SAMPLES / "amqp10-credit.pcap", SAMPLES / "amqp091-qos-confirms.pcap"
-TABLES = (*BRONZE_SCHEMAS, *DERIVED_TABLES)
+TABLES = (*BRONZE, *DERIVED)
 TASK_ORDER = ["ingest", "derive", "report", "maintain"]
 
 
@@ -105,7 +104,7 @@ def clean(spark, tmp_path_factory):
     store = Lake(spark, root / "lake", backend="delta-rs")
 
     def answered(found: tuple) -> None:
-        answers.append((found, list(timings), [t for t in DERIVED_TABLES if store.exists(t)]))
+        answers.append((found, list(timings), [t for t in DERIVED if store.exists(t)]))
 
     result = analyze(spark, [str(FIRST)], AnalyzeConfig(lake=root / "lake", storage="delta-rs"), timings,
                      answered=answered)
@@ -123,7 +122,7 @@ def test_analyze_hands_the_diagnoses_over_before_the_verdicts_and_the_report(spa
     assert stages_done == ["ingest", "messages", "flow_state", "diagnosis"]
     # Only what the diagnosis reads was written before it: the other tables follow the answer.
     assert set(tables_by_then) == DIAGNOSIS_INPUTS | {"bottlenecks", "diagnosis"}
-    assert all(Lake(spark, lake).exists(t) for t in DERIVED_TABLES)
+    assert all(Lake(spark, lake).exists(t) for t in DERIVED)
     assert diagnoses == result.diagnoses
     stored = Lake(spark, lake).read("diagnosis").collect()
     assert [(d["capture_id"], d["headline"]) for d in diagnoses] == [(r.capture_id, r.headline) for r in stored]

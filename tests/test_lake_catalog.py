@@ -10,10 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from amqpscope.jobs.derive import DERIVED_TABLES
 from amqpscope.jobs.lake import Lake
+from amqpscope.pipelines import tables as lake_tables
 from amqpscope.schemas import catalog
-from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA
 from amqpscope.schemas.runs import RUNS_SCHEMA
 
@@ -28,8 +27,8 @@ def test_tables_md_is_current():
 
 def test_catalog_has_every_table_with_its_declared_columns():
     tables = catalog.tables()
-    assert {*BRONZE_SCHEMAS, *DERIVED_TABLES, "runs"} <= tables.keys()
-    for name, schema in BRONZE_SCHEMAS.items():
+    assert lake_tables.TABLES.keys() <= tables.keys()
+    for name, schema in lake_tables.schemas("bronze").items():
         assert [(f.name, f.dataType) for f in tables[name].schema.fields] == [(f.name, f.dataType) for f in schema.fields]
     # Comments as written next to the columns in schemas/frames.py and schemas/runs.py.
     connections = tables["connections"].schema

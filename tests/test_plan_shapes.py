@@ -19,14 +19,13 @@ from amqpscope.jobs.ingest import decode_captures, decode_tables, resolve_captur
 from amqpscope.jobs.lake import Lake
 from amqpscope.pipelines.channel_unacked import consumer_unacked_timeline
 from amqpscope.pipelines.confirms import channel_confirms_timeline
-from amqpscope.pipelines.flow_state import flow_timelines
 from amqpscope.pipelines.link_credit import link_state_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.pipelines.partitioning import by_connection
+from amqpscope.pipelines.tables import Build
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.frames import FRAMES_SCHEMA
-from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA
 from tests.paths import SAMPLES
 
 # A channel number's frames in order: the sort that numbers a 0-9-1 channel's incarnations.
@@ -90,11 +89,11 @@ def test_messages_091_evaluates_its_channel_windows_once(spark):
 
 
 def test_the_unacked_tables_share_one_ledger(spark):
-    # Apart, consumer_unacked replays the ledger's windows; from flow_timelines it reads the
-    # ledger computed once (a local checkpoint), and only its own consumer windows are left.
+    # Apart, consumer_unacked replays the ledger's windows; built from the table graph it reads
+    # the ledger computed once (a shared result, a local checkpoint): only its consumer windows are left.
     alone = sorts(consumer_unacked_timeline(frames(spark)))
     assert CHANNEL_NUMBER_ORDER in alone
-    timelines = flow_timelines(frames(spark), spark.createDataFrame([], TCP_SEGMENTS_SCHEMA))
+    timelines = Build({"frames": frames(spark)}).build(["consumer_unacked", "channel_unacked"])
     for table in ("consumer_unacked", "channel_unacked"):
         shared = sorts(timelines[table])
         assert CHANNEL_NUMBER_ORDER not in shared, table

@@ -25,6 +25,7 @@ from amqpscope.pipelines import series_grid as S
 from amqpscope.pipelines.accounting import byte_accounting
 from amqpscope.pipelines.chart_series import chart_series
 from amqpscope.pipelines.dq_summary import dq_summary
+from amqpscope.pipelines.throughput import message_events
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
 from amqpscope.schemas.flow import (
     CHANNEL_CONFIRMS_SCHEMA,
@@ -238,8 +239,10 @@ def series_rows(spark: SparkSession, flow: dict[str, DataFrame]) -> list[dict[st
     unacked = flow["consumer_unacked"]
     channel = unacked.select(*[F.col(c) if c in unacked.columns else F.lit(None).cast(f.dataType).alias(c)
                                for c, f in ((f.name, f) for f in CHANNEL_UNACKED_SCHEMA.fields)])
+    frames = table(spark, FRAMES_SCHEMA, FRAMES)
     rows = chart_series(
-        captures=captures(spark), frames=table(spark, FRAMES_SCHEMA, FRAMES), link_state=flow["link_state"],
+        captures=captures(spark), frames=frames, message_events=message_events(frames, flow["link_state"]),
+        link_state=flow["link_state"],
         consumer_unacked=unacked, channel_unacked=channel, channel_confirms=flow["channel_confirms"],
         tcp_flow=flow["tcp_flow"], flow_intervals=flow["flow_intervals"],
         violations=table(spark, VIOLATIONS_SCHEMA, VIOLATIONS),
@@ -514,6 +517,24 @@ def test_busiest_keeps_the_heaviest_series_of_each_capture(spark):
         + [("one", "b", 5, 3, 4), ("two", "z", 1, 1, 1), ("two", "z", 1, 1, 1)],
         "capture_id string, key string, weight long, series_rank int, series_total int")
     assertDataFrameEqual(kept, expected)
+
+
+def test_a_null_key_is_a_series_of_its_own_and_points_at_one_time_stay_apart(spark):
+    # busiest and states join their rankings back on the series' keys: a null key (a chart without
+    # that key, or a queue with no connection) matches only a null key. Two points of a short series
+    # at the same time but in frame order stay two points.
+    rows = [("one", None, 5), ("one", None, 1), ("one", "a", 4), ("one", "b", 1)]
+    df = spark.createDataFrame(rows, "capture_id string, key string, weight long")
+    kept = S.busiest(df, S.F.col("weight"), limit=2, keys=["key"])
+    assertDataFrameEqual(kept, spark.createDataFrame(
+        [("one", None, 5, 1, 3), ("one", None, 1, 1, 3), ("one", "a", 4, 2, 3)],
+        "capture_id string, key string, weight long, series_rank int, series_total int"))
+    at = T0 + timedelta(milliseconds=3)
+    points = spark.createDataFrame([("cap", None, at, 7, 1), ("cap", None, at, 8, 2), ("cap", "c1", at, 7, 5)],
+                                   "capture_id string, connection_id string, ts timestamp, _order long, unacked long")
+    chart = S.StateChart("test", S.keyed(points, connection_id="connection_id"), {"unacked": ("unacked", "max")})
+    found = sorted((r.connection_id or "", r.x, r.value) for r in S.states([chart], grid(spark, 0.999)).collect())
+    assert found == [("", 0.003, 1.0), ("", 0.003, 2.0), ("c1", 0.003, 5.0)]
 
 
 def test_bucket_width_gives_a_few_hundred_buckets():

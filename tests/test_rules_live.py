@@ -22,7 +22,7 @@ import pytest
 from amqpscope.expectations.catalogue import load_rules, rules_for, violations
 from amqpscope.jobs.ingest import decode_captures, resolve_captures
 from amqpscope.pipelines.events import events_timeline
-from amqpscope.pipelines.flow_state import FRAME_TIMELINES
+from amqpscope.pipelines.tables import Build
 from amqpscope.testbed import rule_scenarios
 from amqpscope.testbed.broker import RABBITMQ_BIN, PrivateBroker
 from amqpscope.testbed.capture import capture_scenario, truth_path
@@ -65,7 +65,7 @@ def found(frames, tables=AMQP10_RULE_TABLES) -> dict[str, list[int]]:
     """Every rule on ``tables`` that flags something: the packet numbers it flags."""
     result = {}
     for table in tables:
-        timeline = FRAME_TIMELINES[table](frames)
+        timeline = Build({"frames": frames}).table(table)
         for rule in rules_for(table):
             packets = sorted(r.packet_number for r in violations(timeline, rule).collect())
             if packets:

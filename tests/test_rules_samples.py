@@ -12,8 +12,7 @@ from pyspark.sql import functions as F
 from amqpscope.expectations.catalogue import CATALOGUE_PATH, load_rules, violations
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.ingest import decode_captures, resolve_captures
-from amqpscope.pipelines.flow_state import FRAME_TIMELINES
-from amqpscope.pipelines.messages import deliveries_10, messages_091
+from amqpscope.pipelines import tables as lake_tables
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 # samples/bottlenecks (the diagnosis scenarios, merged from main late in issue 14's work) is not
@@ -23,10 +22,9 @@ CAPTURES = sorted(p for p in SAMPLES.rglob("*") if p.suffix in (".pcap", ".pcapn
 def found(spark) -> tuple[dict, Counter]:
     """(capture name -> [(rule, severity, evidence)], event counts by (capture name, event id))."""
     captures = resolve_captures([str(c) for c in CAPTURES], group_rotated=False)
-    frames = decode_captures(spark, captures, (5672,)).frames
+    bronze = decode_captures(spark, captures, (5672,))
     names = {capture_id(c): c.relative_to(SAMPLES).as_posix() for c in CAPTURES}
-    tables = {"frames": frames, "messages_091": messages_091(frames), "deliveries_10": deliveries_10(frames),
-              **{name: build(frames) for name, build in FRAME_TIMELINES.items()}}
+    tables = {"frames": bronze.frames, **lake_tables.Build(bronze.tables).build(lake_tables.names(layer="silver"))}
     by_capture: dict[str, list] = {name: [] for name in names.values()}
     for rule in load_rules(CATALOGUE_PATH):
         for row in violations(tables[rule.table], rule).collect():

@@ -14,15 +14,15 @@ import pytest
 from pyspark.sql import functions as F
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.analyze import FLOW_TABLES, MESSAGE_TABLES, VERDICT_TABLES, analyze
-from amqpscope.schemas.bronze import BRONZE_SCHEMAS
+from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.lake_read import read_table
+from amqpscope.pipelines import tables as lake_tables
 from amqpscope.testbed import tshark
 from tests.paths import SAMPLE_CAPTURES as CAPTURES
 from tests.paths import SAMPLES
 
-ALL_TABLES = (*BRONZE_SCHEMAS, *MESSAGE_TABLES, *FLOW_TABLES, *VERDICT_TABLES)
+ALL_TABLES = (*lake_tables.BRONZE, *lake_tables.DERIVED)
 
 
 def truth(capture: Path) -> dict:
