@@ -25,6 +25,7 @@ class ExitCode(IntEnum):
     OK = 0
     FAILED = 1
     USAGE = 2
+    BOTTLENECK = 3  # diagnose only
     NOTHING_TO_JUDGE = 4  # diagnose only
 
 
@@ -35,6 +36,7 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
 }
 # diagnose's verdicts, in its --help only.
 DIAGNOSE_EXIT_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.BOTTLENECK: "a bottleneck found in at least one capture (the answer names the component)",
     ExitCode.NOTHING_TO_JUDGE: "no capture could be judged (no AMQP traffic found, or all of it encrypted and not decoded)",
 }
 # Wrong input: the message says it all (a capture or landing directory that cannot be read, a bad

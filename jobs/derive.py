@@ -107,7 +107,8 @@ def derive(
                 frames=frames, connections=bronze["connections"], messages_091=tables["messages_091"],
                 flow_intervals=tables["flow_intervals"], consumer_unacked=tables["consumer_unacked"],
                 link_state=tables["link_state"], connection_blocked=tables["connection_blocked"],
-                tcp_flow=tables["tcp_flow"], limits=diagnosis_limits or DiagnosisThresholds())
+                channel_confirms=tables["channel_confirms"], tcp_flow=tables["tcp_flow"],
+                limits=diagnosis_limits or DiagnosisThresholds())
             tables.update(stored(lake, {"bottlenecks": findings}, ids, replace, clock))
             tables.update(stored(lake, {"diagnosis": diagnosis(tables["bottlenecks"], bronze["captures"],
                                                                bronze["connections"])},

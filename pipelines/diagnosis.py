@@ -3,7 +3,8 @@
 The headline is the top-ranked finding of ``bottlenecks`` (``pipelines.bottlenecks``), or "none"
 for a capture in which nothing held traffic back for long enough to matter. A capture whose TLS
 connections were not decrypted says so in its headline, and is ``encrypted`` when nothing else could
-be judged: no AMQP decoded, no finding (its TCP-level findings still count, ``pipelines.encrypted``).
+be judged: no AMQP decoded, no finding (its TCP-level findings still count: the
+``diagnosis.encrypted.*`` rules of expectations/bottlenecks.yml).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from amqpscope.schemas.diagnosis import DIAGNOSIS_SCHEMA, FINDING_SUMMARY
 
 _NO_BOTTLENECK = ("No bottleneck: no connection, channel, consumer or link was held back long enough to matter "
                   "(no resource alarm, no throttled publisher, no prefetch- or credit-bound consumer, no client "
-                  "that stopped reading, no retransmission).")
+                  "that stopped reading or waited on its own round trips, no lost segment).")
 
 
 def _when_text() -> Column:
@@ -30,7 +31,8 @@ def _headline() -> Column:
     return F.concat(
         F.lit("Bottleneck: "), F.regexp_replace(F.col("component"), "_", " "), F.lit(" ("),
         F.regexp_replace(F.col("effect"), "_", " "), F.lit(") on "), F.col("entity_kind"), F.lit(" "),
-        F.col("entity"), F.lit(", "), _when_text(), F.lit(". "), F.col("explanation"))
+        F.col("entity"), F.coalesce(F.concat(F.lit(" (queue "), F.col("queue"), F.lit(")")), F.lit("")),
+        F.lit(", "), _when_text(), F.lit(". "), F.col("explanation"))
 
 
 def _encrypted(connections: DataFrame) -> DataFrame:
