@@ -428,6 +428,9 @@ def test_head_of_line_blocking_ranks_above_the_throttling_that_causes_it(finding
     assert summary(rows) == [
         (1, "diagnosis.connection.head_of_line", "channel", "head_of_line", "consumer", "c-other"),
         (2, "diagnosis.publisher.credit_flow", "channel", "publisher_throttled", "connection", "127.0.0.1:40007"),
+        # Its acks come 20 ms or more after each delivery with its 2 slots always full: slow by the
+        # consumer rule's own thresholds too, ranked after what holds it back.
+        (3, "diagnosis.consumer.prefetch_bound", "consumer", "deliveries_wait_for_acks", "consumer", "c-other"),
     ]
     hol = rows[0]
     assert (hol.queue, hol.channel, hol.consumer_tag) == ("other", 2, "c-other")
