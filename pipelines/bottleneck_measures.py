@@ -325,8 +325,9 @@ class Measures:
             *keys, _us("ts").alias("_at"))
         phases = delivered.join(rows.select(*keys, "held_start_us", "held_end_us"), list(keys)).groupBy(*keys).agg(
             F.sum((F.col("_at") < F.col("held_start_us")).cast("long")).alias("_before"),
-            F.sum(((F.col("_at") >= F.col("held_start_us")) & (F.col("_at") <= F.col("held_end_us"))).cast("long")).alias("_during"),
-            F.sum((F.col("_at") > F.col("held_end_us")).cast("long")).alias("_after"))
+            # The delivery that ends a wait opens "after": during counts what came while it waited.
+            F.sum(((F.col("_at") >= F.col("held_start_us")) & (F.col("_at") < F.col("held_end_us"))).cast("long")).alias("_during"),
+            F.sum((F.col("_at") >= F.col("held_end_us")).cast("long")).alias("_after"))
         span = F.greatest(F.col("active_end_us") - F.col("active_start_us"), F.lit(1))
         return rows.join(phases, list(keys), "left").select(
             *keys, "queue", "window", "deliveries", "parent_component", "parent_confidence", "publish_channel_list",

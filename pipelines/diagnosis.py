@@ -74,7 +74,8 @@ def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFram
     if connections is not None:
         joined = joined.join(_encrypted(connections), "capture_id", "left")
     else:
-        joined = joined.select("*", F.lit(0).alias("encrypted_connections"), F.lit(0).alias("_amqp"))
+        joined = joined.select("*", F.lit(0).alias("encrypted_connections"), F.lit(0).alias("_amqp"),
+                               F.lit(0).alias("_unknown"), F.array().cast("array<string>").alias("_versions"))
     encrypted = F.coalesce(F.col("encrypted_connections"), F.lit(0)) > 0
     nothing_else = encrypted & (F.coalesce(F.col("_amqp"), F.lit(0)) == 0) & F.col("bottleneck").isNull()
     sentence = F.concat(_encrypted_sentence(), F.lit("."))

@@ -367,8 +367,6 @@ BOTTLENECK_SCENARIOS: Mapping[str, Callable[[str, int], Truth]] = {
     "slow_reader": slow_reader,
     "fan_in_quorum": throttling_scenarios.fan_in_quorum,
     "fan_in_quorum_paced": throttling_scenarios.fan_in_quorum_paced,
-    "amqp10_senders_in_flow": throttling_scenarios.amqp10_senders_in_flow,
-    "amqp10_senders_paced": throttling_scenarios.amqp10_senders_paced,
     "confirm_bound": client_scenarios.confirm_bound,
     "confirm_paced": client_scenarios.confirm_paced,
     "prefetch_one": client_scenarios.prefetch_one,
@@ -386,8 +384,7 @@ BOTTLENECK_SCENARIOS: Mapping[str, Callable[[str, int], Truth]] = {
 # would hold no backpressure at all (see channel-routing below).
 _SMALL_BUFFERS = {"tcp_listen_options.recbuf": "32768", "tcp_listen_options.sndbuf": "32768"}
 BROKER_SETTINGS: Mapping[str, Mapping[str, str]] = {
-    name: _SMALL_BUFFERS for name in ("fan_in_quorum", "fan_in_quorum_paced", "amqp10_senders_in_flow",
-                                      "amqp10_senders_paced")
+    name: _SMALL_BUFFERS for name in ("fan_in_quorum", "fan_in_quorum_paced")
 }
 
 # Scenarios whose bottleneck leaves no trace on the wire, with the component the broker's states
@@ -410,8 +407,6 @@ INTENDED: Mapping[str, str] = {
     "slow_reader": "client",
     "fan_in_quorum": "queue",
     "fan_in_quorum_paced": "none",
-    "amqp10_senders_in_flow": "queue",
-    "amqp10_senders_paced": "none",
     "confirm_bound": "client",
     "confirm_paced": "none",
     "prefetch_one": "client",

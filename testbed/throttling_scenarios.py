@@ -3,9 +3,7 @@
 ``fan_in_quorum``: four raw 0-9-1 publishers write to one quorum queue as fast as the broker reads
 them. A quorum queue writes every message to its Raft log before it confirms or takes more, so the
 queue is the slow stage: RabbitMQ puts the publishers' channels (and connections) in credit flow and
-stops reading their sockets, all at the same time. ``amqp10_senders_in_flow`` does the same with
-AMQP 1.0 senders (``testbed.raw10``: proton in Python is too slow to load the broker here) on
-connections of their own.
+stops reading their sockets, all at the same time.
 
 Their near misses run the same clients at a pace the queue keeps up with: nothing is held back.
 """
@@ -14,11 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import threading
-
 from amqpscope.testbed import bottleneck_clients as clients
-from amqpscope.testbed import raw10
-from amqpscope.testbed.scenarios import GUEST, Truth, message_body
+from amqpscope.testbed.scenarios import Truth
 
 PREFIX = "amqpscope.bn."
 QUORUM = {"x-queue-type": "quorum"}
@@ -54,44 +49,3 @@ def fan_in_quorum_paced(host: str, port: int) -> Truth:
     ))
     clients.delete(host, port, (queue,))
     return _facts("fan_in_quorum_paced", publishers, queue=queue, queue_arguments=QUORUM)
-
-
-def _raw_sender(host: str, port: int, queue: str, name: str, max_messages: int, rate: float | None) -> dict[str, Any]:
-    """One raw AMQP 1.0 sender of 16-byte pre-settled messages to ``/amq/queue/<queue>``."""
-    address = f"/amq/queue/{queue}"
-    sender = raw10.RawSender(host, port, *GUEST, name, address)
-    stop = threading.Event()
-    reader = sender.drain_in_background(stop)
-    try:
-        sent = raw10.send_for(sender, message_body("1.0", 0, 16), SECONDS, max_messages, rate)
-        client_port = sender.client_port
-    finally:
-        stop.set()
-        reader.join(5.0)
-        sender.close()
-    return {"role": "publisher", "client_port": client_port, "connection_name": name, "protocol": "amqp-1.0",
-            "client_library": "amqpscope raw10", "link": name, "address": address, "queue": queue, "messages": sent,
-            "body_size": 16, "settled_by_sender": True, "persistent": False, "rate_limit_per_second": rate}
-
-
-def amqp10_senders_in_flow(host: str, port: int) -> Truth:
-    """Four raw AMQP 1.0 senders, each on a connection of its own, send 16-byte messages to one
-    quorum queue as fast as the broker reads them (10 000 at most each), for 4 s."""
-    queue = PREFIX + "amqp10.senders"
-    clients.declare(host, port, (queue,), arguments=QUORUM)
-    senders = clients.in_threads(*(
-        (lambda i=i: _raw_sender(host, port, queue, f"amqp10 sender {i}", 10_000, None)) for i in range(1, 5)
-    ))
-    clients.delete(host, port, (queue,))
-    return _facts("amqp10_senders_in_flow", senders, queue=queue, queue_arguments=QUORUM)
-
-
-def amqp10_senders_paced(host: str, port: int) -> Truth:
-    """The near miss: the same four senders at 100 messages a second each."""
-    queue = PREFIX + "amqp10.senders.paced"
-    clients.declare(host, port, (queue,), arguments=QUORUM)
-    senders = clients.in_threads(*(
-        (lambda i=i: _raw_sender(host, port, queue, f"paced amqp10 sender {i}", 10_000, 100.0)) for i in range(1, 5)
-    ))
-    clients.delete(host, port, (queue,))
-    return _facts("amqp10_senders_paced", senders, queue=queue, queue_arguments=QUORUM)
