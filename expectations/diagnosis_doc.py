@@ -265,7 +265,7 @@ def render(rules: Sequence[BottleneckRule], scenarios: Sequence[tuple[str, str, 
     lines += _rules(rules)
     lines += [""] + _thresholds(rules)
     lines += ["", _TLS.rstrip(), "", _CHECKED.rstrip(), "",
-              "| scenario (`samples/bottlenecks/`) | built to be | broker's truth (`testbed/truth.py`) | diagnosis |",
+              "| scenario (`samples/bottlenecks/`) | built to be | broker's truth (`testbed/truth.py`) | diagnosis (the test asserts it) |",
               "|---|---|---|---|"]
     lines += [f"| {name} | {built} | {truth} | {said} |" for name, built, truth, said in scenarios]
     lines += ["", _BLIND.rstrip()]
