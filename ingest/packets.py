@@ -183,49 +183,48 @@ def parse_tcp(linktype: int, frame: bytes, wirelen: int) -> Segment | None:
     return _new_segment(Segment, (src, sport, dst, dport, seq, ack, flags, window, payload, missing, scale, dsack))
 
 
-def _window_scale(options: bytes) -> int | None:
-    """The shift count of the window scale option (kind 3, length 3) in a SYN's options, if any."""
+def _option_at(options: bytes, wanted: int) -> int:
+    """Where the first TCP option of kind ``wanted`` starts in ``options``; -1 when there is none
+    before the end of the list or a malformed length (stop rather than guess)."""
     pos = 0
     while pos < len(options):
         kind = options[pos]
         if kind == _TCPOPT_EOL:
-            return None
+            return -1
         if kind == _TCPOPT_NOP:
             pos += 1
             continue
         if pos + 1 >= len(options) or options[pos + 1] < 2:
-            return None  # malformed length: stop rather than guess
-        length = options[pos + 1]
-        if kind == _TCPOPT_WSCALE and length == 3 and pos + 2 < len(options):
-            return min(options[pos + 2], MAX_WINDOW_SCALE)
-        pos += length
-    return None
+            return -1
+        if kind == wanted:
+            return pos
+        pos += options[pos + 1]
+    return -1
+
+
+def _window_scale(options: bytes) -> int | None:
+    """The shift count of the window scale option (kind 3, length 3) in a SYN's options, if any."""
+    pos = _option_at(options, _TCPOPT_WSCALE)
+    if pos < 0 or options[pos + 1] != 3 or pos + 2 >= len(options):
+        return None
+    return min(options[pos + 2], MAX_WINDOW_SCALE)
 
 
 def _dsack(options: bytes, ack: int) -> tuple[int, int] | None:
     """The duplicate range [left, right) a SACK option reports (RFC 2883 4): its first block, when
     that block lies below the cumulative acknowledgement or within the second block; else None."""
-    pos = 0
-    while pos < len(options):
-        kind = options[pos]
-        if kind == _TCPOPT_EOL:
-            return None
-        if kind == _TCPOPT_NOP:
-            pos += 1
-            continue
-        if pos + 1 >= len(options) or options[pos + 1] < 2:
-            return None  # malformed length: stop rather than guess
-        length = options[pos + 1]
-        if kind == _TCPOPT_SACK and length >= 10 and pos + length <= len(options):
-            left, right = struct.unpack_from(">II", options, pos + 2)
-            # Sequence numbers wrap (RFC 9293 3.4): "below" is a signed 32-bit difference.
-            below_ack = (left - ack) & 0xFFFFFFFF >= 0x80000000
-            if below_ack:
-                return left, right
-            if length >= 18:
-                left2, right2 = struct.unpack_from(">II", options, pos + 10)
-                if (left - left2) & 0xFFFFFFFF < 0x80000000 and (right2 - right) & 0xFFFFFFFF < 0x80000000:
-                    return left, right
-            return None
-        pos += length
+    pos = _option_at(options, _TCPOPT_SACK)
+    if pos < 0:
+        return None
+    length = options[pos + 1]
+    if length < 10 or pos + length > len(options):
+        return None
+    left, right = struct.unpack_from(">II", options, pos + 2)
+    # Sequence numbers wrap (RFC 9293 3.4): "below" is a signed 32-bit difference.
+    if (left - ack) & 0xFFFFFFFF >= 0x80000000:
+        return left, right
+    if length >= 18:
+        left2, right2 = struct.unpack_from(">II", options, pos + 10)
+        if (left - left2) & 0xFFFFFFFF < 0x80000000 and (right2 - right) & 0xFFFFFFFF < 0x80000000:
+            return left, right
     return None
