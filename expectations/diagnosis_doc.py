@@ -103,8 +103,8 @@ of the scenario captures through tshark 4 and checks it matches exactly the pack
 frames or a 1.0 link's address (`pipelines/addresses.py`), a queue's type from its `queue.declare`
 arguments (`x-queue-type`, `x-queue-mode`, `x-max-length`); `connection_name` only from what the
 client called the connection (0-9-1 client-properties `connection_name`; 1.0 the open's
-`connection_name` property; never the container-id or the product); the client library it says it
-is goes to the evidence as `client_product`.
+`connection_name` property, else its container-id); the client library it says it is goes to the
+evidence as `client_product`.
 
 Findings are ranked per capture by the rule's priority (the finding an operator acts on first:
 an alarm, then head-of-line blocking, which a separate connection fixes, then the throttling

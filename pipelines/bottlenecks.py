@@ -129,9 +129,8 @@ def _candidates(rule: BottleneckRule, measures: Measures, passed: DataFrame, bec
 
 def connection_names(frames: DataFrame, connections: DataFrame) -> DataFrame:
     """Per connection: the client's address:port, the name the client gave the connection (0-9-1
-    client-properties ``connection_name``; 1.0: ``connection_name`` in the open's properties; a
-    container-id names a container, not the connection, and a product names a library, so neither
-    stands in for it) and the client library it says it is (``product`` and ``version``)."""
+    client-properties ``connection_name``; 1.0: ``connection_name`` in the open's properties,
+    else its container-id) and the client library it says it is (``product`` and ``version``)."""
     properties = F.col("arguments")["client-properties"]
     named_091 = frames.filter((F.col("method") == "connection.start-ok") & (F.col("direction") == "c2s")).select(
         "capture_id", "connection_id", F.get_json_object(properties, "$.connection_name").alias("_name"),
@@ -141,7 +140,7 @@ def connection_names(frames: DataFrame, connections: DataFrame) -> DataFrame:
     named_10 = frames.filter((F.col("protocol") == "amqp-1.0") & (F.col("method") == "open")
                              & (F.col("direction") == "c2s")).select(
         "capture_id", "connection_id",
-        F.get_json_object(open_properties, "$.connection_name").alias("_name"),
+        F.coalesce(F.get_json_object(open_properties, "$.connection_name"), F.col("container_id")).alias("_name"),
         F.concat_ws(" ", F.get_json_object(open_properties, "$.product"), F.get_json_object(open_properties, "$.version"))
         .alias("_product"))
     names = named_091.unionByName(named_10).groupBy("capture_id", "connection_id").agg(
