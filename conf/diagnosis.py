@@ -35,20 +35,39 @@ class DiagnosisThresholds:
     # Messages at least this large and persistent go to the message store (RabbitMQ's
     # queue_index_embed_msgs_below default: 4096 bytes).
     message_store_min_bytes: int = 4096
-    # Retransmitted bytes above this share of a connection's bytes: the network loses packets. (A
-    # loaded host drops packets even on loopback: about 1 % was seen on healthy test captures.)
-    retransmission_share: float = 0.05
+    # A publisher's messages are persistent, or routed nowhere, when at least this share of them
+    # is: most of them.
+    dominant_share: float = 0.5
+    # A connection lost at least this share of its life to recovering lost segments (from a lost
+    # segment's first transmission to the acknowledgement of its retransmission; spurious
+    # retransmissions cost nothing) and at least min_held_ms: the network loses packets.
+    recovery_share: float = 0.05
     # A client whose receive window is closed for at least this share of the time the broker had
     # data for it is not reading its socket.
     client_window_closed_share: float = 0.1
+    # Publishers are throttled together when at least this share of a publisher's held time falls
+    # in the same together_bucket_ms buckets as another's publishing to a queue they share (the
+    # majority: a slow queue holds back every publisher feeding it, most of the time together).
+    throttled_together_share: float = 0.5
+    # Buckets of this length: long enough for two publishers' stalls of one credit-flow episode to
+    # meet (RabbitMQ blocks and lets go of a reader ~80 times a second under credit flow, every
+    # ~12 ms: the seeds), short against the episodes themselves (hundreds of ms and more).
+    together_bucket_ms: float = 100.0
+    # A publisher with one message in flight is bound by its confirms' round trips when at least
+    # this share of its publishing time waits for a confirm: publishing the next messages before
+    # the confirms come back would make it at least 1.5 times as fast.
+    client_bound_share: float = 0.33
+    # ... with at most this many messages in flight: one publish waiting for its confirm, a
+    # consumer's prefetch (or 1.0 link credit) of one.
+    round_trip_window: int = 1
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"diagnosis.{f.name} must be a non-negative number, got {value!r}")
-        for name in ("consumer_bound_share", "refill_share", "publisher_throttled_share", "retransmission_share",
-                     "client_window_closed_share"):
+        for name in ("consumer_bound_share", "refill_share", "publisher_throttled_share", "recovery_share",
+                     "client_window_closed_share", "throttled_together_share", "client_bound_share", "dominant_share"):
             if getattr(self, name) > 1:
                 raise ValueError(f"diagnosis.{name} is a share: between 0 and 1, got {getattr(self, name)!r}")
 

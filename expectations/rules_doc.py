@@ -45,6 +45,7 @@ def render(rules: Sequence[Rule], missing: Sequence[Mapping[str, str]], events: 
         "`python -m amqpscope.expectations.rules_doc`; do not edit.",
         "",
         f"{len(rules)} rules: " + ", ".join(f"{counts[s]} {s}" for s in SEVERITIES) + ". "
+        "(The bottleneck diagnosis's rules are in `expectations/bottlenecks.yml`, docs/DIAGNOSIS.md.) "
         "Severity `error`: the peer that sent the frame broke a MUST of the spec; `warning`: a SHOULD, "
         "a heuristic or a risk; `capture`: the capture itself is inconsistent. Each rule is a Spark SQL "
         "predicate on one table (its row is the evidence, with the frame's packet number).",

@@ -169,7 +169,7 @@ class CaptureDecoder:
         conn, direction, side = flow
         if conn.not_amqp and not conn.accountable:
             return _NO_ROWS
-        _src, _sport, _dst, _dport, seq, _ack, flags, _window, payload, missing, window_scale = seg
+        _src, _sport, _dst, _dport, seq, _ack, flags, _window, payload, missing, window_scale, _dsack = seg
         if flags & TCP_SYN:
             side.stream.syn(seq)
             conn.syn_scale[direction] = window_scale
@@ -508,8 +508,11 @@ class CaptureDecoder:
         else:
             seq_offset = stream.offset_of(seg.seq)
         ack_offset = None
+        dsack_left = dsack_right = None
         if seg.flags & TCP_ACK and peer.isn is not None:
             ack_offset = peer.offset_of(seg.ack)
+            if seg.dsack is not None:
+                dsack_left, dsack_right = peer.offset_of(seg.dsack[0]), peer.offset_of(seg.dsack[1])
         if seg.flags & TCP_SYN:
             scale: int | None = 0  # RFC 7323 2.2: the window of a SYN is never scaled
         elif len(conn.syn_scale) < 2:
@@ -538,6 +541,8 @@ class CaptureDecoder:
             "effective_window": seg.window << (scale or 0),
             "payload_length": length,
             "retransmitted_bytes": retransmitted,
+            "dsack_left_offset": dsack_left,
+            "dsack_right_offset": dsack_right,
         }
 
     # --- end of capture -------------------------------------------------------------------------

@@ -39,8 +39,11 @@ _IPV6_EXTENSIONS: Final = (0, 43, 60)  # hop-by-hop, routing, destination option
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_ACK = 0x01, 0x02, 0x04, 0x10
 
-# TCP options (IANA "TCP Option Kind Numbers"): end of list, no-operation, window scale (RFC 7323 2.2).
-_TCPOPT_EOL, _TCPOPT_NOP, _TCPOPT_WSCALE = 0, 1, 3
+# TCP options (IANA "TCP Option Kind Numbers"): end of list, no-operation, window scale (RFC 7323 2.2),
+# SACK (RFC 2018 3).
+_TCPOPT_EOL, _TCPOPT_NOP, _TCPOPT_WSCALE, _TCPOPT_SACK = 0, 1, 3, 5
+# The shortest options that can hold a SACK block: kind, length and one block of two edges (RFC 2018 3).
+_SACK_MIN_OPTIONS: Final = 10
 # RFC 7323 2.3: a shift count above 14 is treated as 14.
 MAX_WINDOW_SCALE: Final = 14
 
@@ -61,6 +64,9 @@ class Segment(NamedTuple):
     # payload's length on the wire is len(payload) + missing, from the IP total / payload length.
     missing: int = 0
     window_scale: int | None = None  # shift count of a SYN's window scale option; None without one
+    # A D-SACK (RFC 2883): the sequence numbers [left, right) the sender received twice, reported
+    # in the first block of its SACK option; None when the segment reports none.
+    dsack: tuple[int, int] | None = None
 
     @property
     def truncated(self) -> bool:
@@ -168,25 +174,57 @@ def parse_tcp(linktype: int, frame: bytes, wirelen: int) -> Segment | None:
     missing = ip_end - start - len(payload) if ip_end > start else 0
     # Only a SYN may carry the window scale option (RFC 7323 2.2); other segments skip the walk.
     scale = _window_scale(frame[tcp + 20 : min(start, size)]) if flags & TCP_SYN else None
+    # A SACK block needs 10 option bytes: segments with fewer (no options) skip the walk.
+    dsack = None
+    if flags & TCP_ACK and min(start, size) - tcp - 20 >= _SACK_MIN_OPTIONS:
+        dsack = _dsack(frame[tcp + 20 : min(start, size)], ack)
     src = _ADDRESS_TEXT.get(src) or _address(src)
     dst = _ADDRESS_TEXT.get(dst) or _address(dst)
-    return _new_segment(Segment, (src, sport, dst, dport, seq, ack, flags, window, payload, missing, scale))
+    return _new_segment(Segment, (src, sport, dst, dport, seq, ack, flags, window, payload, missing, scale, dsack))
 
 
-def _window_scale(options: bytes) -> int | None:
-    """The shift count of the window scale option (kind 3, length 3) in a SYN's options, if any."""
+def _option_at(options: bytes, wanted: int) -> int:
+    """Where the first TCP option of kind ``wanted`` starts in ``options``; -1 when there is none
+    before the end of the list or a malformed length (stop rather than guess)."""
     pos = 0
     while pos < len(options):
         kind = options[pos]
         if kind == _TCPOPT_EOL:
-            return None
+            return -1
         if kind == _TCPOPT_NOP:
             pos += 1
             continue
         if pos + 1 >= len(options) or options[pos + 1] < 2:
-            return None  # malformed length: stop rather than guess
-        length = options[pos + 1]
-        if kind == _TCPOPT_WSCALE and length == 3 and pos + 2 < len(options):
-            return min(options[pos + 2], MAX_WINDOW_SCALE)
-        pos += length
+            return -1
+        if kind == wanted:
+            return pos
+        pos += options[pos + 1]
+    return -1
+
+
+def _window_scale(options: bytes) -> int | None:
+    """The shift count of the window scale option (kind 3, length 3) in a SYN's options, if any."""
+    pos = _option_at(options, _TCPOPT_WSCALE)
+    if pos < 0 or options[pos + 1] != 3 or pos + 2 >= len(options):
+        return None
+    return min(options[pos + 2], MAX_WINDOW_SCALE)
+
+
+def _dsack(options: bytes, ack: int) -> tuple[int, int] | None:
+    """The duplicate range [left, right) a SACK option reports (RFC 2883 4): its first block, when
+    that block lies below the cumulative acknowledgement or within the second block; else None."""
+    pos = _option_at(options, _TCPOPT_SACK)
+    if pos < 0:
+        return None
+    length = options[pos + 1]
+    if length < 10 or pos + length > len(options):
+        return None
+    left, right = struct.unpack_from(">II", options, pos + 2)
+    # Sequence numbers wrap (RFC 9293 3.4): "below" is a signed 32-bit difference.
+    if (left - ack) & 0xFFFFFFFF >= 0x80000000:
+        return left, right
+    if length >= 18:
+        left2, right2 = struct.unpack_from(">II", options, pos + 10)
+        if (left - left2) & 0xFFFFFFFF < 0x80000000 and (right2 - right) & 0xFFFFFFFF < 0x80000000:
+            return left, right
     return None

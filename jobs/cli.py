@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     OK = 0
     FAILED = 1
     USAGE = 2
+    BOTTLENECK = 3  # diagnose only
     NOTHING_TO_JUDGE = 4  # diagnose only
 
 
@@ -34,8 +35,10 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.FAILED: "a failure inside a stage (the message names the stage and the table)",
     ExitCode.USAGE: "a usage error or an unreadable input (the message names the argument or the file)",
 }
-# diagnose's verdicts, in its --help only.
+# diagnose's verdicts, in its --help only (its 0 says what ok means there).
 DIAGNOSE_EXIT_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "no bottleneck in any capture",
+    ExitCode.BOTTLENECK: "a bottleneck found in at least one capture (the answer names the component)",
     ExitCode.NOTHING_TO_JUDGE: "no capture could be judged (no AMQP traffic found, or all of it encrypted and not decoded)",
 }
 # Wrong input: the message says it all (a capture or landing directory that cannot be read, a bad

@@ -12,20 +12,25 @@ import json
 import tempfile
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.expectations.bottleneck_rules import UNITS, evidence_units
 from amqpscope.ingest.rotation import resolve_parts
 from amqpscope.jobs.cli import ExitCode
 from amqpscope.jobs.lake_read import read_rows
 from amqpscope.jobs.preflight import check_capture_arguments, without_packets
+from amqpscope.schemas.diagnosis import COMPONENTS
 
 _MAX_FINDINGS_SHOWN = 10
 # diagnosis.bottleneck when a capture gave nothing to judge (no AMQP decoded; or every AMQP-port
 # connection encrypted and not decoded): ``diagnose`` exits ExitCode.NOTHING_TO_JUDGE (4) when no
 # capture could be judged.
 NOTHING_TO_JUDGE = ("no_amqp", "encrypted")
+# diagnosis.bottleneck values that name a component: ``diagnose`` exits ExitCode.BOTTLENECK (3).
+_BOTTLENECKS = frozenset(COMPONENTS) - {"none"}
 
 
 def _read_capture_rows(lake: Path, table: str, ids: Sequence[str]) -> list[dict[str, Any]]:
@@ -94,7 +99,10 @@ def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: st
 
 
 def exit_code(answers: Sequence[dict[str, Any]]) -> ExitCode:
-    """NOTHING_TO_JUDGE when no capture could be judged (each ``no_amqp`` or ``encrypted``), else OK."""
+    """BOTTLENECK when any capture's diagnosis names a component; else NOTHING_TO_JUDGE when no
+    capture could be judged (each ``no_amqp`` or ``encrypted``); else OK (no bottleneck)."""
+    if any(a["bottleneck"] in _BOTTLENECKS for a in answers):
+        return ExitCode.BOTTLENECK
     if answers and all(a["bottleneck"] in NOTHING_TO_JUDGE for a in answers):
         return ExitCode.NOTHING_TO_JUDGE
     return ExitCode.OK
@@ -126,6 +134,35 @@ def render_text(answers: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _typed(value: str | None, unit: str | None) -> Any:
+    """An evidence value (stored as text) as the JSON type of its unit (``expectations.bottleneck_rules.UNITS``)."""
+    if value is None or unit is None:
+        return value
+    kind = UNITS[unit][1]
+    try:
+        if kind == "integer":
+            return int(value)
+        if kind == "number":
+            return float(value)
+    except ValueError:
+        return value
+    if kind == "boolean":
+        return value == "true"
+    return value
+
+
+def typed_evidence(rule_id: str, evidence: dict[str, str | None]) -> dict[str, Any]:
+    """A finding's evidence with numbers as numbers and flags as booleans, by its rule's units;
+    the text of keys no catalogue rule declares (another producer's rows) is kept."""
+    units = _catalogue_units().get(rule_id, {})
+    return {key: _typed(value, units.get(key)) for key, value in evidence.items()}
+
+
+@cache
+def _catalogue_units() -> dict[str, dict[str, str]]:
+    return evidence_units()
+
+
 def _plain(value: Any) -> Any:
     """Arrow's Python values made JSON: timestamps as ISO text, map columns (lists of pairs) as objects."""
     if isinstance(value, datetime):
@@ -140,5 +177,11 @@ def _plain(value: Any) -> Any:
 
 
 def render_json(answers: Sequence[dict[str, Any]]) -> str:
-    """Every capture's diagnosis with every finding, as JSON."""
-    return json.dumps({"captures": [_plain(a) for a in answers]}, indent=2) + "\n"
+    """Every capture's diagnosis with every finding, as JSON; evidence values typed by their unit."""
+    captures = []
+    for answer in answers:
+        plain = _plain(answer)
+        for finding in plain["findings"]:
+            finding["evidence"] = typed_evidence(finding["rule_id"], finding.get("evidence") or {})
+        captures.append(plain)
+    return json.dumps({"captures": captures}, indent=2) + "\n"

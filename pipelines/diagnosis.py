@@ -3,7 +3,8 @@
 The headline is the top-ranked finding of ``bottlenecks`` (``pipelines.bottlenecks``), or "none"
 for a capture in which nothing held traffic back for long enough to matter. A capture whose TLS
 connections were not decrypted says so in its headline, and is ``encrypted`` when nothing else could
-be judged: no AMQP decoded, no finding (its TCP-level findings still count, ``pipelines.encrypted``).
+be judged: no AMQP decoded, no finding (its TCP-level findings still count: the
+``diagnosis.encrypted.*`` rules of expectations/bottlenecks.yml).
 A capture in which no AMQP connection was decoded, and none was encrypted, has nothing to judge:
 ``no_amqp``, and a headline that says what the capture holds instead (its packets, its TCP
 connections on other ports), never "No bottleneck".
@@ -23,7 +24,7 @@ NO_PACKETS = f"{NO_AMQP_PREFIX}the capture has no packets."
 
 _NO_BOTTLENECK = ("No bottleneck: no connection, channel, consumer or link was held back long enough to matter "
                   "(no resource alarm, no throttled publisher, no prefetch- or credit-bound consumer, no client "
-                  "that stopped reading, no retransmission).")
+                  "that stopped reading or waited on its own round trips, no lost segment).")
 
 
 def _when_text() -> Column:
@@ -38,7 +39,8 @@ def _headline() -> Column:
     return F.concat(
         F.lit("Bottleneck: "), F.regexp_replace(F.col("component"), "_", " "), F.lit(" ("),
         F.regexp_replace(F.col("effect"), "_", " "), F.lit(") on "), F.col("entity_kind"), F.lit(" "),
-        F.col("entity"), F.lit(", "), _when_text(), F.lit(". "), F.col("explanation"))
+        F.col("entity"), F.coalesce(F.concat(F.lit(" (queue "), F.col("queue"), F.lit(")")), F.lit("")),
+        F.lit(", "), _when_text(), F.lit(". "), F.col("explanation"))
 
 
 def _encrypted(connections: DataFrame) -> DataFrame:
@@ -112,7 +114,8 @@ def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFram
         joined = joined.join(_encrypted(connections), "capture_id", "left")
     else:
         joined = joined.select("*", F.lit(0).alias("encrypted_connections"), F.lit(0).alias("_amqp"),
-                               F.lit(None).cast("long").alias("_port_connections"))
+                               F.lit(None).cast("long").alias("_port_connections"), F.lit(0).alias("_unknown"),
+                               F.array().cast("array<string>").alias("_versions"))
     encrypted = F.coalesce(F.col("encrypted_connections"), F.lit(0)) > 0
     nothing_else = encrypted & (F.coalesce(F.col("_amqp"), F.lit(0)) == 0) & F.col("bottleneck").isNull()
     # Nothing decoded as AMQP and nothing encrypted: no verdict at all (never "none").

@@ -188,7 +188,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     # Gold: the diagnosis (docs/DIAGNOSIS.md), the verdicts and the data quality summary.
     Table("bottlenecks", BOTTLENECKS_SCHEMA, "gold", "diagnosis", bottleneck_findings,
           ("frames", "connections", "messages_091", "flow_intervals", "consumer_unacked", "link_state",
-           "connection_blocked", "tcp_flow"), ("limits",), order_by=("rank",), read_without_spark=True),
+           "connection_blocked", "channel_confirms", "tcp_flow"), ("limits",), order_by=("rank",),
+          read_without_spark=True),
     Table("diagnosis", DIAGNOSIS_SCHEMA, "gold", "diagnosis", diagnosis, ("bottlenecks", "captures", "connections"),
           order_by=("capture_id",), read_without_spark=True),
     # Written by the verdicts as the rules are evaluated (expectations.suite).

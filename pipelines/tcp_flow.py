@@ -9,6 +9,10 @@ A zero-window probe carries new data (the next byte) into a closed window (RFC 9
 keep-alive carries no new data: its sequence number is one below what the sender has sent, with
 0 or 1 garbage byte (RFC 9293 3.8.4), whatever the window. Wireshark tells them apart the same
 way (tcp.analysis.keep_alive, tcp.analysis.zero_window_probe).
+
+A retransmission is spurious when the receiver already had its bytes: they were acknowledged
+before it was sent (Wireshark's tcp.analysis.spurious_retransmission), or the receiver's next
+D-SACK (RFC 2883) names them as received twice. Nothing was lost then.
 """
 
 from __future__ import annotations
@@ -40,6 +44,16 @@ def _direction_before() -> WindowSpec:
 def _direction_in_order() -> WindowSpec:
     """One direction's segments in capture order: the window this side advertised just before."""
     return Window.partitionBy(*_CONNECTION, "direction").orderBy("packet_number")
+
+
+def _connection_from_now_on() -> WindowSpec:
+    """A connection's segments from the last back to this one: the next D-SACK after a segment
+    (a running frame in reverse order, so that Spark keeps one pass over the partition)."""
+    return (
+        Window.partitionBy(*_CONNECTION)
+        .orderBy(F.col("packet_number").desc())
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
 
 
 def _from(direction: str, value: Column) -> Column:
@@ -76,6 +90,21 @@ def tcp_flow_timeline(tcp_segments: DataFrame) -> DataFrame:
                     & (F.col("seq_offset") == F.max(sent_end).over(_direction_before()) - 1))
         .withColumn("is_zero_window_probe", has_payload & (F.col("peer_window") == 0) & ~F.coalesce(F.col("is_keep_alive"), F.lit(False)))
     )
-    booleans = ("is_window_update", "is_window_full", "is_zero_window_probe", "is_keep_alive")
+    # The peer's latest acknowledgement before this segment (a segment does not move its peer's),
+    # and the next D-SACK the peer sends after it.
+    acked_before = F.when(F.col("direction") == "c2s", F.col("_s2c_acked")).otherwise(F.col("_c2s_acked"))
+    dsack = F.when(F.col("dsack_left_offset").isNotNull(),
+                   F.struct(F.col("dsack_left_offset").alias("left"), F.col("dsack_right_offset").alias("right")))
+    state = state.withColumns({
+        f"_next_{direction}_dsack": F.last(_from(direction, dsack), True).over(_connection_from_now_on())
+        for direction in ("c2s", "s2c")
+    })
+    peer_dsack = F.when(F.col("direction") == "c2s", F.col("_next_s2c_dsack")).otherwise(F.col("_next_c2s_dsack"))
+    already_acked = acked_before >= sent_end
+    duplicated = (peer_dsack["left"] < sent_end) & (peer_dsack["right"] > F.col("seq_offset"))
+    state = state.withColumn(
+        "is_spurious_retransmission",
+        F.col("is_retransmission") & (F.coalesce(already_acked, F.lit(False)) | F.coalesce(duplicated, F.lit(False))))
+    booleans = ("is_window_update", "is_window_full", "is_zero_window_probe", "is_keep_alive", "is_spurious_retransmission")
     state = state.fillna(False, subset=list(booleans))
     return state.select(*[F.col(f.name).cast(f.dataType) for f in TCP_FLOW_SCHEMA.fields])

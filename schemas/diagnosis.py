@@ -32,7 +32,7 @@ COMPONENTS = (
     "disk_alarm",
     "alarm",  # a resource alarm whose reason the wire does not say
     "consumer",  # a slow consumer: unacked held at prefetch / link credit held at 0 while messages wait
-    "client",  # a client not reading its socket: its TCP receive window closed
+    "client",  # the client sets the pace: not reading its socket, or bound by its own round trips
     "network",  # loss and retransmission between the peers
 )
 
@@ -45,7 +45,9 @@ EFFECTS = (
     "credit_starved",  # an AMQP 1.0 link's sender out of credit while it has messages for it
     "deliveries_wait_for_acks",  # 0-9-1: deliveries released only as the consumer acks
     "client_not_reading",  # the client's receive window closed: the broker cannot send
-    "retransmission",  # bytes sent more than once
+    "retransmission",  # segments lost and sent again: time lost to recovery
+    "consumer_round_trip_bound",  # a consumer taking one message per round trip (prefetch / credit 1)
+    "publisher_waits_for_confirms",  # a publisher waiting for each confirm before its next publish
 )
 
 # diagnosis.bottleneck of a capture with nothing to judge: no AMQP connection was decoded in it.

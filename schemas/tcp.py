@@ -48,6 +48,12 @@ TCP_SEGMENTS_SCHEMA = StructType(
         # length count here, and are the quarantine's missing bytes.
         StructField("payload_length", LongType(), False),
         StructField("retransmitted_bytes", LongType(), False),  # payload bytes already seen in earlier segments
+        # Appended: a D-SACK (RFC 2883) this segment carries: the start of the range of the other
+        # direction's stream (a stream offset, as ack_offset) that its sender received twice. Null
+        # when it reports none (Wireshark: tcp.options.sack.dsack_le).
+        StructField("dsack_left_offset", LongType(), True),
+        # Appended: the end of that range, exclusive (Wireshark: tcp.options.sack.dsack_re).
+        StructField("dsack_right_offset", LongType(), True),
     ]
 )
 
@@ -73,5 +79,11 @@ TCP_FLOW_SCHEMA = StructType(
         # Appended: a TCP keep-alive (RFC 9293 3.8.4): no new data, seq one below the next byte to
         # send; a keep-alive into a zero window is not a zero-window probe.
         StructField("is_keep_alive", BooleanType(), False),
+        # Appended: a retransmission of bytes the receiver already had: acknowledged before it was
+        # sent (Wireshark's tcp.analysis.spurious_retransmission), or named by the receiver's next
+        # D-SACK (RFC 2883). Not a loss.
+        StructField("is_spurious_retransmission", BooleanType(), False),
+        # Appended: the acknowledgement this segment carries (tcp_segments.ack_offset).
+        StructField("ack_offset", LongType(), True),
     ]
 )

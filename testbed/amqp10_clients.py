@@ -8,6 +8,7 @@ on the wire is one these handlers chose to send. RabbitMQ 3.10's plugin declares
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,3 +198,71 @@ def two_receivers(host: str, port: int, fast: LinkPlan, slow: LinkPlan, seconds:
          "received": handler.received[plan.queue], "link_speed": speed}
         for plan, speed in ((fast, "fast"), (slow, "slow"))
     ]  # fmt: skip
+
+
+# -- a sender on a connection of its own: as fast as its link credit allows, or paced ---------------
+
+
+class _Sender(_Handler):
+    """Sends on one link: ``rate`` a second, or (``rate`` None) whenever it has credit and fewer
+    than QUEUED_MAX messages wait in proton's buffer for the socket (a client with more to send,
+    held back only by the broker's credit and TCP window)."""
+
+    QUEUED_MAX = 256
+    PUMP_EVERY = 0.002  # seconds between checks for room while the socket is full
+
+    def __init__(self, host: str, port: int, address: str, seconds: float, body_size: int, name: str,
+                 rate: float | None) -> None:
+        super().__init__(host, port, name)
+        self.address, self.seconds, self.body_size, self.rate = address, seconds, body_size, rate
+        self.sent = self.settled = 0
+        self.sender: Any = None
+        self.stopped = False
+
+    def on_start(self, event: Any) -> None:
+        connection = self.connect(event)
+        self.sender = event.container.create_sender(connection, self.address)
+        self.schedule(event.container, self.seconds, self.stop)
+        period = 1.0 / self.rate if self.rate is not None else self.PUMP_EVERY
+        self.schedule(event.container, period, lambda: self.tick(event.container, period))
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.finish()  # messages still in proton's buffer are not sent
+
+    def send_one(self) -> None:
+        self.sent += 1
+        self.sender.send(Message(id=self.sent, body=message_body("1.0", self.sent, self.body_size)))
+
+    def pump(self) -> None:
+        if self.rate is not None:
+            if self.sender.credit > 0:
+                self.send_one()
+            return
+        while not self.stopped and self.sender.credit > 0 and self.sender.queued < self.QUEUED_MAX:
+            self.send_one()
+
+    def tick(self, container: Any, period: float) -> None:
+        if not self.stopped:
+            self.pump()
+            self.schedule(container, period, lambda: self.tick(container, period))
+
+    def on_sendable(self, event: Any) -> None:
+        if self.rate is None and not self.stopped:
+            self.pump()
+
+    def on_settled(self, event: Any) -> None:
+        self.settled += 1
+
+
+def sender(host: str, port: int, queue: str, *, seconds: float, body_size: int, name: str,
+           rate: float | None = None) -> dict[str, Any]:
+    """Send to ``/amq/queue/<queue>`` (an existing queue) for ``seconds``, as fast as link credit
+    and the socket allow or ``rate`` a second, on a connection of its own (unsettled sends: the
+    broker settles each once its queue has it)."""
+    handler = _Sender(host, port, f"/amq/queue/{queue}", seconds, body_size, name, rate)
+    _run(handler)
+    return {"role": "publisher", "client_port": handler.client_port, "connection_name": name, "protocol": PROTOCOL,
+            "link": "sender", "address": handler.address, "queue": queue, "messages": handler.sent,
+            "settled_by_broker": handler.settled, "body_size": body_size, "persistent": False,
+            "rate_limit_per_second": rate}

@@ -32,15 +32,18 @@ def local_port(connection: pika.BlockingConnection) -> int:
     return int(connection._impl._transport._sock.getsockname()[1])
 
 
-def declare(host: str, port: int, queues: tuple[str, ...], fanout: str | None = None) -> None:
-    """Declare (purged, transient) queues, bound to a fanout exchange if one is named."""
+def declare(host: str, port: int, queues: tuple[str, ...], fanout: str | None = None,
+            arguments: dict[str, Any] | None = None) -> None:
+    """Declare (purged) queues, bound to a fanout exchange if one is named: transient classic
+    queues, or durable ones of the type ``arguments`` name (``{"x-queue-type": "quorum"}``: a
+    quorum queue must be durable)."""
     connection = connect(host, port, "amqpscope setup")
     try:
         channel = connection.channel()
         if fanout is not None:
             channel.exchange_declare(fanout, exchange_type="fanout", durable=False)
         for queue in queues:
-            channel.queue_declare(queue, durable=False)
+            channel.queue_declare(queue, durable=bool(arguments), arguments=arguments)
             channel.queue_purge(queue)
             if fanout is not None:
                 channel.queue_bind(queue, fanout)
@@ -178,3 +181,34 @@ def raw_publisher(host: str, port: int, exchange: str, routing_key: str, seconds
     return {"role": "publisher", "client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
             "client_library": "amqpscope raw091", "channel": 1, "exchange": exchange, "routing_key": routing_key,
             "messages": sent, "body_size": body_size, "persistent": persistent, "publisher_confirms": False}  # fmt: skip
+
+
+def confirmed_publisher(
+    host: str, port: int, queue: str, seconds: float, body_size: int, name: str, rate: float | None = None
+) -> dict[str, Any]:
+    """Publish with publisher confirms through pika's BlockingChannel, which waits for each
+    message's confirm before it returns (one publish in flight), for ``seconds``: as fast as that
+    allows, or ``rate`` a second at most."""
+    connection = connect(host, port, name)
+    sent = 0
+    try:
+        client_port = local_port(connection)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            if rate is not None:
+                due = started + sent / rate
+                if due > time.monotonic():
+                    time.sleep(due - time.monotonic())
+            sent += 1
+            channel.basic_publish("", queue, message_body("0-9-1", sent, body_size))  # returns once confirmed
+        elapsed = time.monotonic() - started
+        channel.close()
+    finally:
+        if connection.is_open:
+            connection.close()
+    return {"role": "publisher", "client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
+            "channel": 1, "queue": queue, "messages": sent, "body_size": body_size, "persistent": False,
+            "publisher_confirms": True, "in_flight_max": 1, "rate_limit_per_second": rate,
+            "rate_per_second": round(sent / elapsed, 1)}

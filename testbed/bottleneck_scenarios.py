@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from amqpscope.testbed import bottleneck_clients as clients
-from amqpscope.testbed import raw091
+from amqpscope.testbed import client_scenarios, network_scenarios, raw091, throttling_scenarios
 from amqpscope.testbed.amqp10_clients import LinkPlan, healthy_amqp10, two_receivers
 from amqpscope.testbed.broker import NORMAL_WATERMARK, PrivateBroker
 from amqpscope.testbed.broker_states import SAMPLE_INTERVAL_MS, BrokerStateSampler
@@ -365,7 +365,33 @@ BOTTLENECK_SCENARIOS: Mapping[str, Callable[[str, int], Truth]] = {
     "head_of_line": head_of_line,
     "amqp10_slow_link": amqp10_slow_link,
     "slow_reader": slow_reader,
+    "fan_in_quorum": throttling_scenarios.fan_in_quorum,
+    "fan_in_quorum_paced": throttling_scenarios.fan_in_quorum_paced,
+    "confirm_bound": client_scenarios.confirm_bound,
+    "confirm_paced": client_scenarios.confirm_paced,
+    "prefetch_one": client_scenarios.prefetch_one,
+    "prefetch_one_empty_queue": client_scenarios.prefetch_one_empty_queue,
+    "two_consumers_one_slow": client_scenarios.two_consumers_one_slow,
+    "two_consumers_one_slow_no_backlog": client_scenarios.two_consumers_one_slow_no_backlog,
+    "busy_healthy_mix": client_scenarios.busy_healthy_mix,
+    "spurious_retransmission": network_scenarios.spurious_retransmission,
 }
+
+# Scenarios run on a broker configured apart. The throttling ones (and their near misses) use the
+# socket buffers RabbitMQ's networking guide suggests for many connections (32 KiB, "Tuning for a
+# large number of connections"): a reader held by credit flow then shows as TCP backpressure
+# within a few thousand messages; with the kernel's autotuned buffers (megabytes) a short capture
+# would hold no backpressure at all (see channel-routing below).
+_SMALL_BUFFERS = {"tcp_listen_options.recbuf": "32768", "tcp_listen_options.sndbuf": "32768"}
+BROKER_SETTINGS: Mapping[str, Mapping[str, str]] = {
+    name: _SMALL_BUFFERS for name in ("fan_in_quorum", "fan_in_quorum_paced")
+}
+
+# Scenarios whose bottleneck leaves no trace on the wire, with the component the broker's states
+# name (docs/DIAGNOSIS.md, "What the wire cannot tell apart"): the diagnosis must say none there,
+# never another component. Routing to no queue kept the readers in flow for milliseconds at a
+# time; the broker's 2.5 MB receive buffers absorbed it: no window filled or closed.
+WIRE_BLIND: Mapping[str, str] = {"channel-routing": "channel"}
 
 # The component each scenario is built to make the bottleneck (docs: testbed/truth.py).
 INTENDED: Mapping[str, str] = {
@@ -379,6 +405,16 @@ INTENDED: Mapping[str, str] = {
     "head_of_line": "queue",
     "amqp10_slow_link": "consumer",
     "slow_reader": "client",
+    "fan_in_quorum": "queue",
+    "fan_in_quorum_paced": "none",
+    "confirm_bound": "client",
+    "confirm_paced": "none",
+    "prefetch_one": "client",
+    "prefetch_one_empty_queue": "none",
+    "two_consumers_one_slow": "consumer",
+    "two_consumers_one_slow_no_backlog": "none",
+    "busy_healthy_mix": "none",
+    "spurious_retransmission": "none",
 }
 
 
@@ -432,9 +468,14 @@ def _epoch_us(iso: str) -> int:
 
 
 def capture_bottlenecks(out_dir: Path, names: tuple[str, ...] = tuple(BOTTLENECK_SCENARIOS)) -> list[Path]:
-    """Capture each scenario with one private broker (5672 when free); return the captures."""
-    with PrivateBroker(port=default_capture_port()) as broker, registered(broker):
-        return [capture_bottleneck(name, out_dir, broker) for name in names]
+    """Capture each scenario with a private broker (5672 when free), one broker for the scenarios
+    of one broker configuration (``BROKER_SETTINGS``); return the captures."""
+    captures = []
+    for settings in dict.fromkeys(tuple(sorted(BROKER_SETTINGS.get(n, {}).items())) for n in names):
+        group = [n for n in names if tuple(sorted(BROKER_SETTINGS.get(n, {}).items())) == settings]
+        with PrivateBroker(port=default_capture_port(), config=dict(settings)) as broker, registered(broker):
+            captures += [capture_bottleneck(name, out_dir, broker) for name in group]
+    return captures
 
 
 def main(argv: list[str] | None = None) -> int:

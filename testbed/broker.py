@@ -314,7 +314,8 @@ class PrivateBroker:
         )
         # The listener can open before every boot step and plugin has run; await_startup
         # returns once the node (AMQP 1.0 plugin included) is fully up.
-        self.ctl("await_startup", "--timeout", str(int(self.start_timeout)))
+        # The CLI's own start (an Erlang VM) comes on top: on a loaded machine it took over 60 s.
+        self.ctl("await_startup", "--timeout", str(int(self.start_timeout)), timeout=self.start_timeout + 60)
         if self.tls_port is not None:
             self._wait_for(lambda: _accepts_connections(self.tls_port), self.start_timeout,
                            f"RabbitMQ did not listen for TLS on {LOOPBACK}:{self.tls_port}")

@@ -12,7 +12,8 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.class_archive import ENVIRONMENT as CLASS_ARCHIVE_ENVIRONMENT
 from amqpscope.jobs.session import build_session
-from tests.paths import SAMPLE_CAPTURES
+from amqpscope.jobs.lake import Lake
+from tests.paths import BOTTLENECK_SCENARIOS, FLOW_SAMPLES, HEALTHY_SAMPLES, SAMPLE_CAPTURES
 
 
 def pytest_configure(config):
@@ -46,3 +47,20 @@ def samples_lake(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("samples-lake")
     config = AnalyzeConfig(lake=root, report=root / "report.html")
     return root, config, analyze(spark, [str(c) for c in SAMPLE_CAPTURES], config)
+
+
+@pytest.fixture(scope="session")
+def bottleneck_lake(spark, tmp_path_factory):
+    """The bottleneck scenarios, the client-side flow samples and the healthy samples analysed once
+    into one lake (tests/test_bottleneck_scenarios.py and tests/test_wireshark_filters.py read it):
+    its root, the run's result, the diagnosis rows by capture and the findings in rank order."""
+    root = tmp_path_factory.mktemp("bottleneck-lake")
+    config = AnalyzeConfig(lake=root, report=root / "report.html", data_docs=root / "data_docs")
+    result = analyze(spark, [str(c) for c in (*BOTTLENECK_SCENARIOS, *FLOW_SAMPLES, *HEALTHY_SAMPLES)], config)
+    tables = Lake(spark, root)
+    return {
+        "root": root,
+        "result": result,
+        "diagnosis": {r.capture_id: r for r in tables.read("diagnosis").collect()},
+        "bottlenecks": tables.read("bottlenecks").orderBy("capture_id", "rank").collect(),
+    }

@@ -14,25 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.lake import Lake
+from amqpscope.testbed.bottleneck_scenarios import INTENDED, WIRE_BLIND
 from amqpscope.testbed.truth import expected_bottleneck
-
-SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-SCENARIOS = sorted((SAMPLES / "bottlenecks").glob("*.pcap"))
-FLOW_SAMPLES = sorted((SAMPLES / "flow").glob("*.pcap"))
-HEALTHY = sorted([*SAMPLES.glob("*.pcap"), *SAMPLES.glob("*.pcapng"), *(SAMPLES / "decoders").glob("*.pcap")])
-
-
-# Scenarios whose bottleneck leaves no trace on the wire, with why (docs/DIAGNOSIS.md, "What the wire
-# cannot tell apart"). The diagnosis must then say none, never name another component.
-WIRE_BLIND = {
-    # Routing to no queue kept the readers in flow for milliseconds at a time; the broker's 2.5 MB
-    # receive buffers absorbed it: no window filled or closed, no publish stalled.
-    "channel-routing": "channel",
-}
+from tests.paths import BOTTLENECK_SCENARIOS as SCENARIOS
+from tests.paths import FLOW_SAMPLES, SAMPLES
+from tests.paths import HEALTHY_SAMPLES as HEALTHY
 
 
 def truth_of(capture: Path) -> dict:
@@ -45,17 +33,8 @@ def clients_of(capture: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def lake(spark, tmp_path_factory):
-    root = tmp_path_factory.mktemp("bottleneck-lake")
-    config = AnalyzeConfig(lake=root, report=root / "report.html", data_docs=root / "data_docs")
-    result = analyze(spark, [str(c) for c in (*SCENARIOS, *FLOW_SAMPLES, *HEALTHY)], config)
-    tables = Lake(spark, root)
-    return {
-        "root": root,
-        "result": result,
-        "diagnosis": {r.capture_id: r for r in tables.read("diagnosis").collect()},
-        "bottlenecks": tables.read("bottlenecks").orderBy("capture_id", "rank").collect(),
-    }
+def lake(bottleneck_lake):
+    return bottleneck_lake
 
 
 def findings(lake, capture: Path) -> list:
@@ -63,8 +42,7 @@ def findings(lake, capture: Path) -> list:
 
 
 def test_every_scenario_has_its_truth():
-    assert {c.stem for c in SCENARIOS} >= {"healthy", "credit-flow", "channel-routing", "head-of-line", "memory-alarm",
-                                           "disk-alarm", "slow-consumer", "amqp10-slow-link", "slow-reader"}
+    assert {c.stem.replace("-", "_") for c in SCENARIOS} == set(INTENDED)
     assert all("broker_states" in truth_of(c) for c in SCENARIOS)
 
 
@@ -121,10 +99,74 @@ def test_head_of_line_names_the_consumer_sharing_the_throttled_connection(lake):
     (shared,) = [c for c in clients_of(capture) if c.get("role") == "consumer"]
     hol = [f for f in findings(lake, capture) if f.effect == "head_of_line"]
     assert [(f.consumer_tag, f.client) for f in hol] == [(shared["consumer_tag"], f"127.0.0.1:{shared['client_port']}")]
-    assert hol[0].evidence["consumer_channel"] == str(shared["channel"])
+    assert hol[0].channel == shared["channel"] and hol[0].queue == shared["queue"]
     publisher_channels = {c["channel"] for c in clients_of(capture)
                           if c.get("role") == "publisher" and c.get("client_port") == shared["client_port"]}
     assert hol[0].evidence["publisher_channels"] == ",".join(str(c) for c in sorted(publisher_channels))
+
+
+def test_near_misses_give_no_finding(lake):
+    near_misses = [c for c in SCENARIOS if INTENDED[truth_of(c)["scenario"]] == "none"]
+    assert len(near_misses) >= 8
+    for capture in near_misses:
+        assert findings(lake, capture) == [], capture.stem
+
+
+def test_publishers_throttled_together_into_a_quorum_queue_point_at_the_queue(lake):
+    capture = SAMPLES / "bottlenecks" / "fan-in-quorum.pcap"
+    publishers = {f"127.0.0.1:{c['client_port']}" for c in clients_of(capture) if c.get("role") == "publisher"}
+    throttled = [f for f in findings(lake, capture) if f.effect == "publisher_throttled"]
+    # Every publisher the broker held back is found, not only the one whose window filled first.
+    assert {f.client for f in throttled} == publishers
+    assert {(f.component, f.queue) for f in throttled} == {("queue", truth_of(capture)["ground_truth"]["fan_in_quorum"]["queue"])}
+    assert all(f.evidence["queue_types"] == "quorum" for f in throttled)
+
+
+def test_the_slow_one_of_two_consumers_is_named_first(lake):
+    capture = SAMPLES / "bottlenecks" / "two-consumers-one-slow.pcap"
+    tags = {c["consumer_speed"]: c["consumer_tag"] for c in clients_of(capture) if c.get("role") == "consumer"}
+    top = findings(lake, capture)[0]
+    assert (top.component, top.consumer_tag, top.queue) == ("consumer", tags["slow"], "amqpscope.bn.two-consumers-one-slow")
+
+
+def test_client_bound_clients_are_named_with_their_figures(lake):
+    confirm = findings(lake, SAMPLES / "bottlenecks" / "confirm-bound.pcap")
+    assert [(f.rule_id, f.component, f.channel, f.evidence["in_flight_max"]) for f in confirm] == [
+        ("diagnosis.client.confirm_bound", "client", 1, "1")]
+    (publisher,) = clients_of(SAMPLES / "bottlenecks" / "confirm-bound.pcap")
+    assert float(confirm[0].evidence["publishes_per_second"]) == pytest.approx(publisher["rate_per_second"], rel=0.05)
+    prefetch = findings(lake, SAMPLES / "bottlenecks" / "prefetch-one.pcap")
+    consumer = [c for c in clients_of(SAMPLES / "bottlenecks" / "prefetch-one.pcap") if c["role"] == "consumer"][0]
+    assert [(f.rule_id, f.consumer_tag, f.evidence["window"]) for f in prefetch] == [
+        ("diagnosis.client.round_trip_bound", consumer["consumer_tag"], "1")]
+
+
+def test_every_finding_names_its_queue_and_its_connection_by_the_clients_name(lake):
+    named = {c["client_port"]: c["connection_name"] for s in SCENARIOS for c in clients_of(s)}
+    checked = 0
+    for finding in lake["bottlenecks"]:
+        if finding.rule_id == "diagnosis.network.retransmission":
+            continue
+        assert finding.queue, (finding.rule_id, finding.entity)
+        port = int(finding.client.rsplit(":", 1)[1])
+        if port in named:
+            assert finding.connection_name == named[port]  # what the client called it, never its library
+            checked += 1
+        assert "client_product" not in finding.evidence or finding.evidence["client_product"] != finding.connection_name
+    assert checked > 20
+
+
+def test_no_finding_holds_an_entity_back_longer_than_it_was_active(lake):
+    assert lake["bottlenecks"] and all(0 <= f.lifetime_share <= 1 for f in lake["bottlenecks"])
+
+
+def test_head_of_line_ranks_first_with_the_consumers_rates(lake):
+    capture = SAMPLES / "bottlenecks" / "head-of-line.pcap"
+    (shared,) = [c for c in clients_of(capture) if c.get("role") == "consumer"]
+    top = findings(lake, capture)[0]
+    assert (top.effect, top.consumer_tag) == ("head_of_line", shared["consumer_tag"])
+    before, during, after = (float(top.evidence[f"deliveries_per_second_{p}"]) for p in ("before", "during", "after"))
+    assert during < before / 2 and during < after / 2
 
 
 def test_credit_flow_findings_are_the_throttled_publishers(lake):

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
+from amqpscope.expectations.bottleneck_rules import evidence_units
 from amqpscope.pipelines.bottlenecks import bottleneck_findings
 from amqpscope.pipelines.diagnosis import diagnosis
 from amqpscope.pipelines.tables import FLOW, Build
@@ -28,6 +29,11 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 def at_ms(ms: float) -> datetime:
     return T0 + timedelta(microseconds=round(ms * 1000))
+
+
+def us_at_ms(ms: float) -> int:
+    """``at_ms(ms)`` in microseconds since the epoch: the ts_us of a row at that time."""
+    return round(T0.timestamp() * 1_000_000) + round(ms * 1000)
 
 
 @dataclass
@@ -48,7 +54,7 @@ class Traffic:
         row = {n: None for n in FRAMES_SCHEMA.fieldNames()}
         index = sum(1 for f in self.frames if f["connection_id"] == conn)
         row.update(capture_id=self.capture_id, connection_id=conn, direction=direction, frame_index=index, ts=at_ms(ms),
-                   ts_us=round(ms * 1000), packet_number=self.packet, stream_offset=0, frame_size=8,
+                   ts_us=us_at_ms(ms), packet_number=self.packet, stream_offset=0, frame_size=8,
                    protocol=protocol, frame_type="amqp" if protocol == "amqp-1.0" else "method",
                    channel=1, method=method, arguments={})
         row.update(fields)
@@ -62,12 +68,14 @@ class Traffic:
                    channel=fields.get("channel", 1))
         self.frame(conn, ms, direction, None, frame_type="body", frame_size=body_size + 8, channel=fields.get("channel", 1))
 
-    def segment(self, conn: str, ms: float, direction: str, seq: int, ack: int, window: int, payload: int = 0) -> None:
+    def segment(self, conn: str, ms: float, direction: str, seq: int, ack: int, window: int, payload: int = 0,
+                retransmitted: int = 0, dsack: tuple[int, int] | None = None) -> None:
         self.packet += 1
         self.segments.append(dict(capture_id=self.capture_id, connection_id=conn, direction=direction, packet_number=self.packet,
-                                  ts=at_ms(ms), ts_us=round(ms * 1000), seq_offset=seq, ack_offset=ack, flags=0x18,
+                                  ts=at_ms(ms), ts_us=us_at_ms(ms), seq_offset=seq, ack_offset=ack, flags=0x18,
                                   window=window, window_scale=0, effective_window=window, payload_length=payload,
-                                  retransmitted_bytes=0))
+                                  retransmitted_bytes=retransmitted, dsack_left_offset=dsack[0] if dsack else None,
+                                  dsack_right_offset=dsack[1] if dsack else None))
 
 
 class Diagnosed:
@@ -87,7 +95,8 @@ class Diagnosed:
         self.inputs = dict(
             frames=frames.cache(), connections=connections, messages_091=messages_091(frames).cache(),
             flow_intervals=flow["flow_intervals"], consumer_unacked=flow["consumer_unacked"],
-            link_state=flow["link_state"], connection_blocked=flow["connection_blocked"], tcp_flow=flow["tcp_flow"])
+            link_state=flow["link_state"], connection_blocked=flow["connection_blocked"],
+            channel_confirms=flow["channel_confirms"], tcp_flow=flow["tcp_flow"])
         self.by_limits: dict[DiagnosisThresholds, dict[str, list]] = {}
 
     def __call__(self, capture_id: str, limits: DiagnosisThresholds = DiagnosisThresholds()) -> list:
@@ -183,7 +192,10 @@ def test_a_consumer_that_keeps_its_prefetch_full_and_acks_slowly_is_the_bottlene
     # At prefetch from the 5th delivery to the first ack (25 ms), then from each refill to the next ack
     # (35 x 24.7 ms), of the 1000 ms from the first delivery to the last ack.
     assert rows[0].lifetime_share == pytest.approx((25 + 35 * 24.7) / 1000, abs=1e-6)
-    assert rows[0].wireshark_filter.startswith("tcp.port == 40001 && frame.number in {")
+    # Wireshark 4 sets: members separated by commas (tests/test_wireshark_filters.py runs them in tshark).
+    listed = ",".join(str(n) for n in rows[0].packet_numbers)
+    assert rows[0].wireshark_filter == f"tcp.port == 40001 && frame.number in {{{listed}}}"
+    assert (rows[0].queue, rows[0].channel, rows[0].consumer_tag) == ("orders", 2, "ctag-1")
 
 
 def test_a_fast_consumer_touching_its_prefetch_is_not_a_bottleneck(findings):
@@ -225,7 +237,10 @@ def test_connection_blocked_names_its_alarm(findings, component):
                               "127.0.0.1:40002")]
     assert rows[0].duration_us == 1_300_000
     assert (rows[0].start_packet_number, rows[0].end_packet_number) == (2, 3)
-    assert rows[0].wireshark_filter == "tcp.port == 40002 && frame.number in {2 3}"
+    # Every connection.blocked / unblocked packet of the connection is listed: a field filter names them.
+    assert rows[0].packet_numbers == [2, 3]
+    assert rows[0].wireshark_filter == "tcp.port == 40002 && (amqp.method.class == 10 && amqp.method.method in {60,61})"
+    assert rows[0].evidence["blocked_seconds"] == "1.300"
 
 
 def test_a_blocked_blip_is_not_a_bottleneck(findings):
@@ -260,12 +275,48 @@ def throttled(traffic: Traffic) -> None:
 
 
 @case
+def throttled_short_of_full(traffic: Traffic) -> None:
+    """The broker's window has room for 1000 bytes; the publisher sends 600 and stops: no room for
+    its next 600-byte segment (Linux avoids a silly window), so nothing fills the window exactly."""
+    traffic.connection("pub", 40013)
+    traffic.segment("pub", 0, "s2c", 0, 0, 1000)
+    t, sent = 0.0, 0
+    for _ in range(10):
+        traffic.content("pub", t, "c2s", "basic.publish", channel=1, exchange="", routing_key="q")
+        traffic.segment("pub", t, "c2s", sent, 0, 65535, 600)
+        sent += 600
+        traffic.segment("pub", t + 40, "s2c", 0, sent, 1000)  # read 40 ms later: room again
+        t += 41
+
+
+@case
 def two_throttled_to_one_queue(traffic: Traffic) -> None:
     for conn, port in (("a", 40004), ("b", 40005)):
         traffic.connection(conn, port)
         traffic.segment(conn, 0, "s2c", 0, 0, 1000)
     throttled_publisher(traffic, "a", routing_key="shared")
     throttled_publisher(traffic, "b", start_ms=5, routing_key="shared")
+
+
+@case
+def two_throttled_apart(traffic: Traffic) -> None:
+    """The near miss of publishers throttled together: same queue, but held back two seconds apart."""
+    for conn, port in (("a", 40014), ("b", 40015)):
+        traffic.connection(conn, port)
+        traffic.segment(conn, 0, "s2c", 0, 0, 1000)
+    throttled_publisher(traffic, "a", routing_key="shared")
+    throttled_publisher(traffic, "b", start_ms=2000, routing_key="shared")
+
+
+@case
+def to_quorum_queue(traffic: Traffic) -> None:
+    traffic.connection("pub", 40016)
+    traffic.frame("pub", 0, "c2s", "queue.declare", channel=1, queue="votes",
+                  arguments={"durable": "true", "passive": "false",
+                             "arguments": '{"x-queue-type":"quorum","x-max-length":100000}'})
+    traffic.frame("pub", 0.1, "s2c", "queue.declare-ok", channel=1, queue="votes", message_count=0)
+    traffic.segment("pub", 0.2, "s2c", 0, 0, 1000)
+    throttled_publisher(traffic, "pub", start_ms=1, routing_key="votes")
 
 
 @case
@@ -284,14 +335,31 @@ def never_full_window(traffic: Traffic) -> None:
 
 @case
 def head_of_line(traffic: Traffic) -> None:
+    """Channel 2 consumes with prefetch 2, acking every 20 ms and refilled at once, until the
+    publisher on channel 1 is throttled from 200 ms to 609 ms: the ack at 205 ms frees a slot, but
+    the next delivery comes at 620 ms; then the consumer goes on as before."""
     traffic.connection("both", 40007)
-    traffic.segment("both", 0, "s2c", 0, 0, 1000)
-    end = throttled_publisher(traffic, "both")
-    traffic.frame("both", 1, "c2s", "basic.consume", channel=2, queue="other")
-    traffic.frame("both", 2, "s2c", "basic.consume-ok", channel=2, consumer_tag="c-other")
-    for tag, ms in enumerate(range(10, int(end), 40), start=1):
+    traffic.frame("both", 0, "c2s", "basic.qos", channel=2, prefetch_count=2, **{"global": False})
+    traffic.frame("both", 0, "s2c", "basic.qos-ok", channel=2)
+    traffic.frame("both", 0.5, "c2s", "basic.consume", channel=2, queue="other")
+    traffic.frame("both", 0.6, "s2c", "basic.consume-ok", channel=2, consumer_tag="c-other")
+    tag = 0
+
+    def deliver(ms: float) -> None:
+        nonlocal tag
+        tag += 1
         traffic.content("both", ms, "s2c", "basic.deliver", channel=2, consumer_tag="c-other", delivery_tag=tag,
                         exchange="", routing_key="other")
+
+    deliver(1)
+    deliver(1)
+    acked = 0
+    for ms in [*range(25, 206, 20), *range(640, 1100, 20)]:
+        acked += 1
+        traffic.frame("both", ms, "c2s", "basic.ack", channel=2, delivery_tag=acked, multiple=False)
+        deliver(620 if ms == 205 else ms + 0.5)
+    traffic.segment("both", 150, "s2c", 0, 0, 1000)
+    throttled_publisher(traffic, "both", start_ms=200)
 
 
 @case
@@ -311,14 +379,40 @@ def test_a_publisher_filling_the_brokers_window_is_throttled_by_its_channel(find
     rows = findings("throttled")
     assert summary(rows) == [(1, "diagnosis.publisher.credit_flow", "channel", "publisher_throttled", "connection",
                               "127.0.0.1:40003")]
-    assert rows[0].evidence["window_full_stalls"] == "10"
-    # From each full window to the publisher's next segment, 41 ms; the last one has none.
-    assert rows[0].duration_us == 9 * 41_000
+    assert rows[0].evidence["window_full_segments"] == "10" and rows[0].evidence["stalls"] == "9"
+    # From each full window until the broker's ack made room for the next segment, 40 ms (the
+    # millisecond after it is the publisher's own); the last segment has no next one.
+    assert rows[0].duration_us == 9 * 40_000
+    assert rows[0].lifetime_share == pytest.approx(9 * 40 / (9 * 41), abs=1e-9)
+    assert rows[0].queue == "q"
+
+
+def test_a_publisher_stopping_short_of_a_full_window_is_throttled_too(findings):
+    rows = findings("throttled_short_of_full")
+    assert [(r.rule_id, r.component) for r in rows] == [("diagnosis.publisher.credit_flow", "channel")]
+    assert rows[0].evidence["window_full_segments"] == "0"  # Wireshark flags none of them
+    assert rows[0].duration_us == 9 * 40_000
 
 
 def test_two_publishers_to_one_queue_throttled_together_point_at_the_queue(findings):
-    assert {(r.entity, r.component) for r in findings("two_throttled_to_one_queue")} == {
-        ("127.0.0.1:40004", "queue"), ("127.0.0.1:40005", "queue")}
+    rows = findings("two_throttled_to_one_queue")
+    assert {(r.entity, r.component, r.queue) for r in rows} == {
+        ("127.0.0.1:40004", "queue", "shared"), ("127.0.0.1:40005", "queue", "shared")}
+    assert {r.evidence["co_throttled_publishers"] for r in rows} == {"1"}
+    assert all(float(r.evidence["together_share"]) == 1.0 for r in rows)
+
+
+def test_two_publishers_to_one_queue_throttled_apart_point_at_their_channels(findings):
+    rows = findings("two_throttled_apart")
+    assert {(r.entity, r.component) for r in rows} == {("127.0.0.1:40014", "channel"), ("127.0.0.1:40015", "channel")}
+    assert {r.evidence["together_share"] for r in rows} == {"0.000"}
+
+
+def test_a_publisher_to_a_quorum_queue_points_at_the_queue_and_says_so(findings):
+    (row,) = findings("to_quorum_queue")
+    assert (row.component, row.queue) == ("queue", "votes")
+    assert row.evidence["queue_types"] == "quorum" and row.evidence["bounded_queues"] == "votes"
+    assert "votes (quorum)" in row.explanation and "Raft log" in row.explanation
 
 
 def test_large_persistent_messages_point_at_the_message_store(findings):
@@ -329,14 +423,22 @@ def test_a_publisher_never_filling_the_window_is_not_throttled(findings):
     assert findings("never_full_window") == []
 
 
-def test_a_consumer_sharing_a_throttled_connection_suffers_head_of_line_blocking(findings):
+def test_head_of_line_blocking_ranks_above_the_throttling_that_causes_it(findings):
     rows = findings("head_of_line")
     assert summary(rows) == [
-        (1, "diagnosis.publisher.credit_flow", "channel", "publisher_throttled", "connection", "127.0.0.1:40007"),
-        (2, "diagnosis.connection.head_of_line", "channel", "head_of_line", "consumer", "c-other"),
+        (1, "diagnosis.connection.head_of_line", "channel", "head_of_line", "consumer", "c-other"),
+        (2, "diagnosis.publisher.credit_flow", "channel", "publisher_throttled", "connection", "127.0.0.1:40007"),
+        # Its acks come 20 ms or more after each delivery with its 2 slots always full: slow by the
+        # consumer rule's own thresholds too, ranked after what holds it back.
+        (3, "diagnosis.consumer.prefetch_bound", "consumer", "deliveries_wait_for_acks", "consumer", "c-other"),
     ]
-    assert rows[1].evidence["publisher_channels"] == "1" and rows[1].evidence["consumer_channel"] == "2"
-    assert rows[1].start_packet_number == rows[0].start_packet_number
+    hol = rows[0]
+    assert (hol.queue, hol.channel, hol.consumer_tag) == ("other", 2, "c-other")
+    assert hol.evidence["publisher_channels"] == "1" and hol.evidence["prefetch_count"] == "2"
+    # The slot freed at 205 ms waited for its delivery until 620 ms.
+    assert hol.duration_us == 415_000
+    rates = [float(hol.evidence[f"deliveries_per_second_{p}"]) for p in ("before", "during", "after")]
+    assert rates[0] > 40 and rates[1] == 0 and rates[2] > 40
 
 
 def test_a_client_closing_its_receive_window_is_not_reading(findings):
@@ -345,6 +447,141 @@ def test_a_client_closing_its_receive_window_is_not_reading(findings):
                               "127.0.0.1:40008")]
     assert rows[0].evidence["zero_windows"] == "2"
     assert rows[0].duration_us == 399_000 + 398_000
+
+
+# -- retransmissions ---------------------------------------------------------------------------------
+
+
+def retransmitting(traffic: Traffic, conn: str, *, lost: bool, segments: int = 20) -> None:
+    """A publisher sends a 1000-byte segment every 10 ms; the broker acks each at once up to segment 5
+    (sent at 50 ms), then nothing more until the publisher sends segment 5 again at 250 ms (its
+    retransmission timeout) and the broker acks everything. ``lost``: segment 5 never arrived;
+    else it had (its ack was late) and the broker's ack D-SACKs the copy (RFC 2883)."""
+    traffic.segment(conn, 0, "s2c", 0, 0, 65535)
+    for i in range(segments):
+        t = i * 10
+        traffic.content(conn, t, "c2s", "basic.publish", channel=1, exchange="", routing_key="q")
+        traffic.segment(conn, t, "c2s", i * 1000, 0, 65535, 1000)
+        traffic.segment(conn, t + 0.1, "s2c", 0, min(i + 1, 5) * 1000, 65535)
+    traffic.segment(conn, 250, "c2s", 5000, 0, 65535, 1000, retransmitted=1000)
+    traffic.segment(conn, 250.1, "s2c", 0, segments * 1000, 65535, dsack=None if lost else (5000, 6000))
+
+
+@case
+def lost_segment(traffic: Traffic) -> None:
+    traffic.connection("pub", 40017)
+    retransmitting(traffic, "pub", lost=True)
+
+
+@case
+def spurious_retransmission(traffic: Traffic) -> None:
+    traffic.connection("pub", 40018)
+    retransmitting(traffic, "pub", lost=False)
+
+
+def test_a_lost_segment_costs_the_time_until_its_copy_is_acknowledged(findings):
+    (row,) = findings("lost_segment")
+    assert (row.rule_id, row.component, row.effect) == ("diagnosis.network.retransmission", "network", "retransmission")
+    # Sent at 50 ms, its copy at 250 ms, acknowledged at 250.1 ms.
+    assert row.duration_us == 200_100
+    assert row.evidence["lost_segments"] == "1" and row.evidence["spurious_retransmissions"] == "0"
+    assert row.evidence["loopback"] == "true" and "loopback" in row.explanation
+
+
+def test_a_retransmission_the_receiver_dsacks_costs_nothing(findings):
+    assert findings("spurious_retransmission") == []
+
+
+# -- clients that set the pace -----------------------------------------------------------------------
+
+
+def confirming_publisher(traffic: Traffic, conn: str, *, messages: int, confirm_after_ms: float,
+                         next_after_ms: float) -> None:
+    """A publisher in confirm mode: each publish confirmed ``confirm_after_ms`` later, the next
+    publish ``next_after_ms`` after that confirm (one in flight)."""
+    traffic.frame(conn, 0, "c2s", "confirm.select", channel=1)
+    traffic.frame(conn, 0.1, "s2c", "confirm.select-ok", channel=1)
+    t = 1.0
+    for seq in range(1, messages + 1):
+        traffic.content(conn, t, "c2s", "basic.publish", channel=1, exchange="", routing_key="jobs")
+        traffic.frame(conn, t + confirm_after_ms, "s2c", "basic.ack", channel=1, delivery_tag=seq, multiple=False)
+        t += confirm_after_ms + next_after_ms
+
+
+@case
+def confirm_bound(traffic: Traffic) -> None:
+    traffic.connection("pub", 40019)
+    confirming_publisher(traffic, "pub", messages=300, confirm_after_ms=1.0, next_after_ms=0.2)
+
+
+@case
+def confirm_paced(traffic: Traffic) -> None:
+    traffic.connection("pub", 40020)
+    confirming_publisher(traffic, "pub", messages=60, confirm_after_ms=1.0, next_after_ms=9.0)
+
+
+def prefetch_one_consumer(traffic: Traffic, conn: str, *, backlog: int, messages: int, fed_every_ms: float | None) -> None:
+    """A consumer with prefetch 1 of queue "jobs" acking 0.2 ms after each delivery; the queue holds
+    ``backlog`` messages when declared (the broker's declare-ok says so) and, when ``fed_every_ms``,
+    a publisher on another connection feeds it that often, each message delivered 0.2 ms later."""
+    traffic.frame(conn, 0, "c2s", "queue.declare", channel=1, queue="jobs")
+    traffic.frame(conn, 0.1, "s2c", "queue.declare-ok", channel=1, queue="jobs", message_count=backlog)
+    traffic.frame(conn, 0.2, "c2s", "basic.qos", channel=1, prefetch_count=1, **{"global": False})
+    traffic.frame(conn, 0.3, "s2c", "basic.qos-ok", channel=1)
+    traffic.frame(conn, 0.4, "c2s", "basic.consume", channel=1, queue="jobs")
+    traffic.frame(conn, 0.5, "s2c", "basic.consume-ok", channel=1, consumer_tag="one-by-one")
+    t = 1.0
+    for tag in range(1, messages + 1):
+        if fed_every_ms is not None:
+            t = max(t, tag * fed_every_ms)
+            traffic.content("feeder", t, "c2s", "basic.publish", channel=1, exchange="", routing_key="jobs")
+            t += 0.2
+        traffic.content(conn, t, "s2c", "basic.deliver", channel=1, consumer_tag="one-by-one", delivery_tag=tag,
+                        exchange="", routing_key="jobs")
+        traffic.frame(conn, t + 0.2, "c2s", "basic.ack", channel=1, delivery_tag=tag, multiple=False)
+        t += 0.3  # the broker sends the next waiting message 0.1 ms after the ack
+
+
+@case
+def prefetch_one_backlog(traffic: Traffic) -> None:
+    traffic.connection("con", 40021)
+    prefetch_one_consumer(traffic, "con", backlog=1000, messages=600, fed_every_ms=None)
+
+
+@case
+def prefetch_one_empty_queue(traffic: Traffic) -> None:
+    traffic.connection("con", 40022)
+    traffic.connection("feeder", 40023)
+    prefetch_one_consumer(traffic, "con", backlog=0, messages=60, fed_every_ms=10.0)
+
+
+def test_a_publisher_waiting_for_each_confirm_is_bound_by_its_round_trips(findings):
+    (row,) = findings("confirm_bound")
+    assert (row.rule_id, row.component, row.effect, row.entity_kind) == (
+        "diagnosis.client.confirm_bound", "client", "publisher_waits_for_confirms", "channel")
+    assert (row.channel, row.queue, row.entity) == (1, "jobs", "127.0.0.1:40019 channel 1")
+    assert row.evidence["in_flight_max"] == "1" and row.evidence["confirm_round_trip_ms"] == "1.0"
+    # Waiting 1 ms of every 1.2 ms cycle, from the first publish to the last confirm.
+    assert row.lifetime_share == pytest.approx(300 * 1.0 / (299 * 1.2 + 1.0), abs=1e-6)
+
+
+def test_a_publisher_waiting_for_each_confirm_at_a_pace_of_its_own_is_not(findings):
+    assert findings("confirm_paced") == []
+
+
+def test_a_prefetch_one_consumer_of_a_backlog_is_bound_by_its_round_trips(findings):
+    (row,) = findings("prefetch_one_backlog")
+    assert (row.rule_id, row.component, row.effect, row.consumer_tag, row.queue) == (
+        "diagnosis.client.round_trip_bound", "client", "consumer_round_trip_bound", "one-by-one", "jobs")
+    # The queue's ready count is known (its declare-ok): a message waited at every ack.
+    assert row.evidence["waiting_share"] == "1.000" and row.evidence["window"] == "1"
+    assert row.evidence["round_trip_ms"] == "0.3"
+
+
+def test_a_prefetch_one_consumer_of_an_empty_queue_is_not(findings):
+    # Each message is delivered as it is published: none waits in the queue (its ready count is 0
+    # at every ack), though each delivery follows the previous ack within refill_ms.
+    assert findings("prefetch_one_empty_queue") == []
 
 
 # -- AMQP 1.0 receiving links ------------------------------------------------------------------------
@@ -382,7 +619,7 @@ def slow_and_fast_receivers(traffic: Traffic) -> None:
 def test_a_receiver_granting_credit_slowly_is_a_slow_consumer_and_its_fast_neighbour_is_not(findings):
     rows = findings("slow_and_fast_receivers")
     assert summary(rows) == [(1, "diagnosis.consumer.credit_bound", "consumer", "credit_starved", "link", "slow")]
-    assert rows[0].queue == "/queues/slow"
+    assert rows[0].queue == "slow"  # the queue the link's source address /queues/slow names
     assert float(rows[0].evidence["zero_credit_p50_ms"]) == pytest.approx(50.0, abs=0.5)
 
 
@@ -406,7 +643,7 @@ def test_diagnosis_heads_with_the_alarm_and_says_none_for_a_quiet_capture(spark,
     cap = rows["alarm_and_slow_consumer"]
     assert cap.bottleneck == "memory_alarm" and cap.findings_count == 2
     assert [f.component for f in cap.findings] == ["memory_alarm", "consumer"]
-    assert cap.headline.startswith("Bottleneck: memory alarm (blocked) on connection 127.0.0.1:40002, "
+    assert cap.headline.startswith("Bottleneck: memory alarm (blocked) on connection 127.0.0.1:40002 (queue q), "
                                    "from 00:00:00.100 UTC (packet ")
     assert rows["quiet"].bottleneck == "none" and rows["quiet"].findings == []
     assert rows["quiet"].headline.startswith("No bottleneck")
@@ -448,3 +685,26 @@ def test_encrypted_connections_are_named_in_the_headline_and_alone_are_encrypted
                                          "else could be judged.")
     assert (rows["plain"].bottleneck, rows["plain"].encrypted_connections) == ("none", 0)
     assert rows["plain"].headline.startswith("No bottleneck: ")
+
+
+# -- every finding ------------------------------------------------------------------------------------
+
+
+def test_no_finding_holds_an_entity_back_longer_than_it_was_active(findings):
+    rows = [r for case in CASES for r in findings(case)]
+    assert rows and all(0 <= r.lifetime_share <= 1 for r in rows)
+    assert all(r.start_ts <= (r.end_ts or r.start_ts) for r in rows)
+
+
+def test_evidence_numbers_are_plain_decimals(findings):
+    # Written without grouping (1234.5, never 1,234.5) so that diagnose --json can type them.
+    units = evidence_units()
+    checked = 0
+    for row in (r for case in CASES for r in findings(case)):
+        for key, value in row.evidence.items():
+            unit = units[row.rule_id].get(key)
+            if value is None or unit in (None, "text"):
+                continue
+            checked += 1
+            assert value in ("true", "false") if unit == "flag" else float(value) == float(value), (row.rule_id, key, value)
+    assert checked > 50

@@ -1,4 +1,5 @@
-"""TCP-level findings on TLS connections that were not decrypted (``pipelines.encrypted``), on the
+"""TCP-level findings on TLS connections that were not decrypted (the ``diagnosis.encrypted.*`` rules
+of expectations/bottlenecks.yml), on the
 TLS captures of ``samples/tls`` read without their key logs: the slow reader's client is found not
 reading from its TCP alone, healthy traffic gives nothing, and decrypted connections are left to
 the AMQP rules."""
@@ -10,7 +11,9 @@ from pathlib import Path
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.ingest.capture import decode_capture
-from amqpscope.pipelines.encrypted import encrypted_connection_findings
+from amqpscope.expectations.bottleneck_rules import load_bottleneck_rules
+from amqpscope.pipelines.bottleneck_measures import Measures, Tables
+from amqpscope.pipelines.bottlenecks import rule_findings
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA
 from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA
@@ -28,7 +31,13 @@ def findings(spark, capture: Path, keys: bool = False) -> list:
             rows[kind].append(row)
     segments = spark.createDataFrame([as_python(r, TCP_SEGMENTS_SCHEMA) for r in rows["tcp_segments"]], TCP_SEGMENTS_SCHEMA)
     connections = spark.createDataFrame([as_python(r, CONNECTIONS_SCHEMA) for r in rows["connections"]], CONNECTIONS_SCHEMA)
-    return encrypted_connection_findings(tcp_flow_timeline(segments), connections, DiagnosisThresholds()).collect()
+    # The encrypted rules read the TCP segments and the connections alone.
+    unread = {name: None for name in Tables.__dataclass_fields__}
+    measures = Measures(Tables(**{**unread, "tcp_flow": tcp_flow_timeline(segments), "connections": connections}),
+                        DiagnosisThresholds())
+    rules = [r for r in load_bottleneck_rules() if r.id.startswith("diagnosis.encrypted.")]
+    assert len(rules) == 2
+    return [row for rule in rules for row in rule_findings(rule, measures).collect()]
 
 
 def test_the_slow_reader_is_found_not_reading_from_tcp_alone(spark):

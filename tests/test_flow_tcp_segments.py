@@ -112,3 +112,27 @@ def test_window_scale_option_is_read_from_syns_only():
     assert parse_tcp(1, data, len(data)).window_scale is None
     bare = bytes(c2s("S", 1))
     assert parse_tcp(1, bare, len(bare)).window_scale is None
+
+
+def test_a_dsack_is_read_as_stream_offsets_of_the_range_received_twice(tmp_path):
+    """RFC 2883: a SACK block below the cumulative acknowledgement (or inside the second block)
+    reports bytes received twice; an ordinary SACK block above it does not."""
+    c, s = ISN_C + 1, ISN_S + 1
+    packets = [
+        c2s("S", ISN_C, window=64240),
+        s2c("SA", ISN_S, ack=c, window=65160),
+        c2s("A", c, ack=s, window=502),
+        c2s("PA", c, ack=s, window=502, payload=C2S[:10]),
+        c2s("PA", c, ack=s, window=502, payload=C2S[:10]),  # sent again: the server had it
+        s2c("A", s, ack=c + 10, window=300, options=[("NOP", None), ("NOP", None), ("SAck", ((c + 0) % 2**32, (c + 10) % 2**32))]),
+        s2c("A", s, ack=c + 10, window=300, options=[("NOP", None), ("NOP", None), ("SAck", ((c + 20) % 2**32, (c + 30) % 2**32))]),
+        # First block inside the second: also a D-SACK.
+        s2c("A", s, ack=c + 10, window=300, options=[("NOP", None), ("NOP", None),
+                                                     ("SAck", ((c + 22) % 2**32, (c + 24) % 2**32, (c + 20) % 2**32, (c + 30) % 2**32))]),
+    ]
+    rows = segment_rows(tmp_path, packets)
+    assert [(r["dsack_left_offset"], r["dsack_right_offset"]) for r in rows if r["direction"] == "s2c"] == [
+        (None, None), (0, 10), (None, None), (22, 24)]
+    assert {(r["dsack_left_offset"], r["dsack_right_offset"]) for r in rows if r["direction"] == "c2s"} == {(None, None)}
+    raw = bytes(packets[5])
+    assert parse_tcp(1, raw, len(raw)).dsack == (c % 2**32, (c + 10) % 2**32)

@@ -1,0 +1,167 @@
+"""A consumer's window, the same idea in both protocols: how many deliveries the broker may have
+outstanding to it, and what that did to its deliveries.
+
+In AMQP 0-9-1 the window is the consumer's prefetch (``basic.qos``): the broker sends no more
+while that many deliveries wait for their ack, and sends the next one as an ack frees a slot. In
+AMQP 1.0 it is the link credit the receiver grants (``flow``): the broker sends no more while the
+credit is used up, and sends again when the receiver grants more (DOMAIN.md sections 2 and 4).
+
+``consumer_windows`` gives one row per 0-9-1 consumer and per AMQP 1.0 link the broker sends on,
+in one shape: the window, the time its window was full (the union of the ``prefetch_full`` /
+``link_credit_exhausted`` intervals of ``flow_intervals``, within the time it consumed), how long
+a window slot stayed taken (the 0-9-1 ack wait; the time a 1.0 link sat at credit 0), and what
+happened each time a slot was freed: whether a message was waiting for it (the queue's ready
+count, ``pipelines.queue_depth``, where the capture can count it) and whether a delivery followed
+within ``refill_ms`` (the broker had one for it).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import functions as F
+
+from amqpscope.conf.diagnosis import DiagnosisThresholds
+from amqpscope.pipelines.addresses import queue_of_address
+from amqpscope.pipelines.held import clipped, held_time
+from amqpscope.pipelines.queue_depth import depth_at
+
+_CONSUMER = ("capture_id", "connection_id", "channel", "consumer_tag")
+_LINK = ("capture_id", "connection_id", "link_name")
+
+
+def _us(ts: Column | str) -> Column:
+    return F.unix_micros(F.col(ts) if isinstance(ts, str) else ts)
+
+
+def _consumer_in_order() -> WindowSpec:
+    """One consumer's unacked timeline in order: what follows each acknowledgement."""
+    return Window.partitionBy(*_CONSUMER).orderBy("frame_index")
+
+
+def _link_in_order() -> WindowSpec:
+    """One link's state timeline in order: what follows each credit grant."""
+    return Window.partitionBy(*_LINK).orderBy("frame_index")
+
+
+def _link_after_row() -> WindowSpec:
+    """The rows of a link after each row: the next delivery after a credit grant."""
+    return _link_in_order().rowsBetween(1, Window.unboundedFollowing)
+
+
+def _slot_outcomes(freed: DataFrame, keys: tuple[str, ...], depth_events: DataFrame, limits: DiagnosisThresholds) -> DataFrame:
+    """Per consumer: slots freed, how many a delivery followed within refill_ms, how many found a
+    message ready in the queue (of those whose queue's ready count is known) and the median time
+    from a freed slot to the next delivery."""
+    points = freed.withColumn("point_id", F.monotonically_increasing_id())
+    with_ready = depth_at(points.select("capture_id", "queue", "ts_us", "point_id"), depth_events)
+    answered = points.join(with_ready.select("point_id", "ready"), "point_id", "left")
+    refill_us = F.col("_next_us") - F.col("ts_us")
+    refilled = F.coalesce(refill_us <= F.lit(limits.refill_ms * 1000), F.lit(False))
+    return answered.groupBy(*keys).agg(
+        F.count(F.lit(1)).alias("slots_freed"),
+        F.sum(refilled.cast("long")).alias("slots_refilled"),
+        F.count("ready").alias("slots_counted"),
+        F.sum((F.col("ready") > 0).cast("long")).alias("slots_with_message_waiting"),
+        F.percentile_approx(refill_us, 0.5).alias("refill_p50_us"),
+    )
+
+
+def _windows_091(flow_intervals: DataFrame, consumer_unacked: DataFrame, messages_091: DataFrame, frames: DataFrame,
+                 depth_events: DataFrame, limits: DiagnosisThresholds) -> DataFrame:
+    settle_times = frames.select("capture_id", "connection_id", F.col("frame_index").alias("settled_frame_index"),
+                                 F.col("ts").alias("_settled_ts"))
+    delivered = messages_091.filter((F.col("method") == "basic.deliver") & ~F.coalesce(F.col("no_ack"), F.lit(False)))
+    waits = (delivered.join(settle_times, ["capture_id", "connection_id", "settled_frame_index"], "left")
+             .withColumn("_wait_us", _us("_settled_ts") - _us("ts")))
+    activity = waits.groupBy(*_CONSUMER).agg(
+        F.count(F.lit(1)).alias("deliveries"),
+        F.percentile_approx("_wait_us", 0.5).alias("wait_p50_us"),
+        F.percentile_approx("_wait_us", 0.95).alias("wait_p95_us"),
+        _us(F.min("ts")).alias("active_start_us"),
+        _us(F.max(F.coalesce(F.col("_settled_ts"), F.col("ts")))).alias("active_end_us"),
+    )
+    window = _consumer_in_order()
+    limit = F.coalesce(F.col("prefetch_count"), F.lit(0))
+    rows = consumer_unacked.select(
+        *_CONSUMER, "queue", "prefetch_count", "settled", "unacked", "method", "frame_index", "packet_number",
+        _us("ts").alias("ts_us"),
+        ((limit > 0) & (F.lag("unacked").over(window) >= limit)).alias("_was_full"),
+        F.when(F.lead("method").over(window) == "basic.deliver", _us(F.lead("ts").over(window))).alias("_next_us"))
+    freed = rows.filter((F.col("settled") > 0) & F.col("_was_full"))
+    described = consumer_unacked.groupBy(*_CONSUMER).agg(
+        F.first("queue", ignorenulls=True).alias("queue"), F.max("prefetch_count").alias("window"))
+    full = flow_intervals.filter((F.col("entity") == "consumer") & (F.col("cause") == "prefetch_full"))
+    held = held_time(_bounded(full, activity, _CONSUMER), _CONSUMER)
+    return (activity.join(described, list(_CONSUMER))
+            .join(held, list(_CONSUMER), "left")
+            .join(_slot_outcomes(freed, _CONSUMER, depth_events, limits), list(_CONSUMER), "left")
+            .withColumn("protocol", F.lit("amqp-0-9-1")).withColumn("link_name", F.lit(None).cast("string")))
+
+
+def _bounded(intervals: DataFrame, activity: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    """Intervals (open ones until the entity's last activity) clipped to the entity's active span."""
+    spans = activity.select(*keys, "active_start_us", "active_end_us")
+    timed = intervals.join(spans, list(keys)).select(
+        *keys, _us("start_ts").alias("start_us"),
+        F.coalesce(_us("end_ts"), F.col("active_end_us")).alias("end_us"), "start_packet_number",
+        "active_start_us", "active_end_us")
+    return clipped(timed, F.col("active_start_us"), F.col("active_end_us"))
+
+
+def _windows_10(flow_intervals: DataFrame, link_state: DataFrame, depth_events: DataFrame,
+                limits: DiagnosisThresholds) -> DataFrame:
+    # The link's own frames: link_state also has a row per disposition that settled its deliveries.
+    receiving = link_state.filter((F.col("sender_side") == "server") & (F.col("method") != "disposition"))
+    activity = receiving.groupBy(*_LINK).agg(
+        F.sum(F.col("is_new_delivery").cast("long")).alias("deliveries"),
+        _us(F.min(F.when((F.col("method") == "flow") & (F.col("role") == "receiver"), F.col("ts")))).alias("active_start_us"),
+        _us(F.max(F.when(F.col("method") == "transfer", F.col("ts")))).alias("active_end_us"),
+        queue_of_address(F.first("source_address", ignorenulls=True)).alias("queue"),
+        F.first("channel", ignorenulls=True).alias("channel"),
+        F.percentile_approx(F.when((F.col("method") == "flow") & (F.col("role") == "receiver"), F.col("link_credit_rcv")),
+                            0.5).alias("window"),
+    ).filter(F.col("active_start_us").isNotNull() & F.col("active_end_us").isNotNull())
+    window = _link_in_order()
+    grants = (receiving
+              .withColumn("_credit_before", F.lag("link_credit_snd").over(window))
+              # The next delivery, whatever comes between (RabbitMQ answers a flow with a flow of its own).
+              .withColumn("_next_us", F.first(F.when(F.col("is_new_delivery"), _us("ts")), ignorenulls=True)
+                          .over(_link_after_row()))
+              .filter((F.col("method") == "flow") & (F.col("role") == "receiver")
+                      & (F.col("_credit_before") <= 0) & (F.col("link_credit_snd") > 0))
+              .select(*_LINK, queue_of_address(F.col("source_address")).alias("queue"), _us("ts").alias("ts_us"), "_next_us"))
+    starved = (F.col("entity") == "link") & (F.col("cause") == "link_credit_exhausted") & (F.col("direction") == "s2c") \
+        & ~F.coalesce(F.col("detail"), F.lit("")).startswith("no flow")
+    held = held_time(_bounded(flow_intervals.filter(starved), activity, _LINK), _LINK)
+    return (activity.join(held, list(_LINK), "left")
+            .join(_slot_outcomes(grants, _LINK, depth_events, limits), list(_LINK), "left")
+            .withColumn("protocol", F.lit("amqp-1.0"))
+            .withColumn("consumer_tag", F.lit(None).cast("string"))
+            # A 1.0 slot stays taken while the link sits at credit 0: the median such time.
+            .withColumn("wait_p50_us", F.col("held_p50_us")).withColumn("wait_p95_us", F.lit(None).cast("long")))
+
+
+def consumer_windows(flow_intervals: DataFrame, consumer_unacked: DataFrame, link_state: DataFrame,
+                     messages_091: DataFrame, frames: DataFrame, depth_events: DataFrame,
+                     limits: DiagnosisThresholds) -> DataFrame:
+    """One row per 0-9-1 consumer and AMQP 1.0 link the broker sends on: protocol, consumer_tag /
+    link_name, channel, queue, window, deliveries, active_start_us / active_end_us (span_us),
+    held_us (window full, union), held_packets, wait_p50_us, slots_freed, slots_refilled,
+    slots_counted, slots_with_message_waiting, refill_p50_us, and derived shares: held_share,
+    refill_share, waiting_share (messages waiting where counted, else refilled at once),
+    deliveries_per_second."""
+    both = _windows_091(flow_intervals, consumer_unacked, messages_091, frames, depth_events, limits).unionByName(
+        _windows_10(flow_intervals, link_state, depth_events, limits), allowMissingColumns=True)
+    span = F.greatest(F.col("active_end_us") - F.col("active_start_us"), F.lit(1))
+    freed = F.greatest(F.coalesce(F.col("slots_freed"), F.lit(0)), F.lit(1))
+    counted = F.coalesce(F.col("slots_counted"), F.lit(0))
+    return both.fillna(0, subset=["held_us", "slots_freed", "slots_refilled", "slots_counted",
+                                  "slots_with_message_waiting"]).withColumns({
+        "span_us": span,
+        "held_share": F.col("held_us") / span,
+        "refill_share": F.col("slots_refilled") / freed,
+        # The ready count decides where the capture can count it for at least half the freed slots.
+        "waiting_share": F.when(counted * 2 >= freed, F.col("slots_with_message_waiting") / F.greatest(counted, F.lit(1)))
+        .otherwise(F.col("slots_refilled") / freed),
+        "deliveries_per_second": F.col("deliveries") / (span / F.lit(1e6)),
+    })
