@@ -43,7 +43,9 @@ def start(*args: str) -> subprocess.Popen:
 
 
 def finish(procs: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
-    return [(p.returncode, *p.communicate(timeout=3600)) for p in procs]
+    """Each process's exit code, stdout and stderr, once it has ended."""
+    ended = [p.communicate(timeout=3600) for p in procs]
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, ended)]
 
 
 def errors(stderr: str) -> list[str]:
