@@ -1,6 +1,5 @@
-"""Whole commands racing on one lake, as scheduled jobs overlap: the same capture analysed twice at once,
-two captures analysed into a new lake at once, and ``ingest`` of a landing directory beside an
-``analyze`` of a capture in it.
+"""Whole commands racing on one lake, as scheduled jobs overlap: the same capture analysed twice at once
+into a new lake (the creation race and the same-capture race in one).
 
 Each capture ends up stored exactly once: its rows in every table are those of a run that was
 never raced (the ``samples_lake`` fixture's). A run that lost says so in one line naming the table
@@ -14,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +25,6 @@ from tests.paths import SAMPLES
 from tests.test_jobs_kill import reader_state, tables
 
 SMALL = SAMPLES / "amqp10-credit.pcap"
-OTHER = SAMPLES / "amqp091-qos-confirms.pcap"
 TRIALS = int(os.environ.get("AMQPSCOPE_RACE_TRIALS", "1"))
 # What a run that lost the race prints (without -v): one line naming the stage, the table and the other run,
 # and where the trace is (jobs/cli.py).
@@ -81,34 +78,4 @@ def test_the_same_capture_analysed_twice_at_once(samples_lake, tmp_path, trial):
             assert lines == [] and json.loads(out)["captures"] == [capture_id(SMALL)]
         else:
             assert len(lines) == 1 and LOST.fullmatch(lines[0]), lines
-    assert_stored_once(lake, SMALL, expected(samples_lake, SMALL))
-
-
-@pytest.mark.parametrize("trial", range(TRIALS))
-def test_two_captures_into_a_new_lake_at_once(samples_lake, tmp_path, trial):
-    lake = tmp_path / "lake"
-    outcomes = finish([start("analyze", str(capture), "--lake", str(lake)) for capture in (SMALL, OTHER)])
-    for code, _out, err in outcomes:
-        assert code == 0 and errors(err) == [], err[-3000:]  # different captures: both commit
-    for capture in (SMALL, OTHER):
-        assert_stored_once(lake, capture, expected(samples_lake, capture))
-
-
-@pytest.mark.parametrize("trial", range(TRIALS))
-def test_ingest_beside_analyze(samples_lake, tmp_path, trial):
-    lake, landing = tmp_path / "lake", tmp_path / "landing"
-    landing.mkdir()
-    shutil.copy(SMALL, landing / SMALL.name)
-    ingest, analyze = finish([start("ingest", str(landing), "--lake", str(lake)),
-                              start("analyze", str(SMALL), "--lake", str(lake))])
-    assert ingest[0] == 0 and errors(ingest[2]) == [], ingest[2][-3000:]
-    skipped = json.loads(ingest[1])
-    if analyze[0] == 0:
-        assert errors(analyze[2]) == []
-    else:  # ingest held the capture first
-        assert analyze[0] == 1 and LOST.fullmatch(errors(analyze[2])[0]) and skipped["busy"] == [], analyze
-    # Left to whichever run held it; whatever is left to derive, derive does.
-    derive = subprocess.run([sys.executable, "-m", "amqpscope", "derive", "--lake", str(lake), "--progress", "never"],
-                            capture_output=True, text=True, timeout=3600)
-    assert derive.returncode == 0, derive.stderr[-3000:]
     assert_stored_once(lake, SMALL, expected(samples_lake, SMALL))
