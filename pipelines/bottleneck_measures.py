@@ -304,11 +304,14 @@ class Measures:
         unacked = self.tables.consumer_unacked
         # One consumer's unacked timeline in order: what follows each ack.
         order = Window.partitionBy(*_CONNECTION, "channel", "consumer_tag").orderBy("frame_index")
+        later = order.rowsBetween(1, Window.unboundedFollowing)
         limit = F.coalesce(F.col("prefetch_count"), F.lit(0))
         slots = unacked.select(
             *_CONNECTION, "channel", "consumer_tag", "settled", "packet_number", _us("ts").alias("ts_us"),
             ((limit > 0) & (F.lag("unacked").over(order) >= limit)).alias("_was_full"),
-            F.when(F.lead("method").over(order) == "basic.deliver", _us(F.lead("ts").over(order))).alias("_next_us"))
+            # The next delivery, whatever comes between: the acks the consumer sent while the broker
+            # did not read the socket reach the wire together, before the delivery they free.
+            F.first(F.when(F.col("method") == "basic.deliver", _us("ts")), ignorenulls=True).over(later).alias("_next_us"))
         keys = (*_CONNECTION, "channel", "consumer_tag")
         waits = (slots.filter((F.col("settled") > 0) & F.col("_was_full")).join(sharing, list(keys))
                  .filter((F.col("ts_us") >= F.col("_throttled_from")) & (F.col("ts_us") <= F.col("_throttled_until")))
