@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SAMPLE ?= samples/mixed.pcapng
 LAKE ?= out/lake
 
-.PHONY: setup system-deps demo test captures bench fuzz clean
+.PHONY: setup system-deps demo lint test captures bench fuzz clean
 
 # The decoders' per-packet modules are compiled at install (setup.py, ingest/compiled.py): a change
 # to any of them rebuilds, so that `make test` and `make demo` never run a stale build.
@@ -30,7 +30,12 @@ system-deps:
 demo: setup
 	$(BIN)/amqpscope analyze $(SAMPLE) --lake $(LAKE) --report out/report.html
 
-test: setup system-deps
+# ruff (configured in pyproject.toml): lint, and the code as its formatter writes it.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: setup system-deps lint
 	$(BIN)/python -m pytest
 
 # Regenerates the bundled samples (root: tcpdump on lo). See samples/README.md.

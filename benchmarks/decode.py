@@ -40,7 +40,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from amqpscope.ingest import amqp10, amqp091, compiled
+from amqpscope.ingest import amqp091, amqp10, compiled
 from amqpscope.ingest.capture import decode_capture, direction_payloads
 from amqpscope.ingest.framing import FrameSplitter, RawFrame
 from amqpscope.ingest.messages import stream_decoder

@@ -49,10 +49,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # decode.py builds captures; ingest.py samples processes
 from decode import DEFAULT_SEEDS, broker_port, build_capture
-from ingest import Sampler, _commit, _proc_table, machine
 
 from amqpscope.testbed import browser
 from amqpscope.testbed.tshark import TSHARK_PREFERENCES
+from ingest import Sampler, _commit, _proc_table, machine
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "mixed.pcapng"
@@ -106,7 +106,7 @@ def _child_analyze(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
         """Progress that also notes the CPU seconds of the run's process tree in each step (what
         runs between two steps counts to the one before, as its Spark jobs do)."""
 
-        def __init__(self, spark) -> None:  # noqa: ANN001
+        def __init__(self, spark) -> None:
             super().__init__(spark, mode="never")
             self.cpu: dict[str, float] = {}
             self._open: tuple[str, float] | None = None
@@ -188,7 +188,7 @@ class _RoundTrips:
         original = self._original = self._cls.send_command
         calls, main = self.calls, threading.main_thread()
 
-        def send_command(connection, command):  # noqa: ANN001, ANN202 (py4j's own signature)
+        def send_command(connection, command):
             started = time.time()
             try:
                 return original(connection, command)
@@ -220,7 +220,7 @@ def _outside(call: tuple[float, float], union: list[tuple[float, float]]) -> flo
     return end - start - inside
 
 
-def _sql_executions(spark, since: float, until: float) -> list[tuple[float, float]]:  # noqa: ANN001
+def _sql_executions(spark, since: float, until: float) -> list[tuple[float, float]]:
     """(start, end) in epoch seconds of the SQL executions that ran between ``since`` and ``until``,
     from Spark's SQL status store (what the Spark UI's SQL tab lists)."""
     listed = spark._jsparkSession.sharedState().statusStore().executionsList()

@@ -64,7 +64,7 @@ def _layout(spark: SparkSession, frames: int, shape: str) -> DataFrame:
     rest = F.col("id") - heavy
     return ids.select(
         "id",
-        F.when(F.col("id") < heavy, 0).otherwise((F.lit(1 if heavy else 0) + F.floor(rest / CONNECTION_FRAMES))).alias("conn"),
+        F.when(F.col("id") < heavy, 0).otherwise(F.lit(1 if heavy else 0) + F.floor(rest / CONNECTION_FRAMES)).alias("conn"),
         F.when(F.col("id") < heavy, F.col("id")).otherwise(rest % CONNECTION_FRAMES).alias("idx"),
         F.when(F.col("id") < heavy, 1).otherwise(2).alias("links"),
     )
@@ -234,7 +234,7 @@ def run_shape(spark: SparkSession, frames: int, shape: str, work: Path) -> dict:
     stored_segments = spark.read.parquet(str(base / "tcp_segments"))
     jobs = []
 
-    def store(table, rows: DataFrame) -> DataFrame:  # noqa: ANN001 (a pipelines.tables.Table)
+    def store(table, rows: DataFrame) -> DataFrame:
         """A timeline written to Parquet and read back, as analyze stores it; a table built from
         stored timelines (flow_intervals, throughput) run into Spark's noop sink."""
         name = table.name

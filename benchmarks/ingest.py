@@ -422,7 +422,7 @@ def memory(seeds: list[Path], sizes_mib: list[int], ports: tuple[int, ...], conf
 def ratios(runs: list[Run]) -> dict[str, float]:
     rate = {r.name: r.frames_per_second for r in runs if not r.error}
     out = {}
-    for n, label in ((1, "1 capture"), (4, "4 captures")):
+    for label in ("1 capture", "4 captures"):
         one, two = rate.get(f"standalone, 1 worker, {label}"), rate.get(f"standalone, 2 workers, {label}")
         if one and two:
             out[f"2 workers / 1 worker, {label}"] = round(two / one, 2)

@@ -23,7 +23,7 @@ from amqpscope.jobs.report import _plotly_js
 from amqpscope.testbed import browser
 
 
-def _open(driver, page: Path) -> dict[str, float]:  # noqa: ANN001 (a Selenium driver)
+def _open(driver, page: Path) -> dict[str, float]:
     driver.get("about:blank")
     driver.get(page.resolve().as_uri())
     timing = browser.page_timing(driver)

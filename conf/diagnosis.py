@@ -7,8 +7,9 @@ milliseconds, gives none. Every figure can be set under ``diagnosis:`` in the an
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,10 @@ or a YAML file (``conf/analyze.yml`` documents every key); nothing is read from 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 

@@ -19,6 +19,7 @@ import yaml
 from pyspark.sql import Column, DataFrame
 from pyspark.sql.types import ArrayType, BinaryType, DataType, MapType, StructType
 
+from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 from amqpscope.schemas.flow import (
     CHANNEL_CONFIRMS_SCHEMA,
     CHANNEL_UNACKED_SCHEMA,
@@ -29,9 +30,8 @@ from amqpscope.schemas.flow import (
     LINK_STATE_SCHEMA,
     SESSION_WINDOW_SCHEMA,
 )
-from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
-from amqpscope.schemas.lifecycle import LIFECYCLE_10_SCHEMA, LIFECYCLE_091_SCHEMA
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA, FRAMES_SCHEMA
+from amqpscope.schemas.lifecycle import LIFECYCLE_091_SCHEMA, LIFECYCLE_10_SCHEMA
 from amqpscope.schemas.messages import MESSAGES_091_SCHEMA
 from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
 

@@ -15,8 +15,15 @@ from dataclasses import fields
 from pathlib import Path
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
-from amqpscope.expectations.bottleneck_rules import CATALOGUE_PATH, PARENT, UNITS, BottleneckRule, Template, Value
-from amqpscope.expectations.bottleneck_rules import load_bottleneck_rules
+from amqpscope.expectations.bottleneck_rules import (
+    CATALOGUE_PATH,
+    PARENT,
+    UNITS,
+    BottleneckRule,
+    Template,
+    Value,
+    load_bottleneck_rules,
+)
 from amqpscope.schemas.diagnosis import COMPONENTS, EFFECTS
 
 _ROOT = Path(__file__).resolve().parent.parent

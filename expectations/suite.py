@@ -39,15 +39,15 @@ from amqpscope.threads import in_background
 # Before GX is imported: no usage analytics from a tool that runs on machines without internet.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
-import great_expectations as gx  # noqa: E402  (needs the environment above)
-from great_expectations.checkpoint import UpdateDataDocsAction  # noqa: E402
-from great_expectations.core.batch_definition import BatchDefinition  # noqa: E402
-from great_expectations.core.run_identifier import RunIdentifier  # noqa: E402
-from great_expectations.data_context import FileDataContext  # noqa: E402
-from great_expectations.data_context.data_context.context_factory import set_context  # noqa: E402
-from great_expectations.data_context.types.base import ProgressBarsConfig  # noqa: E402
+import great_expectations as gx
+from great_expectations.checkpoint import UpdateDataDocsAction
+from great_expectations.core.batch_definition import BatchDefinition
+from great_expectations.core.run_identifier import RunIdentifier
+from great_expectations.data_context import FileDataContext
+from great_expectations.data_context.data_context.context_factory import set_context
+from great_expectations.data_context.types.base import ProgressBarsConfig
 
-from amqpscope.expectations.gx_files import AtomicFileDataContext, configure, repair  # noqa: E402
+from amqpscope.expectations.gx_files import AtomicFileDataContext, configure, repair
 
 SUITE_PREFIX = "amqpscope."
 CHECKPOINT_NAME = "amqpscope"

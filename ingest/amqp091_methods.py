@@ -10,10 +10,15 @@ the frame. Bytes left after the arguments are the caller's to report (``amqp091.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from amqpscope.ingest.amqp091_values import (
-    read_longstr, read_table, short_of, skip_longstr, timestamp,
+    read_longstr,
+    read_table,
+    short_of,
+    skip_longstr,
+    timestamp,
 )
 
 ArgumentsDecoder = Callable[[bytes, int, int], tuple[dict[str, Any], int]]

@@ -9,9 +9,10 @@ reports errors as a ``DecodeError`` with the offset from the start of the frame.
 from __future__ import annotations
 
 import struct
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Callable, Final
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -105,7 +106,7 @@ def timestamp(seconds: int, offset: int) -> datetime | PosixTime:
     """A 0-9-1 timestamp (POSIX seconds, spec 4.2.5.4) as an aware datetime, or the raw integer
     (``PosixTime``) when it is beyond the years a datetime holds as seconds."""
     try:
-        return datetime.fromtimestamp(seconds, tz=timezone.utc)
+        return datetime.fromtimestamp(seconds, tz=UTC)
     except (OverflowError, OSError, ValueError):
         return PosixTime(seconds)
 

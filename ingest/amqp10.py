@@ -11,7 +11,8 @@ so its sections are decoded once the delivery is whole (``decode_message``, used
 from __future__ import annotations
 
 import struct
-from typing import Any, Final, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
 
 from amqpscope.ingest.amqp10_types import (
     DECODERS_BY_CODE,

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Callable, Final
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -36,7 +37,7 @@ class Symbol(str):
     """An AMQP symbol (ASCII), kept distinct from strings so maps render faithfully."""
 
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 # Units applications put in a timestamp field instead of the protocol's, finest last: (name, per second).
 _UNITS: Final = (("milliseconds", 10**3), ("microseconds", 10**6), ("nanoseconds", 10**9))
 # The years a timestamp's likely unit must place it in to be named (a guess, so a narrow one).

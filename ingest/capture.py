@@ -6,14 +6,15 @@ task, and turns its rows into Arrow batches.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Iterator, Sequence
+from typing import Any, Final
 
-from amqpscope.ingest import amqp10, amqp091
-from amqpscope.ingest.messages import StreamDecoder, stream_decoder
+from amqpscope.ingest import amqp091, amqp10
 from amqpscope.ingest.framing import FrameError, FrameFormat, FrameSplitter, RawFrame
-from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_FIN, TCP_RST, TCP_SYN, TCP_ACK, Segment, parse_tcp
+from amqpscope.ingest.messages import StreamDecoder, stream_decoder
+from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, Segment, parse_tcp
 from amqpscope.ingest.pcap import Damage, read_container, read_records, scan
 from amqpscope.ingest.quarantine import capture_status, damage_row, quarantine_row, unframed_row
 from amqpscope.ingest.reasons import DecodeError
@@ -448,7 +449,7 @@ class CaptureDecoder:
             else:
                 try:
                     decoded = decode(data)
-                except Exception as exc:  # noqa: BLE001  (any failure inside one frame is that frame's)
+                except Exception as exc:
                     rows.append(("quarantine", self._undecodable(conn, direction, item, exc)))
                     continue
             row = {
@@ -471,7 +472,7 @@ class CaptureDecoder:
             }
             try:
                 add_arguments(row, protocol, decoded)
-            except Exception as exc:  # noqa: BLE001  (a decoded value no row can hold: the frame's too)
+            except Exception as exc:
                 rows.append(("quarantine", self._undecodable(conn, direction, item, exc)))
                 continue
             if record is not None:

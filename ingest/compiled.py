@@ -21,11 +21,11 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Mapping
 from functools import cache
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
 from importlib.util import spec_from_file_location
 from pathlib import Path
-from typing import Mapping
 
 PACKAGE = "amqpscope.ingest"
 # In dependency order; everything a packet goes through on its way to a row.

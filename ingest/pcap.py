@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Final, Iterator, NamedTuple
+from typing import BinaryIO, Final, NamedTuple
 
 _PCAP_MAGIC: Final = {
     b"\xd4\xc3\xb2\xa1": ("<", False), b"\xa1\xb2\xc3\xd4": (">", False),
@@ -373,7 +374,7 @@ def find_boundary(path: str | Path, c: Container, offset: int, file_size: int) -
         while offset < file_size and scanned < _SCAN_LIMIT:
             f.seek(offset)
             buf = f.read(window + (1 << 16))
-            for pos in range(0, min(len(buf), 1 << 16)):
+            for pos in range(min(len(buf), 1 << 16)):
                 if _chain_ok(c, buf, pos):
                     return offset + pos
             offset += 1 << 16

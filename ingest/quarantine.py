@@ -8,7 +8,8 @@ of ``ingest.reasons.REASONS``, a sentence, and the details in columns (``QUARANT
 
 from __future__ import annotations
 
-from typing import Any, Final, Sequence
+from collections.abc import Sequence
+from typing import Any, Final
 
 from amqpscope.ingest.framing import Unframed
 from amqpscope.ingest.pcap import Damage

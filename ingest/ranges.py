@@ -10,8 +10,9 @@ with the same reader as a whole file (``ingest.pcap.scan``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from amqpscope.ingest.pcap import Container, Record, find_boundary, read_container, scan
 

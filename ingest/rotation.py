@@ -34,9 +34,10 @@ id; each part's own hash is kept in the ``captures`` table to tell a grown captu
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_FIN, TCP_RST, TCP_SYN, parse_tcp
 from amqpscope.ingest.pcap import CaptureError, Container, Damage, capture_id, find_boundary, read_container, scan

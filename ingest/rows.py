@@ -18,7 +18,13 @@ from typing import Any, Final
 from amqpscope.ingest.amqp091_values import PosixTime
 from amqpscope.ingest.amqp10_types import Described, Timestamp
 from amqpscope.ingest.limits import MAX_DEPTH
-from amqpscope.schemas.frames import FRAME_KEY_FIELDS, FRAME_KIND_FIELDS, FRAME_TLS_FIELDS, FRAMES_COLUMNS, FRAMES_SCHEMA
+from amqpscope.schemas.frames import (
+    FRAME_KEY_FIELDS,
+    FRAME_KIND_FIELDS,
+    FRAME_TLS_FIELDS,
+    FRAMES_COLUMNS,
+    FRAMES_SCHEMA,
+)
 
 # Columns a frame argument never fills: the frame's own identity (connection.close's class-id is
 # an argument, the frame's class_id is not) and the map of the others.

@@ -20,15 +20,16 @@ stateless decoders; a frame cut by a segment boundary is left as ``Raw``.
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from scapy.fields import Field
 from scapy.layers.inet import IP, TCP
 from scapy.layers.inet6 import IPv6
 from scapy.packet import Packet, Padding, Raw, bind_layers
 
-from amqpscope.ingest import amqp10, amqp091
+from amqpscope.ingest import amqp091, amqp10
 from amqpscope.ingest.amqp10_types import DecodeError
 from amqpscope.ingest.framing import PROTOCOL_HEADER_SIZE
 from amqpscope.ingest.messages import StreamDecoder, stream_decoder

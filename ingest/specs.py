@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Mapping
 
 _SPEC_PACKAGE = "amqpscope.ingest"
 _AMQP10_NS = {"a": "https://www.amqp.org/schema/amqp.xsd"}

@@ -9,8 +9,9 @@ and the tail of a segment cut by the snapshot length as soon as delivery reaches
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple, Sequence
+from typing import Final, NamedTuple
 
 SEQ_MOD: Final = 1 << 32
 _HALF: Final = 1 << 31

@@ -33,8 +33,16 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from amqpscope.ingest.reasons import REASONS
 from amqpscope.ingest.tcp import Data, Gap
 from amqpscope.ingest.tls_handshake import (
-    CLIENT_HELLO, ENCRYPTED_EXTENSIONS, FINISHED, KEY_UPDATE, SERVER_HELLO, TLS13, HandshakeMessages,
-    client_hello, encrypted_extensions, server_hello,
+    CLIENT_HELLO,
+    ENCRYPTED_EXTENSIONS,
+    FINISHED,
+    KEY_UPDATE,
+    SERVER_HELLO,
+    TLS13,
+    HandshakeMessages,
+    client_hello,
+    encrypted_extensions,
+    server_hello,
 )  # fmt: skip
 from amqpscope.ingest.tls_keylog import KeyLog
 

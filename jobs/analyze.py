@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from pyspark.sql import SparkSession
 

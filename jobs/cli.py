@@ -8,9 +8,10 @@ import json
 import logging
 import sys
 import traceback
+from collections.abc import Sequence
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 

@@ -14,9 +14,9 @@ cannot interleave with another writer's.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import socket
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence

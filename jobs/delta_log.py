@@ -24,7 +24,7 @@ import json
 import os
 import re
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import unquote
 
 from amqpscope.jobs.errors import DamagedLog, WriteConflict
@@ -127,7 +127,7 @@ def writer_of(info: dict) -> str:
         owner = info.get(OWNER_KEY)
         return f"run {run}" + (f" ({owner})" if owner else "")
     when = info.get("timestamp")
-    stamp = (f" at {datetime.fromtimestamp(when / 1000, timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+    stamp = (f" at {datetime.fromtimestamp(when / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC"
              if isinstance(when, (int, float)) else "")
     return f"another writer ({info.get('engineInfo') or 'unknown engine'}, {info.get('operation') or 'commit'}{stamp})"
 

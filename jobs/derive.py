@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -120,7 +120,7 @@ def derive(
         # dq_summary: one row per capture and run for data-quality dashboards, written while GX
         # validates the counts.
         build.settings.update(suite_of_rule=verdicts.suite_of_rule, suites_run=list(verdicts.suites_run),
-                              run_ts=datetime.now(timezone.utc))
+                              run_ts=datetime.now(UTC))
         _stages(build, clock, [name for name in built if "violations" in tables.upstream(name)])
     except BaseException as exc:
         if isinstance(exc, Exception):

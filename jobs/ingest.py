@@ -19,9 +19,9 @@ own. No task holds a whole capture, and nothing but per-range counts reaches the
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark import StorageLevel, TaskContext
@@ -31,12 +31,12 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
 
 from amqpscope.ingest.capture import CaptureDecoder
-from amqpscope.ingest.tls_keylog import KeyLog
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, parse_tcp
 from amqpscope.ingest.pcap import CaptureError, Damage, scan
 from amqpscope.ingest.quarantine import capture_status, damage_row
 from amqpscope.ingest.ranges import read_container, split
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
+from amqpscope.ingest.tls_keylog import KeyLog
 from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.progress import Progress, TaskCounters
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS

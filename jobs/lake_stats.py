@@ -63,7 +63,7 @@ def _bound(value: Any, data_type: DataType, upper: bool) -> Any:
         if not isinstance(value, dt.datetime):
             return None
         if value.tzinfo is not None:
-            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
         return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     if isinstance(data_type, DateType):
         return value.isoformat() if isinstance(value, dt.date) else None

@@ -9,9 +9,9 @@ its size, while the rest of the batch commits; it is not retried until its bytes
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
@@ -167,5 +167,5 @@ def _record_failures(spark: SparkSession, lake: Lake, failed: dict[str, tuple[Pa
     ids = list(failed)
     lake.write(quarantine, "quarantine", replace_capture_ids=ids)
     lake.write(captures, "captures", replace_capture_ids=ids)
-    for cid, (path, reason) in failed.items():
+    for path, reason in failed.values():
         log.warning("%s: not ingested: %s", path, reason)

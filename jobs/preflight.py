@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from amqpscope.ingest.pcap import CaptureError, Damage, read_container, scan
 from amqpscope.ingest.rotation import CapturePart

@@ -27,9 +27,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, TextIO
+from typing import TextIO
 
 from pyspark.sql import SparkSession
 
@@ -164,7 +165,7 @@ class Progress:
         self._counters: TaskCounters | None = None
         self._capture_bytes = 0
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self._enabled:
             self._counters = TaskCounters()
             self._thread = threading.Thread(target=self._run, name="amqpscope-progress", daemon=True)

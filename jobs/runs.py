@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from amqpscope.jobs.commits import check_stored
 from amqpscope.jobs.delta_commit import process_owner
@@ -48,7 +48,7 @@ _OWNER = re.compile(r"pid (\d+) on (.+)")
 
 def new_run_id() -> str:
     """A run id that sorts by start time and does not collide between concurrent runs."""
-    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def _process_start(pid: int) -> datetime | None:
             boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
     except (OSError, IndexError, StopIteration, ValueError):
         return None
-    return datetime.fromtimestamp(boot + ticks / os.sysconf("SC_CLK_TCK"), timezone.utc)
+    return datetime.fromtimestamp(boot + ticks / os.sysconf("SC_CLK_TCK"), UTC)
 
 
 def stage_runs(lake: Lake, capture_ids: Sequence[str] | None = None,
@@ -120,7 +120,7 @@ def stage_runs(lake: Lake, capture_ids: Sequence[str] | None = None,
 
 def _utc(value: object) -> object:
     # Spark collects timestamps as naive local times, pyarrow as aware UTC ones: both as aware UTC.
-    return value.astimezone(timezone.utc) if isinstance(value, datetime) else value
+    return value.astimezone(UTC) if isinstance(value, datetime) else value
 
 
 def mark(lake: Lake, run_id: str, stage: str, capture_ids: Sequence[str], outcome: str,
@@ -160,7 +160,7 @@ def _mark(lake: Lake, run_id: str, stage: str, ids: list[str], outcome: str,
     for _attempt in range(_MARK_ATTEMPTS):
         if not ids:
             return []
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         version = lake.version(RUNS_TABLE)  # the marks commit on what they read
         existing = stage_runs(lake, ids, version)
         busy = _holders(existing, run_id, now)
@@ -238,7 +238,7 @@ def forget(lake: Lake, capture_ids: Sequence[str]) -> None:
 
 def busy(lake: Lake, run_id: str, capture_ids: Sequence[str]) -> list[tuple[str, str]]:
     """Those of ``capture_ids`` another live run holds, with that run."""
-    return _holders(stage_runs(lake, capture_ids), run_id, datetime.now(timezone.utc))
+    return _holders(stage_runs(lake, capture_ids), run_id, datetime.now(UTC))
 
 
 def _holders(rows: Mapping[tuple[str, str], StageRun], run_id: str, now: datetime) -> list[tuple[str, str]]:

@@ -16,7 +16,7 @@ except importlib.metadata.PackageNotFoundError:  # run from a source tree that i
     __version__ = "0+unknown"
 
 
-def register(spark) -> None:  # noqa: ANN001 (PySpark is imported only when this is called)
+def register(spark) -> None:
     """Make ``spark.read.format("amqp")`` and ``spark.readStream.format("amqp")`` known to ``spark``."""
     from amqpscope.jobs.datasource import register as register_source
 

@@ -27,7 +27,13 @@ from pyspark.sql import functions as F
 
 from amqpscope.pipelines.columns import with_columns
 from amqpscope.pipelines.consumers import with_consumers
-from amqpscope.pipelines.partitioning import CHANNEL, CONNECTION, by_connection, channel_so_far, with_channel_incarnation
+from amqpscope.pipelines.partitioning import (
+    CHANNEL,
+    CONNECTION,
+    by_connection,
+    channel_so_far,
+    with_channel_incarnation,
+)
 
 AMQP091 = "amqp-0-9-1"
 # The frames of the pass: all but heartbeats (which no channel table reads).

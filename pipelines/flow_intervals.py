@@ -28,6 +28,7 @@ from amqpscope.pipelines.intervals import intervals
 from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.flow import FLOW_INTERVALS_SCHEMA
 
+
 def _flipped(direction: Column) -> Column:
     return F.when(direction == "c2s", "s2c").otherwise("c2s")
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
-from amqpscope.ingest.specs import amqp10, amqp091
+from amqpscope.ingest.specs import amqp091, amqp10
 from amqpscope.pipelines.columns import with_columns
 from amqpscope.pipelines.partitioning import CONNECTION, by_connection
 from amqpscope.schemas.flow import FRAME_LIMITS_SCHEMA

@@ -7,7 +7,7 @@ passes: one marks the rows where the condition changes, one pairs each start wit
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F

@@ -25,9 +25,9 @@ from pyspark.sql.types import StructType
 from amqpscope.pipelines.accounting import byte_accounting
 from amqpscope.pipelines.blocking import channel_flow_intervals, connection_blocked_intervals
 from amqpscope.pipelines.bottlenecks import bottleneck_findings
-from amqpscope.pipelines.chart_series import chart_series
 from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline, unacked_ledger
 from amqpscope.pipelines.channels import channel_pass
+from amqpscope.pipelines.chart_series import chart_series
 from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.diagnosis import diagnosis
 from amqpscope.pipelines.dq_summary import dq_summary
@@ -35,13 +35,14 @@ from amqpscope.pipelines.events import events_timeline
 from amqpscope.pipelines.flow_intervals import flow_intervals
 from amqpscope.pipelines.frame_limits import frame_limits_timeline
 from amqpscope.pipelines.idle_gaps import idle_gaps_timeline
-from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
+from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
 from amqpscope.pipelines.link_credit import link_credit_timeline, link_state_timeline
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.pipelines.sessions import session_map, session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.pipelines.throughput import message_events, throughput_of
+from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
 from amqpscope.schemas.events import EVENTS_SCHEMA
 from amqpscope.schemas.flow import (
@@ -58,8 +59,7 @@ from amqpscope.schemas.flow import (
     SESSION_WINDOW_SCHEMA,
     THROUGHPUT_SCHEMA,
 )
-from amqpscope.schemas.bronze import BRONZE_SCHEMAS
-from amqpscope.schemas.lifecycle import LIFECYCLE_10_SCHEMA, LIFECYCLE_091_SCHEMA
+from amqpscope.schemas.lifecycle import LIFECYCLE_091_SCHEMA, LIFECYCLE_10_SCHEMA
 from amqpscope.schemas.messages import DELIVERIES_10_SCHEMA, MESSAGES_091_SCHEMA
 from amqpscope.schemas.quality import DQ_SUMMARY_SCHEMA
 from amqpscope.schemas.report import CHART_SERIES_SCHEMA

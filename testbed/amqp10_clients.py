@@ -8,7 +8,6 @@ on the wire is one these handlers chose to send. RabbitMQ 3.10's plugin declares
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 

@@ -78,7 +78,7 @@ class _Engine:
             self.sock.settimeout(timeout)
             try:
                 data = self.sock.recv(capacity)
-            except (socket.timeout, TimeoutError):
+            except TimeoutError:
                 data = None
             if data == b"":
                 self.transport.close_tail()

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import version as distribution_version
 from pathlib import Path
 from types import TracebackType
@@ -229,11 +229,11 @@ def _capture_once(
     scenario: str, broker: PrivateBroker, raw: Path, port: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run ``scenario`` under tcpdump once: the clients' ground truth and capture metadata."""
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     with Tcpdump(raw, port) as tcpdump:
         truth = run_scenario(scenario, broker.host, port)
         time.sleep(DRAIN_SECONDS)
-    finished = datetime.now(timezone.utc)
+    finished = datetime.now(UTC)
     return truth, _capture_metadata(raw, tcpdump, started, finished)
 
 

@@ -16,16 +16,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pika
 
 from amqpscope.testbed import tls
-from amqpscope.testbed.capture import capture_scenario, default_capture_port, truth_path
 from amqpscope.testbed.broker import PrivateBroker, memory_alarm_switch
 from amqpscope.testbed.broker import alarm_switch as lend_alarm_switch
+from amqpscope.testbed.capture import capture_scenario, default_capture_port, truth_path
 from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, GUEST, SCENARIO_TIMEOUT, SCENARIOS, Truth, message_body
 
 ALARM_WATERMARK = 0.0001  # a fraction of RAM any running node exceeds: raises the memory alarm
@@ -42,7 +42,7 @@ def _connect(host: str, port: int) -> pika.BlockingConnection:
 
 
 def _utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 # -- a slow consumer: unacked sits at the prefetch count -----------------------------------------

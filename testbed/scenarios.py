@@ -15,7 +15,7 @@ from importlib.metadata import version as distribution_version
 from typing import Any
 
 import pika
-from proton import Message, SASL
+from proton import SASL, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 

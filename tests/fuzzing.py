@@ -24,10 +24,11 @@ import json
 import random
 import struct
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -478,7 +479,7 @@ def _damage_keylog(rng: random.Random, keylog: str) -> str:
         i = rng.randrange(len(lines))
         parts = lines[i].split()
         if len(parts) == 3:
-            parts[2] = "%0*x" % (len(parts[2]), rng.getrandbits(4 * len(parts[2])))  # a wrong secret
+            parts[2] = f"{rng.getrandbits(4 * len(parts[2])):0{len(parts[2])}x}"  # a wrong secret
             lines[i] = " ".join(parts)
     elif roll < 0.5:
         lines.append(rng.choice(("CLIENT_RANDOM zz 00", "garbage", "CLIENT_RANDOM " + "00" * 32 + " 0")))

@@ -14,8 +14,9 @@ the machines see the connection from the capture point: a frame is applied when 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 Frame = dict[str, Any]
 Row = dict[str, Any]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -104,7 +104,7 @@ def test_decimals_from_binary_integer_decimal(raw, expected):
 def test_timestamps_are_milliseconds_with_their_datetime():
     stamp = value(b"\x83" + struct.pack(">q", 1_700_000_000_123))
     assert isinstance(stamp, Timestamp) and stamp == 1_700_000_000_123
-    assert stamp.datetime == datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=timezone.utc)
+    assert stamp.datetime == datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC)
     assert value(b"\x83" + struct.pack(">q", -(2**63))).datetime is None  # beyond Python's years
 
 

@@ -90,7 +90,7 @@ def test_sampler_sees_the_memory_alarm_and_the_blocked_publisher() -> None:
     assert all("memory" in s.alarms for s in sampler.samples if raised_us < s.ts_us < cleared_from_us)
     assert not any(s.alarms for s in sampler.samples if s.ts_us < before_raise_us or s.ts_us > after_clear_us)
 
-    def publisher_state(sample):  # noqa: ANN001, ANN202
+    def publisher_state(sample):
         return next(c.state for c in sample.connections if c.peer_port == client_port)
 
     blocked = [s for s in sampler.samples if any(c.peer_port == client_port for c in s.connections)

@@ -10,7 +10,7 @@ import configparser
 import copy
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jsonschema
@@ -21,8 +21,8 @@ from jsonschema import validators
 from pyspark.sql import functions as F
 
 from amqpscope.jobs.lake import Lake
-from amqpscope.schemas.diagnosis import COMPONENTS
 from amqpscope.schemas.catalog import tables
+from amqpscope.schemas.diagnosis import COMPONENTS
 from tests.paths import ROOT
 from tests.test_jobs import TASK_ORDER, bundle
 
@@ -228,7 +228,7 @@ def lake_views(spark, samples_lake):
     lake.read("runs").select(
         *[c for c in lake.read("runs").columns if c not in ("outcome", "ended")],
         F.when(is_derive & (F.col("capture_id") == incomplete), F.lit("running")).otherwise(F.col("outcome")).alias("outcome"),
-        F.when(is_derive, F.lit(datetime.now(timezone.utc))).otherwise(F.col("ended")).alias("ended"),
+        F.when(is_derive, F.lit(datetime.now(UTC))).otherwise(F.col("ended")).alias("ended"),
     ).createOrReplaceTempView("runs")
     lake.read("diagnosis").withColumn(
         "bottleneck", F.when(F.col("capture_id") == complete[0], F.lit(COMPONENTS[2])).otherwise(F.col("bottleneck"))

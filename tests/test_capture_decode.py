@@ -15,7 +15,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.utils import RawPcapNgReader, RawPcapReader, wrpcap
 
-from amqpscope.ingest import amqp10, amqp091
+from amqpscope.ingest import amqp091, amqp10
 from amqpscope.ingest.capture import C2S, S2C, decode_capture, direction_payloads
 from amqpscope.ingest.framing import FrameSplitter
 from amqpscope.ingest.messages import stream_decoder

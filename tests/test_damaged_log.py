@@ -8,7 +8,7 @@ and the next write commits over it (issue 32: 8,422 frames lost, the capture sti
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
@@ -91,7 +91,7 @@ def test_the_rows_a_run_wrote_are_checked_once_and_pass(tmp_path):
     assert lake.written["t"] == {}  # taken by the check
     state = runs.stage_runs(lake)
     assert [state[(c, "ingest")].outcome for c in "ab"] == ["ok", "ok"]
-    assert state[("a", "ingest")].ended <= datetime.now(timezone.utc)
+    assert state[("a", "ingest")].ended <= datetime.now(UTC)
 
 
 def test_a_delta_rs_error_is_one_line_with_its_causes():

@@ -67,7 +67,7 @@ def test_tls_keylog_option_decrypts_where_the_tasks_run(amqp):
 
 def test_unknown_table_option_is_refused(amqp):
     with pytest.raises(Exception, match="option table must be one of frames"):
-        amqp.read.format("amqp").option("table", "violations").load(str(FIRST)).schema
+        _ = amqp.read.format("amqp").option("table", "violations").load(str(FIRST)).schema
 
 
 def test_stream_ingests_each_new_capture_once(amqp, tmp_path):

@@ -7,10 +7,10 @@ the bundled samples check the tables against their ground truth.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from amqpscope.ingest import amqp10, amqp091
+from amqpscope.ingest import amqp091, amqp10
 from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.messages import Amqp10Deliveries, stream_decoder
 from amqpscope.ingest.rows import frame_row
@@ -83,7 +83,7 @@ def test_interleaved_links_are_assembled_apart():
 def frames_df(spark, rows: list[dict]):
     """Rows as the frames table holds them (ts from ts_us)."""
     for r in rows:
-        r["ts"] = datetime.fromtimestamp(r["ts_us"] / 1e6, tz=timezone.utc)
+        r["ts"] = datetime.fromtimestamp(r["ts_us"] / 1e6, tz=UTC)
     return spark.createDataFrame([tuple(r.get(f.name) for f in FRAMES_SCHEMA.fields) for r in rows], FRAMES_SCHEMA)
 
 

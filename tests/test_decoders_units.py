@@ -8,20 +8,20 @@ is read from the spec files, so a method the decoders forget fails here.
 from __future__ import annotations
 
 import struct
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from amqpscope.ingest import amqp10, amqp091
+from amqpscope.ingest import amqp091, amqp10
 from amqpscope.ingest.amqp091_values import SECRET_ARGUMENTS
 from amqpscope.ingest.amqp10_types import DecodeError
 from amqpscope.ingest.rows import frame_row
+from amqpscope.ingest.specs import amqp091 as amqp091_spec
 from amqpscope.ingest.specs import amqp10 as amqp10_spec
 from amqpscope.ingest.specs import amqp10_primitive
-from amqpscope.ingest.specs import amqp091 as amqp091_spec
 from tests import amqp_bytes as b
 
 SPEC_091 = amqp091_spec()
@@ -39,7 +39,7 @@ BOUNDARY_091: dict[str, tuple[bytes, Any]] = {
     "shortstr": (b.shortstr("s" * 255), "s" * 255),
     "longstr": (b.longstr("\u00e9".encode() * 300), "\u00e9" * 300),
     "table": (b.table(NESTED_TABLE), {"empty": {}, "inner": {"deep": {"n": -1}}, "list": [True, "x"]}),
-    "timestamp": (struct.pack(">Q", 1_700_000_000), datetime(2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc)),
+    "timestamp": (struct.pack(">Q", 1_700_000_000), datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)),
 }
 
 
@@ -101,7 +101,7 @@ def test_091_empty_strings_and_empty_table():
         ("l", b"\x80" + bytes(7), -(2**63)), ("f", struct.pack(">f", 1.5), 1.5), ("d", struct.pack(">d", -2.25), -2.25),
         ("D", b"\x02" + struct.pack(">i", 314), Decimal("3.14")), ("S", b.longstr(b""), ""),
         ("x", b.longstr(b"\x00\xff"), b"\x00\xff"), ("V", b"", None),
-        ("T", struct.pack(">Q", 0), datetime(1970, 1, 1, tzinfo=timezone.utc)),
+        ("T", struct.pack(">Q", 0), datetime(1970, 1, 1, tzinfo=UTC)),
         ("A", struct.pack(">I", 0), []),
     ],
 )

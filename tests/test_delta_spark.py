@@ -11,7 +11,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs import delta_spark, lake as lake_module, maintain
+from amqpscope.jobs import delta_spark, maintain
+from amqpscope.jobs import lake as lake_module
 from amqpscope.jobs.delta_spark import TableRef
 from amqpscope.jobs.errors import WriteConflict
 from amqpscope.jobs.lake import Lake

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
-from amqpscope.ingest.capture import decode_capture
 from amqpscope.expectations.bottleneck_rules import load_bottleneck_rules
+from amqpscope.ingest.capture import decode_capture
 from amqpscope.pipelines.bottleneck_measures import Measures, Tables
 from amqpscope.pipelines.bottlenecks import rule_findings
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline

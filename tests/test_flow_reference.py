@@ -14,9 +14,10 @@ DataFrame, one connection per example. A mismatch names the connection and shows
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -30,7 +31,7 @@ from amqpscope.schemas.frames import FRAMES_SCHEMA
 from tests.reference_flow import ChannelMachine, LinkMachine, SessionMachine, serial_add, serial_diff
 
 EXAMPLES = 60  # generated connections per protocol, all checked in one Spark job per table
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 TOP = (1 << 32) - 1
 
 Frame = dict[str, Any]

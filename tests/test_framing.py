@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from amqpscope.ingest import amqp10, amqp091
+from amqpscope.ingest import amqp091, amqp10
 from amqpscope.ingest.amqp10_types import DecodeError
 from amqpscope.ingest.framing import FrameSplitter, RawFrame, Unframed
 from tests import amqp_bytes as b

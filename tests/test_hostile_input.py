@@ -11,13 +11,13 @@ import tracemalloc
 
 import pytest
 
-from amqpscope.ingest import amqp10, amqp091
+from amqpscope.ingest import amqp091, amqp10
 from amqpscope.ingest.framing import RESYNC_WINDOW, FrameSplitter, Unframed
 from amqpscope.ingest.limits import MAX_DEPTH, MAX_OBJECTS
+from amqpscope.ingest.pcap import read_records
 from tests import amqp_bytes as b
 from tests.fuzzing import ISSUE_CASES, Case, run
 from tests.test_damaged_captures import SAMPLE, assert_accounted, decode, essence, write_pcap
-from amqpscope.ingest.pcap import read_records
 
 OPEN = b.frame10(b.described(0x10, b.list8(b.string("c"))))  # open(container-id "c")
 DATA = b"\x00\x53\x75" + b.binary(b"abc")  # a data section (messaging 3.2.6)

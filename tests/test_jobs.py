@@ -191,7 +191,7 @@ def test_report_of_a_lake_with_no_complete_capture_says_so(spark, tmp_path, clea
     # saying derive is still running (a run killed in derive leaves that).
     clean_lake, _, _ = clean
     lake = tmp_path / "lake"
-    for table in (*BRONZE_SCHEMAS, "runs"):
+    for table in (*BRONZE, "runs"):
         shutil.copytree(clean_lake / table, lake / table)
     first = capture_id(FIRST)
     store = Lake(spark, lake, backend="delta-rs")

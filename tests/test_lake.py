@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
@@ -14,8 +14,8 @@ from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.lake_read import read_table
 
 SCHEMA = "capture_id string, n long, ts timestamp, m map<string,string>, b binary, s struct<x:int,tags:array<string>>"
-TS = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=timezone.utc)
-TS2 = datetime(2024, 5, 6, 7, 8, 9, 654321, tzinfo=timezone.utc)
+TS = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+TS2 = datetime(2024, 5, 6, 7, 8, 9, 654321, tzinfo=UTC)
 
 
 def rows_a() -> list[tuple]:

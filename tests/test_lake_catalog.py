@@ -4,7 +4,7 @@ descriptions from ``schemas/``, and docs/TABLES.md generated from the same schem
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,8 +17,8 @@ from amqpscope.schemas.frames import CONNECTIONS_SCHEMA
 from amqpscope.schemas.runs import RUNS_SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent
-T1 = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=timezone.utc)
-T2 = datetime(2026, 1, 2, 3, 4, 6, 1, tzinfo=timezone.utc)
+T1 = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+T2 = datetime(2026, 1, 2, 3, 4, 6, 1, tzinfo=UTC)
 
 
 def test_tables_md_is_current():

@@ -13,11 +13,11 @@ import os
 import re
 import socket
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-import pyarrow as pa
 
 from amqpscope.jobs import runs
 from amqpscope.jobs.errors import CaptureBusy
@@ -112,14 +112,14 @@ def test_leases_let_one_run_claim_a_capture(tmp_path):
 
 
 def runs_row(run_id: str, owner: str, lease_until: datetime, outcome: str = "running") -> dict:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return {"capture_id": "c", "stage": "derive", "run_id": run_id, "started": now - timedelta(minutes=5),
             "ended": None, "outcome": outcome, "source_run": None, "owner": owner, "lease_until": lease_until}
 
 
 def test_a_lease_expires_with_its_run(tmp_path):
     lake = Lake(None, tmp_path, backend="delta-rs")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     dead_pid = _free_pid()
     host = socket.gethostname()
     cases = [
@@ -136,7 +136,7 @@ def test_a_lease_expires_with_its_run(tmp_path):
                                + re.escape(owner)):
                 runs.mark(lake, "later", "ingest", ["c"], "running")
             assert runs.busy(lake, "later", ["c"]) == [("c", runs.stage_runs(lake)[("c", "derive")].holder(
-                datetime.now(timezone.utc)))]
+                datetime.now(UTC)))]
         else:
             runs.mark(lake, "later", "ingest", ["c"], "running")
             assert runs.stage_runs(lake)[("c", "ingest")].run_id == "later"

@@ -3,7 +3,7 @@ version of the retention window needs removed, and the rows the same before and 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from deltalake import DeltaTable
 from pyspark.testing import assertDataFrameEqual
@@ -13,7 +13,7 @@ from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.maintain import maintain_lake
 from amqpscope.schemas.runs import RUNS_SCHEMA
 
-T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def files(lake: Lake, table: str) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from pyspark.sql.types import StructType, TimestampType
@@ -32,7 +32,7 @@ def as_python(row: dict, schema: StructType) -> dict:
     out = dict(row)
     for field in schema.fields:
         if isinstance(field.dataType, TimestampType) and isinstance(out.get(field.name), int):
-            out[field.name] = datetime.fromtimestamp(0, timezone.utc) + timedelta(microseconds=out[field.name])
+            out[field.name] = datetime.fromtimestamp(0, UTC) + timedelta(microseconds=out[field.name])
     return out
 
 

@@ -19,8 +19,8 @@ from amqpscope.jobs.ingest import decode_captures, decode_tables, resolve_captur
 from amqpscope.jobs.lake import Lake
 from amqpscope.pipelines.channel_unacked import consumer_unacked_timeline
 from amqpscope.pipelines.confirms import channel_confirms_timeline
-from amqpscope.pipelines.link_credit import link_state_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
+from amqpscope.pipelines.link_credit import link_state_timeline
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.pipelines.partitioning import by_connection
 from amqpscope.pipelines.tables import Build

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import io
 import re
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
-
-import subprocess
-from pathlib import Path
 
 from amqpscope.jobs.cli import build_parser
 from amqpscope.jobs.ingest import decode_tables, resolve_captures

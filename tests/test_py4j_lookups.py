@@ -56,7 +56,7 @@ def test_a_missing_name_fails_every_time(spark, round_trips):
     for _ in range(2):
         round_trips.clear()
         with pytest.raises(Py4JError, match="java.lang.Math.no_such_member does not exist"):
-            math.no_such_member
+            _ = math.no_such_member
         assert round_trips == ["r"]  # asked again, not remembered
 
 

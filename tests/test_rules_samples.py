@@ -7,7 +7,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from pyspark.sql import functions as F
 
 from amqpscope.expectations.catalogue import CATALOGUE_PATH, load_rules, violations
 from amqpscope.ingest.pcap import capture_id

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ from amqpscope.jobs.lake_files import staging_is_stale as _staging_is_stale
 from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable
 from amqpscope.jobs.runs import StageRun, completeness
 
-T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 

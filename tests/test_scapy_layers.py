@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from scapy.packet import Raw
+from scapy.sendrecv import sniff
 from scapy.sessions import TCPSession
 from scapy.utils import rdpcap
-from scapy.sendrecv import sniff
 
 from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.scapy_layers import AMQP, detect
@@ -36,14 +36,14 @@ def test_session_dissection_gives_the_frames_table_frames():
     ours = sorted((r["packet_number"], r["stream_offset"], r["method"] or r["frame_type"]) for r in table_frames(capture))
     layers = frames(sniff(offline=str(capture), session=TCPSession))
     assert len(layers) == len(ours)
-    assert sorted(l.method or l.frame_type for l in layers) == sorted(name for *_, name in ours)
-    assert all(not l.error for l in layers)
+    assert sorted(layer.method or layer.frame_type for layer in layers) == sorted(name for *_, name in ours)
+    assert all(not layer.error for layer in layers)
 
 
 def test_multi_frame_deliveries_show_their_message_on_the_last_transfer():
     capture = SAMPLES / "decoders" / "amqp10-large.pcap"
     layers = frames(sniff(offline=str(capture), session=TCPSession))
-    completed = [l for l in layers if l.method == "transfer" and l.message]
+    completed = [layer for layer in layers if layer.method == "transfer" and layer.message]
     assert len(completed) == 6
     first = completed[0].message
     assert first["frames"] > 1 and first["properties.subject"] == "large data"
@@ -59,7 +59,7 @@ def test_show_names_methods_and_arguments():
     for expected in ("basic.publish", "basic.qos", "prefetch-count=10", "connection.tune", "confirm.select"):
         assert expected in shown
     # Credentials never shown: start-ok keeps its mechanism, not its response.
-    [start_ok] = [l for l in frames(packets) if l.method == "connection.start-ok"]
+    [start_ok] = [layer for layer in frames(packets) if layer.method == "connection.start-ok"]
     assert start_ok.arguments["mechanism"] == "PLAIN" and "response" not in start_ok.arguments
     assert "guest" not in start_ok.show(dump=True).split("client-properties")[0]
 
@@ -67,7 +67,7 @@ def test_show_names_methods_and_arguments():
 def test_rdpcap_without_session_leaves_cut_frames_raw():
     packets = rdpcap(str(SAMPLES / "decoders" / "amqp10-large.pcap"))
     layers = frames(packets)
-    assert any(l.method == "transfer" for l in layers)
+    assert any(layer.method == "transfer" for layer in layers)
     assert any(packet.haslayer(Raw) for packet in packets if packet.haslayer(AMQP))
     # Stateless: the frames cut across segments are the only ones missing.
     assert len(layers) < len(table_frames(SAMPLES / "decoders" / "amqp10-large.pcap"))

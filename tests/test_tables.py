@@ -4,7 +4,7 @@ the code and of the rows."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from pyspark.sql import functions as F
@@ -73,7 +73,7 @@ def test_every_builder_gives_its_declared_columns(spark):
     empty = {name: spark.createDataFrame([], schema) for name, schema in lake_tables.schemas("bronze").items()}
     empty["frames"] = by_connection(empty["frames"])
     empty["violations"] = spark.createDataFrame([], lake_tables.table("violations").schema)
-    build = lake_tables.Build(empty, {"limits": DiagnosisThresholds(), "run_id": "r", "run_ts": datetime.now(timezone.utc),
+    build = lake_tables.Build(empty, {"limits": DiagnosisThresholds(), "run_id": "r", "run_ts": datetime.now(UTC),
                                       "suite_of_rule": {}, "suites_run": []})
     for name in lake_tables.names(built=True):
         assert columns(build.table(name).schema) == columns(lake_tables.table(name).schema), name

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from amqpscope.ingest import amqp091, amqp10
 from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.framing import FrameSplitter, RawFrame
-from amqpscope.ingest import amqp10, amqp091
 from amqpscope.ingest.messages import stream_decoder
 from amqpscope.ingest.packets import TCP_SYN, parse_tcp
 from amqpscope.ingest.pcap import read_records

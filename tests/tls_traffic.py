@@ -112,7 +112,7 @@ def memory_session(client: ssl.SSLContext, server: ssl.SSLContext, steps: Iterab
         if len(done) == 2:
             break
     assert len(done) == 2, "handshake did not complete"
-    for index, (direction, data) in enumerate(steps, 1):
+    for direction, data in steps:
         ends[direction].write(data)
         pump()
         drain()

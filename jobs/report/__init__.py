@@ -33,7 +33,8 @@ import pyspark.sql.functions as F
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from pyspark.sql import DataFrame
 
-from amqpscope.jobs.report.context import consumer_context, connection_context, link_context, queue_context
+from amqpscope.ingest.reasons import REASONS
+from amqpscope.jobs.report.context import connection_context, consumer_context, link_context, queue_context
 from amqpscope.jobs.report.figures import by_capture, capture_figures
 from amqpscope.jobs.report.tables import (
     EXAMPLES_PER_RULE,
@@ -48,7 +49,6 @@ from amqpscope.jobs.report.tables import (
     violation_counts,
     violation_examples,
 )
-from amqpscope.ingest.reasons import REASONS
 from amqpscope.pipelines.accounting import byte_accounting
 from amqpscope.web_assets import asset
 

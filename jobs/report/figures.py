@@ -8,8 +8,8 @@ HTML id, its title, a note (what was left out, or a caveat) and its escaped JSON
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from amqpscope.jobs.report.charts import (
