@@ -55,23 +55,82 @@ DEFAULT_SEEDS = tuple(sorted(p for p in (ROOT / "samples").iterdir() if p.suffix
 
 # The frames-table fields flow state and rules use, by their Wireshark names (testbed.tshark).
 TSHARK_FIELDS = (
-    "frame.number", "amqp.channel", "amqp.type", "amqp.length",
-    "amqp.method.class", "amqp.method.method", "amqp.header.body-size",
-    *(f"amqp.method.arguments.{name}" for name in (
-        "delivery_tag", "multiple", "requeue", "prefetch_size", "prefetch_count", "global", "frame_max",
-        "channel_max", "heartbeat", "active", "reason", "exchange", "routing_key", "queue", "consumer_tag",
-        "reply_code", "reply_text", "no_ack", "redelivered", "mandatory", "mechanism",
-    )),
-    "amqp.performative", "amqp.sasl.method", "amqp.sasl.mechanism", "amqp.sasl.saslCode",
-    *(f"amqp.performative.arguments.{name}" for name in (
-        "containerId", "maxFrameSize", "channelMax", "idleTimeout", "remoteChannel", "nextIncomingId",
-        "incomingWindow", "nextOutgoingId", "outgoingWindow", "handleMax", "name", "handle", "role",
-        "sndSettleMode", "rcvSettleMode", "initDeliveryCount", "maxMessageSize", "deliveryCount",
-        "linkCredit", "available", "drain", "echo", "deliveryId", "deliveryTag", "messageFormat", "settled",
-        "more", "aborted", "first", "last", "closed",
-    )),
-    "amqp.error.condition", "amqp.error.description",
-)  # fmt: skip
+    "frame.number",
+    "amqp.channel",
+    "amqp.type",
+    "amqp.length",
+    "amqp.method.class",
+    "amqp.method.method",
+    "amqp.header.body-size",
+    *(
+        f"amqp.method.arguments.{name}"
+        for name in (
+            "delivery_tag",
+            "multiple",
+            "requeue",
+            "prefetch_size",
+            "prefetch_count",
+            "global",
+            "frame_max",
+            "channel_max",
+            "heartbeat",
+            "active",
+            "reason",
+            "exchange",
+            "routing_key",
+            "queue",
+            "consumer_tag",
+            "reply_code",
+            "reply_text",
+            "no_ack",
+            "redelivered",
+            "mandatory",
+            "mechanism",
+        )
+    ),
+    "amqp.performative",
+    "amqp.sasl.method",
+    "amqp.sasl.mechanism",
+    "amqp.sasl.saslCode",
+    *(
+        f"amqp.performative.arguments.{name}"
+        for name in (
+            "containerId",
+            "maxFrameSize",
+            "channelMax",
+            "idleTimeout",
+            "remoteChannel",
+            "nextIncomingId",
+            "incomingWindow",
+            "nextOutgoingId",
+            "outgoingWindow",
+            "handleMax",
+            "name",
+            "handle",
+            "role",
+            "sndSettleMode",
+            "rcvSettleMode",
+            "initDeliveryCount",
+            "maxMessageSize",
+            "deliveryCount",
+            "linkCredit",
+            "available",
+            "drain",
+            "echo",
+            "deliveryId",
+            "deliveryTag",
+            "messageFormat",
+            "settled",
+            "more",
+            "aborted",
+            "first",
+            "last",
+            "closed",
+        )
+    ),
+    "amqp.error.condition",
+    "amqp.error.description",
+)
 
 _PCAP_HEADER = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, LINKTYPE_ETHERNET)
 _RECORD = struct.Struct("<IIII")
@@ -149,8 +208,11 @@ def run_amqpscope_as_python(capture: Path, ports: tuple[int, ...]) -> Run:
     """``run_amqpscope`` in a child process that runs the decoders as Python source."""
     child = subprocess.run(
         [sys.executable, __file__, "--whole-decode-only", str(capture), *(f"--port={p}" for p in ports)],
-        env={**os.environ, compiled.PURE_PYTHON_VARIABLE: "1"}, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        env={**os.environ, compiled.PURE_PYTHON_VARIABLE: "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Run(**json.loads(child.stdout))
 
 
@@ -181,8 +243,9 @@ def run_decoders_only(capture: Path, ports: tuple[int, ...]) -> tuple[Run, dict[
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     shares = {
         protocol: {"frames": n, "share": round(n / frames, 3), "us_per_frame": round(seconds / n * 1e6, 2)}
-        for protocol, (n, seconds) in by_protocol.items() if n
-    }  # fmt: skip
+        for protocol, (n, seconds) in by_protocol.items()
+        if n
+    }
     return _run(f"amqpscope decoders only, {_build()}", frames, wall, cpu, capture), shares
 
 
@@ -202,8 +265,8 @@ def stage_costs(capture: Path, whole: Run, decoders: Run) -> dict[str, float]:
     stages = {
         "pcap records": records * per_frame,
         "link / IP / TCP headers": headers * per_frame,
-        "connection lookup, reassembly, plumbing":
-            (whole.cpu_seconds - records - headers - decoders.cpu_seconds) * per_frame,
+        "connection lookup, reassembly, plumbing": (whole.cpu_seconds - records - headers - decoders.cpu_seconds)
+        * per_frame,
         "frame splitting, decoding, rows": decoders.cpu_seconds * per_frame,
     }
     return {name: round(value, 2) for name, value in stages.items()}
@@ -234,8 +297,13 @@ def _run(tool: str, frames: int, wall: float, cpu: float, capture: Path) -> Run:
 def machine() -> dict[str, object]:
     memory_kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
     tshark = subprocess.run(["tshark", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
-    return {"cores": os.cpu_count(), "memory_gib": round(memory_kib / 2**20, 1), "os": _os_name(),
-            "python": platform.python_version(), "tshark": tshark}
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory_kib / 2**20, 1),
+        "os": _os_name(),
+        "python": platform.python_version(),
+        "tshark": tshark,
+    }
 
 
 def _os_name() -> str:
@@ -251,7 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench")
     parser.add_argument("--seed", type=Path, action="append", help="seed capture with its truth JSON (repeatable)")
     parser.add_argument("--keep", action="store_true", help="keep the big capture")
-    parser.add_argument("--whole-decode-only", type=Path, help=argparse.SUPPRESS)  # the child of run_amqpscope_as_python
+    parser.add_argument(
+        "--whole-decode-only", type=Path, help=argparse.SUPPRESS
+    )  # the child of run_amqpscope_as_python
     parser.add_argument("--port", type=int, action="append", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.whole_decode_only:
@@ -264,8 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     frames, copies = build_capture(seeds, args.frames, capture)
     built = time.perf_counter() - started
     ports = tuple(sorted({broker_port(seed) for seed in seeds}))
-    print(f"capture: {capture} ({capture.stat().st_size / 1e6:.0f} MB, {frames} AMQP frames, {copies} copies "
-          f"of {len(seeds)} seeds, built in {built:.1f} s)", file=sys.stderr)
+    print(
+        f"capture: {capture} ({capture.stat().st_size / 1e6:.0f} MB, {frames} AMQP frames, {copies} copies "
+        f"of {len(seeds)} seeds, built in {built:.1f} s)",
+        file=sys.stderr,
+    )
     ours = run_amqpscope(capture, ports)
     if ours.frames != frames:
         raise SystemExit(f"amqpscope decoded {ours.frames} frames, the seeds promise {frames}")
@@ -274,8 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     as_python = run_amqpscope_as_python(capture, ports)
     theirs = run_tshark(capture, ports, frames)
     result = {
-        "capture": {"file_megabytes": round(capture.stat().st_size / 1e6, 1), "frames": frames, "copies": copies,
-                    "seeds": [s.name for s in seeds]},
+        "capture": {
+            "file_megabytes": round(capture.stat().st_size / 1e6, 1),
+            "frames": frames,
+            "copies": copies,
+            "seeds": [s.name for s in seeds],
+        },
         "machine": machine(),
         "decoders": compiled.running(),
         "runs": [asdict(ours), asdict(decoders), asdict(as_python), asdict(theirs)],
@@ -287,15 +364,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     (args.out / "decode.json").write_text(json.dumps(result, indent=2) + "\n")
     for run in (ours, decoders, as_python, theirs):
-        print(f"{run.tool:>32}: {run.frames_per_second:>9,} frames/s  {run.megabytes_per_second:>7.1f} MB/s  "
-              f"per CPU second ({run.cpu_seconds:.1f} s CPU, {run.seconds:.1f} s wall)")
-    print(f"amqpscope / tshark, frames per CPU second: {result['ratio_frames_per_second']}x "
-          f"(decoders alone: {result['ratio_decoders_only']}x; as Python source: {result['ratio_as_python']}x)")
+        print(
+            f"{run.tool:>32}: {run.frames_per_second:>9,} frames/s  {run.megabytes_per_second:>7.1f} MB/s  "
+            f"per CPU second ({run.cpu_seconds:.1f} s CPU, {run.seconds:.1f} s wall)"
+        )
+    print(
+        f"amqpscope / tshark, frames per CPU second: {result['ratio_frames_per_second']}x "
+        f"(decoders alone: {result['ratio_decoders_only']}x; as Python source: {result['ratio_as_python']}x)"
+    )
     for name, micros in stages.items():
         print(f"{name:>42}: {micros:5.2f} µs / frame")
     for protocol, split in by_protocol.items():
-        print(f"{'decoders alone, ' + protocol:>42}: {split['us_per_frame']:5.2f} µs / frame "
-              f"({split['share']:.0%} of the frames)")
+        print(
+            f"{'decoders alone, ' + protocol:>42}: {split['us_per_frame']:5.2f} µs / frame "
+            f"({split['share']:.0%} of the frames)"
+        )
     if not args.keep:
         capture.unlink()
     return 0

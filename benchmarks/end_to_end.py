@@ -59,8 +59,12 @@ SAMPLE = ROOT / "samples" / "mixed.pcapng"
 DEFAULT_FRAMES = (100_000, 1_000_000)
 RUN_TIMEOUT_S = 2 * 3600
 # The acceptance of issue 36, as ratios measured in one run, and the horizon it names beyond them.
-GOALS = {"small_vs_bare_spark_wall": 3.0, "jobs_per_analyze": 40, "large_vs_tshark_wall": 6.0,
-         "marginal_cpu_us_per_frame": 120.0}
+GOALS = {
+    "small_vs_bare_spark_wall": 3.0,
+    "jobs_per_analyze": 40,
+    "large_vs_tshark_wall": 6.0,
+    "marginal_cpu_us_per_frame": 120.0,
+}
 HORIZON = {"large_vs_tshark_wall": 4.0, "marginal_cpu_us_per_frame": 60.0}
 # The steps of an analyze, in order (jobs.analyze times each one; Progress groups its Spark jobs): as
 # pipelines.tables.STEPS, written out because paired.py runs this file over older trees' code.
@@ -130,8 +134,14 @@ def _child_analyze(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
         timings["spark_start"] = time.perf_counter() - started
         start_cpu = _tree_cpu()
         with StepCpu(spark) as progress:
-            result = analyze(spark, [capture], config, timings, progress,
-                             answered=lambda _: timings.__setitem__("answer", time.perf_counter() - started))
+            result = analyze(
+                spark,
+                [capture],
+                config,
+                timings,
+                progress,
+                answered=lambda _: timings.__setitem__("answer", time.perf_counter() - started),
+            )
             progress.close_step()
             work = progress.spark_work()
     timings["total"] = time.perf_counter() - started
@@ -259,7 +269,8 @@ def _child_warm(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
     in_queries = sum(b - a for a, b in queries)
     planning = sum(_outside(call, queries) for call in trips.calls)
     return {
-        "cold_s": round(cold, 2), "warm_s": round(warm, 2),
+        "cold_s": round(cold, 2),
+        "warm_s": round(warm, 2),
         "stage_seconds": {k: round(v, 2) for k, v in timings.items()},
         "sql_executions": len(executions),
         "in_queries_s": round(in_queries, 2),  # an SQL execution running (planning, jobs, commits of its write)
@@ -288,9 +299,15 @@ def _measure(command: list[str], log: Path) -> dict:
         raise SystemExit(f"{' '.join(command[:4])} ... failed (exit {child.returncode}); see {log}")
     lines = stdout.decode().strip().splitlines()
     result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
-    return {**result, "wall_s": round(wall, 2), "cpu_s": usage.cpu_seconds, "jvm_cpu_s": usage.jvm_cpu_seconds,
-            "python_worker_cpu_s": usage.python_worker_cpu_seconds, "other_cpu_s": usage.other_cpu_seconds,
-            "peak_jvm_mb": round(usage.driver_jvm_mb)}
+    return {
+        **result,
+        "wall_s": round(wall, 2),
+        "cpu_s": usage.cpu_seconds,
+        "jvm_cpu_s": usage.jvm_cpu_seconds,
+        "python_worker_cpu_s": usage.python_worker_cpu_seconds,
+        "other_cpu_s": usage.other_cpu_seconds,
+        "peak_jvm_mb": round(usage.driver_jvm_mb),
+    }
 
 
 def report_page(page: Path, out: Path) -> dict:
@@ -306,8 +323,12 @@ def report_page(page: Path, out: Path) -> dict:
             charts = driver.execute_script("return document.querySelectorAll('div.chart').length")
     finally:
         shutil.rmtree(profile, ignore_errors=True)
-    return {"bytes": page.stat().st_size, "charts": charts, **{k: round(v) for k, v in timing.items()},
-            "charts_drawn_ms": round(drawn)}
+    return {
+        "bytes": page.stat().st_size,
+        "charts": charts,
+        **{k: round(v) for k, v in timing.items()},
+        "charts_drawn_ms": round(drawn),
+    }
 
 
 def tshark_command(capture: Path, ports: tuple[int, ...]) -> list[str]:
@@ -351,10 +372,15 @@ def class_archive(out: Path, me: list[str]) -> dict:
         return {"path": str(archive.path)}
     lake = Path(tempfile.mkdtemp(prefix="lake-", dir=out))
     try:
-        print(f"[{time.strftime('%H:%M:%S')}] a first analyze, which writes the class archive ...", file=sys.stderr,
-              flush=True)
-        first = _measure([*me, "one-analyze", str(SAMPLE), str(lake), str(broker_port(SAMPLE))],
-                         out / "analyze-writing-class-archive.log")
+        print(
+            f"[{time.strftime('%H:%M:%S')}] a first analyze, which writes the class archive ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        first = _measure(
+            [*me, "one-analyze", str(SAMPLE), str(lake), str(broker_port(SAMPLE))],
+            out / "analyze-writing-class-archive.log",
+        )
     finally:
         shutil.rmtree(lake, ignore_errors=True)
     return {"path": str(archive.path), "written_by_first_analyze": {"wall_s": first["wall_s"], "cpu_s": first["cpu_s"]}}
@@ -371,8 +397,10 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
         lake = Path(tempfile.mkdtemp(prefix="lake-", dir=out))
         try:
             print(f"[{time.strftime('%H:%M:%S')}] analyze {name} ...", file=sys.stderr, flush=True)
-            analyzed = _measure([*me, "one-analyze", str(capture), str(lake), ",".join(map(str, ports))],
-                                out / f"analyze-{capture.stem}.log")
+            analyzed = _measure(
+                [*me, "one-analyze", str(capture), str(lake), ",".join(map(str, ports))],
+                out / f"analyze-{capture.stem}.log",
+            )
             print(f"[{time.strftime('%H:%M:%S')}] report of {name} in chromium ...", file=sys.stderr, flush=True)
             page = report_page(lake / "report.html", out)
             writes = table_writes(out, me, lake, name, capture)
@@ -382,26 +410,49 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
         print(f"[{time.strftime('%H:%M:%S')}] tshark {name} ...", file=sys.stderr, flush=True)
         tshark = _measure(tshark_command(capture, ports), out / f"tshark-{capture.stem}.log")
         tshark["frames"] = tshark_frames(capture, ports)
-        rows.append({"name": name, "file": str(capture), "megabytes": round(capture.stat().st_size / 1e6, 1),
-                     "analyze": analyzed, "tshark": tshark, "report": page, "writes_alone": writes})
+        rows.append(
+            {
+                "name": name,
+                "file": str(capture),
+                "megabytes": round(capture.stat().st_size / 1e6, 1),
+                "analyze": analyzed,
+                "tshark": tshark,
+                "report": page,
+                "writes_alone": writes,
+            }
+        )
     warm = fixed_cost(out, me)
     ratios = {**derived(bare, rows), "small_warm_vs_bare_spark_wall": round(warm["warm_s"] / bare["wall_s"], 2)}
     ratios["small_writes_alone_vs_bare_spark_wall"] = round(rows[0]["writes_alone"]["wall_s"] / bare["wall_s"], 2)
     if len(rows) >= 3:
         ratios["large_writes_alone_vs_tshark_wall"] = round(
-            rows[-1]["writes_alone"]["wall_s"] / rows[-1]["tshark"]["wall_s"], 1)
-    return {"machine": machine(), "commit": _commit(), "load_average_at_end": os.getloadavg(),
-            "class_archive": archive, "bare_spark": bare, "captures": rows, "warm_sample": warm, "derived": ratios}
+            rows[-1]["writes_alone"]["wall_s"] / rows[-1]["tshark"]["wall_s"], 1
+        )
+    return {
+        "machine": machine(),
+        "commit": _commit(),
+        "load_average_at_end": os.getloadavg(),
+        "class_archive": archive,
+        "bare_spark": bare,
+        "captures": rows,
+        "warm_sample": warm,
+        "derived": ratios,
+    }
 
 
 def table_writes(out: Path, me: list[str], lake: Path, name: str, capture: Path) -> dict:
     """A capture's tables written again by a Spark job that does nothing else (``_child_writes``)."""
     target = Path(tempfile.mkdtemp(prefix="lake-", dir=out))
     try:
-        print(f"[{time.strftime('%H:%M:%S')}] the tables of {name} written again, nothing else ...", file=sys.stderr,
-              flush=True)
-        return _measure([*me, "one-writes", str(lake), str(target), str(capture.stat().st_size)],
-                        out / f"table-writes-{name.split()[0]}.log")
+        print(
+            f"[{time.strftime('%H:%M:%S')}] the tables of {name} written again, nothing else ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        return _measure(
+            [*me, "one-writes", str(lake), str(target), str(capture.stat().st_size)],
+            out / f"table-writes-{name.split()[0]}.log",
+        )
     finally:
         shutil.rmtree(target, ignore_errors=True)
 
@@ -420,7 +471,9 @@ def derived(bare: dict, rows: list[dict]) -> dict:
     """Fixed and marginal cost, and the goals' ratios."""
     small = rows[0]["analyze"]
     result = {
-        "fixed_wall_s": small["wall_s"], "fixed_cpu_s": small["cpu_s"], "jobs_per_analyze": small["jobs"],
+        "fixed_wall_s": small["wall_s"],
+        "fixed_cpu_s": small["cpu_s"],
+        "jobs_per_analyze": small["jobs"],
         # The report's collects go when it reads the gold tables without Spark (issue 35).
         "jobs_without_report": small["jobs"] - small["spark_work"].get("report", {}).get("jobs", 0),
         "small_vs_bare_spark_wall": round(small["wall_s"] / bare["wall_s"], 2),
@@ -435,8 +488,7 @@ def derived(bare: dict, rows: list[dict]) -> dict:
         result["large_vs_tshark_wall"] = round(large["wall_s"] / tshark["wall_s"], 1)
         result["large_vs_tshark_cpu"] = round(large["cpu_s"] / max(tshark["cpu_s"], 0.01), 1)
         tshark_medium = rows[-2]["tshark"]
-        result["tshark_marginal_cpu_us_per_frame"] = round(
-            1e6 * (tshark["cpu_s"] - tshark_medium["cpu_s"]) / extra, 1)
+        result["tshark_marginal_cpu_us_per_frame"] = round(1e6 * (tshark["cpu_s"] - tshark_medium["cpu_s"]) / extra, 1)
     return result
 
 
@@ -449,50 +501,80 @@ def step_table(row: dict) -> list[str]:
     def per_frame(value: float | None) -> str:
         return "" if value is None else f"{1e6 * value / frames:,.1f}"
 
-    lines = [f"**{row['name']}** ({row['megabytes']} MB, {a['frames']:,} frames; first answer after "
-             f"{a.get('answer_s', '')} s)", "",
-             "| step | Spark jobs | wall s | CPU s | CPU µs a frame |", "|---|---|---|---|---|",
-             f"| Spark start | | {seconds.get('spark_start', '')} | {cpu.get('spark_start', '')} | |"]
+    lines = [
+        f"**{row['name']}** ({row['megabytes']} MB, {a['frames']:,} frames; first answer after "
+        f"{a.get('answer_s', '')} s)",
+        "",
+        "| step | Spark jobs | wall s | CPU s | CPU µs a frame |",
+        "|---|---|---|---|---|",
+        f"| Spark start | | {seconds.get('spark_start', '')} | {cpu.get('spark_start', '')} | |",
+    ]
     for step in [s for s in STEPS if s in work or s in seconds] + [s for s in work if s not in STEPS]:
         jobs = work.get(step, {}).get("jobs", "")
-        lines.append(f"| {step} | {jobs} | {seconds.get(step, '')} | {cpu.get(step, '')} | {per_frame(cpu.get(step))} |")
-    lines += [f"| **analyze, whole process** | **{a['jobs']}** | **{a['wall_s']}** | **{a['cpu_s']}** | "
-              f"**{per_frame(a['cpu_s'])}** |",
-              f"| tshark `-T fields` | | {t['wall_s']} | {t['cpu_s']} | {per_frame(t['cpu_s'])} |",
-              *([f"| its {w['tables']} tables written again by Spark, nothing else | | {w['wall_s']} | {w['cpu_s']} | "
-                 f"{per_frame(w['cpu_s'])} |"] if (w := row.get("writes_alone")) else []),
-              f"| ratio analyze / tshark | | {a['wall_s'] / t['wall_s']:.1f}x | "
-              f"{a['cpu_s'] / max(t['cpu_s'], 0.01):.1f}x | |"]
+        lines.append(
+            f"| {step} | {jobs} | {seconds.get(step, '')} | {cpu.get(step, '')} | {per_frame(cpu.get(step))} |"
+        )
+    lines += [
+        f"| **analyze, whole process** | **{a['jobs']}** | **{a['wall_s']}** | **{a['cpu_s']}** | "
+        f"**{per_frame(a['cpu_s'])}** |",
+        f"| tshark `-T fields` | | {t['wall_s']} | {t['cpu_s']} | {per_frame(t['cpu_s'])} |",
+        *(
+            [
+                f"| its {w['tables']} tables written again by Spark, nothing else | | {w['wall_s']} | {w['cpu_s']} | "
+                f"{per_frame(w['cpu_s'])} |"
+            ]
+            if (w := row.get("writes_alone"))
+            else []
+        ),
+        f"| ratio analyze / tshark | | {a['wall_s'] / t['wall_s']:.1f}x | "
+        f"{a['cpu_s'] / max(t['cpu_s'], 0.01):.1f}x | |",
+    ]
     return lines
 
 
 def markdown(result: dict) -> str:
     bare = result["bare_spark"]
-    lines = [f"machine: {result['machine']}; commit {result['commit']}; load average at the end "
-             f"{', '.join(f'{x:.1f}' for x in result['load_average_at_end'])}", "",
-             _archive_line(result["class_archive"]),
-             f"bare SparkSession start, one action, stop: {bare['wall_s']} s wall, {bare['cpu_s']} CPU s", ""]
+    lines = [
+        f"machine: {result['machine']}; commit {result['commit']}; load average at the end "
+        f"{', '.join(f'{x:.1f}' for x in result['load_average_at_end'])}",
+        "",
+        _archive_line(result["class_archive"]),
+        f"bare SparkSession start, one action, stop: {bare['wall_s']} s wall, {bare['cpu_s']} CPU s",
+        "",
+    ]
     for row in result["captures"]:
-        lines += [*step_table(row), f"(the rest of the machine used {row['analyze']['other_cpu_s']} CPU s "
-                                    "meanwhile)", ""]
+        lines += [
+            *step_table(row),
+            f"(the rest of the machine used {row['analyze']['other_cpu_s']} CPU s meanwhile)",
+            "",
+        ]
     pages = [(row["name"], row["report"]) for row in result["captures"] if row.get("report")]
     if pages:
-        lines += ["| report of | bytes | charts | DOMContentLoaded ms | load ms | charts drawn ms |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {name} | {p['bytes']:,} | {p['charts']} | {p['dom_content_loaded_ms']} | {p['load_ms']} | "
-                  f"{p['charts_drawn_ms']} |" for name, p in pages]
+        lines += [
+            "| report of | bytes | charts | DOMContentLoaded ms | load ms | charts drawn ms |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {name} | {p['bytes']:,} | {p['charts']} | {p['dom_content_loaded_ms']} | {p['load_ms']} | "
+            f"{p['charts_drawn_ms']} |"
+            for name, p in pages
+        ]
         lines.append("")
     warm = result.get("warm_sample")
     if warm:
-        lines += [f"the sample analysed twice in one process: {warm['cold_s']} s, then {warm['warm_s']} s "
-                  "on the warm JVM; where the second run's time went:", "",
-                  "| warm run of the sample | seconds | count |", "|---|---|---|",
-                  f"| an SQL execution running (the table writes and collects) | {warm['in_queries_s']} | "
-                  f"{warm['sql_executions']} executions |",
-                  f"| Py4J round trips between them (building plans, reading results) | "
-                  f"{warm['round_trips_outside_queries_s']} | {warm['round_trips']:,} round trips |",
-                  f"| the rest: Python on the driver (delta-rs commits, Great Expectations, the page) | "
-                  f"{warm['rest_s']} | |", ""]
+        lines += [
+            f"the sample analysed twice in one process: {warm['cold_s']} s, then {warm['warm_s']} s "
+            "on the warm JVM; where the second run's time went:",
+            "",
+            "| warm run of the sample | seconds | count |",
+            "|---|---|---|",
+            f"| an SQL execution running (the table writes and collects) | {warm['in_queries_s']} | "
+            f"{warm['sql_executions']} executions |",
+            f"| Py4J round trips between them (building plans, reading results) | "
+            f"{warm['round_trips_outside_queries_s']} | {warm['round_trips']:,} round trips |",
+            f"| the rest: Python on the driver (delta-rs commits, Great Expectations, the page) | {warm['rest_s']} | |",
+            "",
+        ]
     lines += ["| derived | value | acceptance | horizon |", "|---|---|---|---|"]
     for key, value in result["derived"].items():
         lines.append(f"| {key} | {value} | {GOALS.get(key, '')} | {HORIZON.get(key, '')} |")
@@ -503,8 +585,11 @@ def _archive_line(archive: dict) -> str:
     if archive["path"] is None:
         return "JVM class archive: off (AMQPSCOPE_CLASS_ARCHIVE)"
     first = archive.get("written_by_first_analyze")
-    made = (f"written by a first analyze of the sample ({first['wall_s']} s wall, {first['cpu_s']} CPU s)"
-            if first else "there before this run")
+    made = (
+        f"written by a first analyze of the sample ({first['wall_s']} s wall, {first['cpu_s']} CPU s)"
+        if first
+        else "there before this run"
+    )
     return f"JVM class archive: {archive['path']}, {made}; every run below maps it"
 
 
@@ -526,8 +611,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the bundled sample only (and the bare session)")
-    parser.add_argument("--frames", default=",".join(map(str, DEFAULT_FRAMES)),
-                        help="AMQP frames of each capture built from real traffic (comma-separated)")
+    parser.add_argument(
+        "--frames",
+        default=",".join(map(str, DEFAULT_FRAMES)),
+        help="AMQP frames of each capture built from real traffic (comma-separated)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench-e2e")
     parser.add_argument("--keep", action="store_true", help="keep the lakes written")
     args = parser.parse_args(argv)

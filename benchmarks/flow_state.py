@@ -64,7 +64,9 @@ def _layout(spark: SparkSession, frames: int, shape: str) -> DataFrame:
     rest = F.col("id") - heavy
     return ids.select(
         "id",
-        F.when(F.col("id") < heavy, 0).otherwise(F.lit(1 if heavy else 0) + F.floor(rest / CONNECTION_FRAMES)).alias("conn"),
+        F.when(F.col("id") < heavy, 0)
+        .otherwise(F.lit(1 if heavy else 0) + F.floor(rest / CONNECTION_FRAMES))
+        .alias("conn"),
         F.when(F.col("id") < heavy, F.col("id")).otherwise(rest % CONNECTION_FRAMES).alias("idx"),
         F.when(F.col("id") < heavy, 1).otherwise(2).alias("links"),
     )
@@ -102,17 +104,25 @@ def _amqp10(c: dict[str, Column]) -> dict[str, Column]:
         "frame_type": F.when(~setup & (pos == 23), "empty").otherwise("amqp"),
         "channel": F.when(~setup & (pos == 23), None).otherwise(F.lit(0)),
         "remote_channel": F.when(idx == 1, 0),
-        "name": F.when(idx.isin(2, 3), F.concat(F.lit("A-"), conn_name)).when(idx.isin(4, 5), F.concat(F.lit("B-"), conn_name)),
-        "role": F.when(setup, _pick(idx, {2: "sender", 3: "receiver", 4: "receiver", 5: "sender"})).when(pos == 21, "receiver"),
+        "name": F.when(idx.isin(2, 3), F.concat(F.lit("A-"), conn_name)).when(
+            idx.isin(4, 5), F.concat(F.lit("B-"), conn_name)
+        ),
+        "role": F.when(setup, _pick(idx, {2: "sender", 3: "receiver", 4: "receiver", 5: "sender"})).when(
+            pos == 21, "receiver"
+        ),
         "initial_delivery_count": F.when(idx.isin(2, 5), 0),
         "target_address": F.when(idx.isin(2, 3), F.concat(F.lit("/queues/q"), (F.col("conn") % 50).cast("string"))),
         "source_address": F.when(idx.isin(4, 5), F.concat(F.lit("/queues/q"), (F.col("conn") % 50).cast("string"))),
-        "handle": F.when(setup, _pick(idx, {2: 0, 3: 0, 4: 1, 5: 1})).when(pos.isin(21, 22, 23), None).otherwise(handle),
+        "handle": F.when(setup, _pick(idx, {2: 0, 3: 0, 4: 1, 5: 1}))
+        .when(pos.isin(21, 22, 23), None)
+        .otherwise(handle),
         # A flow states its sender's transfers so far and the peer's it has received.
-        "next_outgoing_id": F.when(idx.isin(0, 1), 0).when(~setup & (pos == 0), F.when(on_b, client_sent).otherwise(server_sent))
+        "next_outgoing_id": F.when(idx.isin(0, 1), 0)
+        .when(~setup & (pos == 0), F.when(on_b, client_sent).otherwise(server_sent))
         .when(~setup & (pos == 22), client_after),
-        "next_incoming_id": F.when(~setup & (pos == 0), F.when(on_b, server_sent).otherwise(client_sent))
-        .when(~setup & (pos == 22), server_after),
+        "next_incoming_id": F.when(~setup & (pos == 0), F.when(on_b, server_sent).otherwise(client_sent)).when(
+            ~setup & (pos == 22), server_after
+        ),
         "incoming_window": F.when(idx == 0, 5000).when(idx == 1, 400).when(is_flow, 400),
         "outgoing_window": F.when(idx.isin(0, 1), 5000).when(is_flow, 5000),
         "delivery_count": F.when(~setup & (pos == 0), before * CREDIT),
@@ -136,19 +146,33 @@ def _amqp091(c: dict[str, Column]) -> dict[str, Column]:
     m, pos = F.floor(j / AMQP091_CYCLE), j % AMQP091_CYCLE
     setup = idx < AMQP091_SETUP
     acks = ~setup & (pos == 7) & (m >= PREFETCH - 1)
-    setup_methods = {0: "channel.open", 1: "channel.open-ok", 2: "confirm.select", 3: "confirm.select-ok", 4: "channel.open",
-                     5: "channel.open-ok", 6: "basic.qos", 7: "basic.consume", 8: "basic.consume-ok"}
+    setup_methods = {
+        0: "channel.open",
+        1: "channel.open-ok",
+        2: "confirm.select",
+        3: "confirm.select-ok",
+        4: "channel.open",
+        5: "channel.open-ok",
+        6: "basic.qos",
+        7: "basic.consume",
+        8: "basic.consume-ok",
+    }
     cycle_methods = {0: "basic.publish", 3: "basic.ack", 4: "basic.deliver", 7: "basic.ack"}
     return {
         **c,
         "protocol": F.lit("amqp-0-9-1"),
-        "direction": F.when(setup, _pick(idx, {1: "s2c", 3: "s2c", 5: "s2c", 8: "s2c"}, "c2s"))
-        .otherwise(_pick(pos, {0: "c2s", 1: "c2s", 2: "c2s", 7: "c2s"}, "s2c")),
-        "method": F.when(setup, _pick(idx, setup_methods)).when(~acks & (pos == 7), None).otherwise(_pick(pos, cycle_methods)),
-        "frame_type": F.when(setup, "method").when(~acks & (pos == 7), "heartbeat").otherwise(
-            _pick(pos, {1: "header", 2: "body", 5: "header", 6: "body"}, "method")),
-        "channel": F.when(setup, F.when(idx < 4, 1).otherwise(2)).when(~acks & (pos == 7), 0).otherwise(
-            F.when(pos < 4, 1).otherwise(2)),
+        "direction": F.when(setup, _pick(idx, {1: "s2c", 3: "s2c", 5: "s2c", 8: "s2c"}, "c2s")).otherwise(
+            _pick(pos, {0: "c2s", 1: "c2s", 2: "c2s", 7: "c2s"}, "s2c")
+        ),
+        "method": F.when(setup, _pick(idx, setup_methods))
+        .when(~acks & (pos == 7), None)
+        .otherwise(_pick(pos, cycle_methods)),
+        "frame_type": F.when(setup, "method")
+        .when(~acks & (pos == 7), "heartbeat")
+        .otherwise(_pick(pos, {1: "header", 2: "body", 5: "header", 6: "body"}, "method")),
+        "channel": F.when(setup, F.when(idx < 4, 1).otherwise(2))
+        .when(~acks & (pos == 7), 0)
+        .otherwise(F.when(pos < 4, 1).otherwise(2)),
         "prefetch_count": F.when(idx == 6, PREFETCH),
         "global": F.when(idx == 6, False),
         "queue": F.when(idx == 7, F.concat(F.lit("q"), (F.col("conn") % 50).cast("string"))),
@@ -227,8 +251,16 @@ def run_shape(spark: SparkSession, frames: int, shape: str, work: Path) -> dict:
     shutil.rmtree(base, ignore_errors=True)
     print(f"{shape}: generating {frames:,} frames and {frames // 2:,} TCP segments", flush=True)
     generated = [
-        _timed("generate frames", frames, lambda: synthetic_frames(spark, frames, shape).write.parquet(str(base / "frames"))),
-        _timed("generate segments", frames // 2, lambda: synthetic_segments(spark, frames // 2).write.parquet(str(base / "tcp_segments"))),
+        _timed(
+            "generate frames",
+            frames,
+            lambda: synthetic_frames(spark, frames, shape).write.parquet(str(base / "frames")),
+        ),
+        _timed(
+            "generate segments",
+            frames // 2,
+            lambda: synthetic_segments(spark, frames // 2).write.parquet(str(base / "tcp_segments")),
+        ),
     ]
     stored_frames = spark.read.parquet(str(base / "frames"))
     stored_segments = spark.read.parquet(str(base / "tcp_segments"))
@@ -248,16 +280,31 @@ def run_shape(spark: SparkSession, frames: int, shape: str, work: Path) -> dict:
     Build({"frames": stored_frames, "tcp_segments": stored_segments}, store=store).build(FLOW)
     frame_jobs = [j for j in jobs if j["job"] != "tcp_flow"]
     total = sum(j["seconds"] for j in frame_jobs)
-    print(f"  {'all frame jobs':<22} {frames:>12,} frames {total:8.1f} s  {frames / total:>12,.0f} frames/s", flush=True)
-    return {"shape": shape, "frames": frames, "generated": generated, "jobs": jobs,
-            "frame_jobs_seconds": round(total, 1), "frames_per_second": round(frames / total)}
+    print(
+        f"  {'all frame jobs':<22} {frames:>12,} frames {total:8.1f} s  {frames / total:>12,.0f} frames/s", flush=True
+    )
+    return {
+        "shape": shape,
+        "frames": frames,
+        "generated": generated,
+        "jobs": jobs,
+        "frame_jobs_seconds": round(total, 1),
+        "frames_per_second": round(frames / total),
+    }
 
 
 def _machine() -> dict:
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
-    memory = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")), "?")
-    return {"cores": os.cpu_count(), "memory_kib": memory, "os": platform.platform(), "python": platform.python_version(),
-            "java": java[0] if java else "?"}
+    memory = next(
+        (line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")), "?"
+    )
+    return {
+        "cores": os.cpu_count(),
+        "memory_kib": memory,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "java": java[0] if java else "?",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,13 +315,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--driver-memory", default="12g")
     parser.add_argument("--work", type=Path, default=Path("out/bench/flow_state"))
     args = parser.parse_args(argv)
-    spark = build_session(args.master, "amqpscope-bench-flow-state", {
-        "spark.driver.memory": args.driver_memory,
-        "spark.sql.shuffle.partitions": "16",
-        # Plan strings of these pipelines are long; the UI listener would render them per stage.
-        "spark.sql.maxPlanStringLength": "100000",
-        "spark.local.dir": str(args.work.resolve() / "spark-tmp"),
-    })
+    spark = build_session(
+        args.master,
+        "amqpscope-bench-flow-state",
+        {
+            "spark.driver.memory": args.driver_memory,
+            "spark.sql.shuffle.partitions": "16",
+            # Plan strings of these pipelines are long; the UI listener would render them per stage.
+            "spark.sql.maxPlanStringLength": "100000",
+            "spark.local.dir": str(args.work.resolve() / "spark-tmp"),
+        },
+    )
     try:
         shapes = ("balanced", "skewed") if args.shape == "both" else (args.shape,)
         results = [run_shape(spark, args.frames, shape, args.work) for shape in shapes]

@@ -250,8 +250,12 @@ def ingest_once(landing: Path, lake: Path, master: str, ports: tuple[int, ...], 
         frames = Lake(spark, lake).read("frames").count()
     finally:
         spark.stop()
-    return {"seconds": round(seconds, 2), "frames": frames, "captures_ingested": len(result.ingested),
-            "failed": [list(f) for f in result.failed]}  # fmt: skip
+    return {
+        "seconds": round(seconds, 2),
+        "frames": frames,
+        "captures_ingested": len(result.ingested),
+        "failed": [list(f) for f in result.failed],
+    }
 
 
 @dataclass
@@ -273,12 +277,22 @@ class Run:
     error: str | None = None
 
 
-def run_ingest(run: Run, landing: Path, lake: Path, ports: tuple[int, ...], log: Path,
-               cluster: StandaloneCluster | None = None) -> Run:  # fmt: skip
+def run_ingest(
+    run: Run, landing: Path, lake: Path, ports: tuple[int, ...], log: Path, cluster: StandaloneCluster | None = None
+) -> Run:
     """One ``ingest_once`` in a child process, sampled; fills ``run`` in."""
     shutil.rmtree(lake, ignore_errors=True)
-    command = [sys.executable, __file__, "one", str(landing), str(lake), run.master,
-               "--ports", ",".join(map(str, ports)), *(f"--conf={k}={v}" for k, v in run.conf.items())]  # fmt: skip
+    command = [
+        sys.executable,
+        __file__,
+        "one",
+        str(landing),
+        str(lake),
+        run.master,
+        "--ports",
+        ",".join(map(str, ports)),
+        *(f"--conf={k}={v}" for k, v in run.conf.items()),
+    ]
     master_log = cluster.work_dir / "master.log" if cluster else None
     launched_before = _executors_launched(master_log)
     print(f"[{time.strftime('%H:%M:%S')}] {run.name} ...", file=sys.stderr, flush=True)
@@ -305,8 +319,10 @@ def run_ingest(run: Run, landing: Path, lake: Path, ports: tuple[int, ...], log:
         run.megabytes_per_second = round(run.file_megabytes / run.seconds, 2)
         run.frames_per_cpu_second = round(run.frames / run.usage.cpu_seconds) if run.usage.cpu_seconds else 0
         if run.frames != run.expected_frames or result["captures_ingested"] != run.captures or result["failed"]:
-            run.error = (f"wrote {run.frames} frames of {result['captures_ingested']} captures "
-                         f"(expected {run.expected_frames} of {run.captures}); failed: {result['failed']}")  # fmt: skip
+            run.error = (
+                f"wrote {run.frames} frames of {result['captures_ingested']} captures "
+                f"(expected {run.expected_frames} of {run.captures}); failed: {result['failed']}"
+            )
         elif cluster is not None and run.executors < cluster.workers:
             run.error = f"the master launched {run.executors} executors for {cluster.workers} workers"
     shutil.rmtree(lake, ignore_errors=True)
@@ -329,7 +345,11 @@ def _failure_lines(log: Path) -> str:
         if "ERROR" in line and "Exception in task" in line:
             picked.append(line)
             error = next((x for x in lines[n + 1 : n + 3] if x.startswith("java.")), None)
-            spark = [x for x in lines[n + 1 : n + 40] if x.startswith(("at org.apache.spark.sql", "at org.apache.spark.storage"))]
+            spark = [
+                x
+                for x in lines[n + 1 : n + 40]
+                if x.startswith(("at org.apache.spark.sql", "at org.apache.spark.storage"))
+            ]
             picked += ([error] if error else []) + spark[:2]
             break
     picked += [line for line in lines if line.startswith(("py4j.", "pyspark.", "RuntimeError", "ValueError"))][-1:]
@@ -340,9 +360,11 @@ def _summary(run: Run) -> str:
     if run.error:
         return f"FAILED {run.error[:300]}"
     u = run.usage
-    return (f"{run.frames:,} frames in {run.seconds:.1f} s: {run.frames_per_second:,} frames/s, "
-            f"{run.megabytes_per_second} MB/s; CPU {u.cpu_seconds} s (others {u.other_cpu_seconds} s); "
-            f"peak RSS JVM {max(u.driver_jvm_mb, u.executor_jvm_mb):.0f} MB, Python worker {u.python_worker_mb:.0f} MB")  # fmt: skip
+    return (
+        f"{run.frames:,} frames in {run.seconds:.1f} s: {run.frames_per_second:,} frames/s, "
+        f"{run.megabytes_per_second} MB/s; CPU {u.cpu_seconds} s (others {u.other_cpu_seconds} s); "
+        f"peak RSS JVM {max(u.driver_jvm_mb, u.executor_jvm_mb):.0f} MB, Python worker {u.python_worker_mb:.0f} MB"
+    )
 
 
 # --- the benchmark ------------------------------------------------------------------------------
@@ -352,23 +374,37 @@ def machine() -> dict[str, object]:
     meminfo = Path("/proc/meminfo").read_text().splitlines()
     memory_kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal"))
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=True).stderr.splitlines()[0]
-    os_name = next((line.split("=", 1)[1].strip('"') for line in Path("/etc/os-release").read_text().splitlines()
-                    if line.startswith("PRETTY_NAME=")), platform.platform())  # fmt: skip
-    return {"cores": os.cpu_count(), "memory_gib": round(memory_kib / 2**20, 1), "os": os_name,
-            "python": platform.python_version(), "java": java, "pyspark": pyspark.__version__}  # fmt: skip
+    os_name = next(
+        (
+            line.split("=", 1)[1].strip('"')
+            for line in Path("/etc/os-release").read_text().splitlines()
+            if line.startswith("PRETTY_NAME=")
+        ),
+        platform.platform(),
+    )
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory_kib / 2**20, 1),
+        "os": os_name,
+        "python": platform.python_version(),
+        "java": java,
+        "pyspark": pyspark.__version__,
+    }
 
 
 def _commit() -> str:
     """The code measured: HEAD, marked when the work tree differs from it."""
     git = ["git", "-C", str(ROOT)]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False).stdout
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                           check=False).stdout  # fmt: skip
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=False
+    ).stdout
     return f"{head.strip()}{' (modified)' if dirty.strip() else ''}" or "unknown"
 
 
-def throughput(seeds: list[Path], target_frames: int, ports: tuple[int, ...], out: Path, runs: list[Run],
-               save: Callable[[], None]) -> None:  # fmt: skip
+def throughput(
+    seeds: list[Path], target_frames: int, ports: tuple[int, ...], out: Path, runs: list[Run], save: Callable[[], None]
+) -> None:
     """The 1 M-frame capture and four copies, on local[2] and on 1- and 2-worker clusters; into ``runs``."""
     captures = out / "captures"
     captures.mkdir(parents=True, exist_ok=True)
@@ -379,8 +415,11 @@ def throughput(seeds: list[Path], target_frames: int, ports: tuple[int, ...], ou
     files = [captures / name for name in COPY_NAMES]
     inputs = {1: landing_dir(out / "landing-1", files[:1]), 4: landing_dir(out / "landing-4", files)}
     megabytes = {n: round(sum(f.stat().st_size for f in files[:n]) / _MB, 1) for n in inputs}
-    print(f"capture: {base} ({megabytes[1]} MB, {frames:,} AMQP frames, {copies} copies of {len(seeds)} seeds) "
-          f"and 3 time-shifted copies", file=sys.stderr)  # fmt: skip
+    print(
+        f"capture: {base} ({megabytes[1]} MB, {frames:,} AMQP frames, {copies} copies of {len(seeds)} seeds) "
+        f"and 3 time-shifted copies",
+        file=sys.stderr,
+    )
 
     def measure(setup: str, master: str, conf: dict[str, str], cluster: StandaloneCluster | None = None) -> None:
         for n, landing in inputs.items():
@@ -391,18 +430,30 @@ def throughput(seeds: list[Path], target_frames: int, ports: tuple[int, ...], ou
 
     measure("local[2]", "local[2]", THROUGHPUT_CONF["local"])
     for workers in (1, 2):
-        with StandaloneCluster(out / f"cluster-{workers}", workers=workers, worker_cores=1,
-                               worker_memory=WORKER_MEMORY) as cluster:  # fmt: skip
-            measure(f"standalone, {workers} worker{'s' if workers > 1 else ''}", cluster.master_url,
-                    THROUGHPUT_CONF["standalone"], cluster)  # fmt: skip
+        with StandaloneCluster(
+            out / f"cluster-{workers}", workers=workers, worker_cores=1, worker_memory=WORKER_MEMORY
+        ) as cluster:
+            measure(
+                f"standalone, {workers} worker{'s' if workers > 1 else ''}",
+                cluster.master_url,
+                THROUGHPUT_CONF["standalone"],
+                cluster,
+            )
         if cluster.alive():
             raise RuntimeError(f"cluster processes still running: {cluster.alive()}")
     for landing in inputs.values():
         shutil.rmtree(landing)
 
 
-def memory(seeds: list[Path], sizes_mib: list[int], ports: tuple[int, ...], conf: dict[str, str], out: Path,
-           runs: list[Run], save: Callable[[], None]) -> None:  # fmt: skip
+def memory(
+    seeds: list[Path],
+    sizes_mib: list[int],
+    ports: tuple[int, ...],
+    conf: dict[str, str],
+    out: Path,
+    runs: list[Run],
+    save: Callable[[], None],
+) -> None:
     """A capture of each size ingested on local[2] with default driver memory (and ``conf``); into ``runs``."""
     for size in sizes_mib:
         capture = out / "captures" / f"memory-{size}mib.pcap"
@@ -412,8 +463,14 @@ def memory(seeds: list[Path], sizes_mib: list[int], ports: tuple[int, ...], conf
         megabytes = round(capture.stat().st_size / _MB, 1)
         print(f"capture: {capture} ({megabytes} MB, {frames:,} AMQP frames, {copies} copies)", file=sys.stderr)
         settings = "".join(f", {k}={v}" for k, v in conf.items())
-        run = Run(f"local[2], default driver memory{settings}, {megabytes:,.0f} MB capture", "local[2]", 1, megabytes,
-                  frames, conf)  # fmt: skip
+        run = Run(
+            f"local[2], default driver memory{settings}, {megabytes:,.0f} MB capture",
+            "local[2]",
+            1,
+            megabytes,
+            frames,
+            conf,
+        )
         runs.append(run_ingest(run, landing, out / "lake", ports, out / "logs" / f"memory-{size}.log"))
         save()
         shutil.rmtree(landing)
@@ -434,28 +491,41 @@ def ratios(runs: list[Run]) -> dict[str, float]:
 
 
 def markdown(result: dict) -> str:
-    lines = [("| run | frames (read back) | MB | ingest s | frames/s | MB/s | CPU s (JVM / Python) | frames/CPU s "
-              "| others' CPU s "
-              "| peak RSS MB: driver JVM / executor JVM / Python worker |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        (
+            "| run | frames (read back) | MB | ingest s | frames/s | MB/s | CPU s (JVM / Python) | frames/CPU s "
+            "| others' CPU s "
+            "| peak RSS MB: driver JVM / executor JVM / Python worker |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in result["throughput"]:
         u = r["usage"]
-        lines.append(f"| {r['name']} | {r['frames']:,} | {r['file_megabytes']:,} | {r['seconds']} | "
-                     f"{r['frames_per_second']:,} | {r['megabytes_per_second']} | {u['cpu_seconds']} "
-                     f"({u.get('jvm_cpu_seconds', 0)} / {u.get('python_worker_cpu_seconds', 0)}) | "
-                     f"{r['frames_per_cpu_second']:,} | {u['other_cpu_seconds']} | {u['driver_jvm_mb']:,.0f} / "
-                     f"{u['executor_jvm_mb']:,.0f} / {u['python_worker_mb']:,.0f} |"
-                     + (f" FAILED: {r['error'][:200]}" if r["error"] else ""))  # fmt: skip
+        lines.append(
+            f"| {r['name']} | {r['frames']:,} | {r['file_megabytes']:,} | {r['seconds']} | "
+            f"{r['frames_per_second']:,} | {r['megabytes_per_second']} | {u['cpu_seconds']} "
+            f"({u.get('jvm_cpu_seconds', 0)} / {u.get('python_worker_cpu_seconds', 0)}) | "
+            f"{r['frames_per_cpu_second']:,} | {u['other_cpu_seconds']} | {u['driver_jvm_mb']:,.0f} / "
+            f"{u['executor_jvm_mb']:,.0f} / {u['python_worker_mb']:,.0f} |"
+            + (f" FAILED: {r['error'][:200]}" if r["error"] else "")
+        )
     lines += ["", "| ratio of frames/s | |", "|---|---|"]
     lines += [f"| {k} | {v}x |" for k, v in result["ratios"].items()]
-    lines += ["", ("| run | capture MB | frames (read back) | ingest s | frames/s | peak RSS driver JVM MB | "
-                   "peak RSS one Python worker MB | peak RSS all Python workers MB | peak RSS driver Python MB |"),
-              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        (
+            "| run | capture MB | frames (read back) | ingest s | frames/s | peak RSS driver JVM MB | "
+            "peak RSS one Python worker MB | peak RSS all Python workers MB | peak RSS driver Python MB |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in result["memory"]:
         u = r["usage"]
-        lines.append(f"| {r['name']} | {r['file_megabytes']:,} | {r['frames']:,} | {r['seconds']} | {r['frames_per_second']:,} | "
-                     f"{u['driver_jvm_mb']:,.0f} | {u['python_worker_mb']:,.0f} | {u['python_workers_mb']:,.0f} | "
-                     f"{u['python_driver_mb']:,.0f} |" + (f" FAILED: {r['error'][:300]}" if r["error"] else ""))  # fmt: skip
+        lines.append(
+            f"| {r['name']} | {r['file_megabytes']:,} | {r['frames']:,} | {r['seconds']} | {r['frames_per_second']:,} | "
+            f"{u['driver_jvm_mb']:,.0f} | {u['python_worker_mb']:,.0f} | {u['python_workers_mb']:,.0f} | "
+            f"{u['python_driver_mb']:,.0f} |" + (f" FAILED: {r['error'][:300]}" if r["error"] else "")
+        )
     return "\n".join(lines)
 
 
@@ -469,21 +539,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=Path, action="append", help="seed capture with its truth JSON (repeatable)")
     parser.add_argument("--only", choices=("throughput", "memory"), help="run one half only")
     parser.add_argument("--memory-sizes", default="256,2048", help="capture sizes in MiB for the memory runs")
-    parser.add_argument("--memory-conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="a Spark setting for the memory runs (repeatable; driver memory stays the default)")
+    parser.add_argument(
+        "--memory-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the memory runs (repeatable; driver memory stays the default)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the captures")
     args = parser.parse_args(argv)
     seeds = args.seed or list(DEFAULT_SEEDS)
     ports = tuple(sorted({broker_port(seed) for seed in seeds}))
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
-    header = {"date": time.strftime("%Y-%m-%d"), "commit": _commit(), "machine": machine(),
-              "seeds": [s.name for s in seeds]}  # fmt: skip
+    header = {
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": _commit(),
+        "machine": machine(),
+        "seeds": [s.name for s in seeds],
+    }
     throughput_runs: list[Run] = []
     memory_runs: list[Run] = []
 
     def save() -> dict:
-        result = {**header, "throughput": [asdict(r) for r in throughput_runs], "ratios": ratios(throughput_runs),
-                  "memory": [asdict(r) for r in memory_runs]}  # fmt: skip
+        result = {
+            **header,
+            "throughput": [asdict(r) for r in throughput_runs],
+            "ratios": ratios(throughput_runs),
+            "memory": [asdict(r) for r in memory_runs],
+        }
         (args.out / "ingest.json").write_text(json.dumps(result, indent=2) + "\n")
         return result
 
@@ -494,7 +577,9 @@ def main(argv: list[str] | None = None) -> int:
             sizes = [int(s) for s in args.memory_sizes.split(",") if s]
             conf = dict(item.split("=", 1) for item in args.memory_conf)
             if "spark.driver.memory" in conf:
-                parser.error("the memory runs are about the default driver memory: no --memory-conf spark.driver.memory")
+                parser.error(
+                    "the memory runs are about the default driver memory: no --memory-conf spark.driver.memory"
+                )
             memory(seeds, sizes, ports, conf, args.out, memory_runs, save)
     finally:
         if not args.keep:

@@ -45,8 +45,9 @@ def baseline(ref: str, out: Path) -> Path:
         source = Path(ref).resolve()
         tree = out / f"baseline-{source.name}"
     else:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], capture_output=True,
-                                text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", ref], capture_output=True, text=True, check=True
+        ).stdout.strip()
         tree = out / f"baseline-{commit}"
         source = tree / "source"
     path = tree / "path"
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> dict:
     environments = {"A": _environment(args.a_env, a_path), "B": _environment(args.b_env, b_path)}
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for pair in range(args.pairs):
-        for side in ("AB" if pair % 2 == 0 else "BA"):
+        for side in "AB" if pair % 2 == 0 else "BA":
             lake = Path(tempfile.mkdtemp(prefix=f"lake-{side}-", dir=args.out))
             saved = dict(os.environ)
             os.environ.clear()
@@ -114,10 +115,22 @@ def run(args: argparse.Namespace) -> dict:
                 os.environ.update(saved)
                 shutil.rmtree(lake, ignore_errors=True)
             runs[side].append(measured)
-            print(f"[{time.strftime('%H:%M:%S')}] pair {pair + 1} {side}: {measured['wall_s']} s wall, "
-                  f"{measured['cpu_s']} CPU s, {measured['jobs']} jobs", file=sys.stderr, flush=True)
-    return {"a": args.a, "ref": args.ref, "capture": str(capture), "a_env": args.a_env, "b_env": args.b_env,
-            "load_average_at_end": os.getloadavg(), "runs": runs, "ratios": ratios(runs)}
+            print(
+                f"[{time.strftime('%H:%M:%S')}] pair {pair + 1} {side}: {measured['wall_s']} s wall, "
+                f"{measured['cpu_s']} CPU s, {measured['jobs']} jobs",
+                file=sys.stderr,
+                flush=True,
+            )
+    return {
+        "a": args.a,
+        "ref": args.ref,
+        "capture": str(capture),
+        "a_env": args.a_env,
+        "b_env": args.b_env,
+        "load_average_at_end": os.getloadavg(),
+        "runs": runs,
+        "ratios": ratios(runs),
+    }
 
 
 def _spread(values: list[float]) -> dict:
@@ -127,8 +140,11 @@ def _spread(values: list[float]) -> dict:
 def ratios(runs: dict[str, list[dict]]) -> dict:
     """Per measure, the median A and B and the pair-by-pair ratio A/B (median, min, max)."""
     measures = {
-        "wall_s": lambda r: r["wall_s"], "cpu_s": lambda r: r["cpu_s"], "jvm_cpu_s": lambda r: r["jvm_cpu_s"],
-        "jobs": lambda r: r["jobs"], "answer_s": lambda r: r["answer_s"],
+        "wall_s": lambda r: r["wall_s"],
+        "cpu_s": lambda r: r["cpu_s"],
+        "jvm_cpu_s": lambda r: r["jvm_cpu_s"],
+        "jobs": lambda r: r["jobs"],
+        "answer_s": lambda r: r["answer_s"],
         **{f"{step} CPU s": (lambda r, s=step: r.get("step_cpu_s", {}).get(s)) for step in STEPS},
         **{f"{step} jobs": (lambda r, s=step: r["spark_work"].get(s, {}).get("jobs")) for step in STEPS},
     }
@@ -137,21 +153,30 @@ def ratios(runs: dict[str, list[dict]]) -> dict:
         pairs = [(of(a), of(b)) for a, b in zip(runs["A"], runs["B"]) if of(a) is not None and of(b) is not None]
         if not pairs:
             continue
-        found[name] = {"A": statistics.median(a for a, _ in pairs), "B": statistics.median(b for _, b in pairs),
-                       "ratio": _spread([a / b for a, b in pairs if b])}
+        found[name] = {
+            "A": statistics.median(a for a, _ in pairs),
+            "B": statistics.median(b for _, b in pairs),
+            "ratio": _spread([a / b for a, b in pairs if b]),
+        }
     return found
 
 
 def markdown(result: dict) -> str:
     pairs = len(result["runs"]["A"])
-    lines = [f"A: {result['a']} {' '.join(result['a_env'])}; B: {result['ref']} {' '.join(result['b_env'])}; "
-             f"{pairs} pairs on {Path(result['capture']).name}; load average at the end "
-             f"{', '.join(f'{x:.1f}' for x in result['load_average_at_end'])}", "",
-             "| measure | A (median) | B (median) | A/B pair by pair: median (min-max) |", "|---|---|---|---|"]
+    lines = [
+        f"A: {result['a']} {' '.join(result['a_env'])}; B: {result['ref']} {' '.join(result['b_env'])}; "
+        f"{pairs} pairs on {Path(result['capture']).name}; load average at the end "
+        f"{', '.join(f'{x:.1f}' for x in result['load_average_at_end'])}",
+        "",
+        "| measure | A (median) | B (median) | A/B pair by pair: median (min-max) |",
+        "|---|---|---|---|",
+    ]
     for name, r in result["ratios"].items():
         spread = r["ratio"]
-        lines.append(f"| {name} | {r['A']:g} | {r['B']:g} | **{spread['median']:.3f}** "
-                     f"({spread['min']:.3f}-{spread['max']:.3f}) |")
+        lines.append(
+            f"| {name} | {r['A']:g} | {r['B']:g} | **{spread['median']:.3f}** "
+            f"({spread['min']:.3f}-{spread['max']:.3f}) |"
+        )
     return "\n".join(lines)
 
 

@@ -56,10 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "load_average": os.getloadavg()[0],
         "bytes": {"basic": len(page.encode()), "full": len(page.replace(basic, get_plotlyjs()).encode())},
-        "median_ms": {name: {k: round(statistics.median(r[k] for r in rs)) for k in rs[0]} for name, rs in runs.items()},
+        "median_ms": {
+            name: {k: round(statistics.median(r[k] for r in rs)) for k in rs[0]} for name, rs in runs.items()
+        },
         "median_ratio_basic_over_full": {
             k: round(statistics.median(a[k] / b[k] for a, b in zip(runs["basic"], runs["full"])), 3)
-            for k in runs["basic"][0]},
+            for k in runs["basic"][0]
+        },
     }
     print(json.dumps(result, indent=2))
     return 0

@@ -30,17 +30,28 @@ from amqpscope.ingest.capture import decode_capture
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CASES = {
     "plain": (SAMPLES / "amqp091-qos-confirms.pcap", None),
-    "tls13_decrypted": (SAMPLES / "tls" / "amqp091-qos-confirms-tls13-aes256gcm.pcap", SAMPLES / "tls" / "amqp091-qos-confirms-tls13-aes256gcm.keylog"),
+    "tls13_decrypted": (
+        SAMPLES / "tls" / "amqp091-qos-confirms-tls13-aes256gcm.pcap",
+        SAMPLES / "tls" / "amqp091-qos-confirms-tls13-aes256gcm.keylog",
+    ),
     "tls13_without_keys": (SAMPLES / "tls" / "amqp091-qos-confirms-tls13-aes256gcm.pcap", None),
-    "tls12_decrypted": (SAMPLES / "tls" / "amqp091-qos-confirms-tls12-ecdhe-aes256gcm.pcap", SAMPLES / "tls" / "amqp091-qos-confirms-tls12-ecdhe-aes256gcm.keylog"),
+    "tls12_decrypted": (
+        SAMPLES / "tls" / "amqp091-qos-confirms-tls12-ecdhe-aes256gcm.pcap",
+        SAMPLES / "tls" / "amqp091-qos-confirms-tls12-ecdhe-aes256gcm.keylog",
+    ),
 }
 
 
 def decode(capture: Path, keylog: Path | None) -> tuple[float, int]:
     """CPU seconds of one decode, and the frames it made."""
     began = time.process_time()
-    frames = sum(1 for kind, _ in decode_capture(capture, "bench", (5672, 5671), segments=True,
-                                                  tls_keylog=[keylog] if keylog else ()) if kind == "frames")
+    frames = sum(
+        1
+        for kind, _ in decode_capture(
+            capture, "bench", (5672, 5671), segments=True, tls_keylog=[keylog] if keylog else ()
+        )
+        if kind == "frames"
+    )
     return time.process_time() - began, frames
 
 
@@ -61,10 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "decoders": compiled.running(),
         "rounds": args.rounds,
-        "cases": {name: {"frames": frames[name], "cpu_seconds_median": round(statistics.median(s), 4),
-                         "cpu_seconds_min": round(min(s), 4), "cpu_seconds_max": round(max(s), 4),
-                         "ratio_to_plain": round(statistics.median(s) / plain, 3)}
-                  for name, s in seconds.items()},
+        "cases": {
+            name: {
+                "frames": frames[name],
+                "cpu_seconds_median": round(statistics.median(s), 4),
+                "cpu_seconds_min": round(min(s), 4),
+                "cpu_seconds_max": round(max(s), 4),
+                "ratio_to_plain": round(statistics.median(s) / plain, 3),
+            }
+            for name, s in seconds.items()
+        },
     }
     print(json.dumps(result, indent=1))
     if args.out is not None:

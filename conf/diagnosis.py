@@ -67,8 +67,16 @@ class DiagnosisThresholds:
             value = getattr(self, f.name)
             if not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"diagnosis.{f.name} must be a non-negative number, got {value!r}")
-        for name in ("consumer_bound_share", "refill_share", "publisher_throttled_share", "recovery_share",
-                     "client_window_closed_share", "throttled_together_share", "client_bound_share", "dominant_share"):
+        for name in (
+            "consumer_bound_share",
+            "refill_share",
+            "publisher_throttled_share",
+            "recovery_share",
+            "client_window_closed_share",
+            "throttled_together_share",
+            "client_bound_share",
+            "dominant_share",
+        ):
             if getattr(self, name) > 1:
                 raise ValueError(f"diagnosis.{name} is a share: between 0 and 1, got {getattr(self, name)!r}")
 

@@ -49,10 +49,35 @@ _RULE_ID = re.compile(r"diagnosis(\.[a-z0-9_]+)+")
 _VALUE = re.compile(r"(?:(?P<unit>[a-z]+)\((?P<inner>[a-z0-9_]+)\)|(?P<bare>[a-z0-9_]+))")
 _THRESHOLD = re.compile(r"\{([a-z0-9_]+)\}")
 _THRESHOLDS = frozenset(f.name for f in fields(DiagnosisThresholds))
-_RULE_KEYS = {"id", "measure", "entity_kind", "component", "effect", "priority", "test", "confidence", "evidence",
-              "sentence", "docs", "where", "after", "description"}
-_REQUIRED = ("id", "measure", "entity_kind", "component", "effect", "priority", "test", "evidence", "sentence", "docs",
-             "description")
+_RULE_KEYS = {
+    "id",
+    "measure",
+    "entity_kind",
+    "component",
+    "effect",
+    "priority",
+    "test",
+    "confidence",
+    "evidence",
+    "sentence",
+    "docs",
+    "where",
+    "after",
+    "description",
+}
+_REQUIRED = (
+    "id",
+    "measure",
+    "entity_kind",
+    "component",
+    "effect",
+    "priority",
+    "test",
+    "evidence",
+    "sentence",
+    "docs",
+    "description",
+)
 _CASE_KEYS = {"when", "is", "confidence", "because"}
 
 
@@ -148,13 +173,16 @@ def _case(entry: Any, where: str) -> Case:
     if isinstance(entry, str):
         return Case(component=entry)
     if not isinstance(entry, Mapping) or "is" not in entry or set(entry) - _CASE_KEYS:
-        raise ValueError(f"{where}: a component case is a mapping with 'is' and optionally "
-                         f"{', '.join(sorted(_CASE_KEYS - {'is'}))}")
+        raise ValueError(
+            f"{where}: a component case is a mapping with 'is' and optionally {', '.join(sorted(_CASE_KEYS - {'is'}))}"
+        )
     because = Template.parse(entry["because"], f"{where} because") if "because" in entry else None
     return Case(component=entry["is"], when=entry.get("when"), confidence=entry.get("confidence"), because=because)
 
 
-def rule_from_mapping(entry: Mapping[str, Any], source: str = "<inline>", measures: frozenset[str] | None = None) -> BottleneckRule:
+def rule_from_mapping(
+    entry: Mapping[str, Any], source: str = "<inline>", measures: frozenset[str] | None = None
+) -> BottleneckRule:
     """A rule from one YAML entry; anything missing, unknown or inconsistent is a ValueError naming it."""
     if not isinstance(entry, Mapping):
         raise ValueError(f"{source}: every rule must be a mapping, got {entry!r}")
@@ -162,8 +190,13 @@ def rule_from_mapping(entry: Mapping[str, Any], source: str = "<inline>", measur
     missing = [k for k in _REQUIRED if k not in entry]
     unknown = sorted(set(entry) - _RULE_KEYS)
     if missing or unknown:
-        raise ValueError(f"{where}: " + "; ".join(
-            ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown keys {', '.join(unknown)}"] if unknown else [])))
+        raise ValueError(
+            f"{where}: "
+            + "; ".join(
+                ([f"missing {', '.join(missing)}"] if missing else [])
+                + ([f"unknown keys {', '.join(unknown)}"] if unknown else [])
+            )
+        )
     if not _RULE_ID.fullmatch(str(entry["id"])):
         raise ValueError(f"{where}: id must be diagnosis.<dotted lower-case words>")
     raw_cases = entry["component"] if isinstance(entry["component"], list) else [entry["component"]]
@@ -172,7 +205,9 @@ def rule_from_mapping(entry: Mapping[str, Any], source: str = "<inline>", measur
         raise ValueError(f"{where}: every component case but the last needs 'when'; the last none")
     for case in cases:
         if case.component not in COMPONENTS and case.component != PARENT:
-            raise ValueError(f"{where}: unknown component {case.component!r} (one of {', '.join(COMPONENTS)}, {PARENT})")
+            raise ValueError(
+                f"{where}: unknown component {case.component!r} (one of {', '.join(COMPONENTS)}, {PARENT})"
+            )
     if any(c.component == PARENT for c in cases) and "after" not in entry:
         raise ValueError(f"{where}: component {PARENT!r} needs 'after' (the rule whose finding it follows)")
     if entry["effect"] not in EFFECTS:
@@ -190,13 +225,22 @@ def rule_from_mapping(entry: Mapping[str, Any], source: str = "<inline>", measur
     if not isinstance(docs, list) or not docs or not all(isinstance(d, str) and d.startswith("https://") for d in docs):
         raise ValueError(f"{where}: docs must list https links to where the mechanism is documented")
     rule = BottleneckRule(
-        id=entry["id"], description=" ".join(str(entry["description"]).split()), measure=entry["measure"],
-        entity_kind=entry["entity_kind"], effect=entry["effect"], priority=int(entry["priority"]), test=entry["test"],
+        id=entry["id"],
+        description=" ".join(str(entry["description"]).split()),
+        measure=entry["measure"],
+        entity_kind=entry["entity_kind"],
+        effect=entry["effect"],
+        priority=int(entry["priority"]),
+        test=entry["test"],
         cases=cases,
         evidence=tuple((str(k), Value.parse(str(v), f"{where} evidence {k}")) for k, v in evidence.items()),
         sentence=Template.parse(entry["sentence"], f"{where} sentence", frozenset({"because"})),
-        docs=tuple(docs), confidence=entry.get("confidence"), where=entry.get("where"), after=entry.get("after"),
-        source=source)
+        docs=tuple(docs),
+        confidence=entry.get("confidence"),
+        where=entry.get("where"),
+        after=entry.get("after"),
+        source=source,
+    )
     unknown_thresholds = sorted(rule.thresholds() - _THRESHOLDS)
     if unknown_thresholds:
         raise ValueError(f"{where}: unknown threshold(s) {', '.join(unknown_thresholds)} (conf/diagnosis.py)")
@@ -205,7 +249,9 @@ def rule_from_mapping(entry: Mapping[str, Any], source: str = "<inline>", measur
     return rule
 
 
-def load_bottleneck_rules(path: Path = CATALOGUE_PATH, measures: frozenset[str] | None = None) -> tuple[BottleneckRule, ...]:
+def load_bottleneck_rules(
+    path: Path = CATALOGUE_PATH, measures: frozenset[str] | None = None
+) -> tuple[BottleneckRule, ...]:
     """The catalogue, validated: ids unique, every ``after`` naming an earlier rule."""
     document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     if not isinstance(document, Mapping) or not isinstance(document.get("rules"), list):

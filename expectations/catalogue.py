@@ -158,9 +158,7 @@ def violation_row(df: DataFrame, rule: Rule) -> Column:
     """
     column_types = {f.name: f.dataType for f in df.schema.fields}
     evidence = F.create_map(
-        *chain.from_iterable(
-            (F.lit(name), _as_text(F.col(name), column_types[name])) for name in rule.evidence
-        )
+        *chain.from_iterable((F.lit(name), _as_text(F.col(name), column_types[name])) for name in rule.evidence)
     )
     constants = {
         "rule_id": F.lit(rule.id),

@@ -36,21 +36,33 @@ VENDOR = Path("static") / "vendor"
 _FILES = {
     "/bootstrap/4.3.1/css/bootstrap.min.css": ("bootstrap", "dist/css/bootstrap.min.css"),
     "/bootstrap/4.3.1/js/bootstrap.min.js": ("bootstrap", "dist/js/bootstrap.min.js"),
-    "/npm/@forevolve/bootstrap-dark@1.1.0/dist/css/bootstrap-prefers-dark.css":
-        ("@forevolve/bootstrap-dark", "dist/css/bootstrap-prefers-dark.css"),
-    "/ajax/libs/bootstrap-datepicker/1.9.0/css/bootstrap-datepicker.min.css":
-        ("bootstrap-datepicker", "dist/css/bootstrap-datepicker.min.css"),
-    "/ajax/libs/bootstrap-datepicker/1.9.0/js/bootstrap-datepicker.min.js":
-        ("bootstrap-datepicker", "dist/js/bootstrap-datepicker.min.js"),
+    "/npm/@forevolve/bootstrap-dark@1.1.0/dist/css/bootstrap-prefers-dark.css": (
+        "@forevolve/bootstrap-dark",
+        "dist/css/bootstrap-prefers-dark.css",
+    ),
+    "/ajax/libs/bootstrap-datepicker/1.9.0/css/bootstrap-datepicker.min.css": (
+        "bootstrap-datepicker",
+        "dist/css/bootstrap-datepicker.min.css",
+    ),
+    "/ajax/libs/bootstrap-datepicker/1.9.0/js/bootstrap-datepicker.min.js": (
+        "bootstrap-datepicker",
+        "dist/js/bootstrap-datepicker.min.js",
+    ),
     "/ajax/libs/font-awesome/6.6.0/css/all.min.css": ("@fortawesome/fontawesome-free", "css/all.min.css"),
     "/bootstrap-table@1.19.1/dist/bootstrap-table.min.css": ("bootstrap-table", "dist/bootstrap-table.min.css"),
     "/bootstrap-table@1.19.1/dist/bootstrap-table.min.js": ("bootstrap-table", "dist/bootstrap-table.min.js"),
-    "/bootstrap-table@1.19.1/dist/extensions/filter-control/bootstrap-table-filter-control.min.js":
-        ("bootstrap-table", "dist/extensions/filter-control/bootstrap-table-filter-control.min.js"),
-    "/bootstrap-table@1.19.0/dist/extensions/filter-control/bootstrap-table-filter-control.css":
-        ("bootstrap-table-1.19.0", "dist/extensions/filter-control/bootstrap-table-filter-control.css"),
-    "/bootstrap-table@1.19.0/dist/extensions/filter-control/bootstrap-table-filter-control.min.css":
-        ("bootstrap-table-1.19.0", "dist/extensions/filter-control/bootstrap-table-filter-control.min.css"),
+    "/bootstrap-table@1.19.1/dist/extensions/filter-control/bootstrap-table-filter-control.min.js": (
+        "bootstrap-table",
+        "dist/extensions/filter-control/bootstrap-table-filter-control.min.js",
+    ),
+    "/bootstrap-table@1.19.0/dist/extensions/filter-control/bootstrap-table-filter-control.css": (
+        "bootstrap-table-1.19.0",
+        "dist/extensions/filter-control/bootstrap-table-filter-control.css",
+    ),
+    "/bootstrap-table@1.19.0/dist/extensions/filter-control/bootstrap-table-filter-control.min.css": (
+        "bootstrap-table-1.19.0",
+        "dist/extensions/filter-control/bootstrap-table-filter-control.min.css",
+    ),
     "/ajax/libs/popper.js/1.12.9/umd/popper.min.js": ("popper.js", "dist/umd/popper.min.js"),
     "/jquery-3.7.1.min.js": ("jquery", "dist/jquery.min.js"),
     # A CDN serves a package's browser build for its bare name (package.json "jsdelivr" / "unpkg").
@@ -101,7 +113,9 @@ def _html(text: str, page: Path, site: Path) -> str:
         integrity = _INTEGRITY.search(element)
         if integrity is not None and not _matches(target, integrity.group(2)):
             # Another version than the page names (package/web/package.json): the page keeps its CDN.
-            log.warning("%s: %s is not the file %s names (integrity %s)", page, target, url.group(3), integrity.group(2))
+            log.warning(
+                "%s: %s is not the file %s names (integrity %s)", page, target, url.group(3), integrity.group(2)
+            )
             return element
         element = _CROSSORIGIN.sub("", _INTEGRITY.sub("", element))
         relative = os.path.relpath(target, page.parent).replace(os.sep, "/")

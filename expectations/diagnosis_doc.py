@@ -33,7 +33,7 @@ SCENARIOS_DIR = _ROOT / "samples" / "bottlenecks"
 COMPONENT_MEANINGS: Mapping[str, str] = {
     "none": "nothing was held back beyond the thresholds",
     "connection": "RabbitMQ's reader process is the slow stage (reserved: the wire cannot tell a reader short of "
-                  "CPU from one held by the stages after it, so no rule names it)",
+    "CPU from one held by the stages after it, so no rule names it)",
     "channel": "the channel process (routing) is the slow stage: the connection is in credit flow, its channels are not",
     "queue": "a queue process is the slow stage: connections and channels in flow, the queue not keeping up",
     "message_store": "persistent messages large enough to be written to the message store (disk)",
@@ -42,7 +42,7 @@ COMPONENT_MEANINGS: Mapping[str, str] = {
     "alarm": "a resource alarm whose kind the wire does not say",
     "consumer": "a slow consumer: its prefetch full (0-9-1) or its link credit at 0 (1.0) while messages wait",
     "client": "the client sets the pace: it does not read its socket, or its own round trips bound it (one "
-              "confirm at a time, one delivery at a time)",
+    "confirm at a time, one delivery at a time)",
     "network": "segments lost and sent again",
 }
 
@@ -129,8 +129,10 @@ def _value(value: Value) -> str:
 
 
 def _template(template: Template) -> str:
-    return "".join(p if isinstance(p, str) and p != "because" else "{because}" if p == "because"
-                   else "{" + _value(p) + "}" for p in template.parts)
+    return "".join(
+        p if isinstance(p, str) and p != "because" else "{because}" if p == "because" else "{" + _value(p) + "}"
+        for p in template.parts
+    )
 
 
 def _components(rule: BottleneckRule) -> str:
@@ -139,41 +141,59 @@ def _components(rule: BottleneckRule) -> str:
 
 
 def _rules(rules: Sequence[BottleneckRule]) -> list[str]:
-    lines = ["## Rules", "",
-             f"{len(rules)} rules, run in this order by `pipelines/bottlenecks.py` on the measures of "
-             "`pipelines/bottleneck_measures.py`.", "",
-             "| rule | component → effect | priority | what the wire shows | test |",
-             "|---|---|---|---|---|"]
-    lines += [f"| `{r.id}` | {_components(r)} → `{r.effect}` | {r.priority} | {_cell(r.description)} | "
-              f"`{_cell(r.test)}` |" for r in rules]
+    lines = [
+        "## Rules",
+        "",
+        f"{len(rules)} rules, run in this order by `pipelines/bottlenecks.py` on the measures of "
+        "`pipelines/bottleneck_measures.py`.",
+        "",
+        "| rule | component → effect | priority | what the wire shows | test |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| `{r.id}` | {_components(r)} → `{r.effect}` | {r.priority} | {_cell(r.description)} | `{_cell(r.test)}` |"
+        for r in rules
+    ]
     for rule in rules:
-        lines += ["", f"### `{rule.id}`", "", _cell(rule.description), "",
-                  f"- measure: `{rule.measure}`" + (f" where `{_cell(rule.where)}`" if rule.where else "")
-                  + (f", after `{rule.after}`" if rule.after else ""),
-                  f"- entity: {rule.entity_kind}; effect `{rule.effect}`; priority {rule.priority}",
-                  f"- test: `{_cell(rule.test)}`"]
+        lines += [
+            "",
+            f"### `{rule.id}`",
+            "",
+            _cell(rule.description),
+            "",
+            f"- measure: `{rule.measure}`"
+            + (f" where `{_cell(rule.where)}`" if rule.where else "")
+            + (f", after `{rule.after}`" if rule.after else ""),
+            f"- entity: {rule.entity_kind}; effect `{rule.effect}`; priority {rule.priority}",
+            f"- test: `{_cell(rule.test)}`",
+        ]
         if len(rule.cases) > 1:
             lines.append("- component, the first case that holds:")
             for case in rule.cases:
                 when = f"when `{_cell(case.when)}`" if case.when else "otherwise"
                 confidence = f", confidence `{case.confidence}`" if case.confidence else ""
-                because = f": \"{_cell(_template(case.because))}\"" if case.because else ""
+                because = f': "{_cell(_template(case.because))}"' if case.because else ""
                 lines.append(f"  - `{case.component}` {when}{confidence}{because}")
         else:
             lines.append(f"- component: {_components(rule)}")
         if rule.confidence:
             lines.append(f"- confidence: `{_cell(rule.confidence)}`")
         lines.append("- evidence: " + ", ".join(f"`{k}` ({v.unit})" for k, v in rule.evidence))
-        lines.append(f"- sentence: \"{_cell(_template(rule.sentence))}\"")
+        lines.append(f'- sentence: "{_cell(_template(rule.sentence))}"')
         lines.append("- documented at: " + ", ".join(f"<{d}>" for d in rule.docs))
     return lines
 
 
 def _thresholds(rules: Sequence[BottleneckRule]) -> list[str]:
     defaults = DiagnosisThresholds()
-    lines = ["## Thresholds", "",
-             "In `conf/diagnosis.py` (why each value), settable under `diagnosis:` in the analyze YAML.", "",
-             "| threshold | default | read by |", "|---|---|---|"]
+    lines = [
+        "## Thresholds",
+        "",
+        "In `conf/diagnosis.py` (why each value), settable under `diagnosis:` in the analyze YAML.",
+        "",
+        "| threshold | default | read by |",
+        "|---|---|---|",
+    ]
     for f in fields(DiagnosisThresholds):
         users = [f"`{r.id}`" for r in rules if f.name in r.thresholds()]
         if f.name == "together_bucket_ms":
@@ -271,9 +291,15 @@ def render(rules: Sequence[BottleneckRule], scenarios: Sequence[tuple[str, str, 
     lines += ["", _REASONING.rstrip(), ""]
     lines += _rules(rules)
     lines += [""] + _thresholds(rules)
-    lines += ["", _TLS.rstrip(), "", _CHECKED.rstrip(), "",
-              "| scenario (`samples/bottlenecks/`) | built to be | broker's truth (`testbed/truth.py`) | diagnosis (the test asserts it) |",
-              "|---|---|---|---|"]
+    lines += [
+        "",
+        _TLS.rstrip(),
+        "",
+        _CHECKED.rstrip(),
+        "",
+        "| scenario (`samples/bottlenecks/`) | built to be | broker's truth (`testbed/truth.py`) | diagnosis (the test asserts it) |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {name} | {built} | {truth} | {said} |" for name, built, truth, said in scenarios]
     lines += ["", _BLIND.rstrip()]
     return "\n".join(lines) + "\n"

@@ -32,8 +32,12 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def render(rules: Sequence[Rule], missing: Sequence[Mapping[str, str]], events: Sequence[EventKind] | None = None,
-           reasons: Mapping[str, str] | None = None) -> str:
+def render(
+    rules: Sequence[Rule],
+    missing: Sequence[Mapping[str, str]],
+    events: Sequence[EventKind] | None = None,
+    reasons: Mapping[str, str] | None = None,
+) -> str:
     """The text of docs/RULES.md (events: events.yml's, reasons: ``REASONS``, unless given)."""
     events = load_events() if events is None else events
     reasons = REASONS if reasons is None else reasons
@@ -58,8 +62,7 @@ def render(rules: Sequence[Rule], missing: Sequence[Mapping[str, str]], events: 
         "",
         "## Events",
         "",
-        "The `events` table lists, with severity `info`, what an operator wants to see even when nobody "
-        "broke a rule:",
+        "The `events` table lists, with severity `info`, what an operator wants to see even when nobody broke a rule:",
         "",
         "| event | what happened |",
         "|---|---|",

@@ -119,10 +119,7 @@ def table_violations(df: DataFrame, table: str, rules: Sequence[Rule]) -> DataFr
         found = F.array(*[F.when(p, violation_row(df, rule)) for p, rule in zip(predicates, rules)])
         # SQL WHERE semantics: a predicate that is null (state unknown) does not flag the row.
         breaking = df.where(reduce(lambda a, b: a | b, predicates))
-        return (
-            breaking.select(F.explode(F.filter(found, lambda v: v.isNotNull())).alias("v"))
-            .select("v.*")
-        )
+        return breaking.select(F.explode(F.filter(found, lambda v: v.isNotNull())).alias("v")).select("v.*")
     except AnalysisException:
         for rule in rules:  # which one: each analysed alone
             try:
@@ -146,8 +143,7 @@ def build_suite(table: str, rules: Sequence[Rule]) -> gx.ExpectationSuite:
                 max_value=0,
                 description=f"{rule.id} ({rule.severity}): {rule.description}",
                 severity=_GX_SEVERITY[rule.severity],
-                meta={"rule_id": rule.id, "severity": rule.severity, "table": table,
-                      "violation": rule.violation},
+                meta={"rule_id": rule.id, "severity": rule.severity, "table": table, "violation": rule.violation},
             )
             for rule in rules
         ],
@@ -203,14 +199,19 @@ def validate_counts(
     definitions = []
     for table, rules in checked.items():
         suite = context.suites.add_or_update(build_suite(table, rules))
-        definitions.append(context.validation_definitions.add_or_update(
-            gx.ValidationDefinition(name=suite.name, data=batch, suite=suite)))
-    checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
-        name=CHECKPOINT_NAME,
-        validation_definitions=definitions,
-        actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[_DOCS_SITE])],
-        result_format="SUMMARY",
-    ))
+        definitions.append(
+            context.validation_definitions.add_or_update(
+                gx.ValidationDefinition(name=suite.name, data=batch, suite=suite)
+            )
+        )
+    checkpoint = context.checkpoints.add_or_update(
+        gx.Checkpoint(
+            name=CHECKPOINT_NAME,
+            validation_definitions=definitions,
+            actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[_DOCS_SITE])],
+            result_format="SUMMARY",
+        )
+    )
     frame = pd.DataFrame({rule.id: [int(counts.get(rule.id, 0))] for rules in checked.values() for rule in rules})
     started = time.perf_counter()
     result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=RunIdentifier(run_name=name))
@@ -225,16 +226,26 @@ def validate_counts(
             rule_id = expectation.expectation_config.meta["rule_id"]
             observed = (expectation.result or {}).get("observed_value")
             if observed is None:  # GX failed on a frame of counts: a bug here, not a verdict
-                raise RuntimeError(f"suite {outcome.suite_name}: rule {rule_id}: GX gave no count "
-                                   f"({expectation.exception_info})")
+                raise RuntimeError(
+                    f"suite {outcome.suite_name}: rule {rule_id}: GX gave no count ({expectation.exception_info})"
+                )
             found[rule_id] = int(observed)
-        suites.append(SuiteResult(suite_name=outcome.suite_name, table=table, success=bool(outcome.success),
-                                  unexpected_counts=found, seconds=seconds, data_docs_index=_docs_index(context)))
+        suites.append(
+            SuiteResult(
+                suite_name=outcome.suite_name,
+                table=table,
+                success=bool(outcome.success),
+                unexpected_counts=found,
+                seconds=seconds,
+                data_docs_index=_docs_index(context),
+            )
+        )
     return tuple(suites), seconds
 
 
-def _rule_counts(violations: DataFrame, rule_ids: Sequence[str],
-                 store: Callable[[DataFrame], None] | None) -> dict[str, int]:
+def _rule_counts(
+    violations: DataFrame, rule_ids: Sequence[str], store: Callable[[DataFrame], None] | None
+) -> dict[str, int]:
     """Violations per rule: observed while `store` writes them (no extra Spark job), else counted."""
     if not rule_ids:
         if store is not None:
@@ -245,8 +256,10 @@ def _rule_counts(violations: DataFrame, rule_ids: Sequence[str],
         return {rule_id: counted.get(rule_id, 0) for rule_id in rule_ids}
     observation = Observation("amqpscope_rule_counts")
     # Aliases by position: rule ids hold dots.
-    observed = violations.observe(observation, *[
-        F.count_if(F.col("rule_id") == F.lit(rule_id)).alias(f"rule_{i}") for i, rule_id in enumerate(rule_ids)])
+    observed = violations.observe(
+        observation,
+        *[F.count_if(F.col("rule_id") == F.lit(rule_id)).alias(f"rule_{i}") for i, rule_id in enumerate(rule_ids)],
+    )
     store(observed)
     values = observation.get
     return {rule_id: int(values[f"rule_{i}"]) for i, rule_id in enumerate(rule_ids)}
@@ -268,8 +281,12 @@ class PendingVerdicts:
 
 
 def start_verdicts(
-    tables: Mapping[str, DataFrame], docs_dir: Path, *, rules: Sequence[Rule] | None = None,
-    capture_ids: Sequence[str] = (), store: Callable[[DataFrame], None] | None = None,
+    tables: Mapping[str, DataFrame],
+    docs_dir: Path,
+    *,
+    rules: Sequence[Rule] | None = None,
+    capture_ids: Sequence[str] = (),
+    store: Callable[[DataFrame], None] | None = None,
 ) -> PendingVerdicts:
     """Check every table against its rules: violations as data (now), GX suites and Data Docs in
     docs_dir (on a thread: ``PendingVerdicts.result``).
@@ -303,8 +320,9 @@ def start_verdicts(
     )
 
 
-def _validate(docs_dir: Path, checked: Mapping[str, Sequence[Rule]], counts: Mapping[str, int],
-              violations: DataFrame, name: str) -> VerdictRun:
+def _validate(
+    docs_dir: Path, checked: Mapping[str, Sequence[Rule]], counts: Mapping[str, int], violations: DataFrame, name: str
+) -> VerdictRun:
     # GX only: no Spark call here (it runs beside the job's own Spark work).
     context = file_context(docs_dir)
     if checked:
@@ -314,13 +332,22 @@ def _validate(docs_dir: Path, checked: Mapping[str, Sequence[Rule]], counts: Map
         context.build_data_docs(site_names=[_DOCS_SITE])
         suites, seconds = (), time.perf_counter() - started
     localise(_docs_index(context).parent)  # the site as GX built it, made to open offline
-    return VerdictRun(violations=violations, suites=suites, data_docs_index=_docs_index(context),
-                      data_docs_seconds=seconds, run_name=name)
+    return VerdictRun(
+        violations=violations,
+        suites=suites,
+        data_docs_index=_docs_index(context),
+        data_docs_seconds=seconds,
+        run_name=name,
+    )
 
 
 def run_verdicts(
-    tables: Mapping[str, DataFrame], docs_dir: Path, *, rules: Sequence[Rule] | None = None,
-    capture_ids: Sequence[str] = (), store: Callable[[DataFrame], None] | None = None,
+    tables: Mapping[str, DataFrame],
+    docs_dir: Path,
+    *,
+    rules: Sequence[Rule] | None = None,
+    capture_ids: Sequence[str] = (),
+    store: Callable[[DataFrame], None] | None = None,
 ) -> VerdictRun:
     """``start_verdicts``, waited for."""
     return start_verdicts(tables, docs_dir, rules=rules, capture_ids=capture_ids, store=store).result()

@@ -50,8 +50,13 @@ class Amqp091Format:
 
     def frame_length(self, buf: bytes | memoryview, pos: int) -> int | None:
         if buf[pos] not in FRAME_TYPES:
-            raise FrameError(f"unknown 0-9-1 frame type {buf[pos]}", 0, "amqp091.frame.unknown_type",
-                             expected=_FRAME_TYPE_CODES, found=str(buf[pos]))
+            raise FrameError(
+                f"unknown 0-9-1 frame type {buf[pos]}",
+                0,
+                "amqp091.frame.unknown_type",
+                expected=_FRAME_TYPE_CODES,
+                found=str(buf[pos]),
+            )
         if len(buf) - pos < FRAME_HEADER_SIZE:
             return None
         return FRAME_HEADER_SIZE + _unpack_size(buf, pos + 3)[0] + 1
@@ -60,8 +65,14 @@ class Amqp091Format:
         end = buf[pos + length - 1]
         if end == FRAME_END:
             return None
-        return FrameError(f"frame-end is 0x{end:02x}, not 0xce", length - 1, "amqp091.frame.bad_frame_end",
-                          length=length, expected="0xce", found=f"0x{end:02x}")
+        return FrameError(
+            f"frame-end is 0x{end:02x}, not 0xce",
+            length - 1,
+            "amqp091.frame.bad_frame_end",
+            length=length,
+            expected="0xce",
+            found=f"0x{end:02x}",
+        )
 
     def plausible(self, buf: bytes | memoryview, pos: int) -> bool | None:
         if len(buf) - pos < FRAME_HEADER_SIZE:
@@ -78,8 +89,7 @@ class Amqp091Format:
             return FRAME_HEADER_SIZE
         return FRAME_HEADER_SIZE + _unpack_size(buf, pos + 3)[0] + 1  # to the frame-end octet
 
-    def take_frames(self, buf: bytes, pos: int, end: int, base: int, packet_number: int, ts_us: int,
-                    out: list) -> int:
+    def take_frames(self, buf: bytes, pos: int, end: int, base: int, packet_number: int, ts_us: int, out: list) -> int:
         frame_types = FRAME_TYPES  # a protocol header's "A" (0x41) is no frame type: it stops here
         append = out.append
         while end - pos >= FRAME_HEADER_SIZE and buf[pos] in frame_types:
@@ -117,12 +127,20 @@ def decode_properties(data: bytes, pos: int, end: int) -> dict[str, Any]:
         if not word & 1:
             break
     if unknown:
-        raise DecodeError("property flags name a property basic does not have", pos - 2,
-                          "amqp091.properties.unknown_flag", found=f"0x{unknown:04x}")
+        raise DecodeError(
+            "property flags name a property basic does not have",
+            pos - 2,
+            "amqp091.properties.unknown_flag",
+            found=f"0x{unknown:04x}",
+        )
     properties, stop = decode_basic_properties(data, pos, end, first)
     if stop != end:
-        raise DecodeError(f"{end - stop} bytes after the arguments of basic.properties", stop,
-                          "amqp091.frame.trailing_bytes", length=end - stop)
+        raise DecodeError(
+            f"{end - stop} bytes after the arguments of basic.properties",
+            stop,
+            "amqp091.frame.trailing_bytes",
+            length=end - stop,
+        )
     return properties
 
 
@@ -137,15 +155,29 @@ def decode_frame(data: bytes) -> dict[str, Any]:
         _type, _channel, _size, class_id, method_id = _METHOD_HEADER.unpack_from(data, 0)
         known = METHODS.get(class_id << 16 | method_id)
         if known is None:
-            raise DecodeError(f"unknown method {class_id}.{method_id}", FRAME_HEADER_SIZE, "amqp091.method.unknown",
-                              found=f"{class_id}.{method_id}")
+            raise DecodeError(
+                f"unknown method {class_id}.{method_id}",
+                FRAME_HEADER_SIZE,
+                "amqp091.method.unknown",
+                found=f"{class_id}.{method_id}",
+            )
         name, decode_arguments = known
         arguments, stop = decode_arguments(data, FRAME_HEADER_SIZE + 4, end)
         if stop != end:
-            raise DecodeError(f"{end - stop} bytes after the arguments of {name}", stop, "amqp091.frame.trailing_bytes",
-                              length=end - stop)
-        return {"frame_type": "method", "channel": channel, "class_id": class_id, "method_id": method_id,
-                "method": name, "arguments": arguments}
+            raise DecodeError(
+                f"{end - stop} bytes after the arguments of {name}",
+                stop,
+                "amqp091.frame.trailing_bytes",
+                length=end - stop,
+            )
+        return {
+            "frame_type": "method",
+            "channel": channel,
+            "class_id": class_id,
+            "method_id": method_id,
+            "method": name,
+            "arguments": arguments,
+        }
     if frame_type == FRAME_BODY:
         return {"frame_type": "body", "channel": channel, "arguments": {"body-length": size}}
     if frame_type == FRAME_HEADER:
@@ -153,12 +185,27 @@ def decode_frame(data: bytes) -> dict[str, Any]:
             raise short_of(14, FRAME_HEADER_SIZE, end)
         class_id, weight, body_size = _CONTENT_HEADER.unpack_from(data, FRAME_HEADER_SIZE)
         if weight:
-            raise DecodeError(f"content header weight is {weight}, not 0", FRAME_HEADER_SIZE + 2,
-                              "amqp091.header.bad_weight", expected="0", found=str(weight))
+            raise DecodeError(
+                f"content header weight is {weight}, not 0",
+                FRAME_HEADER_SIZE + 2,
+                "amqp091.header.bad_weight",
+                expected="0",
+                found=str(weight),
+            )
         arguments = {"body-size": body_size, **decode_properties(data, FRAME_HEADER_SIZE + 12, end)}
-        return {"frame_type": "header", "channel": channel, "class_id": class_id,
-                "method": _HEADER_METHODS.get(class_id) or f"{class_id}.header", "arguments": arguments}
+        return {
+            "frame_type": "header",
+            "channel": channel,
+            "class_id": class_id,
+            "method": _HEADER_METHODS.get(class_id) or f"{class_id}.header",
+            "arguments": arguments,
+        }
     if size:
-        raise DecodeError(f"heartbeat frame with a {size}-byte payload", FRAME_HEADER_SIZE, "amqp091.heartbeat.payload",
-                          expected="0", found=str(size))
+        raise DecodeError(
+            f"heartbeat frame with a {size}-byte payload",
+            FRAME_HEADER_SIZE,
+            "amqp091.heartbeat.payload",
+            expected="0",
+            found=str(size),
+        )
     return {"frame_type": "heartbeat", "channel": channel, "arguments": {}}

@@ -57,15 +57,18 @@ def decode_no_arguments(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
 def _inline_shortstr(target: str, indent: str) -> list[str]:
     """``amqp091_values.read_shortstr`` written out: exchanges, routing keys, consumer tags and most
     properties are short strings: inline, the whole decode is 2 % faster compiled, 4 % as Python."""
-    return [f"{indent}{line}" for line in (
-        "if pos >= end:",
-        "    raise short_of(1, pos, end)",
-        "stop = pos + 1 + data[pos]",
-        "if stop > end:",
-        "    raise short_of(data[pos], pos + 1, end)",
-        f"{target} = data[pos + 1 : stop].decode('utf-8', 'replace')",
-        "pos = stop",
-    )]  # fmt: skip
+    return [
+        f"{indent}{line}"
+        for line in (
+            "if pos >= end:",
+            "    raise short_of(1, pos, end)",
+            "stop = pos + 1 + data[pos]",
+            "if stop > end:",
+            "    raise short_of(data[pos], pos + 1, end)",
+            f"{target} = data[pos + 1 : stop].decode('utf-8', 'replace')",
+            "pos = stop",
+        )
+    ]
 
 
 def _function_name(name: str) -> str:
@@ -135,9 +138,13 @@ class _Emitter:
     def properties(self, properties: tuple[tuple[str, str], ...]) -> None:
         """The basic properties a flag word names, in flag order (spec 4.2.6.1): one branch each."""
         out = self.lines
-        out += ["", "", "def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tuple[dict[str, Any], int]:",
-                '    """The properties whose bits are set in ``flags`` (bit 15 = the first property)."""',
-                "    out: dict[str, Any] = {}"]
+        out += [
+            "",
+            "",
+            "def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tuple[dict[str, Any], int]:",
+            '    """The properties whose bits are set in ``flags`` (bit 15 = the first property)."""',
+            "    out: dict[str, Any] = {}",
+        ]
         for index, (prop, kind) in enumerate(properties):
             out.append(f"    if flags & {1 << (15 - index):#06x}:")
             if kind == "shortstr":
@@ -164,11 +171,17 @@ def generate() -> str:
         if method.arguments:
             emitter.method(method.name, method.arguments)
     emitter.properties(spec.basic_properties)
-    table = ["", "", "# Method name and decoder by class-id << 16 | method-id (one 32-bit read of a method frame).",
-             "METHODS: Final[dict[int, tuple[str, ArgumentsDecoder]]] = {"]
-    table += [f"    {m.class_id << 16 | m.method_id:#010x}: ({m.name!r}, "
-              f"{_function_name(m.name) if m.arguments else 'decode_no_arguments'}),  # {m.class_id}.{m.method_id}"
-              for m in methods]
+    table = [
+        "",
+        "",
+        "# Method name and decoder by class-id << 16 | method-id (one 32-bit read of a method frame).",
+        "METHODS: Final[dict[int, tuple[str, ArgumentsDecoder]]] = {",
+    ]
+    table += [
+        f"    {m.class_id << 16 | m.method_id:#010x}: ({m.name!r}, "
+        f"{_function_name(m.name) if m.arguments else 'decode_no_arguments'}),  # {m.class_id}.{m.method_id}"
+        for m in methods
+    ]
     table.append("}")
     constants = [f"{name}: Final = struct.Struct({fmt!r}).unpack_from" for fmt, name in emitter.formats.items()]
     return _PREAMBLE + "\n" + "\n".join(constants) + "\n" + "\n".join(emitter.lines) + "\n" + "\n".join(table) + "\n"

@@ -35,8 +35,13 @@ Reader = Callable[[bytes, int, int], tuple[Any, int]]
 
 def short_of(n: int, pos: int, end: int) -> DecodeError:
     """The error for a value of ``n`` bytes at ``pos`` that the frame (ending at ``end``) cannot hold."""
-    return DecodeError(f"value needs {n} bytes, {max(end - pos, 0)} left", pos, "amqp091.value.truncated",
-                       expected=str(n), found=str(max(end - pos, 0)))
+    return DecodeError(
+        f"value needs {n} bytes, {max(end - pos, 0)} left",
+        pos,
+        "amqp091.value.truncated",
+        expected=str(n),
+        found=str(max(end - pos, 0)),
+    )
 
 
 def _struct_reader(fmt: str) -> Reader:
@@ -134,8 +139,12 @@ def _sized(data: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
         raise short_of(4, pos, end)
     stop = pos + 4 + _unpack_long(data, pos)[0]
     if stop > end:
-        raise DecodeError(f"{what} of {stop - pos - 4} bytes overruns the frame", pos, "amqp091.value.overruns_frame",
-                          length=stop - pos - 4)
+        raise DecodeError(
+            f"{what} of {stop - pos - 4} bytes overruns the frame",
+            pos,
+            "amqp091.value.overruns_frame",
+            length=stop - pos - 4,
+        )
     return stop, pos + 4
 
 
@@ -206,6 +215,7 @@ def _field_value(data: bytes, pos: int, end: int) -> tuple[Any, int]:
         raise short_of(1, pos, end)
     reader = FIELD_VALUE_READERS.get(data[pos])
     if reader is None:
-        raise DecodeError(f"unknown field value type {chr(data[pos])!r}", pos, "amqp091.value.unknown_type",
-                          found=chr(data[pos]))
+        raise DecodeError(
+            f"unknown field value type {chr(data[pos])!r}", pos, "amqp091.value.unknown_type", found=chr(data[pos])
+        )
     return reader(data, pos + 1, end)

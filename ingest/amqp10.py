@@ -40,7 +40,9 @@ _SPEC: Final = amqp10()
 # Fields that carry credentials (SASL PLAIN puts the password in the initial response).
 SECRET_FIELDS: Final = frozenset({("sasl-init", "initial-response"), ("sasl-response", "response")})
 # Message sections in their spec order (messaging 3.2); the body is one of the three in the middle.
-SECTIONS: Final = tuple(c.name for c in sorted(_SPEC.described.values(), key=lambda c: c.code) if "section" in c.provides)
+SECTIONS: Final = tuple(
+    c.name for c in sorted(_SPEC.described.values(), key=lambda c: c.code) if "section" in c.provides
+)
 BODY_SECTIONS: Final = ("data", "amqp-sequence", "amqp-value")
 # What a section's value must decode to, by its source type in the spec (messaging 3.2; "*": anything).
 _SOURCE_TYPES: Final[dict[str, type]] = {"list": list, "map": dict, "annotations": dict, "binary": bytes}
@@ -49,8 +51,9 @@ _TYPE_NAMES: Final[dict[type, str]] = {list: "list", dict: "map", bytes: "binary
 # is a body, and the type its value must have (None: any).
 _SECTION_RULES: Final = {
     c.name: (SECTIONS.index(c.name), c.name in BODY_SECTIONS[:2], c.name in BODY_SECTIONS, _SOURCE_TYPES.get(c.source))
-    for c in _SPEC.described.values() if c.name in SECTIONS
-}  # fmt: skip
+    for c in _SPEC.described.values()
+    if c.name in SECTIONS
+}
 
 
 class Amqp10Format:
@@ -61,14 +64,25 @@ class Amqp10Format:
             return None
         size, doff, frame_type, _channel = _HEADER.unpack_from(buf, pos)
         if size < FRAME_HEADER_SIZE:
-            raise FrameError(f"frame size {size} is below the 8-byte minimum", 0, "amqp10.frame.size_below_minimum",
-                             expected=f"at least {FRAME_HEADER_SIZE}", found=str(size))
+            raise FrameError(
+                f"frame size {size} is below the 8-byte minimum",
+                0,
+                "amqp10.frame.size_below_minimum",
+                expected=f"at least {FRAME_HEADER_SIZE}",
+                found=str(size),
+            )
         if doff < 2 or doff * 4 > size:
-            raise FrameError(f"data offset {doff} does not fit a {size}-byte frame", 4, "amqp10.frame.bad_data_offset",
-                             length=size, found=str(doff))
+            raise FrameError(
+                f"data offset {doff} does not fit a {size}-byte frame",
+                4,
+                "amqp10.frame.bad_data_offset",
+                length=size,
+                found=str(doff),
+            )
         if frame_type not in FRAME_TYPES:
-            raise FrameError(f"unknown 1.0 frame type {frame_type}", 5, "amqp10.frame.unknown_type",
-                             found=f"0x{frame_type:02x}")
+            raise FrameError(
+                f"unknown 1.0 frame type {frame_type}", 5, "amqp10.frame.unknown_type", found=f"0x{frame_type:02x}"
+            )
         return size
 
     def validate(self, buf: bytes, pos: int, length: int) -> FrameError | None:
@@ -93,8 +107,7 @@ class Amqp10Format:
             return FRAME_HEADER_SIZE
         return buf[pos + 4] * 4 + 1  # to the first octet of the body
 
-    def take_frames(self, buf: bytes, pos: int, end: int, base: int, packet_number: int, ts_us: int,
-                    out: list) -> int:
+    def take_frames(self, buf: bytes, pos: int, end: int, base: int, packet_number: int, ts_us: int, out: list) -> int:
         unpack = _HEADER.unpack_from
         append = out.append
         # buf[pos] == 0x41 ("A", maybe a protocol header) would be a frame of over 1 GiB: left to the splitter.
@@ -232,8 +245,13 @@ def decode_frame(data: bytes) -> dict[str, Any]:
     composite = _composite_for(descriptor)
     expected = "sasl-frame" if kind == "sasl" else "frame"
     if composite is None or expected not in composite.provides or not isinstance(items, list):
-        raise DecodeError(f"{descriptor_name(descriptor)} cannot be the body of a {kind} frame", body_start,
-                          "amqp10.frame.wrong_body", expected=kind, found=descriptor_name(descriptor))
+        raise DecodeError(
+            f"{descriptor_name(descriptor)} cannot be the body of a {kind} frame",
+            body_start,
+            "amqp10.frame.wrong_body",
+            expected=kind,
+            found=descriptor_name(descriptor),
+        )
     decoded = {
         "frame_type": kind,
         "channel": channel if kind == "amqp" else None,
@@ -243,8 +261,12 @@ def decode_frame(data: bytes) -> dict[str, Any]:
     if composite.name == "transfer":
         decoded["payload"] = data[end:]
     elif end != size:
-        raise DecodeError(f"{size - end} bytes after the {composite.name} performative", end,
-                          "amqp10.frame.trailing_bytes", length=size - end)
+        raise DecodeError(
+            f"{size - end} bytes after the {composite.name} performative",
+            end,
+            "amqp10.frame.trailing_bytes",
+            length=size - end,
+        )
     return decoded
 
 
@@ -279,16 +301,26 @@ def decode_message(payload: bytes) -> list[Section]:
             raise DecodeError("message data is not a message section", start, "amqp10.message.not_a_section")
         rank, repeats, is_body, source_type = rules
         if source_type is not None and not isinstance(inner, source_type):
-            raise DecodeError(f"{composite.name} section is not a {_TYPE_NAMES[source_type]}", start,
-                              "amqp10.message.section_type", expected=_TYPE_NAMES[source_type], found=composite.name)
+            raise DecodeError(
+                f"{composite.name} section is not a {_TYPE_NAMES[source_type]}",
+                start,
+                "amqp10.message.section_type",
+                expected=_TYPE_NAMES[source_type],
+                found=composite.name,
+            )
         # Sections come in spec order, and only body sections repeat (data, amqp-sequence).
         if rank < order or (rank == order and not repeats):
-            raise DecodeError(f"{composite.name} section out of order", start, "amqp10.message.section_order",
-                              found=composite.name)
+            raise DecodeError(
+                f"{composite.name} section out of order", start, "amqp10.message.section_order", found=composite.name
+            )
         if is_body:
             if body is not None and body != composite.name:
-                raise DecodeError(f"{composite.name} section after a {body} body", start, "amqp10.message.after_body",
-                                  found=composite.name)
+                raise DecodeError(
+                    f"{composite.name} section after a {body} body",
+                    start,
+                    "amqp10.message.after_body",
+                    found=composite.name,
+                )
             body = composite.name
         order = rank
         if composite.source == "list" and isinstance(inner, list):

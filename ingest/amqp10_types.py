@@ -88,17 +88,34 @@ Decoder = Callable[[bytes, int], tuple[Any, int]]
 
 
 def short_of(n: int, pos: int, left: int) -> DecodeError:
-    return DecodeError(f"value needs {n} bytes, {max(left, 0)} left", pos, "amqp10.value.truncated",
-                       expected=str(n), found=str(max(left, 0)))
+    return DecodeError(
+        f"value needs {n} bytes, {max(left, 0)} left",
+        pos,
+        "amqp10.value.truncated",
+        expected=str(n),
+        found=str(max(left, 0)),
+    )
 
 
 # How each fixed-width primitive's bytes become a value (struct formats, network byte order).
 _FIXED_FORMATS: Final = {
-    ("ubyte", 1): ">B", ("ushort", 2): ">H", ("uint", 4): ">I", ("uint", 1): ">B",
-    ("ulong", 8): ">Q", ("ulong", 1): ">B", ("byte", 1): ">b", ("short", 2): ">h",
-    ("int", 4): ">i", ("int", 1): ">b", ("long", 8): ">q", ("long", 1): ">b",
-    ("float", 4): ">f", ("double", 8): ">d", ("timestamp", 8): ">q", ("boolean", 1): ">B",
-}  # fmt: skip
+    ("ubyte", 1): ">B",
+    ("ushort", 2): ">H",
+    ("uint", 4): ">I",
+    ("uint", 1): ">B",
+    ("ulong", 8): ">Q",
+    ("ulong", 1): ">B",
+    ("byte", 1): ">b",
+    ("short", 2): ">h",
+    ("int", 4): ">i",
+    ("int", 1): ">b",
+    ("long", 8): ">q",
+    ("long", 1): ">b",
+    ("float", 4): ">f",
+    ("double", 8): ">d",
+    ("timestamp", 8): ">q",
+    ("boolean", 1): ">B",
+}
 # Zero-width encodings carry their value in the constructor.
 _CONSTANTS: Final = {"null": None, "true": True, "false": False}
 
@@ -138,8 +155,13 @@ def _fixed(enc: Encoding) -> Decoder:
             if pos >= len(buf):
                 raise short_of(1, pos, 0)
             if buf[pos] > 1:
-                raise DecodeError(f"boolean octet 0x{buf[pos]:02x} is neither 0x00 nor 0x01", pos,
-                                  "amqp10.value.bad_boolean", expected="0x00 or 0x01", found=f"0x{buf[pos]:02x}")
+                raise DecodeError(
+                    f"boolean octet 0x{buf[pos]:02x} is neither 0x00 nor 0x01",
+                    pos,
+                    "amqp10.value.bad_boolean",
+                    expected="0x00 or 0x01",
+                    found=f"0x{buf[pos]:02x}",
+                )
             return buf[pos] == 1, pos + 1
 
         return decode_boolean
@@ -186,8 +208,9 @@ def _fixed(enc: Encoding) -> Decoder:
         try:
             return convert(bytes(buf[pos : pos + width])), pos + width
         except ValueError as exc:
-            raise DecodeError(f"{enc.type_name}: {exc}", pos, "amqp10.value.invalid",
-                              found=bytes(buf[pos : pos + width]).hex()) from None
+            raise DecodeError(
+                f"{enc.type_name}: {exc}", pos, "amqp10.value.invalid", found=bytes(buf[pos : pos + width]).hex()
+            ) from None
 
     return decode_raw
 
@@ -226,8 +249,13 @@ def _variable(enc: Encoding) -> Decoder:
         else:
             size, pos = read_size(buf, pos)
             if size > MAX_VALUE_BYTES:
-                raise DecodeError(f"{enc.name} of {size} bytes, above {MAX_VALUE_BYTES} (limit)", pos - width,
-                                  "limit.value_bytes", expected=str(MAX_VALUE_BYTES), found=str(size))
+                raise DecodeError(
+                    f"{enc.name} of {size} bytes, above {MAX_VALUE_BYTES} (limit)",
+                    pos - width,
+                    "limit.value_bytes",
+                    expected=str(MAX_VALUE_BYTES),
+                    found=str(size),
+                )
         stop = pos + size
         if stop > len(buf):
             raise short_of(size, pos, len(buf) - pos)
@@ -270,8 +298,9 @@ def _sequence(enc: Encoding) -> Decoder:
             size, pos = read_size(buf, pos)
         end = pos + size
         if end > length or size < width:
-            raise DecodeError(f"{enc.name} of {size} bytes overruns the frame", pos, "amqp10.value.overruns_frame",
-                              length=size)
+            raise DecodeError(
+                f"{enc.name} of {size} bytes overruns the frame", pos, "amqp10.value.overruns_frame", length=size
+            )
         if width == 1:
             count = buf[pos]
             pos += 1
@@ -280,8 +309,13 @@ def _sequence(enc: Encoding) -> Decoder:
         # List and map elements take a byte at least; array elements of a zero-width type none,
         # so those are only bounded, against a count that would loop for ever.
         if count > size and (not is_array or count > _MAX_ZERO_WIDTH_ELEMENTS):
-            raise DecodeError(f"{enc.name} of {size} bytes cannot hold {count} elements", pos,
-                              "amqp10.value.count_exceeds_size", length=size, found=str(count))
+            raise DecodeError(
+                f"{enc.name} of {size} bytes cannot hold {count} elements",
+                pos,
+                "amqp10.value.count_exceeds_size",
+                length=size,
+                found=str(count),
+            )
         # Limits (ingest.limits), checked before anything is built: nesting, and the values a
         # frame may build (zero-width array elements multiply when arrays nest).
         exceeded = budget.enter() or budget.take(count)
@@ -312,13 +346,19 @@ def _sequence(enc: Encoding) -> Decoder:
                     value, pos = known(buf, pos + 1)
                 append(value)
         if pos != end:
-            raise DecodeError(f"{enc.name} size {size} disagrees with its {count} elements", pos,
-                              "amqp10.value.size_mismatch", length=size, found=str(count))
+            raise DecodeError(
+                f"{enc.name} size {size} disagrees with its {count} elements",
+                pos,
+                "amqp10.value.size_mismatch",
+                length=size,
+                found=str(count),
+            )
         budget.leave()
         if is_map:
             if count % 2:
-                raise DecodeError(f"{enc.name} has an odd number ({count}) of elements", pos, "amqp10.value.odd_map",
-                                  found=str(count))
+                raise DecodeError(
+                    f"{enc.name} has an odd number ({count}) of elements", pos, "amqp10.value.odd_map", found=str(count)
+                )
             return dict(zip(map(_hashable, items[0::2]), items[1::2])), pos
         return items, pos
 
@@ -338,7 +378,9 @@ def _hashable(key: Any) -> Any:
 # Indexed by constructor byte: the hot path of decode_value is one list lookup (filled below).
 _BY_CODE: Final[list[Decoder | None]] = [None] * 256
 _CATEGORY: Final = {"fixed": _fixed, "variable": _variable, "compound": _sequence, "array": _sequence}
-PRIMITIVE_DECODERS: Final[dict[int, Decoder]] = {code: _CATEGORY[e.category](e) for code, e in amqp10().encodings.items()}
+PRIMITIVE_DECODERS: Final[dict[int, Decoder]] = {
+    code: _CATEGORY[e.category](e) for code, e in amqp10().encodings.items()
+}
 _BY_CODE[:] = [PRIMITIVE_DECODERS.get(code) for code in range(256)]
 # The primitive decoder of each format code (None: described 0x00, or not a format code), read-only.
 DECODERS_BY_CODE: Final[tuple[Decoder | None, ...]] = tuple(_BY_CODE)
@@ -364,8 +406,9 @@ def _constructor(buf: bytes, pos: int) -> tuple[Decoder, int]:
         return described, pos
     decoder = _BY_CODE[code]
     if decoder is None:
-        raise DecodeError(f"unknown format code 0x{code:02x}", pos, "amqp10.value.unknown_format_code",
-                          found=f"0x{code:02x}")
+        raise DecodeError(
+            f"unknown format code 0x{code:02x}", pos, "amqp10.value.unknown_format_code", found=f"0x{code:02x}"
+        )
     return decoder, pos + 1
 
 
@@ -396,8 +439,9 @@ def read_value(buf: bytes, pos: int) -> tuple[Any, int]:
         value, pos = read_value(buf, pos)
         BUDGET.leave()
         return Described(descriptor, value), pos
-    raise DecodeError(f"unknown format code 0x{code:02x}", pos, "amqp10.value.unknown_format_code",
-                      found=f"0x{code:02x}")
+    raise DecodeError(
+        f"unknown format code 0x{code:02x}", pos, "amqp10.value.unknown_format_code", found=f"0x{code:02x}"
+    )
 
 
 def value_extent(buf: bytes, pos: int, depth: int = 0) -> int | None:
@@ -415,16 +459,21 @@ def value_extent(buf: bytes, pos: int, depth: int = 0) -> int | None:
         if code != 0x00:
             break
         if depth >= MAX_DEPTH:
-            raise DecodeError(f"descriptors nested deeper than {MAX_DEPTH} levels (limit)", pos, "limit.depth",
-                              expected=str(MAX_DEPTH))
+            raise DecodeError(
+                f"descriptors nested deeper than {MAX_DEPTH} levels (limit)",
+                pos,
+                "limit.depth",
+                expected=str(MAX_DEPTH),
+            )
         descriptor = value_extent(buf, pos + 1, depth + 1)
         if descriptor is None:
             return None
         pos += 1 + descriptor
     enc = spec.get(code)
     if enc is None:
-        raise DecodeError(f"unknown format code 0x{code:02x}", pos, "amqp10.value.unknown_format_code",
-                          found=f"0x{code:02x}")
+        raise DecodeError(
+            f"unknown format code 0x{code:02x}", pos, "amqp10.value.unknown_format_code", found=f"0x{code:02x}"
+        )
     if enc.category == "fixed":
         return pos + 1 + enc.width - start
     if pos + 1 + enc.width > len(buf):

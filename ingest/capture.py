@@ -31,7 +31,10 @@ _HEADER_PROTOCOLS: Final = {
     amqp091.PROTOCOL_HEADER: (amqp091.PROTOCOL, "amqp-0-9-1"),
     **{header: (amqp10.PROTOCOL, name) for header, name in amqp10.PROTOCOL_HEADERS.items()},
 }
-_FORMATS: Final[dict[str, FrameFormat]] = {amqp091.PROTOCOL: amqp091.Amqp091Format(), amqp10.PROTOCOL: amqp10.Amqp10Format()}
+_FORMATS: Final[dict[str, FrameFormat]] = {
+    amqp091.PROTOCOL: amqp091.Amqp091Format(),
+    amqp10.PROTOCOL: amqp10.Amqp10Format(),
+}
 # Bytes of a stream examined before giving up on recognising AMQP in it.
 _DETECT_BYTES: Final = 64
 _GAP: Final = "capture gap: bytes missing from the capture"
@@ -43,8 +46,9 @@ _INFER_BYTES: Final = 1 << 18
 # Held undecided at most this many bytes a direction (the search then decides on what it has).
 _INFER_HOLD: Final = 4 * _INFER_BYTES
 # The bytes of such a direction before its first frame (the rest of a frame the capture cut).
-_MID_STREAM_START: Final = FrameError("capture started inside a frame (connection picked up mid-stream)", 0,
-                                      "framing.mid_stream_start")
+_MID_STREAM_START: Final = FrameError(
+    "capture started inside a frame (connection picked up mid-stream)", 0, "framing.mid_stream_start"
+)
 
 Row = dict[str, Any]
 Rows = list[tuple[str, Row]]
@@ -95,8 +99,13 @@ class CaptureDecoder:
     nested generators: this runs once a packet, and generator frames cost more than the work.
     """
 
-    def __init__(self, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS, segments: bool = False,
-                 keys: KeyLog | None = None) -> None:
+    def __init__(
+        self,
+        capture_id: str,
+        ports: tuple[int, ...] = DEFAULT_PORTS,
+        segments: bool = False,
+        keys: KeyLog | None = None,
+    ) -> None:
         self.capture_id = capture_id
         self.ports = frozenset(ports)
         self.segments = segments
@@ -222,8 +231,22 @@ class CaptureDecoder:
 
     def _gap(self, conn: _Connection, direction: str, side: _Direction, gap: Gap, rows: Rows) -> None:
         """Bytes missing from the capture: a quarantine row, and the splitter resynchronises after them."""
-        rows.append(("quarantine", quarantine_row(self.capture_id, conn.connection_id, direction, gap.offset, gap.size,
-                                                  gap.packet_number, _GAP, "tcp.gap", missing=True)))
+        rows.append(
+            (
+                "quarantine",
+                quarantine_row(
+                    self.capture_id,
+                    conn.connection_id,
+                    direction,
+                    gap.offset,
+                    gap.size,
+                    gap.packet_number,
+                    _GAP,
+                    "tcp.gap",
+                    missing=True,
+                ),
+            )
+        )
         if side.splitter is not None:
             left = side.splitter.skip(gap.size, gap.packet_number, "capture gap")
             if left is not None:
@@ -282,8 +305,9 @@ class CaptureDecoder:
         c2s_events, s2c_events = waiting[C2S], waiting[S2C]
         i = j = 0
         while i < len(c2s_events) or j < len(s2c_events):
-            if j >= len(s2c_events) or (i < len(c2s_events)
-                                        and c2s_events[i].packet_number <= s2c_events[j].packet_number):
+            if j >= len(s2c_events) or (
+                i < len(c2s_events) and c2s_events[i].packet_number <= s2c_events[j].packet_number
+            ):
                 d, event, i = C2S, c2s_events[i], i + 1
             else:
                 d, event, j = S2C, s2c_events[j], j + 1
@@ -335,21 +359,55 @@ class CaptureDecoder:
         tls = conn.tls
         assert tls is not None
         if isinstance(event, Gap):
-            rows.append(("quarantine", quarantine_row(self.capture_id, conn.connection_id, direction, event.offset,
-                                                      event.size, event.packet_number, _GAP, "tcp.gap", missing=True)))
+            rows.append(
+                (
+                    "quarantine",
+                    quarantine_row(
+                        self.capture_id,
+                        conn.connection_id,
+                        direction,
+                        event.offset,
+                        event.size,
+                        event.packet_number,
+                        _GAP,
+                        "tcp.gap",
+                        missing=True,
+                    ),
+                )
+            )
         self._above_tls(conn, tls.event(direction, event), rows)
 
-    def _above_tls(self, conn: _Connection, items: list[tuple[str, Plain | Problem | Break | Decided]],
-                   rows: Rows) -> None:
+    def _above_tls(
+        self, conn: _Connection, items: list[tuple[str, Plain | Problem | Break | Decided]], rows: Rows
+    ) -> None:
         """The TLS stage's output: decrypted bytes framed, what was not decrypted quarantined."""
         for direction, item in items:
             side = conn.directions[direction]
             if isinstance(item, Plain):
-                self._split(conn, direction, side, Data(item.offset, item.payload, item.packet_number, item.ts_us),
-                            rows, item.record)
+                self._split(
+                    conn,
+                    direction,
+                    side,
+                    Data(item.offset, item.payload, item.packet_number, item.ts_us),
+                    rows,
+                    item.record,
+                )
             elif isinstance(item, Problem):
-                rows.append(("quarantine", quarantine_row(self.capture_id, conn.connection_id, direction, item.offset,
-                                                          item.size, item.packet_number, item.reason, item.reason_id)))
+                rows.append(
+                    (
+                        "quarantine",
+                        quarantine_row(
+                            self.capture_id,
+                            conn.connection_id,
+                            direction,
+                            item.offset,
+                            item.size,
+                            item.packet_number,
+                            item.reason,
+                            item.reason_id,
+                        ),
+                    )
+                )
             elif isinstance(item, Break):
                 if side.splitter is not None:
                     left = side.splitter.skip(0, item.packet_number, "TLS records not decrypted")
@@ -396,8 +454,9 @@ class CaptureDecoder:
         protocol = (found.get(C2S) or found[S2C])[0]
         return protocol, {d: offset for d, (p, offset) in found.items() if p == protocol}
 
-    def _frames_start(self, conn: _Connection, direction: str, side: _Direction, held: list[Event],
-                      start: int | None, rows: Rows) -> list[Event]:
+    def _frames_start(
+        self, conn: _Connection, direction: str, side: _Direction, held: list[Event], start: int | None, rows: Rows
+    ) -> list[Event]:
         """A mid-stream direction's splitter, started at its first frame: the bytes before it (the
         rest of a frame the capture cut) are quarantined. Where no frame was found yet, the splitter
         starts resynchronising, as after bytes it cannot frame. Returns the held events left to split."""
@@ -411,8 +470,17 @@ class CaptureDecoder:
         side.decoder = stream_decoder(conn.protocol or "")
         if start == 0:
             return held
-        rows.append(("quarantine", unframed_row(self.capture_id, conn.connection_id, direction,
-                                                _MID_STREAM_START.unframed(first.offset, start, first.packet_number))))
+        rows.append(
+            (
+                "quarantine",
+                unframed_row(
+                    self.capture_id,
+                    conn.connection_id,
+                    direction,
+                    _MID_STREAM_START.unframed(first.offset, start, first.packet_number),
+                ),
+            )
+        )
         left, skip = [], start
         for event in held:
             if skip and isinstance(event, Data):
@@ -424,9 +492,9 @@ class CaptureDecoder:
             left.append(event)
         return left
 
-
-    def _split(self, conn: _Connection, direction: str, side: _Direction, event: Data, rows: Rows,
-               record: int | None = None) -> None:
+    def _split(
+        self, conn: _Connection, direction: str, side: _Direction, event: Data, rows: Rows, record: int | None = None
+    ) -> None:
         protocol = conn.protocol
         assert protocol is not None, "frames split before the protocol is known"
         splitter, decode = side.splitter, side.decoder
@@ -444,8 +512,11 @@ class CaptureDecoder:
             offset, data, packet_number, ts_us, is_protocol_header = item
             if is_protocol_header:
                 name = _HEADER_PROTOCOLS.get(data, (protocol, data.hex()))[1]
-                decoded = {"frame_type": "protocol-header", "method": name,
-                           "arguments": {"protocol-id": data[4], "version": ".".join(map(str, data[5:8]))}}
+                decoded = {
+                    "frame_type": "protocol-header",
+                    "method": name,
+                    "arguments": {"protocol-id": data[4], "version": ".".join(map(str, data[5:8]))},
+                }
             else:
                 try:
                     decoded = decode(data)
@@ -493,9 +564,21 @@ class CaptureDecoder:
             reason_id = "decoder.defect"
             offset, reason, length, expected = raw.offset, f"{type(exc).__name__}: {str(exc)[:200]}", None, None
             found = type(exc).__name__
-        return quarantine_row(self.capture_id, conn.connection_id, direction, raw.offset, len(raw.data),
-                              raw.packet_number, f"undecodable {conn.protocol} frame: {reason} (byte {offset})",
-                              reason_id, False, offset, length, expected, found)
+        return quarantine_row(
+            self.capture_id,
+            conn.connection_id,
+            direction,
+            raw.offset,
+            len(raw.data),
+            raw.packet_number,
+            f"undecodable {conn.protocol} frame: {reason} (byte {offset})",
+            reason_id,
+            False,
+            offset,
+            length,
+            expected,
+            found,
+        )
 
     def _segment_row(self, conn: _Connection, direction: str, seg: Segment, number: int, ts_us: int) -> Row:
         """The tcp_segments row of one segment, before its payload enters the stream."""
@@ -579,11 +662,34 @@ class CaptureDecoder:
         reason_id, reason = conn.not_amqp_reason or _NOT_AMQP
         for direction, side in conn.directions.items():
             if side.payload_bytes:
-                yield "quarantine", quarantine_row(self.capture_id, conn.connection_id, direction, 0,
-                                                   side.payload_bytes, self._last_packet, reason, reason_id)
+                yield (
+                    "quarantine",
+                    quarantine_row(
+                        self.capture_id,
+                        conn.connection_id,
+                        direction,
+                        0,
+                        side.payload_bytes,
+                        self._last_packet,
+                        reason,
+                        reason_id,
+                    ),
+                )
             if side.missing_bytes:
-                yield "quarantine", quarantine_row(self.capture_id, conn.connection_id, direction, 0,
-                                                   side.missing_bytes, self._last_packet, _GAP, "tcp.gap", missing=True)
+                yield (
+                    "quarantine",
+                    quarantine_row(
+                        self.capture_id,
+                        conn.connection_id,
+                        direction,
+                        0,
+                        side.missing_bytes,
+                        self._last_packet,
+                        _GAP,
+                        "tcp.gap",
+                        missing=True,
+                    ),
+                )
         row = self._connection_row(conn)
         row["protocol"] = "tls" if "TLS" in reason else "not-amqp"
         yield "connections", row
@@ -730,8 +836,13 @@ def direction_payloads(path: str | Path) -> dict[tuple[str, int, str, int], list
     return payloads
 
 
-def decode_capture(path: str | Path, capture_id: str, ports: tuple[int, ...] = DEFAULT_PORTS,
-                   segments: bool = False, tls_keylog: Sequence[str | Path] = ()) -> Iterator[tuple[str, Row]]:
+def decode_capture(
+    path: str | Path,
+    capture_id: str,
+    ports: tuple[int, ...] = DEFAULT_PORTS,
+    segments: bool = False,
+    tls_keylog: Sequence[str | Path] = (),
+) -> Iterator[tuple[str, Row]]:
     """Every row of one capture: ("frames" | "connections" | "quarantine" | "captures", row), and
     ("tcp_segments", row) too with ``segments=True``. TLS sessions are decrypted with the secrets of
     the ``tls_keylog`` files (NSS key log format), read when a TLS connection is first met.

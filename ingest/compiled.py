@@ -30,9 +30,22 @@ from pathlib import Path
 PACKAGE = "amqpscope.ingest"
 # In dependency order; everything a packet goes through on its way to a row.
 MODULES = (
-    "reasons", "limits", "pcap", "packets", "tcp", "framing", "amqp10_types", "amqp091_values", "amqp091_methods",
-    "amqp091", "amqp10", "messages", "rows", "quarantine", "capture",
-)  # fmt: skip
+    "reasons",
+    "limits",
+    "pcap",
+    "packets",
+    "tcp",
+    "framing",
+    "amqp10_types",
+    "amqp091_values",
+    "amqp091_methods",
+    "amqp091",
+    "amqp10",
+    "messages",
+    "rows",
+    "quarantine",
+    "capture",
+)
 GROUP = f"{PACKAGE}._native"  # mypyc's shared library: amqpscope.ingest._native__mypyc
 MANIFEST = "_compiled_sources.json"
 PURE_PYTHON_VARIABLE = "AMQPSCOPE_PURE_PYTHON"

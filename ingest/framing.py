@@ -53,8 +53,17 @@ class FrameError(DecodeError):
 
     def unframed(self, offset: int, size: int, packet_number: int, reason: str | None = None) -> Unframed:
         """The quarantine item of ``size`` bytes from stream offset ``offset`` that this error made unframeable."""
-        return Unframed(offset, size, packet_number, self.reason if reason is None else reason, self.reason_id,
-                        offset + self.offset, self.length, self.expected, self.found)
+        return Unframed(
+            offset,
+            size,
+            packet_number,
+            self.reason if reason is None else reason,
+            self.reason_id,
+            offset + self.offset,
+            self.length,
+            self.expected,
+            self.found,
+        )
 
 
 _INCOMPLETE: Final = "stream ended inside a frame"
@@ -81,8 +90,9 @@ class FrameFormat(Protocol):
     def evidence(self, buf: bytes | memoryview, pos: int) -> int:
         """How many bytes from ``pos`` on ``plausible`` needs to decide (it answered None with fewer)."""
 
-    def take_frames(self, buf: bytes, pos: int, end: int, base: int, packet_number: int, ts_us: int,
-                    out: list[RawFrame | Unframed]) -> int:
+    def take_frames(
+        self, buf: bytes, pos: int, end: int, base: int, packet_number: int, ts_us: int, out: list[RawFrame | Unframed]
+    ) -> int:
         """Append the complete, well-formed frames from ``pos`` on to ``out``; where they stop.
 
         The splitter's fast path: it stops, leaving the bytes to the splitter's general loop, at
@@ -240,14 +250,15 @@ class FrameSplitter:
         size = len(self._buf)
         unframeable = self._unframeable
         if unframeable is not None:
-            left = unframeable.unframed(self._base, size, packet_number,
-                                        unframeable.reason if gap is None else f"{unframeable.reason} ({gap})")
+            left = unframeable.unframed(
+                self._base, size, packet_number, unframeable.reason if gap is None else f"{unframeable.reason} ({gap})"
+            )
         elif gap is None:
-            left = Unframed(self._base, size, packet_number, _INCOMPLETE, "framing.incomplete_frame",
-                            error_length=size)
+            left = Unframed(self._base, size, packet_number, _INCOMPLETE, "framing.incomplete_frame", error_length=size)
         else:
-            left = Unframed(self._base, size, packet_number, f"incomplete frame {gap}", "framing.cut_by_gap",
-                            error_length=size)
+            left = Unframed(
+                self._base, size, packet_number, f"incomplete frame {gap}", "framing.cut_by_gap", error_length=size
+            )
         self._base += size
         self._buf.clear()
         self._unframeable, self._scan, self._wanted = None, 0, 0

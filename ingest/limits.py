@@ -51,8 +51,9 @@ class Budget:
         """One level deeper; the reason when that is too deep (the caller raises, with its offset:
         ``reasons.beyond``)."""
         if self.depth >= MAX_DEPTH:
-            return Reason("limit.depth", f"values nested deeper than {MAX_DEPTH} levels (limit)",
-                          expected=str(MAX_DEPTH))
+            return Reason(
+                "limit.depth", f"values nested deeper than {MAX_DEPTH} levels (limit)", expected=str(MAX_DEPTH)
+            )
         self.depth += 1
         return None
 
@@ -62,13 +63,19 @@ class Budget:
     def take(self, count: int) -> Reason | None:
         """Room for ``count`` more values; the reason when the frame may not build them."""
         if count > MAX_ELEMENTS:
-            return Reason("limit.elements", f"{count} elements in one value, above {MAX_ELEMENTS} (limit)",
-                          expected=str(MAX_ELEMENTS), found=str(count))
+            return Reason(
+                "limit.elements",
+                f"{count} elements in one value, above {MAX_ELEMENTS} (limit)",
+                expected=str(MAX_ELEMENTS),
+                found=str(count),
+            )
         self.objects += count
         if self.objects > self.allowed:
-            return Reason("limit.objects",
-                          f"more than {self.allowed} values in one frame of {self.allowed - MAX_OBJECTS} bytes (limit)",
-                          expected=str(self.allowed))
+            return Reason(
+                "limit.objects",
+                f"more than {self.allowed} values in one frame of {self.allowed - MAX_OBJECTS} bytes (limit)",
+                expected=str(self.allowed),
+            )
         return None
 
 

@@ -73,8 +73,13 @@ class Amqp10Deliveries:
 
 
 def _message(frames: int, payload: bytes, aborted: bool) -> dict[str, Any]:
-    message: dict[str, Any] = {"frames": frames, "size": len(payload), "aborted": aborted,
-                               "sections": None, "error": None}
+    message: dict[str, Any] = {
+        "frames": frames,
+        "size": len(payload),
+        "aborted": aborted,
+        "sections": None,
+        "error": None,
+    }
     if aborted:
         return message
     try:

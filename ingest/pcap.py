@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import BinaryIO, Final, NamedTuple
 
 _PCAP_MAGIC: Final = {
-    b"\xd4\xc3\xb2\xa1": ("<", False), b"\xa1\xb2\xc3\xd4": (">", False),
-    b"\x4d\x3c\xb2\xa1": ("<", True), b"\xa1\xb2\x3c\x4d": (">", True),
-}  # fmt: skip
+    b"\xd4\xc3\xb2\xa1": ("<", False),
+    b"\xa1\xb2\xc3\xd4": (">", False),
+    b"\x4d\x3c\xb2\xa1": ("<", True),
+    b"\xa1\xb2\x3c\x4d": (">", True),
+}
 # pcapng block types (draft-ietf-opsawg-pcapng, section 11.1).
 PCAPNG_SHB: Final = 0x0A0D0D0A
 PCAPNG_IDB, PCAPNG_PB, PCAPNG_SPB, PCAPNG_EPB = 1, 2, 3, 6
@@ -160,8 +162,9 @@ def _interface(endian: str, body: bytes) -> tuple[int, int]:
 RawRecord = tuple[int, int, int, bytes, int]
 
 
-def scan(path: str | Path, c: Container, start: int, end: int, damage: list[Damage] | None = None
-         ) -> Iterator[RawRecord]:
+def scan(
+    path: str | Path, c: Container, start: int, end: int, damage: list[Damage] | None = None
+) -> Iterator[RawRecord]:
     """Every packet record starting in [start, end) of the file, as plain tuples (the fast path).
 
     ``start`` must be a record boundary. Damage (a record cut by the end of the file, an
@@ -172,8 +175,17 @@ def scan(path: str | Path, c: Container, start: int, end: int, damage: list[Dama
     return (_pcap_records if c.kind == "pcap" else _pcapng_records)(path, c, start, end, damage)
 
 
-def _skip_damage(path: str | Path, c: Container, offset: int, place: str, reason: str, damage: list[Damage] | None,
-                 reason_id: str, expected: str | None = None, found: str | None = None) -> int:
+def _skip_damage(
+    path: str | Path,
+    c: Container,
+    offset: int,
+    place: str,
+    reason: str,
+    damage: list[Damage] | None,
+    reason_id: str,
+    expected: str | None = None,
+    found: str | None = None,
+) -> int:
     """Past an impossible record at ``offset``: where reading goes on (the file's size: nowhere).
 
     Raises ``CaptureError`` when the caller keeps no ``damage`` list.
@@ -194,8 +206,9 @@ def _skip_damage(path: str | Path, c: Container, offset: int, place: str, reason
     return resume
 
 
-def _pcap_records(path: str | Path, c: Container, start: int, end: int, damage: list[Damage] | None
-                  ) -> Iterator[RawRecord]:
+def _pcap_records(
+    path: str | Path, c: Container, start: int, end: int, damage: list[Damage] | None
+) -> Iterator[RawRecord]:
     unpack = struct.Struct(c.endian + "IIII").unpack_from
     nano, linktype = c.nano, c.linktype
     with open(path, "rb") as f:
@@ -206,18 +219,37 @@ def _pcap_records(path: str | Path, c: Container, start: int, end: int, damage: 
                 buf, base, pos = buf[pos:] + f.read(_BLOCK), base + pos, 0
                 if len(buf) < 16:
                     if damage is None:
-                        raise CaptureError(path, f"record at byte {base}", "file ends inside a record header",
-                                           offset=base)
-                    damage.append(Damage(base, len(buf), f"record at byte {base}", "file ends inside a record header",
-                                         "capture.truncated", "16", str(len(buf))))
+                        raise CaptureError(
+                            path, f"record at byte {base}", "file ends inside a record header", offset=base
+                        )
+                    damage.append(
+                        Damage(
+                            base,
+                            len(buf),
+                            f"record at byte {base}",
+                            "file ends inside a record header",
+                            "capture.truncated",
+                            "16",
+                            str(len(buf)),
+                        )
+                    )
                     return
             sec, frac, caplen, wirelen = unpack(buf, pos)
             if caplen > MAX_RECORD:
                 # No capture tool writes such a record (Wireshark refuses above 256 KiB): the
                 # length is damage, and must not size a read. Go on at the next record boundary.
                 place = f"record at byte {base + pos}"
-                resume = _skip_damage(path, c, base + pos, place, f"impossible captured length {caplen}", damage,
-                                      "capture.record_length_impossible", f"at most {MAX_RECORD}", str(caplen))
+                resume = _skip_damage(
+                    path,
+                    c,
+                    base + pos,
+                    place,
+                    f"impossible captured length {caplen}",
+                    damage,
+                    "capture.record_length_impossible",
+                    f"at most {MAX_RECORD}",
+                    str(caplen),
+                )
                 f.seek(resume)
                 buf, base, pos = f.read(_BLOCK), resume, 0
                 continue
@@ -229,16 +261,26 @@ def _pcap_records(path: str | Path, c: Container, start: int, end: int, damage: 
                     reason = f"file ends {stop - len(buf)} bytes into a packet"
                     if damage is None:
                         raise CaptureError(path, f"record at byte {base}", reason, offset=base)
-                    damage.append(Damage(base, len(buf), f"record at byte {base}", reason, "capture.truncated",
-                                         str(stop), str(len(buf))))
+                    damage.append(
+                        Damage(
+                            base,
+                            len(buf),
+                            f"record at byte {base}",
+                            reason,
+                            "capture.truncated",
+                            str(stop),
+                            str(len(buf)),
+                        )
+                    )
                     return
             ts_us = sec * 1_000_000 + (frac // 1000 if nano else frac)
             yield base + pos, ts_us, linktype, buf[pos + 16 : stop], wirelen
             pos = stop
 
 
-def _pcapng_records(path: str | Path, c: Container, start: int, end: int, damage: list[Damage] | None
-                    ) -> Iterator[RawRecord]:
+def _pcapng_records(
+    path: str | Path, c: Container, start: int, end: int, damage: list[Damage] | None
+) -> Iterator[RawRecord]:
     endian = c.endian
     # Interfaces described after the first packet apply from there on; only a reader that started
     # at or before the first packet has seen every description before them, so only it can number them.
@@ -252,10 +294,20 @@ def _pcapng_records(path: str | Path, c: Container, start: int, end: int, damage
                 buf, base, pos = buf[pos:] + f.read(_BLOCK), base + pos, 0
                 if len(buf) < 12:
                     if damage is None:
-                        raise CaptureError(path, f"block at byte {base}", "file ends inside a block header",
-                                           offset=base)
-                    damage.append(Damage(base, len(buf), f"block at byte {base}", "file ends inside a block header",
-                                         "capture.truncated", "12", str(len(buf))))
+                        raise CaptureError(
+                            path, f"block at byte {base}", "file ends inside a block header", offset=base
+                        )
+                    damage.append(
+                        Damage(
+                            base,
+                            len(buf),
+                            f"block at byte {base}",
+                            "file ends inside a block header",
+                            "capture.truncated",
+                            "12",
+                            str(len(buf)),
+                        )
+                    )
                     return
             block_type, length = struct.unpack_from(endian + "II", buf, pos)
             if block_type == PCAPNG_SHB:
@@ -265,8 +317,16 @@ def _pcapng_records(path: str | Path, c: Container, start: int, end: int, damage
                 interfaces = []
             if length < _MIN_BLOCK.get(block_type, 12) or length % 4 or length > _MAX_CLAIMED:
                 place = f"block at byte {base + pos}"
-                resume = _skip_damage(path, c, base + pos, place, f"impossible block length {length}", damage,
-                                      "capture.block_length_impossible", found=str(length))
+                resume = _skip_damage(
+                    path,
+                    c,
+                    base + pos,
+                    place,
+                    f"impossible block length {length}",
+                    damage,
+                    "capture.block_length_impossible",
+                    found=str(length),
+                )
                 f.seek(resume)
                 buf, base, pos = f.read(_BLOCK), resume, 0
                 continue
@@ -277,15 +337,33 @@ def _pcapng_records(path: str | Path, c: Container, start: int, end: int, damage
                 if stop > len(buf):
                     if damage is None:
                         raise CaptureError(path, f"block at byte {base}", "file ends inside a block", offset=base)
-                    damage.append(Damage(base, len(buf), f"block at byte {base}", "file ends inside a block",
-                                         "capture.truncated", str(length), str(len(buf))))
+                    damage.append(
+                        Damage(
+                            base,
+                            len(buf),
+                            f"block at byte {base}",
+                            "file ends inside a block",
+                            "capture.truncated",
+                            str(length),
+                            str(len(buf)),
+                        )
+                    )
                     return
             (trailer,) = struct.unpack_from(endian + "I", buf, stop - 4)
             if trailer != length:
                 # Every block repeats its length at its end (pcapng 3.1): a block without it is damage.
                 place = f"block at byte {base + pos}"
-                resume = _skip_damage(path, c, base + pos, place, f"block length {length} not repeated at its end",
-                                      damage, "capture.block_length_not_repeated", str(length), str(trailer))
+                resume = _skip_damage(
+                    path,
+                    c,
+                    base + pos,
+                    place,
+                    f"block length {length} not repeated at its end",
+                    damage,
+                    "capture.block_length_not_repeated",
+                    str(length),
+                    str(trailer),
+                )
                 f.seek(resume)
                 buf, base, pos = f.read(_BLOCK), resume, 0
                 continue
@@ -318,7 +396,12 @@ def _pcap_record_ok(c: Container, buf: bytes, pos: int, previous_sec: int | None
     if pos + 16 > len(buf):
         return None
     sec, frac, caplen, wirelen = struct.unpack_from(c.endian + "IIII", buf, pos)
-    if frac >= (1_000_000_000 if c.nano else 1_000_000) or caplen > c.snaplen or caplen > wirelen or wirelen > MAX_RECORD:
+    if (
+        frac >= (1_000_000_000 if c.nano else 1_000_000)
+        or caplen > c.snaplen
+        or caplen > wirelen
+        or wirelen > MAX_RECORD
+    ):
         return None
     if previous_sec is not None and abs(sec - previous_sec) > 86_400:
         return None

@@ -24,10 +24,21 @@ _FILE_DAMAGED: Final = "capture file damaged: "
 _UNREADABLE: Final = "capture unreadable: "
 
 
-def quarantine_row(capture_id: str, connection_id: str | None, direction: str | None, stream_offset: int | None,
-                   byte_count: int, packet_number: int | None, reason: str, reason_id: str, missing: bool = False,
-                   error_offset: int | None = None, error_length: int | None = None, expected: str | None = None,
-                   found: str | None = None) -> Row:
+def quarantine_row(
+    capture_id: str,
+    connection_id: str | None,
+    direction: str | None,
+    stream_offset: int | None,
+    byte_count: int,
+    packet_number: int | None,
+    reason: str,
+    reason_id: str,
+    missing: bool = False,
+    error_offset: int | None = None,
+    error_length: int | None = None,
+    expected: str | None = None,
+    found: str | None = None,
+) -> Row:
     """One quarantine row: where the bytes are, how many, and why (id, sentence, details)."""
     return {
         "capture_id": capture_id,
@@ -48,17 +59,41 @@ def quarantine_row(capture_id: str, connection_id: str | None, direction: str | 
 
 def unframed_row(capture_id: str, connection_id: str, direction: str, item: Unframed) -> Row:
     """The quarantine row of bytes the frame splitter could not frame."""
-    return quarantine_row(capture_id, connection_id, direction, item.offset, item.size, item.packet_number,
-                          f"unframeable bytes: {item.reason}", item.reason_id, False, item.error_offset,
-                          item.error_length, item.expected, item.found)
+    return quarantine_row(
+        capture_id,
+        connection_id,
+        direction,
+        item.offset,
+        item.size,
+        item.packet_number,
+        f"unframeable bytes: {item.reason}",
+        item.reason_id,
+        False,
+        item.error_offset,
+        item.error_length,
+        item.expected,
+        item.found,
+    )
 
 
 def damage_row(capture_id: str, damage: Damage, part: str = "") -> Row:
     """The quarantine row of bytes of a capture file that were read past (``ingest.pcap.scan``):
     ``stream_offset`` and ``error_offset`` are file offsets; ``part`` names the file of a rotation."""
-    return quarantine_row(capture_id, None, None, damage.offset, damage.size, None,
-                          f"{_FILE_DAMAGED}{part}{damage.place}: {damage.reason}", damage.reason_id, False,
-                          damage.offset, None, damage.expected, damage.found)
+    return quarantine_row(
+        capture_id,
+        None,
+        None,
+        damage.offset,
+        damage.size,
+        None,
+        f"{_FILE_DAMAGED}{part}{damage.place}: {damage.reason}",
+        damage.reason_id,
+        False,
+        damage.offset,
+        None,
+        damage.expected,
+        damage.found,
+    )
 
 
 def capture_status(damage_rows: Sequence[Row]) -> str:

@@ -119,11 +119,14 @@ class Grouping:
         lines = []
         for parts in self.captures:
             if len(parts) > 1:
-                lines.append(f"{', '.join(p.name for p in parts)}: one capture, the rotated parts of one capture run "
-                             f"({_describe_layout(parts[0].layout)}; --no-group-rotated keeps them apart)")
+                lines.append(
+                    f"{', '.join(p.name for p in parts)}: one capture, the rotated parts of one capture run "
+                    f"({_describe_layout(parts[0].layout)}; --no-group-rotated keeps them apart)"
+                )
                 lines += [f"  {b.why}" for b in self.boundaries if b.joined and b.earlier in parts]
-        lines += [f"{b.earlier.name} and {b.later.name}: separate captures: {b.why}"
-                  for b in self.boundaries if not b.joined]
+        lines += [
+            f"{b.earlier.name} and {b.later.name}: separate captures: {b.why}" for b in self.boundaries if not b.joined
+        ]
         return lines
 
 
@@ -149,8 +152,9 @@ def _layout(c: Container) -> tuple[str, tuple[int, ...], tuple[int, ...], int]:
     return c.kind, tuple(lt for lt, _ in c.interfaces), c.snaplens, ticks.pop() if len(ticks) == 1 else 0
 
 
-def _edges(path: Path, c: Container, size: int
-           ) -> tuple[int | None, int | None, tuple[FlowStart, ...], tuple[FlowEnd, ...]]:
+def _edges(
+    path: Path, c: Container, size: int
+) -> tuple[int | None, int | None, tuple[FlowStart, ...], tuple[FlowEnd, ...]]:
     """First and last packet times, the first segment of each flow in the head of the file and
     the flows still open in its tail."""
     first = last = None
@@ -235,6 +239,7 @@ def _flow_text(flow: Flow) -> str:
 
 def _boundary(a: CapturePart, b: CapturePart) -> Boundary:
     """Whether ``b``, next in time, continues ``a``, with the evidence either way."""
+
     def verdict(joined: bool, why: str) -> Boundary:
         return Boundary(a, b, joined, why)
 
@@ -247,23 +252,41 @@ def _boundary(a: CapturePart, b: CapturePart) -> Boundary:
         return verdict(False, f"{b.name} starts {_seconds(-gap)} before {a.name} ends")
     if not a.tail:
         if gap > MAX_QUIET_GAP_US:
-            return verdict(False, f"no connection was open at the end of {a.name} and {b.name} starts "
-                                  f"{_seconds(gap)} after it (more than {_seconds(MAX_QUIET_GAP_US)})")
-        return verdict(True, f"{b.name} follows {a.name}: {_seconds(gap)} after its last packet, "
-                             f"no connection open between them")
+            return verdict(
+                False,
+                f"no connection was open at the end of {a.name} and {b.name} starts "
+                f"{_seconds(gap)} after it (more than {_seconds(MAX_QUIET_GAP_US)})",
+            )
+        return verdict(
+            True, f"{b.name} follows {a.name}: {_seconds(gap)} after its last packet, no connection open between them"
+        )
     starts = {s.flow: s for s in b.head}
-    running = [end for end in a.tail if end.flow in starts and not starts[end.flow].syn
-               and (end.next_seq - starts[end.flow].seq) % _SEQ_MOD < _RESENT_BYTES]
+    running = [
+        end
+        for end in a.tail
+        if end.flow in starts
+        and not starts[end.flow].syn
+        and (end.next_seq - starts[end.flow].seq) % _SEQ_MOD < _RESENT_BYTES
+    ]
     if not running:
-        jumps = [f"{_flow_text(end.flow)} skips {(starts[end.flow].seq - end.next_seq) % _SEQ_MOD} bytes"
-                 for end in a.tail if end.flow in starts and not starts[end.flow].syn]
-        return verdict(False, f"{len(a.tail)} TCP flow(s) open at the end of {a.name}, none runs on into {b.name}"
-                              + (f" ({'; '.join(jumps[:3])})" if jumps else ""))
+        jumps = [
+            f"{_flow_text(end.flow)} skips {(starts[end.flow].seq - end.next_seq) % _SEQ_MOD} bytes"
+            for end in a.tail
+            if end.flow in starts and not starts[end.flow].syn
+        ]
+        return verdict(
+            False,
+            f"{len(a.tail)} TCP flow(s) open at the end of {a.name}, none runs on into {b.name}"
+            + (f" ({'; '.join(jumps[:3])})" if jumps else ""),
+        )
     if gap > MAX_GAP_US:
         return verdict(False, f"{b.name} starts {_seconds(gap)} after {a.name} ends (more than {_seconds(MAX_GAP_US)})")
     more = f" (and {len(running) - 1} more TCP flows)" if len(running) > 1 else ""
-    return verdict(True, f"{b.name} follows {a.name}: {_seconds(gap)} after its last packet, "
-                         f"{_flow_text(running[0].flow)} runs on{more}")
+    return verdict(
+        True,
+        f"{b.name} follows {a.name}: {_seconds(gap)} after its last packet, "
+        f"{_flow_text(running[0].flow)} runs on{more}",
+    )
 
 
 def resolve_parts(paths: Sequence[str | Path], group_rotated: bool = True) -> Grouping:

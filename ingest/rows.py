@@ -45,10 +45,12 @@ _NESTED: Final = {
 # 1.0 message section fields with a typed column (messaging 3.2.1, 3.2.4); "to" is an address.
 _SECTION_COLUMNS: Final = {
     ("header", "priority"): "priority",
-    **{("properties", name): name.replace("-", "_")
-       for name in ("message-id", "subject", "reply-to", "correlation-id", "content-type", "content-encoding")},
+    **{
+        ("properties", name): name.replace("-", "_")
+        for name in ("message-id", "subject", "reply-to", "correlation-id", "content-type", "content-encoding")
+    },
     ("properties", "to"): "to_address",
-}  # fmt: skip
+}
 # The same by section: the fields of a section name -> their columns.
 _SECTION_COLUMNS_BY_NAME: Final[dict[str, dict[str, str]]] = {"header": {}, "properties": {}}
 for (_section, _field), _name in _SECTION_COLUMNS.items():
@@ -61,11 +63,14 @@ _INT64_MIN, _INT64_END = -(1 << 63), 1 << 63  # a long column's range
 # instead, so that no decoded value can fail the Arrow conversion of its batch.
 _KINDS: Final[dict[str, tuple[type, int, int]]] = {
     f.name: {
-        "string": (str, 0, 0), "boolean": (bool, 0, 0), "binary": (bytes, 0, 0),
-        "bigint": (int, _INT64_MIN, _INT64_END), "int": (int, -(1 << 31), 1 << 31),
+        "string": (str, 0, 0),
+        "boolean": (bool, 0, 0),
+        "binary": (bytes, 0, 0),
+        "bigint": (int, _INT64_MIN, _INT64_END),
+        "int": (int, -(1 << 31), 1 << 31),
     }.get(f.dataType.simpleString(), (type(None), 0, 0))
     for f in FRAMES_SCHEMA.fields
-}  # fmt: skip
+}
 
 
 def text(value: Any) -> str | None:

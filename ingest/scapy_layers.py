@@ -140,12 +140,27 @@ class AMQP(Packet):
         message = decoded.get("message")
         if message is not None:
             sections = message["sections"] or []
-            message = {"frames": message["frames"], "size": message["size"], "aborted": message["aborted"],
-                       "error": message["error"], **{f"{x.name}.size": x.size for x in sections},
-                       **{f"properties.{k}": v for x in sections if x.name == "properties"
-                          for k, v in x.value.items() if v is not None}}
-        self.fields.update(frame_type=decoded["frame_type"], channel=decoded.get("channel"),
-                           method=decoded.get("method"), arguments=decoded["arguments"], message=message)
+            message = {
+                "frames": message["frames"],
+                "size": message["size"],
+                "aborted": message["aborted"],
+                "error": message["error"],
+                **{f"{x.name}.size": x.size for x in sections},
+                **{
+                    f"properties.{k}": v
+                    for x in sections
+                    if x.name == "properties"
+                    for k, v in x.value.items()
+                    if v is not None
+                },
+            }
+        self.fields.update(
+            frame_type=decoded["frame_type"],
+            channel=decoded.get("channel"),
+            method=decoded.get("method"),
+            arguments=decoded["arguments"],
+            message=message,
+        )
         return s[size:]
 
     def guess_payload_class(self, payload: bytes) -> type[Packet]:

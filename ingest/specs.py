@@ -65,7 +65,7 @@ def amqp091() -> Amqp091Spec:
             methods[(cls["id"], method["id"])] = MethodSpec(
                 class_id=cls["id"],
                 method_id=method["id"],
-                name=f'{cls["name"]}.{method["name"]}',
+                name=f"{cls['name']}.{method['name']}",
                 arguments=tuple((a["name"], primitive(a)) for a in method["arguments"]),
                 synchronous=bool(method.get("synchronous", False)),
                 content=bool(method.get("content", False)),
@@ -149,8 +149,9 @@ def amqp10() -> Amqp10Spec:
             name, cls = _attr(t, "name"), _attr(t, "class")
             for e in t.iterfind("a:encoding", _AMQP10_NS):
                 code = int(_attr(e, "code"), 16)
-                encodings[code] = Encoding(code, name, e.get("name") or name, _attr(e, "category"),
-                                           int(_attr(e, "width")))
+                encodings[code] = Encoding(
+                    code, name, e.get("name") or name, _attr(e, "category"), int(_attr(e, "width"))
+                )
             if cls == "restricted":
                 restricted[name] = _attr(t, "source")
                 values = {_attr(c, "value"): _attr(c, "name") for c in t.iterfind("a:choice", _AMQP10_NS)}

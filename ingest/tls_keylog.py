@@ -24,13 +24,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
-LABELS: Final = frozenset({
-    "CLIENT_RANDOM",
-    "CLIENT_HANDSHAKE_TRAFFIC_SECRET",
-    "SERVER_HANDSHAKE_TRAFFIC_SECRET",
-    "CLIENT_TRAFFIC_SECRET_0",
-    "SERVER_TRAFFIC_SECRET_0",
-})  # fmt: skip
+LABELS: Final = frozenset(
+    {
+        "CLIENT_RANDOM",
+        "CLIENT_HANDSHAKE_TRAFFIC_SECRET",
+        "SERVER_HANDSHAKE_TRAFFIC_SECRET",
+        "CLIENT_TRAFFIC_SECRET_0",
+        "SERVER_TRAFFIC_SECRET_0",
+    }
+)
 _RANDOM_HEX: Final = 64  # a ClientHello.random: 32 bytes
 _MAX_SECRET_HEX: Final = 128  # the largest secret: 64 bytes (a SHA-512 based suite); TLS 1.2 master secrets are 48
 # A key log of this size holds millions of sessions: more is not a key log.
@@ -76,8 +78,11 @@ def _parse(lines: Iterable[str], source: str) -> tuple[Secrets, int]:
             continue
         secrets.setdefault(client_random, {})[label] = secret
     if malformed:
-        warnings.warn(f"TLS key log {source}: {malformed} malformed line(s) skipped (first: line {first_bad})",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"TLS key log {source}: {malformed} malformed line(s) skipped (first: line {first_bad})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return secrets, malformed
 
 

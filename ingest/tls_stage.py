@@ -37,7 +37,9 @@ class TlsStage:
         self._decided: Decided | None = None
 
     def event(self, direction: str, event: Data | Gap) -> Routed:
-        return self._route(self.session.gap(direction, event) if isinstance(event, Gap) else self.session.feed(direction, event))
+        return self._route(
+            self.session.gap(direction, event) if isinstance(event, Gap) else self.session.feed(direction, event)
+        )
 
     def finish(self, packet_number: int) -> Routed:
         out: Routed = []

@@ -43,7 +43,7 @@ from amqpscope.ingest.tls_handshake import (
     client_hello,
     encrypted_extensions,
     server_hello,
-)  # fmt: skip
+)
 from amqpscope.ingest.tls_keylog import KeyLog
 
 if TYPE_CHECKING:
@@ -113,7 +113,9 @@ _HEADER: Final = re.compile(rb"[\x14-\x18]\x03[\x00-\x04](?:\x00[\x01-\xff]|[\x0
 def _plausible_header(buf: bytes | bytearray, pos: int) -> bool:
     content_type, major, minor = buf[pos], buf[pos + 1], buf[pos + 2]
     length = (buf[pos + 3] << 8) | buf[pos + 4]
-    return CHANGE_CIPHER_SPEC <= content_type <= HEARTBEAT and major == 3 and minor <= 4 and 0 < length <= MAX_RECORD_BODY
+    return (
+        CHANGE_CIPHER_SPEC <= content_type <= HEARTBEAT and major == 3 and minor <= 4 and 0 < length <= MAX_RECORD_BODY
+    )
 
 
 def starts_tls(head: bytes) -> bool | None:
@@ -230,8 +232,15 @@ class TlsSession:
             side.base += len(side.buf)
             side.buf.clear()
         for record in side.waiting:
-            self._problem(side, record.offset, record.size, record.packet_number, NO_HANDSHAKE, out,
-                          "no ServerHello in the capture")
+            self._problem(
+                side,
+                record.offset,
+                record.size,
+                record.packet_number,
+                NO_HANDSHAKE,
+                out,
+                "no ServerHello in the capture",
+            )
         side.waiting, side.waiting_bytes = [], 0
         if side.run is not None:
             out.append((side.name, side.run))
@@ -240,8 +249,7 @@ class TlsSession:
 
     # --- records ----------------------------------------------------------------------------------
 
-    def _records(self, direction: str, side: _Side, packet: int, ts_us: int, out: Output,
-                 final: bool = False) -> None:
+    def _records(self, direction: str, side: _Side, packet: int, ts_us: int, out: Output, final: bool = False) -> None:
         buf = side.buf
         pos = 0
         end = len(buf)
@@ -277,8 +285,14 @@ class TlsSession:
             if end - pos < size:
                 break
             side.records += 1
-            record = _Record(side.base + pos, bytes(buf[pos : pos + RECORD_HEADER]),
-                             bytes(buf[pos + RECORD_HEADER : pos + size]), packet, ts_us, side.records)
+            record = _Record(
+                side.base + pos,
+                bytes(buf[pos : pos + RECORD_HEADER]),
+                bytes(buf[pos + RECORD_HEADER : pos + size]),
+                packet,
+                ts_us,
+                side.records,
+            )
             pos += size
             self._record(direction, side, record, out)
         if pos:
@@ -322,8 +336,9 @@ class TlsSession:
         out.append((side.name, Break(packet)))
         return out
 
-    def _problem(self, side: _Side, offset: int, size: int, packet: int, reason_id: str, out: Output,
-                 detail: str = "") -> None:
+    def _problem(
+        self, side: _Side, offset: int, size: int, packet: int, reason_id: str, out: Output, detail: str = ""
+    ) -> None:
         if self.status is None:
             self.status = reason_id
         text = reason(reason_id, detail)
@@ -365,8 +380,15 @@ class TlsSession:
 
     def _wait(self, side: _Side, record: _Record, out: Output) -> None:
         if side.waiting_bytes + record.size > MAX_WAITING_BYTES:
-            self._problem(side, record.offset, record.size, record.packet_number, NO_HANDSHAKE, out,
-                          "no ServerHello before the session's first 4 MiB")
+            self._problem(
+                side,
+                record.offset,
+                record.size,
+                record.packet_number,
+                NO_HANDSHAKE,
+                out,
+                "no ServerHello before the session's first 4 MiB",
+            )
             out.append((side.name, Break(record.packet_number)))
             return
         side.waiting.append(record)
@@ -390,15 +412,18 @@ class TlsSession:
             # TLSInnerPlaintext (RFC 8446 5.2): content, the real type, then zero padding.
             stripped = plain.rstrip(b"\x00")
             if not stripped:
-                self._problem(side, record.offset, record.size, record.packet_number, DECRYPT_FAILED, out,
-                              "no content type")
+                self._problem(
+                    side, record.offset, record.size, record.packet_number, DECRYPT_FAILED, out, "no content type"
+                )
                 out.append((side.name, Break(record.packet_number)))
                 return
             content_type, plain = stripped[-1], stripped[:-1]
         if content_type == APPLICATION_DATA:
             side.tls_bytes += record.size - len(plain)
             if plain:
-                out.append((side.name, Plain(side.plain_offset, plain, record.packet_number, record.ts_us, record.number)))
+                out.append(
+                    (side.name, Plain(side.plain_offset, plain, record.packet_number, record.ts_us, record.number))
+                )
                 side.plain_offset += len(plain)
         else:
             side.tls_bytes += record.size

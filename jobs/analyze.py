@@ -58,17 +58,29 @@ class AnalyzeResult:
 Answered = Callable[[tuple[dict[str, object], ...]], None]
 
 
-def analyze(spark: SparkSession, captures: Sequence[str | Path], config: AnalyzeConfig,
-            timings: dict[str, float] | None = None, progress: Progress | None = None,
-            answered: Answered | None = None) -> AnalyzeResult:
+def analyze(
+    spark: SparkSession,
+    captures: Sequence[str | Path],
+    config: AnalyzeConfig,
+    timings: dict[str, float] | None = None,
+    progress: Progress | None = None,
+    answered: Answered | None = None,
+) -> AnalyzeResult:
     """Run the whole chain on an existing SparkSession (reporting to ``progress`` when given)."""
-    return analyze_files(spark, resolve_captures(captures, config.group_rotated), config, timings, progress,
-                         answered=answered)
+    return analyze_files(
+        spark, resolve_captures(captures, config.group_rotated), config, timings, progress, answered=answered
+    )
 
 
-def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: AnalyzeConfig,
-                  timings: dict[str, float] | None = None, progress: Progress | None = None,
-                  run_id: str | None = None, answered: Answered | None = None) -> AnalyzeResult:
+def analyze_files(
+    spark: SparkSession,
+    files: Sequence[CaptureFile],
+    config: AnalyzeConfig,
+    timings: dict[str, float] | None = None,
+    progress: Progress | None = None,
+    run_id: str | None = None,
+    answered: Answered | None = None,
+) -> AnalyzeResult:
     """Ingest, derive and report ``files`` (checked by ``resolve_captures``); ``answered`` gets
     their diagnoses as soon as they are known."""
     run_id = run_id or runs.new_run_id()
@@ -78,16 +90,30 @@ def analyze_files(spark: SparkSession, files: Sequence[CaptureFile], config: Ana
     # Captures stored before under other ids that share a file with these (a rotation analysed
     # part by part): every table drops their rows as it takes these captures' rows.
     superseded = superseded_captures(lake, files)
-    log.info("lake %s (storage: %s), run %s, %d capture(s) from %d file(s)%s", config.lake, lake.backend, run_id,
-             len(files), sum(len(c.parts) for c in files),
-             f", replacing {len(superseded)} stored before" if superseded else "")
+    log.info(
+        "lake %s (storage: %s), run %s, %d capture(s) from %d file(s)%s",
+        config.lake,
+        lake.backend,
+        run_id,
+        len(files),
+        sum(len(c.parts) for c in files),
+        f", replacing {len(superseded)} stored before" if superseded else "",
+    )
 
     with sized_for(spark, sum(c.size for c in files)):
         return _analyze_files(spark, lake, files, superseded, config, run_id, clock, answered)
 
 
-def _analyze_files(spark: SparkSession, lake: Lake, files: Sequence[CaptureFile], superseded: Sequence[str],
-                   config: AnalyzeConfig, run_id: str, clock: StageClock, answered: Answered | None) -> AnalyzeResult:
+def _analyze_files(
+    spark: SparkSession,
+    lake: Lake,
+    files: Sequence[CaptureFile],
+    superseded: Sequence[str],
+    config: AnalyzeConfig,
+    run_id: str,
+    clock: StageClock,
+    answered: Answered | None,
+) -> AnalyzeResult:
     ids = [c.capture_id for c in files]
     progress = clock.progress
     answers: list[tuple[dict[str, object], ...]] = []
@@ -98,11 +124,21 @@ def _analyze_files(spark: SparkSession, lake: Lake, files: Sequence[CaptureFile]
             answered(answers[0])
 
     with clock.stage("ingest"):
-        bronze = ingest_files(spark, lake, files, config.ports, superseded, run_id=run_id, progress=progress,
-                              tls_keylog=config.tls_keylog)
+        bronze = ingest_files(
+            spark, lake, files, config.ports, superseded, run_id=run_id, progress=progress, tls_keylog=config.tls_keylog
+        )
     try:
-        derived = derive(lake, bronze.tables, ids, run_id=run_id, data_docs_dir=config.data_docs_dir,
-                         diagnosis_limits=config.diagnosis, replace=superseded, clock=clock, diagnosed=diagnosed)
+        derived = derive(
+            lake,
+            bronze.tables,
+            ids,
+            run_id=run_id,
+            data_docs_dir=config.data_docs_dir,
+            diagnosis_limits=config.diagnosis,
+            replace=superseded,
+            clock=clock,
+            diagnosed=diagnosed,
+        )
         with clock.stage("report"), runs.verdicts_failing_derive(lake, run_id, ids, derived.verdicts.validation):
             runs.forget(lake, superseded)
             report = write_report(
@@ -126,8 +162,9 @@ def _analyze_files(spark: SparkSession, lake: Lake, files: Sequence[CaptureFile]
         bronze.release()
     counts = committed_row_counts(lake, (*tables.BRONZE, *tables.DERIVED), ids)
     verdicts = derived.verdicts.result()
-    return AnalyzeResult(tuple(ids), report, verdicts.data_docs_index, counts, clock.seconds,
-                         verdicts.success, run_id, answers[0])
+    return AnalyzeResult(
+        tuple(ids), report, verdicts.data_docs_index, counts, clock.seconds, verdicts.success, run_id, answers[0]
+    )
 
 
 def headlines(lake: Lake, capture_ids: Sequence[str]) -> tuple[dict[str, object], ...]:
@@ -154,6 +191,7 @@ def main(captures: Sequence[str], config: AnalyzeConfig, progress: str = "auto")
     with job_session(config, "amqpscope-analyze", preload_modules=(VERDICTS_MODULE,)) as spark:
         timings["spark_start"] = time.perf_counter() - start
         with Progress(spark, mode=progress) as reporter:
+
             def answered(answers: tuple[dict[str, object], ...]) -> None:
                 timings["answer"] = time.perf_counter() - start
                 for answer in answers:

@@ -81,8 +81,17 @@ class ClassArchive:
     def _maps(self, archive: Path, class_path: str, java_options: Sequence[str]) -> bool:
         # HotSpot 17 crashes (SIGBUS) on an archive cut short, even under -Xshare:auto: none is
         # put in place that a JVM has not mapped. -Xshare:on makes a JVM that cannot map it fail.
-        command = [str(self.java), *java_options, "-Xshare:on", f"-XX:SharedArchiveFile={archive}", _QUIET,
-                   "-XX:ErrorFile=/dev/null", "-cp", class_path, "-version"]
+        command = [
+            str(self.java),
+            *java_options,
+            "-Xshare:on",
+            f"-XX:SharedArchiveFile={archive}",
+            _QUIET,
+            "-XX:ErrorFile=/dev/null",
+            "-cp",
+            class_path,
+            "-version",
+        ]
         try:
             checked = subprocess.run(command, capture_output=True, timeout=CHECK_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired):

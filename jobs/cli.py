@@ -97,32 +97,61 @@ def _add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_tls_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tls-keylog", dest="tls_keylog", action="append", type=Path, metavar="FILE",
-                   help="NSS key log (SSLKEYLOGFILE, Python's ssl keylog_filename) of the AMQP clients: TLS "
-                   "connections (AMQPS, port 5671) are decrypted with it and decoded like plain ones (repeatable; "
-                   "docs/TLS.md says how to get one from each client). Read from its path where captures are "
-                   "decoded (on a cluster: a path every executor can read, such as a volume), never copied into "
-                   "the lake. Without it TLS connections are recorded (version, cipher suite, SNI, bytes) but not "
-                   "decoded")
+    p.add_argument(
+        "--tls-keylog",
+        dest="tls_keylog",
+        action="append",
+        type=Path,
+        metavar="FILE",
+        help="NSS key log (SSLKEYLOGFILE, Python's ssl keylog_filename) of the AMQP clients: TLS "
+        "connections (AMQPS, port 5671) are decrypted with it and decoded like plain ones (repeatable; "
+        "docs/TLS.md says how to get one from each client). Read from its path where captures are "
+        "decoded (on a cluster: a path every executor can read, such as a volume), never copied into "
+        "the lake. Without it TLS connections are recorded (version, cipher suite, SNI, bytes) but not "
+        "decoded",
+    )
 
 
 def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lake", help="root directory of the Delta tables (required unless set in --config)")
     p.add_argument("--config", type=Path, help="YAML settings (see conf/analyze.yml); flags win over it")
-    p.add_argument("--master", help="Spark master URL (default: the one spark-submit was given, else local[2]; "
-                   "on Databricks the runtime's session)")
-    p.add_argument("--storage", choices=STORAGE_BACKENDS, help="Delta writer (default auto: delta-spark when the JVM has Delta, else delta-rs)")
-    p.add_argument("--catalog", help="Unity Catalog catalog: with --schema, the tables are CATALOG.SCHEMA.<table> "
-                   "(delta-spark; the lake directory keeps reports and Data Docs); an empty value is none")
+    p.add_argument(
+        "--master",
+        help="Spark master URL (default: the one spark-submit was given, else local[2]; "
+        "on Databricks the runtime's session)",
+    )
+    p.add_argument(
+        "--storage",
+        choices=STORAGE_BACKENDS,
+        help="Delta writer (default auto: delta-spark when the JVM has Delta, else delta-rs)",
+    )
+    p.add_argument(
+        "--catalog",
+        help="Unity Catalog catalog: with --schema, the tables are CATALOG.SCHEMA.<table> "
+        "(delta-spark; the lake directory keeps reports and Data Docs); an empty value is none",
+    )
     p.add_argument("--schema", help="Unity Catalog schema (with --catalog)")
-    p.add_argument("--ports", type=_ports, help="comma-separated TCP ports carrying AMQP (default 5672,5671); "
-                   "AMQP is also recognised on any port by its protocol header")
-    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
-                   help="show the running step and its Spark tasks done on stderr (auto: when stderr is a terminal)")
-    p.add_argument("--no-group-rotated", dest="group_rotated", action="store_const", const=False,
-                   help="decode every file as its own capture; by default files whose names differ only in "
-                   "digits (tcpdump -C / -G / -W, editcap -c / -i), with one link layer and consecutive "
-                   "times, are the parts of one capture and decode as one")
+    p.add_argument(
+        "--ports",
+        type=_ports,
+        help="comma-separated TCP ports carrying AMQP (default 5672,5671); "
+        "AMQP is also recognised on any port by its protocol header",
+    )
+    p.add_argument(
+        "--progress",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="show the running step and its Spark tasks done on stderr (auto: when stderr is a terminal)",
+    )
+    p.add_argument(
+        "--no-group-rotated",
+        dest="group_rotated",
+        action="store_const",
+        const=False,
+        help="decode every file as its own capture; by default files whose names differ only in "
+        "digits (tcpdump -C / -G / -W, editcap -c / -i), with one link layer and consecutive "
+        "times, are the parts of one capture and decode as one",
+    )
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -132,8 +161,18 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 def _config(args: argparse.Namespace) -> AnalyzeConfig:
     """Settings from --config, overridden by the flags given."""
     settings = _settings(args)
-    for key in ("lake", "master", "storage", "ports", "report", "data_docs", "group_rotated", "catalog", "schema",
-                "tls_keylog"):
+    for key in (
+        "lake",
+        "master",
+        "storage",
+        "ports",
+        "report",
+        "data_docs",
+        "group_rotated",
+        "catalog",
+        "schema",
+        "tls_keylog",
+    ):
         value = getattr(args, key, None)
         if value is not None:
             settings[key] = value
@@ -147,18 +186,25 @@ def _run_analyze(args: argparse.Namespace) -> ExitCode:
 
     config = _config(args)
     result = analyze.main(args.captures, config, args.progress)  # prints the headlines as they come
-    print(json.dumps({
-        "run_id": result.run_id,
-        "captures": list(result.capture_ids),
-        "diagnosis": {a["capture_id"]: {"bottleneck": a["bottleneck"], "headline": a["headline"]}
-                      for a in result.diagnoses},
-        "lake": str(config.lake),
-        "tables": result.row_counts,
-        "suites_passed": result.suites_passed,
-        "report": str(result.report) if result.report is not None else None,
-        "data_docs": str(result.data_docs_index) if result.data_docs_index else None,
-        "seconds": {k: round(v, 2) for k, v in result.stage_seconds.items()},
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "run_id": result.run_id,
+                "captures": list(result.capture_ids),
+                "diagnosis": {
+                    a["capture_id"]: {"bottleneck": a["bottleneck"], "headline": a["headline"]}
+                    for a in result.diagnoses
+                },
+                "lake": str(config.lake),
+                "tables": result.row_counts,
+                "suites_passed": result.suites_passed,
+                "report": str(result.report) if result.report is not None else None,
+                "data_docs": str(result.data_docs_index) if result.data_docs_index else None,
+                "seconds": {k: round(v, 2) for k, v in result.stage_seconds.items()},
+            },
+            indent=2,
+        )
+    )
     return ExitCode.OK
 
 
@@ -172,7 +218,9 @@ def _add_ingest(sub: argparse._SubParsersAction) -> None:
         "recorded in captures (status failed: reason) and quarantine, and the rest of the batch commits. "
         "Re-running on the same directory changes nothing.",
     )
-    p.add_argument("landing", type=Path, metavar="LANDING_DIR", help="directory of pcap/pcapng files (searched recursively)")
+    p.add_argument(
+        "landing", type=Path, metavar="LANDING_DIR", help="directory of pcap/pcapng files (searched recursively)"
+    )
     _add_lake_arguments(p)
     _add_tls_argument(p)
     p.set_defaults(run=_run_ingest)
@@ -182,9 +230,17 @@ def _run_ingest(args: argparse.Namespace) -> ExitCode:
     from amqpscope.jobs import entry  # Spark is imported only when a job runs
 
     result = entry.ingest(args.landing, _config(args), args.progress)
-    print(json.dumps({"ingested": list(result.ingested), "skipped": list(result.skipped),
-                      "failed": [{"file": f, "reason": r} for f, r in result.failed],
-                      "busy": [{"capture_id": c, "run": r} for c, r in result.busy]}, indent=2))
+    print(
+        json.dumps(
+            {
+                "ingested": list(result.ingested),
+                "skipped": list(result.skipped),
+                "failed": [{"file": f, "reason": r} for f, r in result.failed],
+                "busy": [{"capture_id": c, "run": r} for c, r in result.busy],
+            },
+            indent=2,
+        )
+    )
     return ExitCode.OK
 
 
@@ -199,8 +255,13 @@ def _add_derive(sub: argparse._SubParsersAction) -> None:
         "Derived rows of captures gone from the bronze tables are removed. Re-running changes nothing; a run that "
         "did not finish is repaired by the next.",
     )
-    p.add_argument("--capture", dest="capture_ids", action="append", metavar="CAPTURE_ID",
-                   help="derive this capture again (repeatable; default: every capture that needs it)")
+    p.add_argument(
+        "--capture",
+        dest="capture_ids",
+        action="append",
+        metavar="CAPTURE_ID",
+        help="derive this capture again (repeatable; default: every capture that needs it)",
+    )
     _add_lake_arguments(p)
     p.add_argument("--data-docs", type=Path, help="Great Expectations Data Docs directory (default <lake>/_data_docs)")
     p.set_defaults(run=_run_derive)
@@ -210,9 +271,18 @@ def _run_derive(args: argparse.Namespace) -> ExitCode:
     from amqpscope.jobs import entry  # Spark is imported only when a job runs
 
     result = entry.derive(_config(args), args.capture_ids, args.progress)
-    print(json.dumps({"derived": list(result.derived), "removed": list(result.removed),
-                      "up_to_date": list(result.up_to_date), "suites_passed": result.suites_passed,
-                      "busy": [{"capture_id": c, "run": r} for c, r in result.busy]}, indent=2))
+    print(
+        json.dumps(
+            {
+                "derived": list(result.derived),
+                "removed": list(result.removed),
+                "up_to_date": list(result.up_to_date),
+                "suites_passed": result.suites_passed,
+                "busy": [{"capture_id": c, "run": r} for c, r in result.busy],
+            },
+            indent=2,
+        )
+    )
     return ExitCode.OK
 
 
@@ -224,8 +294,13 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         "stored tables. Captures whose derive did not finish on their latest ingest are not reported: they are "
         "listed as incomplete in the output.",
     )
-    p.add_argument("--capture", dest="capture_ids", action="append", metavar="CAPTURE_ID",
-                   help="report this capture (repeatable; default: every capture in the lake)")
+    p.add_argument(
+        "--capture",
+        dest="capture_ids",
+        action="append",
+        metavar="CAPTURE_ID",
+        help="report this capture (repeatable; default: every capture in the lake)",
+    )
     _add_lake_arguments(p)
     _add_report_arguments(p)
     p.set_defaults(run=_run_report)
@@ -235,8 +310,16 @@ def _run_report(args: argparse.Namespace) -> ExitCode:
     from amqpscope.jobs import entry  # Spark is imported only when a job runs
 
     result = entry.report(_config(args), args.capture_ids, args.progress)
-    print(json.dumps({"report": str(result.report), "captures": list(result.captures),
-                      "incomplete": [{"capture_id": c, "reason": r} for c, r in result.incomplete]}, indent=2))
+    print(
+        json.dumps(
+            {
+                "report": str(result.report),
+                "captures": list(result.captures),
+                "incomplete": [{"capture_id": c, "reason": r} for c, r in result.incomplete],
+            },
+            indent=2,
+        )
+    )
     return ExitCode.OK
 
 
@@ -250,9 +333,14 @@ def _add_maintain(sub: argparse._SubParsersAction) -> None:
         "descriptions up to those of schemas/. The rows do not change.",
     )
     _add_lake_arguments(p)
-    p.add_argument("--retain-hours", type=int, default=168, metavar="HOURS",
-                   help="keep the files of the versions of the last HOURS (default 168, Delta's own minimum: "
-                   "readers and time travel within a week keep working)")
+    p.add_argument(
+        "--retain-hours",
+        type=int,
+        default=168,
+        metavar="HOURS",
+        help="keep the files of the versions of the last HOURS (default 168, Delta's own minimum: "
+        "readers and time travel within a week keep working)",
+    )
     p.set_defaults(run=_run_maintain)
 
 
@@ -260,9 +348,22 @@ def _run_maintain(args: argparse.Namespace) -> ExitCode:
     from amqpscope.jobs import entry  # Spark is imported only when a job runs
 
     result = entry.maintain(_config(args), args.retain_hours)
-    print(json.dumps({"tables": {t.table: {"files_before": t.files_before, "files_after": t.files_after,
-                                           "files_vacuumed": t.files_vacuumed, "comments_set": t.comments_set}
-                                 for t in result.tables}}, indent=2))
+    print(
+        json.dumps(
+            {
+                "tables": {
+                    t.table: {
+                        "files_before": t.files_before,
+                        "files_after": t.files_after,
+                        "files_vacuumed": t.files_vacuumed,
+                        "comments_set": t.comments_set,
+                    }
+                    for t in result.tables
+                }
+            },
+            indent=2,
+        )
+    )
     return ExitCode.OK
 
 
@@ -277,8 +378,8 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
         "bottlenecks tables without starting Spark; others (not in the lake, or left incomplete by a killed or "
         "failed run) are analysed first (into --lake, or a temporary lake without it). TLS connections are "
         "decrypted with --tls-keylog; without it they are named in the headline as encrypted, and when nothing "
-        "else could be judged the bottleneck is \"encrypted\". A capture in which no AMQP connection was decoded "
-        "gets no verdict: \"No AMQP traffic found\" with what it holds instead (bottleneck no_amqp; a capture "
+        'else could be judged the bottleneck is "encrypted". A capture in which no AMQP connection was decoded '
+        'gets no verdict: "No AMQP traffic found" with what it holds instead (bottleneck no_amqp; a capture '
         "without packets is answered before Spark starts). The exit status is 4 when no capture could be judged.",
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
@@ -287,8 +388,12 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
     _add_tls_argument(p)
     p.add_argument("--json", action="store_true", help="print every finding of every capture as JSON")
     p.add_argument("--reanalyze", action="store_true", help="analyse again even when the lake has a diagnosis")
-    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
-                   help="show analyze's progress on stderr when a capture must be analysed")
+    p.add_argument(
+        "--progress",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="show analyze's progress on stderr when a capture must be analysed",
+    )
     p.set_defaults(run=_run_diagnose)
 
 
@@ -303,8 +408,9 @@ def _run_diagnose(args: argparse.Namespace) -> ExitCode:
     config = AnalyzeConfig(**settings) if "lake" in settings else None
     if config is None and set(settings) - {"tls_keylog"}:
         raise UsageError("--config without a lake: set --lake or lake: in the file")
-    answers = diagnose.diagnose(args.captures, config, args.progress, args.reanalyze,
-                                tls_keylog=tuple(settings.get("tls_keylog", ())))
+    answers = diagnose.diagnose(
+        args.captures, config, args.progress, args.reanalyze, tls_keylog=tuple(settings.get("tls_keylog", ()))
+    )
     print(diagnose.render_json(answers) if args.json else diagnose.render_text(answers), end="")
     return diagnose.exit_code(answers)
 
@@ -329,8 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="AMQP 0-9-1 / 1.0 packet captures to a Delta lakehouse, flow-control timelines and bottleneck verdicts.",
         epilog=_exit_codes_epilog(),
     )
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="log progress of each stage, and show the full trace of an error")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log progress of each stage, and show the full trace of an error"
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_analyze(sub)
@@ -350,7 +457,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code (``ExitCode``). argparse's own usage errors exit 2 too."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s"
+    )
     # Progress is ours to report; the libraries' INFO chatter is not.
     for noisy in ("great_expectations", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -366,8 +475,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif code == ExitCode.USAGE:
             print(f"amqpscope {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         else:  # a stage failed (StageFailed), a Py4J / JVM error: one line, the trace with -v
-            print(f"amqpscope {args.command}: error: {_one_line(exc)}"
-                  + ("" if args.verbose else " (run with -v for the full trace)"), file=sys.stderr)
+            print(
+                f"amqpscope {args.command}: error: {_one_line(exc)}"
+                + ("" if args.verbose else " (run with -v for the full trace)"),
+                file=sys.stderr,
+            )
         return int(code)
 
 

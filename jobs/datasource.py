@@ -90,14 +90,16 @@ def _keylogs(options: dict[str, str]) -> tuple[str, ...]:
     return tuple(json.loads(value)) if value.startswith("[") else (value,)
 
 
-def _batches(path: str, table: str, ports: tuple[int, ...], schema: StructType,
-             keylogs: tuple[str, ...] = ()) -> Iterator[pa.RecordBatch]:
+def _batches(
+    path: str, table: str, ports: tuple[int, ...], schema: StructType, keylogs: tuple[str, ...] = ()
+) -> Iterator[pa.RecordBatch]:
     """The rows of ``table`` of one capture file, as Arrow batches."""
     arrow_schema = to_arrow_schema(schema)
     rows: list[dict] = []
     cid = capture_id(path)
-    for kind, row in _or_unreadable(decode_capture(path, cid, ports, segments=table == "tcp_segments",
-                                                   tls_keylog=keylogs), cid, path):
+    for kind, row in _or_unreadable(
+        decode_capture(path, cid, ports, segments=table == "tcp_segments", tls_keylog=keylogs), cid, path
+    ):
         if kind != table:
             continue
         rows.append(row)
@@ -200,8 +202,11 @@ class _StreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         start, end = _offset(start), _offset(end)
-        return [CapturePartition(path) for path, mtime in sorted(self._listing().items())
-                if self._covered(end, path, mtime) and not self._covered(start, path, mtime)]
+        return [
+            CapturePartition(path)
+            for path, mtime in sorted(self._listing().items())
+            if self._covered(end, path, mtime) and not self._covered(start, path, mtime)
+        ]
 
     def read(self, partition: CapturePartition) -> Iterator[pa.RecordBatch]:
         yield from _batches(partition.path, self.table, self.ports, self.schema, self.keylogs)

@@ -72,36 +72,51 @@ def commit(request: Commit, opened: DeltaTable | None, fits: Callable[[DeltaTabl
         latest = delta_log.check_log(request.path, request.table)
         latest = NO_TABLE if latest is None else latest
         if latest > base:
-            delta_log.conflicting_commit(request.path, request.table, request.read_version, base, latest,
-                                         request.capture_ids, partition)
+            delta_log.conflicting_commit(
+                request.path, request.table, request.read_version, base, latest, request.capture_ids, partition
+            )
             base, table = latest, None
         properties = CommitProperties(max_commit_retries=0, custom_metadata=metadata)
         try:
             if base == NO_TABLE:
                 create_table_with_add_actions(
-                    request.path, request.schema, list(request.adds), mode="error",
-                    partition_by=list(request.partition_columns), name=request.table,
-                    description=request.description, commit_properties=properties)
+                    request.path,
+                    request.schema,
+                    list(request.adds),
+                    mode="error",
+                    partition_by=list(request.partition_columns),
+                    name=request.table,
+                    description=request.description,
+                    commit_properties=properties,
+                )
             else:
                 if table is None:
                     table = DeltaTable(request.path, version=base)
                     fits(table)
                 table.create_write_transaction(
-                    list(request.adds), mode="overwrite", schema=request.schema,
+                    list(request.adds),
+                    mode="overwrite",
+                    schema=request.schema,
                     partition_by=list(request.partition_columns),
                     partition_filters=[(partition, "in", list(request.capture_ids))],
-                    commit_properties=properties)
+                    commit_properties=properties,
+                )
             return base + 1
         except Exception as exc:
             now = delta_log.latest_version(request.path)
             done = delta_log.committed_by(request.path, request.table, commit_id, base, now)
             if done is not None:  # the commit went through; what failed came after it
-                log.warning("table %s: committed version %d, then: %s", request.table, done,
-                            printable(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__))
+                log.warning(
+                    "table %s: committed version %d, then: %s",
+                    request.table,
+                    done,
+                    printable(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__),
+                )
                 return done
             if now is None or now <= base:
                 raise  # no other writer took the version: a failure of its own
             table = None
         time.sleep(_BACKOFF_SECONDS * attempt * random.random())
-    raise RuntimeError(f"table {request.table}: not committed after {MAX_ATTEMPTS} attempts: "
-                       "other writers committed first each time")
+    raise RuntimeError(
+        f"table {request.table}: not committed after {MAX_ATTEMPTS} attempts: other writers committed first each time"
+    )

@@ -75,9 +75,14 @@ def commit_actions(path: str, table: str, version: int) -> list[dict]:
     except FileNotFoundError:
         raise DamagedLog(table, version, shown, "is missing: later versions exist") from None
     if not data.strip():
-        raise DamagedLog(table, version, shown, f"is empty ({len(data)} bytes): the commit was cut short "
-                                                "(a crash or a full disk); a reader would take it as a commit "
-                                                "of nothing")
+        raise DamagedLog(
+            table,
+            version,
+            shown,
+            f"is empty ({len(data)} bytes): the commit was cut short "
+            "(a crash or a full disk); a reader would take it as a commit "
+            "of nothing",
+        )
     actions = []
     for number, line in enumerate(data.split(b"\n"), 1):
         if not line.strip():
@@ -85,8 +90,9 @@ def commit_actions(path: str, table: str, version: int) -> list[dict]:
         try:
             action = json.loads(line.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
-            raise DamagedLog(table, version, shown, f"is not JSON at line {number}: {exc} "
-                                                    f"(starts {line[:24]!r})") from None
+            raise DamagedLog(
+                table, version, shown, f"is not JSON at line {number}: {exc} (starts {line[:24]!r})"
+            ) from None
         if not isinstance(action, dict) or len(action) != 1:
             raise DamagedLog(table, version, shown, f"line {number} is not one Delta action")
         actions.append(action)
@@ -127,8 +133,11 @@ def writer_of(info: dict) -> str:
         owner = info.get(OWNER_KEY)
         return f"run {run}" + (f" ({owner})" if owner else "")
     when = info.get("timestamp")
-    stamp = (f" at {datetime.fromtimestamp(when / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC"
-             if isinstance(when, (int, float)) else "")
+    stamp = (
+        f" at {datetime.fromtimestamp(when / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC"
+        if isinstance(when, (int, float))
+        else ""
+    )
     return f"another writer ({info.get('engineInfo') or 'unknown engine'}, {info.get('operation') or 'commit'}{stamp})"
 
 
@@ -150,8 +159,9 @@ def _touched_captures(actions: Sequence[dict], partition: str) -> Iterator[str |
             yield value if name == partition and eq else "?"  # unknown: taken as touching every capture
 
 
-def conflicting_commit(path: str, table: str, read_version: int, after: int, upto: int,
-                       capture_ids: Sequence[str], partition: str) -> None:
+def conflicting_commit(
+    path: str, table: str, read_version: int, after: int, upto: int, capture_ids: Sequence[str], partition: str
+) -> None:
     """``WriteConflict`` when a commit in (``after``, ``upto``] added or removed files of
     ``capture_ids`` (those commits were made after this write read ``read_version``; -1: before
     the table existed)."""
@@ -160,9 +170,13 @@ def conflicting_commit(path: str, table: str, read_version: int, after: int, upt
         actions = commit_actions(path, table, version)
         touched = set(_touched_captures(actions, partition))
         if touched & wanted or "?" in touched:
-            raise WriteConflict(table, sorted(wanted & touched) or sorted(wanted),
-                                read_version, version,
-                                writer_of(_commit_info(actions)))
+            raise WriteConflict(
+                table,
+                sorted(wanted & touched) or sorted(wanted),
+                read_version,
+                version,
+                writer_of(_commit_info(actions)),
+            )
 
 
 def committed_by(path: str, table: str, commit_id: str, after: int, upto: int | None) -> int | None:

@@ -37,11 +37,18 @@ CAPTURE_ID = "capture_id"
 # transaction committed, since this one read the table, what this one's commit contradicts. delta-spark's
 # Python package raises them as classes of the same names (delta.exceptions); without it PySpark
 # raises the Py4JJavaError that holds the Java exception.
-DELTA_CONFLICTS = frozenset({
-    "DeltaConcurrentModificationException", "ConcurrentWriteException", "MetadataChangedException",
-    "ProtocolChangedException", "ConcurrentAppendException", "ConcurrentDeleteReadException",
-    "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
-})
+DELTA_CONFLICTS = frozenset(
+    {
+        "DeltaConcurrentModificationException",
+        "ConcurrentWriteException",
+        "MetadataChangedException",
+        "ProtocolChangedException",
+        "ConcurrentAppendException",
+        "ConcurrentDeleteReadException",
+        "ConcurrentDeleteDeleteException",
+        "ConcurrentTransactionException",
+    }
+)
 # Delta's message of a conflict ends "Conflicting commit: {...}", the winning commit's commitInfo as JSON.
 _CONFLICTING_VERSION = re.compile(r'"version"\s*:\s*(\d+)')
 
@@ -79,8 +86,9 @@ def sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def create_table_sql(ref: TableRef, schema: StructType, description: str | None,
-                     cluster_by: Sequence[str] = (CAPTURE_ID,)) -> str:
+def create_table_sql(
+    ref: TableRef, schema: StructType, description: str | None, cluster_by: Sequence[str] = (CAPTURE_ID,)
+) -> str:
     """``CREATE TABLE IF NOT EXISTS`` for ``ref`` with ``schema``'s columns (their ``comment``
     metadata as column comments), clustered by ``cluster_by``, described by ``description``.
 
@@ -89,8 +97,10 @@ def create_table_sql(ref: TableRef, schema: StructType, description: str | None,
     columns = []
     for field in schema.fields:
         comment = (field.metadata or {}).get("comment")
-        columns.append(f"{quoted(field.name)} {field.dataType.simpleString()}"
-                       + (f" COMMENT {sql_string(comment)}" if comment else ""))
+        columns.append(
+            f"{quoted(field.name)} {field.dataType.simpleString()}"
+            + (f" COMMENT {sql_string(comment)}" if comment else "")
+        )
     clauses = [f"CREATE TABLE IF NOT EXISTS {ref.sql} (", "  " + ",\n  ".join(columns), ")", "USING DELTA"]
     if cluster_by:
         clauses.append(f"CLUSTER BY ({', '.join(quoted(c) for c in cluster_by)})")
@@ -130,17 +140,24 @@ def read_table(spark: SparkSession, ref: TableRef) -> DataFrame:
     return spark.read.format("delta").load(str(ref.path))
 
 
-def create_table(spark: SparkSession, ref: TableRef, schema: StructType, description: str | None,
-                 cluster_by: Sequence[str] = (CAPTURE_ID,)) -> None:
+def create_table(
+    spark: SparkSession,
+    ref: TableRef,
+    schema: StructType,
+    description: str | None,
+    cluster_by: Sequence[str] = (CAPTURE_ID,),
+) -> None:
     """Create ``ref`` (unless another writer did meanwhile) with ``schema``'s columns and comments."""
     spark.sql(create_table_sql(ref, schema, description, cluster_by))
 
 
-def write_rows(df: DataFrame, ref: TableRef, capture_ids: Sequence[str], merge_schema: bool,
-               user_metadata: str | None = None) -> None:
+def write_rows(
+    df: DataFrame, ref: TableRef, capture_ids: Sequence[str], merge_schema: bool, user_metadata: str | None = None
+) -> None:
     """Replace the rows of ``capture_ids`` in ``ref`` (an existing table) by ``df``'s, in one commit."""
-    writer = df.write.format("delta").mode("overwrite").options(
-        **write_options(capture_ids, merge_schema, user_metadata))
+    writer = (
+        df.write.format("delta").mode("overwrite").options(**write_options(capture_ids, merge_schema, user_metadata))
+    )
     if ref.name is not None:
         writer.saveAsTable(ref.name)
     else:
@@ -194,8 +211,9 @@ def vacuum_sql(ref: TableRef, retain_hours: int) -> str:
     return f"VACUUM {ref.sql} RETAIN {int(retain_hours)} HOURS"
 
 
-def comment_sql(ref: TableRef, current: StructType, documented: StructType,
-                current_description: str | None, description: str | None) -> list[str]:
+def comment_sql(
+    ref: TableRef, current: StructType, documented: StructType, current_description: str | None, description: str | None
+) -> list[str]:
     """The statements that give ``ref`` (whose columns are ``current``) the column comments of
     ``documented`` and ``description``, for those that differ; none when all are as documented."""
     statements = []

@@ -85,19 +85,25 @@ def derive(
     with clock.stage("derive"):  # the captures taken (a failure here names the stage and the runs table)
         runs.mark(lake, run_id, "derive", ids, OUTCOME_RUNNING, sources)
     try:
+
         def store(table: tables.Table, rows: DataFrame | None) -> DataFrame:
             clock.writing(table.name)
             if rows is None:  # no rows: committed without a Spark job on delta-rs
-                lake.write_rows([], table.schema, table.name, replace_capture_ids=replace,
-                                partition_by=table.partition_by)
+                lake.write_rows(
+                    [], table.schema, table.name, replace_capture_ids=replace, partition_by=table.partition_by
+                )
                 return tables.no_rows(bronze["frames"], table)
             lake.write(rows, table.name, replace_capture_ids=replace, partition_by=table.partition_by)
             return lake.read(table.name).filter(lake_capture_filter(ids))
 
         # A capture of one AMQP version has no rows in the other's tables: those are not built.
         spoken = {c["protocol"] for c in lake.read_rows("connections", tables.table("connections").schema, ids)}
-        build = tables.Build(bronze, {"limits": diagnosis_limits or DiagnosisThresholds(), "run_id": run_id}, store,
-                             empty=tables.without_rows(spoken))
+        build = tables.Build(
+            bronze,
+            {"limits": diagnosis_limits or DiagnosisThresholds(), "run_id": run_id},
+            store,
+            empty=tables.without_rows(spoken),
+        )
         # Every TCP payload byte is in a frame, in the quarantine or missing: checked before any
         # table is derived from the frames (dq_summary sums the same accounting).
         accounting = build.value("accounting")
@@ -107,20 +113,26 @@ def derive(
             diagnosed()
         # Then what the verdicts read, the verdicts, and what reads them (dq_summary, chart_series).
         built = tables.names(built=True)
-        _stages(build, clock, [name for name in built if name not in ANSWER and "violations" not in tables.upstream(name)])
+        _stages(
+            build, clock, [name for name in built if name not in ANSWER and "violations" not in tables.upstream(name)]
+        )
         with clock.stage("verdicts"):
             from amqpscope.expectations.suite import start_verdicts
 
             # Rules are evaluated once: the violations are written as they are counted (expectations.suite).
             clock.writing("violations")
             verdicts = start_verdicts(
-                build.tables, data_docs_dir, capture_ids=ids,
-                store=lambda found: lake.write(found, "violations", replace_capture_ids=replace))
+                build.tables,
+                data_docs_dir,
+                capture_ids=ids,
+                store=lambda found: lake.write(found, "violations", replace_capture_ids=replace),
+            )
             build.tables["violations"] = lake.read("violations").filter(lake_capture_filter(ids))
         # dq_summary: one row per capture and run for data-quality dashboards, written while GX
         # validates the counts.
-        build.settings.update(suite_of_rule=verdicts.suite_of_rule, suites_run=list(verdicts.suites_run),
-                              run_ts=datetime.now(UTC))
+        build.settings.update(
+            suite_of_rule=verdicts.suite_of_rule, suites_run=list(verdicts.suites_run), run_ts=datetime.now(UTC)
+        )
         _stages(build, clock, [name for name in built if "violations" in tables.upstream(name)])
     except BaseException as exc:
         if isinstance(exc, Exception):
@@ -140,8 +152,10 @@ def _mark_failed(lake: Lake, run_id: str, ids: Sequence[str], exc: Exception) ->
 
 def bronze_tables(lake: Lake, capture_ids: Sequence[str]) -> dict[str, DataFrame]:
     """The bronze tables of ``capture_ids`` as stored."""
-    return {name: lake.read(name, tables.table(name).schema).filter(lake_capture_filter(capture_ids))
-            for name in tables.BRONZE}
+    return {
+        name: lake.read(name, tables.table(name).schema).filter(lake_capture_filter(capture_ids))
+        for name in tables.BRONZE
+    }
 
 
 @dataclass(frozen=True)
@@ -153,8 +167,14 @@ class DeriveResult:
     busy: tuple[tuple[str, str], ...] = ()  # (capture id, the live run writing it): left to that run
 
 
-def derive_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequence[str] | None = None,
-                *, run_id: str | None = None, clock: StageClock | None = None) -> DeriveResult:
+def derive_lake(
+    spark: SparkSession,
+    config: AnalyzeConfig,
+    capture_ids: Sequence[str] | None = None,
+    *,
+    run_id: str | None = None,
+    clock: StageClock | None = None,
+) -> DeriveResult:
     """Derive every capture of the lake whose bronze rows are newer than its derived rows (or the
     given ``capture_ids``, again); remove the derived rows of captures gone from the bronze tables."""
     run_id = run_id or runs.new_run_id()
@@ -176,8 +196,16 @@ def derive_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
     suites_passed = True
     if todo or orphans:
         log.info("deriving %d capture(s)%s", len(todo), f", removing {len(orphans)} gone" if orphans else "")
-        derived = derive(lake, bronze_tables(lake, todo), todo, run_id=run_id, data_docs_dir=config.data_docs_dir,
-                         diagnosis_limits=config.diagnosis, replace=orphans, clock=clock)
+        derived = derive(
+            lake,
+            bronze_tables(lake, todo),
+            todo,
+            run_id=run_id,
+            data_docs_dir=config.data_docs_dir,
+            diagnosis_limits=config.diagnosis,
+            replace=orphans,
+            clock=clock,
+        )
         with runs.verdicts_failing_derive(lake, run_id, todo, derived.verdicts.validation):
             suites_passed = derived.verdicts.result().success
         runs.forget(lake, orphans)

@@ -57,8 +57,13 @@ def stored_answers(lake: Path, ids: Sequence[str]) -> tuple[list[dict[str, Any]]
     return diagnoses, _read_capture_rows(lake, "bottlenecks", ids)
 
 
-def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: str = "never",
-             reanalyze: bool = False, tls_keylog: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
+def diagnose(
+    captures: Sequence[str],
+    config: AnalyzeConfig | None,
+    progress: str = "never",
+    reanalyze: bool = False,
+    tls_keylog: Sequence[str | Path] = (),
+) -> list[dict[str, Any]]:
     """Per capture: its file, diagnosis row and ranked findings (bottlenecks rows), analysing the
     captures not in the lake yet (a temporary lake when ``config`` is None, TLS decrypted with
     ``tls_keylog`` there)."""
@@ -72,8 +77,12 @@ def diagnose(captures: Sequence[str], config: AnalyzeConfig | None, progress: st
         return [{"file": file, **no_packets_diagnosis(capture_id), "findings": []} for capture_id, file in known]
     with tempfile.TemporaryDirectory(prefix="amqpscope-diagnose-") as scratch:
         if config is None:
-            config = AnalyzeConfig(lake=Path(scratch) / "lake", report=Path(scratch) / "report.html",
-                                   data_docs=Path(scratch) / "data_docs", tls_keylog=tuple(map(Path, tls_keylog)))
+            config = AnalyzeConfig(
+                lake=Path(scratch) / "lake",
+                report=Path(scratch) / "report.html",
+                data_docs=Path(scratch) / "data_docs",
+                tls_keylog=tuple(map(Path, tls_keylog)),
+            )
         answers = None if reanalyze else stored_answers(config.lake, ids)
         if answers is not None and config.tls_keylog and any(d.get("encrypted_connections") for d in answers[0]):
             answers = None  # answered before without the key log given now: decrypt and judge again
@@ -125,7 +134,8 @@ def render_text(answers: Sequence[dict[str, Any]]) -> str:
                 f"  {f['rank']}. {f['component']} / {f['effect']}: {f['entity_kind']} {f['entity']}, "
                 f"{_clock(f['start_ts'])}-{_clock(f['end_ts'])} UTC, packets {f['start_packet_number']}-"
                 f"{f['end_packet_number'] if f['end_packet_number'] is not None else 'end'}, "
-                f"held {f['duration_us'] / 1e6:.3f} s ({f['lifetime_share']:.0%}), confidence {f['confidence']:.2f}")
+                f"held {f['duration_us'] / 1e6:.3f} s ({f['lifetime_share']:.0%}), confidence {f['confidence']:.2f}"
+            )
             lines.append(f"     {f['explanation']}")
             lines.append(f"     Wireshark: {f['wireshark_filter']}")
         if len(findings) > _MAX_FINDINGS_SHOWN:

@@ -46,8 +46,9 @@ class WriteConflict(LakeError):
     """Another writer replaced rows of the same captures after this write read the table
     (optimistic concurrency: the first commit wins)."""
 
-    def __init__(self, table: str, capture_ids: Sequence[str], read_version: int | None, version: int | None,
-                 other: str) -> None:
+    def __init__(
+        self, table: str, capture_ids: Sequence[str], read_version: int | None, version: int | None, other: str
+    ) -> None:
         """``read_version``: the version this write read, negative when there was no table yet, None
         when unknown here (delta-spark's transactions read their own); ``version``: the winning
         commit's, None when not known."""
@@ -55,9 +56,13 @@ class WriteConflict(LakeError):
         self.version = version
         self.other = other
         won = f"{other} (version {version})" if version is not None else other
-        read = ("after this run read the table" if read_version is None
-                else "after this run read no table yet" if read_version < 0
-                else f"after this run read version {read_version}")
+        read = (
+            "after this run read the table"
+            if read_version is None
+            else "after this run read no table yet"
+            if read_version < 0
+            else f"after this run read version {read_version}"
+        )
         super().__init__(table, f"capture {short_ids(capture_ids)} was written by {won} {read}; not written twice")
 
 
@@ -75,8 +80,11 @@ class StoredRowsMismatch(LakeError):
 
     def __init__(self, table: str, capture_id: str, stored: int, written: int) -> None:
         self.capture_id = capture_id
-        super().__init__(table, f"capture {capture_id[:12]} has {stored:,} rows in the lake, but this run "
-                                f"wrote {written:,}: the lake does not hold what was decoded")
+        super().__init__(
+            table,
+            f"capture {capture_id[:12]} has {stored:,} rows in the lake, but this run "
+            f"wrote {written:,}: the lake does not hold what was decoded",
+        )
 
 
 def name_table(exc: BaseException, table: str) -> None:

@@ -99,8 +99,9 @@ class Bronze:
             df.unpersist()
 
 
-def resolve_captures(paths: Sequence[str | Path], group_rotated: bool = True,
-                     say: Callable[[str], None] | None = None) -> list[CaptureFile]:
+def resolve_captures(
+    paths: Sequence[str | Path], group_rotated: bool = True, say: Callable[[str], None] | None = None
+) -> list[CaptureFile]:
     """Check every file's container header before any work starts (a clear error naming the file
     and the place); the same bytes twice are one capture; rotated files are grouped into one, and
     ``say`` is told which files were grouped and why (``ingest.rotation.Grouping.explain``)."""
@@ -120,9 +121,13 @@ def superseded_captures(lake: Lake, captures: Sequence[CaptureFile]) -> list[str
     hashes = {h for c in captures for h in c.part_hashes}
     ids = {c.capture_id for c in captures}
     stored = lake.read("captures").select("capture_id", F.explode("parts.content_hash").alias("content_hash"))
-    return sorted({
-        r.capture_id for r in stored.filter(F.col("content_hash").isin(*hashes)).select("capture_id").distinct().collect()
-    } - ids)  # fmt: skip
+    return sorted(
+        {
+            r.capture_id
+            for r in stored.filter(F.col("content_hash").isin(*hashes)).select("capture_id").distinct().collect()
+        }
+        - ids
+    )
 
 
 DEFAULT_RANGE_BYTES = 64 << 20
@@ -138,7 +143,8 @@ _MUX_KEY = {"capture_id": "_capture_id", "connection_id": "_connection_id"}
 
 _DECODED_KINDS = tuple(kind for kind in BRONZE_SCHEMAS if kind != "captures")
 _MUX_SCHEMA = StructType(
-    [StructField("kind", StringType(), False)] + [StructField(kind, BRONZE_SCHEMAS[kind], True) for kind in _DECODED_KINDS]
+    [StructField("kind", StringType(), False)]
+    + [StructField(kind, BRONZE_SCHEMAS[kind], True) for kind in _DECODED_KINDS]
 )
 
 
@@ -151,8 +157,9 @@ class CaptureRange:
     end: int
 
 
-def plan_ranges(captures: Sequence[CaptureFile], range_bytes: int = DEFAULT_RANGE_BYTES,
-                cores: int = 1) -> list[CaptureRange]:
+def plan_ranges(
+    captures: Sequence[CaptureFile], range_bytes: int = DEFAULT_RANGE_BYTES, cores: int = 1
+) -> list[CaptureRange]:
     """Every capture's byte ranges (boundary finding reads a few KiB around each cut, on the driver).
 
     A capture larger than ``range_bytes`` is cut into the fewest ranges of about ``range_bytes`` or
@@ -167,7 +174,9 @@ def plan_ranges(captures: Sequence[CaptureFile], range_bytes: int = DEFAULT_RANG
             target = _ceil_div(c.size, cores * _ceil_div(c.size, range_bytes * cores))
         # Range indexes run on across the parts of a rotation, so packet numbers do too.
         cuts = [(part.path, start, end) for part in c.parts for start, end in split(part.path, target)]
-        ranges.extend(CaptureRange(path, c.capture_id, index, start, end) for index, (path, start, end) in enumerate(cuts))
+        ranges.extend(
+            CaptureRange(path, c.capture_id, index, start, end) for index, (path, start, end) in enumerate(cuts)
+        )
     return ranges
 
 
@@ -208,12 +217,20 @@ def _read_range(r: dict, schema: pa.Schema, counters: str | None) -> Iterator[pa
             scan(r["path"], container, r["start"], r["end"], damage), 1
         ):
             position = offset
-            rows.append({
-                "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": offset,
-                "index_in_range": index, "ts_us": ts_us, "linktype": linktype,
-                "wirelen": wirelen, "data": data, "flow": _flow_key(linktype, data, wirelen),
-                "error": None,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "capture_id": r["capture_id"],
+                    "range_index": r["range_index"],
+                    "offset": offset,
+                    "index_in_range": index,
+                    "ts_us": ts_us,
+                    "linktype": linktype,
+                    "wirelen": wirelen,
+                    "data": data,
+                    "flow": _flow_key(linktype, data, wirelen),
+                    "error": None,
+                }
+            )
             if len(rows) >= _BATCH_ROWS:
                 yield pa.RecordBatch.from_pylist(rows, schema=schema)
                 rows = []
@@ -226,11 +243,20 @@ def _read_range(r: dict, schema: pa.Schema, counters: str | None) -> Iterator[pa
     for skipped in damage:
         # The quarantine row, built as every path builds it (ingest.quarantine), travels as JSON.
         quarantined = damage_row(r["capture_id"], skipped, r["part_label"])
-        rows.append({
-            "capture_id": r["capture_id"], "range_index": r["range_index"], "offset": skipped.offset,
-            "index_in_range": 0, "ts_us": 0, "linktype": 0, "wirelen": skipped.size, "data": b"",
-            "flow": None, "error": json.dumps(quarantined),
-        })  # fmt: skip
+        rows.append(
+            {
+                "capture_id": r["capture_id"],
+                "range_index": r["range_index"],
+                "offset": skipped.offset,
+                "index_in_range": 0,
+                "ts_us": 0,
+                "linktype": 0,
+                "wirelen": skipped.size,
+                "data": b"",
+                "flow": None,
+                "error": json.dumps(quarantined),
+            }
+        )
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=schema)
     TaskCounters.report(counters, name, {"read_bytes": r["end"] - r["start"], "read_packets": index})
@@ -260,9 +286,13 @@ def _decode_connections(
         for batch in batches:
             columns = batch.to_pydict()
             for cid, number, ts, linktype, data, wirelen in zip(
-                columns["capture_id"], columns["packet_number"], columns["ts_us"], columns["linktype"],
-                columns["data"], columns["wirelen"],
-            ):  # fmt: skip
+                columns["capture_id"],
+                columns["packet_number"],
+                columns["ts_us"],
+                columns["linktype"],
+                columns["data"],
+                columns["wirelen"],
+            ):
                 decoder = decoders.get(cid)
                 if decoder is None:
                     decoder = decoders[cid] = CaptureDecoder(cid, ports, segments=True, keys=keys)
@@ -297,14 +327,20 @@ def decode_captures(
     tls_keylog: Sequence[str | Path] = (),
 ) -> Bronze:
     """The bronze tables of ``captures``, decoded range- and connection-parallel."""
-    tables, persisted = decode_tables(spark, captures, ports, range_bytes, connection_partitions, counters,
-                                      tls_keylog=tls_keylog)
+    tables, persisted = decode_tables(
+        spark, captures, ports, range_bytes, connection_partitions, counters, tls_keylog=tls_keylog
+    )
     return Bronze(tables, tuple(c.capture_id for c in captures), persisted)
 
 
 def write_bronze(
-    spark: SparkSession, lake: Lake, captures: Sequence[CaptureFile], ports: tuple[int, ...],
-    superseded: Sequence[str] = (), progress: Progress | None = None, tls_keylog: Sequence[str | Path] = (),
+    spark: SparkSession,
+    lake: Lake,
+    captures: Sequence[CaptureFile],
+    ports: tuple[int, ...],
+    superseded: Sequence[str] = (),
+    progress: Progress | None = None,
+    tls_keylog: Sequence[str | Path] = (),
 ) -> Bronze:
     """Decode ``captures`` and write every bronze table, replacing exactly these captures' rows
     (and removing those of the ``superseded`` ones). TLS is decrypted with the ``tls_keylog`` files."""
@@ -340,7 +376,14 @@ def decode_tables(
     multi_part = {c.capture_id for c in captures if len(c.parts) > 1}
     plan_rows = [
         # In a rotation, damage is placed by the part's file name before its byte offset.
-        (r.path, r.capture_id, r.range_index, r.start, r.end, f"{Path(r.path).name}: " if r.capture_id in multi_part else "")
+        (
+            r.path,
+            r.capture_id,
+            r.range_index,
+            r.start,
+            r.end,
+            f"{Path(r.path).name}: " if r.capture_id in multi_part else "",
+        )
         for r in ranges
     ]
     # One range per read task: parallelize slices the list evenly (repartition deals rows
@@ -393,8 +436,10 @@ def decode_tables(
 def _by_connection(mux: DataFrame, partitions: int) -> DataFrame:
     """The decoded rows shuffled into ``partitions`` by (capture, connection), the key also kept as
     the columns ``_MUX_KEY`` (null connection: quarantine rows of no connection, in one partition)."""
-    keys = [F.coalesce(*[F.col(f"{kind}.{name}") for kind in _DECODED_KINDS]).alias(column)
-            for name, column in _MUX_KEY.items()]
+    keys = [
+        F.coalesce(*[F.col(f"{kind}.{name}") for kind in _DECODED_KINDS]).alias(column)
+        for name, column in _MUX_KEY.items()
+    ]
     return mux.select(*keys, "*").repartition(partitions, *_MUX_KEY.values())
 
 
@@ -403,7 +448,8 @@ def _split(mux: DataFrame, kind: str) -> DataFrame:
     rows were partitioned by: Spark then knows these rows are partitioned by connection."""
     fields = BRONZE_SCHEMAS[kind].fieldNames()
     return mux.filter(F.col("kind") == kind).select(
-        *[F.col(_MUX_KEY[name]).alias(name) if name in _MUX_KEY else F.col(f"{kind}.{name}") for name in fields])
+        *[F.col(_MUX_KEY[name]).alias(name) if name in _MUX_KEY else F.col(f"{kind}.{name}") for name in fields]
+    )
 
 
 def _damage_rows(damage: DataFrame) -> DataFrame:
@@ -419,16 +465,22 @@ def _capture_status(damage: list[str] | None) -> str:
     return capture_status([json.loads(row) for row in damage or ()])
 
 
-def _captures_table(spark: SparkSession, captures: Sequence[CaptureFile], packets: DataFrame, damage: DataFrame) -> DataFrame:
+def _captures_table(
+    spark: SparkSession, captures: Sequence[CaptureFile], packets: DataFrame, damage: DataFrame
+) -> DataFrame:
     files = spark.createDataFrame(
         [
-            (c.capture_id, Path(c.parts[0].path).name, c.size,
-             [(Path(p.path).name, p.size, p.content_hash) for p in c.parts])
+            (
+                c.capture_id,
+                Path(c.parts[0].path).name,
+                c.size,
+                [(Path(p.path).name, p.size, p.content_hash) for p in c.parts],
+            )
             for c in captures
         ],
         "capture_id string, file_name string, file_size long, "
         "parts array<struct<file_name: string, file_size: long, content_hash: string>>",
-    )  # fmt: skip
+    )
     names = F.create_map(*[x for code, name in LINK_TYPE_NAMES.items() for x in (F.lit(code), F.lit(name))])
     # Per connection first (its key is null for a packet of no TCP connection), then per capture: the
     # connections are counted without a distinct aggregate of their own.
@@ -452,8 +504,10 @@ def _captures_table(spark: SparkSession, captures: Sequence[CaptureFile], packet
         files.join(stats, on="capture_id", how="left")
         .join(damaged, on="capture_id", how="left")
         .fillna(0, subset=["packets", "tcp_connections"])
-        .withColumn("link_types", F.array_join(F.array_sort(F.transform(
-            "linktypes", lambda t: F.coalesce(names[t], t.cast("string")))), ","))
+        .withColumn(
+            "link_types",
+            F.array_join(F.array_sort(F.transform("linktypes", lambda t: F.coalesce(names[t], t.cast("string")))), ","),
+        )
         .withColumn("status", _capture_status("damage"))
     )
     return joined.select(*[F.col(f.name).cast(f.dataType) for f in BRONZE_SCHEMAS["captures"].fields])

@@ -101,8 +101,16 @@ _TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 class Lake:
     """The amqpscope tables under one root, written and read with one of two Delta backends."""
 
-    def __init__(self, spark: SparkSession | None, root: str | Path, backend: str = "auto",
-                 catalog: str | None = None, schema: str | None = None, *, run_id: str | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession | None,
+        root: str | Path,
+        backend: str = "auto",
+        catalog: str | None = None,
+        schema: str | None = None,
+        *,
+        run_id: str | None = None,
+    ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
         if (catalog is None) != (schema is None):
@@ -114,8 +122,10 @@ class Lake:
         self.spark = spark
         self.backend: str = backend if backend != "auto" else ("delta-spark" if has_delta else "delta-rs")
         if catalog is not None and self.backend != "delta-spark":
-            raise ValueError(f"Unity Catalog tables ({catalog}.{schema}.<table>) are written by the delta-spark "
-                             f"backend (a Databricks runtime), not {self.backend}")
+            raise ValueError(
+                f"Unity Catalog tables ({catalog}.{schema}.<table>) are written by the delta-spark "
+                f"backend (a Databricks runtime), not {self.backend}"
+            )
         self.catalog, self.schema = catalog, schema
         if self.backend == "delta-rs":
             if "://" in str(root):
@@ -131,14 +141,14 @@ class Lake:
     @classmethod
     def of(cls, spark: SparkSession, config: AnalyzeConfig, run_id: str | None = None) -> Lake:
         """The lake ``config`` names: its root, backend and Unity Catalog schema (written by ``run_id``)."""
-        return cls(spark, config.lake, backend=config.storage, catalog=config.catalog, schema=config.schema,
-                   run_id=run_id)
+        return cls(
+            spark, config.lake, backend=config.storage, catalog=config.catalog, schema=config.schema, run_id=run_id
+        )
 
     def table_path(self, table: str) -> str:
         """Where `table` lives without Unity Catalog: ``<root>/<table>``."""
         if not _TABLE_NAME.fullmatch(table):
-            raise ValueError(f"table names are letters, digits and '_', not starting with '_'; "
-                             f"got {table!r}")
+            raise ValueError(f"table names are letters, digits and '_', not starting with '_'; got {table!r}")
         return f"{self.root}/{table}"
 
     def table_ref(self, table: str) -> TableRef:
@@ -190,12 +200,18 @@ class Lake:
                 if self.exists(table):
                     widens = _checked_schema_change(str(ref), delta_spark.read_table(self.spark, ref).schema, df.schema)
                 else:
-                    _create_delta_spark(self.spark, ref, documented(table, df.schema), description(table),
-                                        partition_columns)
+                    _create_delta_spark(
+                        self.spark, ref, documented(table, df.schema), description(table), partition_columns
+                    )
                 _write_delta_spark(df, ref, capture_ids, widens, self.run_id)
             else:
-                self._committed(table, capture_ids, _write_delta_rs(
-                    self.spark, df, path, capture_ids, partition_columns, self._writer(table, read_version)))
+                self._committed(
+                    table,
+                    capture_ids,
+                    _write_delta_rs(
+                        self.spark, df, path, capture_ids, partition_columns, self._writer(table, read_version)
+                    ),
+                )
         except Exception as exc:
             name_table(exc, table)
             raise
@@ -213,16 +229,30 @@ class Lake:
         """``write`` for a few rows made on the driver (the runs table's bookkeeping): with delta-rs
         they go to Parquet through pyarrow, no Spark job; with delta-spark, through Spark."""
         if self.backend == "delta-spark":
-            self.write(self.spark.createDataFrame(list(rows), schema), table,
-                       replace_capture_ids=replace_capture_ids, partition_by=partition_by, read_version=read_version)
+            self.write(
+                self.spark.createDataFrame(list(rows), schema),
+                table,
+                replace_capture_ids=replace_capture_ids,
+                partition_by=partition_by,
+                read_version=read_version,
+            )
             return
         capture_ids = _checked_capture_ids(replace_capture_ids)
         partition_columns = _checked_partition_columns(schema, partition_by)
         path = self.table_path(table)
         try:
-            self._committed(table, capture_ids, _commit_staged(
-                path, schema, capture_ids, partition_columns,
-                lambda staging: stage_rows(rows, schema, staging, partition_columns), self._writer(table, read_version)))
+            self._committed(
+                table,
+                capture_ids,
+                _commit_staged(
+                    path,
+                    schema,
+                    capture_ids,
+                    partition_columns,
+                    lambda staging: stage_rows(rows, schema, staging, partition_columns),
+                    self._writer(table, read_version),
+                ),
+            )
         except Exception as exc:
             name_table(exc, table)
             raise
@@ -247,8 +277,9 @@ class Lake:
                     taken.setdefault(table, {})[cid] = by_capture.pop(cid)
         return taken
 
-    def read_rows(self, table: str, schema: StructType, capture_ids: Sequence[str] | None = None,
-                  version: int | None = None) -> list[dict]:
+    def read_rows(
+        self, table: str, schema: StructType, capture_ids: Sequence[str] | None = None, version: int | None = None
+    ) -> list[dict]:
         """The rows of ``table`` (of ``capture_ids``, or all; at ``version``, or the latest) as dicts
         of ``schema``'s columns (nested structs as dicts too): for small tables only. With delta-rs
         they are read through pyarrow, no Spark job."""
@@ -304,8 +335,9 @@ class Lake:
         """The current snapshot of `table`; with `schema`, exactly its columns in its order."""
         path = self.table_path(table)
         if not self.exists(table):
-            raise FileNotFoundError(f"no Delta table at {path}" if self.catalog is None
-                                    else f"no table {self.table_ref(table)}")
+            raise FileNotFoundError(
+                f"no Delta table at {path}" if self.catalog is None else f"no table {self.table_ref(table)}"
+            )
         if self.backend == "delta-spark":
             df = delta_spark.read_table(self.spark, self.table_ref(table))
             return df if schema is None else df.select(*schema.fieldNames())
@@ -322,23 +354,27 @@ def _checked_capture_ids(capture_ids: Sequence[str]) -> list[str]:
         raise TypeError("replace_capture_ids must be a sequence of capture ids, not a string")
     ids = sorted(set(capture_ids))
     if not ids or not all(isinstance(i, str) and i for i in ids):
-        raise ValueError("replace_capture_ids must name at least one capture, each a non-empty string; "
-                         f"got {capture_ids!r}")
+        raise ValueError(
+            f"replace_capture_ids must name at least one capture, each a non-empty string; got {capture_ids!r}"
+        )
     return ids
 
 
 def _checked_partition_columns(schema: StructType, partition_by: Sequence[str]) -> list[str]:
     columns = list(partition_by)
     if CAPTURE_ID not in columns:
-        raise ValueError("tables are replaced capture by capture, so partition_by must include "
-                         f"{CAPTURE_ID!r}; got {columns}")
+        raise ValueError(
+            f"tables are replaced capture by capture, so partition_by must include {CAPTURE_ID!r}; got {columns}"
+        )
     fields = {f.name: f for f in schema.fields}
     for name in columns:
         if name not in fields:
             raise ValueError(f"partition column {name!r} is not a column of the DataFrame")
         if not isinstance(fields[name].dataType, _PARTITION_TYPES):
-            raise ValueError(f"partition column {name!r} has type {fields[name].dataType.simpleString()}; "
-                             "supported: string, boolean, integral, date")
+            raise ValueError(
+                f"partition column {name!r} has type {fields[name].dataType.simpleString()}; "
+                "supported: string, boolean, integral, date"
+            )
     return columns
 
 
@@ -349,8 +385,12 @@ def _checked_schema_change(path: str, table: StructType, rows: StructType) -> bo
     Compared as Delta stores them (every field nullable), field by field.
     """
     # Column comments (metadata) may change freely: only names, types and order count.
-    table_fields = [{k: v for k, v in f.items() if k != "metadata"} for f in json.loads(_delta_schema_json(table))["fields"]]
-    rows_fields = [{k: v for k, v in f.items() if k != "metadata"} for f in json.loads(_delta_schema_json(rows))["fields"]]
+    table_fields = [
+        {k: v for k, v in f.items() if k != "metadata"} for f in json.loads(_delta_schema_json(table))["fields"]
+    ]
+    rows_fields = [
+        {k: v for k, v in f.items() if k != "metadata"} for f in json.loads(_delta_schema_json(rows))["fields"]
+    ]
     if rows_fields[: len(table_fields)] == table_fields:
         return len(rows_fields) > len(table_fields)
     by_name = {f["name"]: f for f in rows_fields}
@@ -360,23 +400,34 @@ def _checked_schema_change(path: str, table: StructType, rows: StructType) -> bo
         if found is None:
             problems.append(f"column {field['name']!r} is missing")
         elif found["type"] != field["type"]:
-            problems.append(f"column {field['name']!r} has type {json.dumps(found['type'])}, "
-                            f"not {json.dumps(field['type'])}")
+            problems.append(
+                f"column {field['name']!r} has type {json.dumps(found['type'])}, not {json.dumps(field['type'])}"
+            )
     if not problems:  # every column there with its type: some are out of place
-        problems = [f"column {field['name']!r} is not in place {position}"
-                    for position, (field, found) in enumerate(zip(table_fields, rows_fields), 1)
-                    if found["name"] != field["name"]]
-    raise ValueError(f"schema of the rows does not fit table {path} (new columns may only be added at "
-                     f"its end): {'; '.join(problems)}")
+        problems = [
+            f"column {field['name']!r} is not in place {position}"
+            for position, (field, found) in enumerate(zip(table_fields, rows_fields), 1)
+            if found["name"] != field["name"]
+        ]
+    raise ValueError(
+        f"schema of the rows does not fit table {path} (new columns may only be added at "
+        f"its end): {'; '.join(problems)}"
+    )
 
 
-def _write_delta_spark(df: DataFrame, ref: TableRef, capture_ids: list[str], merge_schema: bool,
-                       run_id: str | None) -> None:
+def _write_delta_spark(
+    df: DataFrame, ref: TableRef, capture_ids: list[str], merge_schema: bool, run_id: str | None
+) -> None:
     """``delta_spark.write_rows``, naming the run in the commit (``userMetadata``), with Delta's
     concurrent-modification errors as one line naming the table and the run that won."""
     try:
-        delta_spark.write_rows(df, ref, capture_ids, merge_schema=merge_schema,
-                               user_metadata=f"{delta_log.RUN_KEY}={run_id}" if run_id else None)
+        delta_spark.write_rows(
+            df,
+            ref,
+            capture_ids,
+            merge_schema=merge_schema,
+            user_metadata=f"{delta_log.RUN_KEY}={run_id}" if run_id else None,
+        )
     except Exception as exc:
         conflict = _delta_spark_conflict(exc, ref.table, capture_ids)
         if conflict is None:
@@ -395,8 +446,9 @@ def _delta_spark_conflict(exc: Exception, table: str, capture_ids: list[str]) ->
     return WriteConflict(table, capture_ids, None, conflict.version, other)
 
 
-def _create_delta_spark(spark: SparkSession, ref: TableRef, schema: StructType, table_description: str | None,
-                        cluster_by: list[str]) -> None:
+def _create_delta_spark(
+    spark: SparkSession, ref: TableRef, schema: StructType, table_description: str | None, cluster_by: list[str]
+) -> None:
     """``CREATE TABLE IF NOT EXISTS``; when another run creates the table at the same moment, Delta
     refuses one of the two creations (ProtocolChangedException: two writers of an empty directory),
     and the refused run writes into the table the other created."""
@@ -424,8 +476,11 @@ def _delta_schema_json(schema: StructType) -> str:
         if not isinstance(node, dict):
             return node
         return {
-            key: True if key in ("nullable", "containsNull", "valueContainsNull")
-            else value if key == "metadata" else nullable(value)
+            key: True
+            if key in ("nullable", "containsNull", "valueContainsNull")
+            else value
+            if key == "metadata"
+            else nullable(value)
             for key, value in node.items()
         }
 
@@ -447,16 +502,24 @@ def _open(path: str, table: str, version: int | None = None) -> DeltaTable:
     return open_table(path, version)
 
 
-def _write_delta_rs(spark: SparkSession, df: DataFrame, path: str, capture_ids: list[str],
-                    partition_columns: list[str], writer: _Writer) -> dict[str, int]:
+def _write_delta_rs(
+    spark: SparkSession, df: DataFrame, path: str, capture_ids: list[str], partition_columns: list[str], writer: _Writer
+) -> dict[str, int]:
     # delta-rs and every non-Spark Parquet reader need TIMESTAMP_MICROS (INT96 is legacy).
     timestamp_type = spark.conf.get("spark.sql.parquet.outputTimestampType")
     if timestamp_type != "TIMESTAMP_MICROS":
-        raise ValueError("spark.sql.parquet.outputTimestampType must be TIMESTAMP_MICROS, "
-                         f"not {timestamp_type} (jobs/session.py sets it)")
-    return _commit_staged(path, df.schema, capture_ids, partition_columns,
-                          lambda staging: df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging),
-                          writer)
+        raise ValueError(
+            "spark.sql.parquet.outputTimestampType must be TIMESTAMP_MICROS, "
+            f"not {timestamp_type} (jobs/session.py sets it)"
+        )
+    return _commit_staged(
+        path,
+        df.schema,
+        capture_ids,
+        partition_columns,
+        lambda staging: df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging),
+        writer,
+    )
 
 
 def _read_snapshot(path: str, table: str, read_version: int | None) -> tuple[int, DeltaTable | None]:
@@ -471,18 +534,27 @@ def _read_snapshot(path: str, table: str, read_version: int | None) -> tuple[int
 
 def _fits(path: str, rows_schema: StructType, partition_columns: list[str]) -> Callable[[DeltaTable], None]:
     """The check that rows of ``rows_schema`` may be committed on a snapshot of table ``path``."""
+
     def check(table: DeltaTable) -> None:
         # The commit replaces the table's schema with the rows' one: only a widening keeps the other
         # captures' files readable (their missing columns read as null).
         _checked_schema_change(path, StructType.fromJson(json.loads(table.schema().to_json())), rows_schema)
         if table.metadata().partition_columns != partition_columns:
-            raise ValueError(f"table {path} is partitioned by {table.metadata().partition_columns}, "
-                             f"not {partition_columns}")
+            raise ValueError(
+                f"table {path} is partitioned by {table.metadata().partition_columns}, not {partition_columns}"
+            )
+
     return check
 
 
-def _commit_staged(path: str, rows_schema: StructType, capture_ids: list[str], partition_columns: list[str],
-                   stage: Callable[[str], None], writer: _Writer) -> dict[str, int]:
+def _commit_staged(
+    path: str,
+    rows_schema: StructType,
+    capture_ids: list[str],
+    partition_columns: list[str],
+    stage: Callable[[str], None],
+    writer: _Writer,
+) -> dict[str, int]:
     """``stage(staging)`` writes the rows' Parquet files into the staging folder in Spark's
     partition layout; they are moved into the table and committed, replacing ``capture_ids``, on
     the version read before staging (``jobs.delta_commit``). Returns the rows committed per capture."""
@@ -514,21 +586,26 @@ def _commit_staged(path: str, rows_schema: StructType, capture_ids: list[str], p
                 raise FileExistsError(target)
             os.rename(os.path.join(staging, relative_path), target)
             moved.append(target)
-            adds.append(AddAction(
-                path=relative_path,  # the file's own name: delta-rs URI-encodes it for the log
-                size=f.size,
-                partition_values=f.partition_values,
-                modification_time=int(os.path.getmtime(target) * 1000),
-                data_change=True,
-                # Row count, min, max and null counts from the footer: readers skip files on them.
-                stats=file_stats(target, rows_schema, partition_columns),
-            ))
+            adds.append(
+                AddAction(
+                    path=relative_path,  # the file's own name: delta-rs URI-encodes it for the log
+                    size=f.size,
+                    partition_values=f.partition_values,
+                    modification_time=int(os.path.getmtime(target) * 1000),
+                    data_change=True,
+                    # Row count, min, max and null counts from the footer: readers skip files on them.
+                    stats=file_stats(target, rows_schema, partition_columns),
+                )
+            )
             capture = f.partition_values[CAPTURE_ID] or ""
             rows[capture] = rows.get(capture, 0) + f.num_records
         delta_commit.commit(
-            delta_commit.Commit(path, name, schema, adds, capture_ids, partition_columns, read_version,
-                                writer.run_id, description(name)),
-            table, fits)
+            delta_commit.Commit(
+                path, name, schema, adds, capture_ids, partition_columns, read_version, writer.run_id, description(name)
+            ),
+            table,
+            fits,
+        )
     except Exception:
         for target in moved:  # referenced by no commit (delta_commit returns if it went through)
             os.remove(target)
@@ -574,8 +651,10 @@ def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) ->
     files = [os.path.join(path, p) for p in relative_paths]
     partitions = [{c: actions[f"partition.{c}"][i] for c in partition_columns} for i in range(len(files))]
     # Partition columns are in the log, not in the files.
-    read_schema = StructType([f for f in schema.fields if f.name not in partition_columns]
-                             + [f for f in table_schema.fields if f.name in partition_columns])
+    read_schema = StructType(
+        [f for f in schema.fields if f.name not in partition_columns]
+        + [f for f in table_schema.fields if f.name in partition_columns]
+    )
     if _hive_layout_matches(relative_paths, partitions, partition_columns):
         # One scan; Spark's partition discovery from the directories gives the same values
         # as the log, typed by the schema.
@@ -585,8 +664,13 @@ def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) ->
     return df.select(*schema.fieldNames())
 
 
-def _read_by_partition(spark: SparkSession, read_schema: StructType, files: list[str],
-                       partitions: list[Mapping[str, Any]], partition_columns: list[str]) -> DataFrame:
+def _read_by_partition(
+    spark: SparkSession,
+    read_schema: StructType,
+    files: list[str],
+    partitions: list[Mapping[str, Any]],
+    partition_columns: list[str],
+) -> DataFrame:
     """One scan per partition, its values from the log: for layouts Spark can't discover."""
     data_schema = StructType([f for f in read_schema.fields if f.name not in partition_columns])
     groups: dict[tuple[Any, ...], list[str]] = {}
@@ -594,8 +678,9 @@ def _read_by_partition(spark: SparkSession, read_schema: StructType, files: list
         groups.setdefault(tuple(values[c] for c in partition_columns), []).append(file)
     types = {f.name: f.dataType for f in read_schema.fields}
     scans = [
-        spark.read.schema(data_schema).parquet(*group_files).select(
-            "*", *[F.lit(value).cast(types[c]).alias(c) for c, value in zip(partition_columns, key)])
+        spark.read.schema(data_schema)
+        .parquet(*group_files)
+        .select("*", *[F.lit(value).cast(types[c]).alias(c) for c, value in zip(partition_columns, key)])
         for key, group_files in groups.items()
     ]
     return reduce(DataFrame.unionByName, scans)

@@ -56,18 +56,21 @@ def staged_files(staging: str, partition_columns: list[str]) -> list[StagedFile]
                 continue
             file_path = os.path.join(directory, name)
             relative_dir = os.path.relpath(directory, staging).replace(os.sep, "/")
-            files.append(StagedFile(
-                relative_dir=relative_dir,
-                name=name,
-                partition_values=partition_values_of(relative_dir, partition_columns),
-                num_records=pq.read_metadata(file_path).num_rows,  # the footer only
-                size=os.path.getsize(file_path),
-            ))
+            files.append(
+                StagedFile(
+                    relative_dir=relative_dir,
+                    name=name,
+                    partition_values=partition_values_of(relative_dir, partition_columns),
+                    num_records=pq.read_metadata(file_path).num_rows,  # the footer only
+                    size=os.path.getsize(file_path),
+                )
+            )
     return files
 
 
-def stage_rows(rows: Sequence[Mapping[str, Any]], schema: StructType, staging: str,
-                partition_columns: list[str]) -> None:
+def stage_rows(
+    rows: Sequence[Mapping[str, Any]], schema: StructType, staging: str, partition_columns: list[str]
+) -> None:
     """Rows made on the driver as Parquet files in ``staging``, laid out as Spark lays out a
     partitioned write (``col=value`` directories, every column optional, timestamps UTC micros)."""
     data = StructType([f for f in schema.fields if f.name not in partition_columns])
@@ -79,13 +82,16 @@ def stage_rows(rows: Sequence[Mapping[str, Any]], schema: StructType, staging: s
         directory = os.path.join(staging, *(f"{c}={partition_dir(v)}" for c, v in zip(partition_columns, values)))
         os.makedirs(directory, exist_ok=True)
         columns = {f.name: [row[f.name] for row in members] for f in data.fields}
-        pq.write_table(pa.Table.from_pydict(columns, schema=arrow),
-                       os.path.join(directory, f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"), compression="snappy")
+        pq.write_table(
+            pa.Table.from_pydict(columns, schema=arrow),
+            os.path.join(directory, f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"),
+            compression="snappy",
+        )
 
 
 # The characters Spark escapes as %XX in a partition directory name (ExternalCatalogUtils), besides
 # the control characters.
-_ESCAPED_IN_PARTITION_DIRS = frozenset('"#%\'*/:=?\\\x7f{[]^')
+_ESCAPED_IN_PARTITION_DIRS = frozenset("\"#%'*/:=?\\\x7f{[]^")
 
 
 def partition_dir(value: Any) -> str:

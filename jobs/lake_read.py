@@ -44,8 +44,7 @@ def open_table(path: str | Path, version: int | None = None) -> DeltaTable:
     return DeltaTable(str(path)) if version is None else DeltaTable(str(path), version=version)
 
 
-def read_table(path: str | Path, capture_ids: Sequence[str] | None = None,
-               table: DeltaTable | None = None) -> pa.Table:
+def read_table(path: str | Path, capture_ids: Sequence[str] | None = None, table: DeltaTable | None = None) -> pa.Table:
     """The rows of the Delta table at ``path`` (of ``capture_ids`` only, when given: the other
     partitions' files are not opened), read through Arrow's native filesystem."""
     table = table if table is not None else open_table(path)

@@ -120,9 +120,11 @@ def file_stats(file_path: str, schema: StructType, partition_columns: Sequence[s
         high = _bound(max(s.max for s in with_values), data_type, upper=True)
         if low is not None and high is not None:
             minimum[path], maximum[path] = low, high
-    return json.dumps({
-        "numRecords": metadata.num_rows,
-        "minValues": _nest(minimum),
-        "maxValues": _nest(maximum),
-        "nullCount": _nest(nulls),
-    })
+    return json.dumps(
+        {
+            "numRecords": metadata.num_rows,
+            "minValues": _nest(minimum),
+            "maxValues": _nest(maximum),
+            "nullCount": _nest(nulls),
+        }
+    )

@@ -49,14 +49,22 @@ def landing_files(landing: Path) -> list[Path]:
     if not landing.is_dir():
         raise CaptureError(landing, "landing directory", "not a directory")
     return sorted(
-        p for p in landing.rglob("*")
+        p
+        for p in landing.rglob("*")
         if p.is_file() and not p.name.startswith(".") and not p.name.endswith(_IN_PROGRESS_SUFFIXES)
-    )  # fmt: skip
+    )
 
 
 def ingest_files(
-    spark: SparkSession, lake: Lake, captures: Sequence[CaptureFile], ports: tuple[int, ...],
-    superseded: Sequence[str] = (), *, run_id: str, progress: Progress | None = None, claimed: bool = False,
+    spark: SparkSession,
+    lake: Lake,
+    captures: Sequence[CaptureFile],
+    ports: tuple[int, ...],
+    superseded: Sequence[str] = (),
+    *,
+    run_id: str,
+    progress: Progress | None = None,
+    claimed: bool = False,
     tls_keylog: Sequence[str | Path] = (),
 ) -> Bronze:
     """Decode ``captures`` into the bronze tables (replacing their rows and the ``superseded``
@@ -79,7 +87,10 @@ def ingest_files(
 
 
 def ingest_landing(
-    spark: SparkSession, landing: Path, config: AnalyzeConfig, progress: Progress | None = None,
+    spark: SparkSession,
+    landing: Path,
+    config: AnalyzeConfig,
+    progress: Progress | None = None,
     run_id: str | None = None,
 ) -> LandingResult:
     """Decode every capture of ``landing`` not in the lake yet (or whose last ingest did not
@@ -127,13 +138,24 @@ def ingest_landing(
                 progress.step(f"decoding {len(fresh)} capture(s) from {sum(len(c.parts) for c in fresh)} file(s)")
             superseded = superseded_captures(lake, fresh)
             with sized_for(spark, sum(c.size for c in fresh)):
-                ingest_files(spark, lake, fresh, config.ports, superseded, run_id=run_id, progress=progress,
-                             tls_keylog=config.tls_keylog, claimed=True).release()
+                ingest_files(
+                    spark,
+                    lake,
+                    fresh,
+                    config.ports,
+                    superseded,
+                    run_id=run_id,
+                    progress=progress,
+                    tls_keylog=config.tls_keylog,
+                    claimed=True,
+                ).release()
             # The superseded captures' derived rows go with the next derive (no bronze rows left).
             runs.forget(lake, superseded)
     log.info("ingested %d, skipped %d, failed %d, busy %d", len(fresh), len(skipped), len(failed), len(busy))
     return LandingResult(
-        tuple(c.capture_id for c in fresh), tuple(skipped), tuple((p.name, reason) for p, reason in failed.values()),
+        tuple(c.capture_id for c in fresh),
+        tuple(skipped),
+        tuple((p.name, reason) for p, reason in failed.values()),
         tuple(busy),
     )
 
@@ -147,9 +169,11 @@ def _known_captures(lake: Lake) -> dict[str, tuple[str, ...] | None]:
     # A row per capture: read on the driver (no Spark query with delta-rs).
     rows = lake.read_rows("captures", StructType([CAPTURES_SCHEMA[c] for c in ("capture_id", "status", "parts")]))
     return {
-        r["capture_id"]: None if (r["status"] or "").startswith(FAILED)
+        r["capture_id"]: None
+        if (r["status"] or "").startswith(FAILED)
         else tuple([p["content_hash"] for p in r["parts"] or ()] or (r["capture_id"],))
-        for r in rows if r["capture_id"] not in unfinished
+        for r in rows
+        if r["capture_id"] not in unfinished
     }
 
 

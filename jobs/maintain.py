@@ -47,8 +47,9 @@ class MaintainResult:
     tables: tuple[TableMaintenance, ...]
 
 
-def maintain_lake(spark: SparkSession, config: AnalyzeConfig,
-                  retain_hours: int = DEFAULT_RETAIN_HOURS) -> MaintainResult:
+def maintain_lake(
+    spark: SparkSession, config: AnalyzeConfig, retain_hours: int = DEFAULT_RETAIN_HOURS
+) -> MaintainResult:
     """Compact, vacuum and document every table of the lake ``config`` names."""
     if retain_hours < 0:
         raise ValueError(f"retain_hours must not be negative, got {retain_hours}")
@@ -79,8 +80,9 @@ def _delta_spark(lake: Lake, table: str, retain_hours: int) -> TableMaintenance:
     after = delta_spark.file_count(spark, ref)
     spark.sql(delta_spark.vacuum_sql(ref, retain_hours))
     current = delta_spark.read_table(spark, ref).schema
-    statements = delta_spark.comment_sql(ref, current, documented(table, current),
-                                         delta_spark.table_description(spark, ref), description(table))
+    statements = delta_spark.comment_sql(
+        ref, current, documented(table, current), delta_spark.table_description(spark, ref), description(table)
+    )
     for statement in statements:
         spark.sql(statement)
     return TableMaintenance(table, before, after, None, len(statements))

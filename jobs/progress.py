@@ -129,8 +129,10 @@ def decode_line(totals: Mapping[str, int], capture_bytes: int, elapsed: float) -
     done = 0.5 * min(1.0, read_bytes / capture_bytes) + 0.5 * min(1.0, decoded / max(total, 1))
     left = f", about {_clock(elapsed * (1 - done) / done)} left" if done >= 0.02 else ""
     of_total = f"{total:,}" if all_read else f"~{total:,}"
-    return (f"{read:,} of {of_total} packets read ({read_bytes / 1e6:,.0f} of {capture_bytes / 1e6:,.0f} MB), "
-            f"{decoded:,} decoded ({100 * done:.0f}%){left}")
+    return (
+        f"{read:,} of {of_total} packets read ({read_bytes / 1e6:,.0f} of {capture_bytes / 1e6:,.0f} MB), "
+        f"{decoded:,} decoded ({100 * done:.0f}%){left}"
+    )
 
 
 def _clock(seconds: float) -> str:
@@ -145,9 +147,13 @@ class Progress:
     """``with Progress(spark) as p: p.step("ingest") ...``: reports until the block ends."""
 
     def __init__(
-        self, spark: SparkSession, stream: TextIO | None = None, mode: str = "auto",
-        poll_interval: float = 1.0, log_interval: float = 10.0,
-    ) -> None:  # fmt: skip
+        self,
+        spark: SparkSession,
+        stream: TextIO | None = None,
+        mode: str = "auto",
+        poll_interval: float = 1.0,
+        log_interval: float = 10.0,
+    ) -> None:
         if mode not in PROGRESS_MODES:
             raise ValueError(f"progress must be one of {', '.join(PROGRESS_MODES)}, not {mode!r}")
         self._spark = spark
@@ -245,7 +251,9 @@ class Progress:
             self._write(self._line(counts))
 
     def _line(self, c: StageCounts | None) -> str:
-        where = f"[{_clock(time.monotonic() - self._started)}] {self._label}" + (f" > {self._detail}" if self._detail else "")
+        where = f"[{_clock(time.monotonic() - self._started)}] {self._label}" + (
+            f" > {self._detail}" if self._detail else ""
+        )
         if self._capture_bytes and self._counters is not None:
             totals = self._counters.totals()
             if totals:  # the tasks can write to the directory: packets, not tasks

@@ -33,14 +33,22 @@ class ReportResult:
     incomplete: tuple[tuple[str, str], ...]  # (capture id, why it is not reported)
 
 
-def report_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequence[str] | None = None, *,
-                run_id: str | None = None, clock: StageClock | None = None) -> ReportResult:
+def report_lake(
+    spark: SparkSession,
+    config: AnalyzeConfig,
+    capture_ids: Sequence[str] | None = None,
+    *,
+    run_id: str | None = None,
+    clock: StageClock | None = None,
+) -> ReportResult:
     """Write the report of ``capture_ids`` (default: every capture in the lake) from the stored tables."""
     run_id = run_id or runs.new_run_id()
     clock = clock or StageClock()
     lake = Lake.of(spark, config, run_id=run_id)
     if not lake.exists("captures"):
-        raise ValueError(f"lake {config.lake} has no captures table: run `amqpscope ingest` and `amqpscope derive` first")
+        raise ValueError(
+            f"lake {config.lake} has no captures table: run `amqpscope ingest` and `amqpscope derive` first"
+        )
     stored = {r["capture_id"]: r for r in lake.read_rows("captures", tables.table("captures").schema)}
     if capture_ids:
         unknown = sorted(set(capture_ids) - set(stored))
@@ -60,9 +68,15 @@ def report_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
     with clock.stage("report"):
         clock.writing("report")
         if not complete:
-            report = render_page(path, captures=[], capture_total=0, left_out=left_out, suites=None,
-                                 data_docs_index=_data_docs_index(config.data_docs_dir),
-                                 time_zone=str(spark.conf.get("spark.sql.session.timeZone")))
+            report = render_page(
+                path,
+                captures=[],
+                capture_total=0,
+                left_out=left_out,
+                suites=None,
+                data_docs_index=_data_docs_index(config.data_docs_dir),
+                time_zone=str(spark.conf.get("spark.sql.session.timeZone")),
+            )
             return ReportResult(report, (), incomplete)
         keep = lake_capture_filter(complete)
         report = write_report(
@@ -75,13 +89,19 @@ def report_lake(spark: SparkSession, config: AnalyzeConfig, capture_ids: Sequenc
             data_docs_index=_data_docs_index(config.data_docs_dir),
             flow={name: lake.read(name).filter(keep) for name in tables.FLOW if lake.exists(name)},
             quarantine=lake.read("quarantine").filter(keep),
-            **{name: lake.read(name).filter(keep) for name in ("diagnosis", "bottlenecks", "dq_summary")
-               if lake.exists(name)},
-            chart_series=lake.read_rows("chart_series", tables.table("chart_series").schema, complete) if lake.exists("chart_series") else (),
+            **{
+                name: lake.read(name).filter(keep)
+                for name in ("diagnosis", "bottlenecks", "dq_summary")
+                if lake.exists(name)
+            },
+            chart_series=lake.read_rows("chart_series", tables.table("chart_series").schema, complete)
+            if lake.exists("chart_series")
+            else (),
             left_out=left_out,
         )
-        runs.mark(lake, run_id, "report", complete, OUTCOME_OK,
-                  {cid: state[(cid, "derive")].run_id for cid in complete})
+        runs.mark(
+            lake, run_id, "report", complete, OUTCOME_OK, {cid: state[(cid, "derive")].run_id for cid in complete}
+        )
     return ReportResult(report, tuple(complete), incomplete)
 
 
@@ -98,4 +118,3 @@ def _data_docs_index(docs_dir: Path) -> Path | None:
     """The Data Docs site the derive runs built in ``docs_dir``, if any."""
     found = sorted(docs_dir.rglob("index.html"), key=lambda p: len(p.parts)) if docs_dir.is_dir() else []
     return found[0] if found else None
-

@@ -107,8 +107,9 @@ def _process_start(pid: int) -> datetime | None:
     return datetime.fromtimestamp(boot + ticks / os.sysconf("SC_CLK_TCK"), UTC)
 
 
-def stage_runs(lake: Lake, capture_ids: Sequence[str] | None = None,
-               version: int | None = None) -> dict[tuple[str, str], StageRun]:
+def stage_runs(
+    lake: Lake, capture_ids: Sequence[str] | None = None, version: int | None = None
+) -> dict[tuple[str, str], StageRun]:
     """The runs rows (of ``capture_ids``, or all; at ``version``, or the latest) by (capture_id,
     stage); times in UTC."""
     if version == -1 or (version is None and not lake.exists(RUNS_TABLE)):
@@ -123,8 +124,14 @@ def _utc(value: object) -> object:
     return value.astimezone(UTC) if isinstance(value, datetime) else value
 
 
-def mark(lake: Lake, run_id: str, stage: str, capture_ids: Sequence[str], outcome: str,
-         source_runs: Mapping[str, str | None] | None = None) -> None:
+def mark(
+    lake: Lake,
+    run_id: str,
+    stage: str,
+    capture_ids: Sequence[str],
+    outcome: str,
+    source_runs: Mapping[str, str | None] | None = None,
+) -> None:
     """Record ``outcome`` of ``stage`` for ``capture_ids`` in one commit (their other stages' rows kept).
 
     ``running`` starts the clock; any other outcome ends it (the start kept when this run marked
@@ -136,8 +143,15 @@ def mark(lake: Lake, run_id: str, stage: str, capture_ids: Sequence[str], outcom
         check_stored(lake, lake.take_written(capture_ids, exclude=(RUNS_TABLE,)))
     # A failure is recorded for the captures no other run holds (a run that lost a race to another
     # leaves the other's rows alone); any other mark of a held capture is refused.
-    _mark(lake, run_id, stage, sorted(set(capture_ids)), outcome, source_runs,
-          skip_busy=outcome.startswith(OUTCOME_FAILED_PREFIX))
+    _mark(
+        lake,
+        run_id,
+        stage,
+        sorted(set(capture_ids)),
+        outcome,
+        source_runs,
+        skip_busy=outcome.startswith(OUTCOME_FAILED_PREFIX),
+    )
 
 
 def claim(lake: Lake, run_id: str, stage: str, capture_ids: Sequence[str]) -> list[tuple[str, str]]:
@@ -154,8 +168,15 @@ def _checked(stage: str, outcome: str) -> None:
         raise ValueError(f"outcome must be running, ok or 'failed: reason', not {outcome!r}")
 
 
-def _mark(lake: Lake, run_id: str, stage: str, ids: list[str], outcome: str,
-          source_runs: Mapping[str, str | None] | None, skip_busy: bool) -> list[tuple[str, str]]:
+def _mark(
+    lake: Lake,
+    run_id: str,
+    stage: str,
+    ids: list[str],
+    outcome: str,
+    source_runs: Mapping[str, str | None] | None,
+    skip_busy: bool,
+) -> list[tuple[str, str]]:
     owner = process_owner()
     for _attempt in range(_MARK_ATTEMPTS):
         if not ids:
@@ -180,16 +201,21 @@ def _mark(lake: Lake, run_id: str, stage: str, ids: list[str], outcome: str,
             started = before.started if same_run and outcome != OUTCOME_RUNNING else now
             source = (source_runs or {}).get(cid, before.source_run if same_run else None)
             ended = None if outcome == OUTCOME_RUNNING else now
-            rows.append(StageRun(cid, stage, run_id, started, ended, outcome, source, owner,
-                                 now + timedelta(seconds=LEASE_SECONDS)))
+            rows.append(
+                StageRun(
+                    cid, stage, run_id, started, ended, outcome, source, owner, now + timedelta(seconds=LEASE_SECONDS)
+                )
+            )
         try:
-            lake.write_rows([r.__dict__ for r in rows], RUNS_SCHEMA, RUNS_TABLE, replace_capture_ids=free,
-                            read_version=version)
+            lake.write_rows(
+                [r.__dict__ for r in rows], RUNS_SCHEMA, RUNS_TABLE, replace_capture_ids=free, read_version=version
+            )
         except WriteConflict:
             continue  # another run marked some of these captures since they were read: read again
         return busy
-    raise RuntimeError(f"table {RUNS_TABLE}: the marks of {len(ids)} capture(s) lost to other runs' "
-                       f"{_MARK_ATTEMPTS} times")
+    raise RuntimeError(
+        f"table {RUNS_TABLE}: the marks of {len(ids)} capture(s) lost to other runs' {_MARK_ATTEMPTS} times"
+    )
 
 
 def completeness(runs: Mapping[tuple[str, str], StageRun], capture_id: str) -> str:
@@ -264,6 +290,9 @@ def verdicts_failing_derive(lake: Lake, run_id: str, capture_ids: Sequence[str],
             try:
                 mark(lake, run_id, "derive", capture_ids, failed_outcome(failure))
             except Exception as unrecorded:  # the lake may be full too: the next run's check decides
-                log.warning("could not record the failed verdicts of %s: %s", ", ".join(capture_ids),
-                            str(unrecorded).splitlines()[0] if str(unrecorded) else type(unrecorded).__name__)
+                log.warning(
+                    "could not record the failed verdicts of %s: %s",
+                    ", ".join(capture_ids),
+                    str(unrecorded).splitlines()[0] if str(unrecorded) else type(unrecorded).__name__,
+                )
         raise

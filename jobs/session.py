@@ -85,8 +85,12 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "amqpscope",
-                  conf: dict[str, str] | None = None, write_class_archive: bool = False) -> SparkSession:
+def build_session(
+    master: str | None = DEFAULT_MASTER,
+    app_name: str = "amqpscope",
+    conf: dict[str, str] | None = None,
+    write_class_archive: bool = False,
+) -> SparkSession:
     """Build (or reuse) the SparkSession for an amqpscope job, on ``master``; None: the master
     spark-submit was given, else local[2].
 
@@ -127,8 +131,11 @@ def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "amqpscop
         writing = None
         spark = _start(master, app_name, plain)
     if writing is not None:
-        _archive_written = (writing, spark.sparkContext._jvm.System.getProperty("java.class.path"),
-                            collector_options(own))
+        _archive_written = (
+            writing,
+            spark.sparkContext._jvm.System.getProperty("java.class.path"),
+            collector_options(own),
+        )
     # Spark logs a failed task's traces at ERROR, pages of them (a full disk printed 400-600 lines):
     # the job's own error line says what failed, and -v (INFO) shows Spark's errors too.
     spark.sparkContext.setLogLevel("ERROR" if logging.getLogger("amqpscope").isEnabledFor(logging.INFO) else "FATAL")
@@ -189,8 +196,10 @@ def _end_jvm() -> bool:
 # code is generated. docs/BENCHMARKS.md, fifth session.
 INTERPRETED_UP_TO_BYTES = 64 * 1024 * 1024
 # Spark's settings and its defaults: no whole-stage code, no generated projections and predicates.
-_INTERPRETED = {"spark.sql.codegen.wholeStage": ("false", "true"),
-                "spark.sql.codegen.factoryMode": ("NO_CODEGEN", "FALLBACK")}
+_INTERPRETED = {
+    "spark.sql.codegen.wholeStage": ("false", "true"),
+    "spark.sql.codegen.factoryMode": ("NO_CODEGEN", "FALLBACK"),
+}
 # A small run also shuffles into one partition a core, not _BASE_CONF's 8: every stage that reads
 # the frames (kept partitioned by connection, jobs.ingest) runs a task a partition, and on a few
 # thousand rows a task's fixed cost is most of its work. Analyze: 0.97x the wall time on the
@@ -227,8 +236,10 @@ def _local_with_spark_defaults(spark: SparkSession) -> bool:
     if is_connect(spark) or not spark.sparkContext.master.startswith("local"):
         return False
     launched_with = spark.sparkContext.getConf()
-    return all(not launched_with.contains(key) and spark.conf.get(key, default) == default
-               for key, (_, default) in _INTERPRETED.items())
+    return all(
+        not launched_with.contains(key) and spark.conf.get(key, default) == default
+        for key, (_, default) in _INTERPRETED.items()
+    )
 
 
 def is_connect(spark: SparkSession) -> bool:

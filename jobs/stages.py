@@ -113,12 +113,14 @@ class StageClock:
 def preload(modules: Sequence[str]) -> None:
     """Import ``modules`` on a background thread: Python work done while the JVM starts. A later
     import waits for it (the import lock); a failure here is raised by that import instead."""
+
     def load() -> None:
         for name in modules:
             try:
                 importlib.import_module(name)
             except Exception:  # the job's own import will raise it, where it is needed
                 log.debug("preloading %s failed", name, exc_info=True)
+
     if modules:
         in_background(load, "amqpscope-preload")
 

@@ -24,5 +24,6 @@ def asset(package: str, path: str) -> Path:
     if not found.is_file():
         raise MissingAsset(
             f"{found} is not installed: run `make setup`, or `npm ci` in {NODE_MODULES.parent} "
-            f"(the npm packages amqpscope's pages load from disk, package.json there)")
+            f"(the npm packages amqpscope's pages load from disk, package.json there)"
+        )
     return found

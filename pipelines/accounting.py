@@ -26,16 +26,26 @@ def byte_accounting(connections: DataFrame, frames: DataFrame, quarantine: DataF
     """Per connection and direction: payload, framed, quarantined, TLS and missing bytes, and whether
     payload = framed + quarantined + TLS's own bytes (missing bytes were never seen, so they are not payload)."""
     payload = connections.select(
-        "capture_id", "connection_id",
-        F.explode(F.array(*[
-            F.struct(F.lit(d).alias("direction"), F.col(f"{d}_bytes").alias("payload_bytes"),
-                     F.col(f"{d}_missing_bytes").alias("missing_bytes"),
-                     _tls_bytes(connections, d).alias("tls_bytes"))
-            for d in ("c2s", "s2c")
-        ])).alias("d"),
+        "capture_id",
+        "connection_id",
+        F.explode(
+            F.array(
+                *[
+                    F.struct(
+                        F.lit(d).alias("direction"),
+                        F.col(f"{d}_bytes").alias("payload_bytes"),
+                        F.col(f"{d}_missing_bytes").alias("missing_bytes"),
+                        _tls_bytes(connections, d).alias("tls_bytes"),
+                    )
+                    for d in ("c2s", "s2c")
+                ]
+            )
+        ).alias("d"),
     ).select("capture_id", "connection_id", "d.*")
     framed = frames.groupBy(*_KEY).agg(F.sum("frame_size").alias("framed_bytes"))
-    quarantined = quarantine.filter(~F.col("missing")).groupBy(*_KEY).agg(F.sum("byte_count").alias("quarantined_bytes"))
+    quarantined = (
+        quarantine.filter(~F.col("missing")).groupBy(*_KEY).agg(F.sum("byte_count").alias("quarantined_bytes"))
+    )
     gaps = quarantine.filter(F.col("missing")).groupBy(*_KEY).agg(F.sum("byte_count").alias("gap_bytes"))
     joined = (
         payload.join(framed, on=list(_KEY), how="left")

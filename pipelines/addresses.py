@@ -53,8 +53,9 @@ def exchange_of_address(address: Column) -> Column:
     is ``amq.topic``), else null."""
     named: Column = F.when(address.startswith(_TOPIC_PREFIX), F.lit(_TOPIC_EXCHANGE))
     for prefix, encoded in _EXCHANGE_PREFIXES:
-        named = named.when(address.startswith(prefix),
-                           _decoded(F.substring_index(_after(address, prefix), "/", 1), encoded))
+        named = named.when(
+            address.startswith(prefix), _decoded(F.substring_index(_after(address, prefix), "/", 1), encoded)
+        )
     return named
 
 
@@ -70,10 +71,15 @@ def canonical_address(address: Column) -> Column:
     queue = queue_of_address(address)
     exchange = exchange_of_address(address)
     after_exchange = F.coalesce(
-        F.when(address.startswith("/exchanges/"), _after(address, "/exchanges/")), _after(address, "/exchange/"))
+        F.when(address.startswith("/exchanges/"), _after(address, "/exchanges/")), _after(address, "/exchange/")
+    )
     routing_key = F.regexp_extract(after_exchange, r"^[^/]*(/.*)$", 1)  # "/rk", or "" when there is none
-    return (F.when(queue.isNotNull(), queue_address(queue))
-            .when(address.startswith(_TOPIC_PREFIX),
-                  F.concat(F.lit(f"/exchanges/{_TOPIC_EXCHANGE}/"), _after(address, _TOPIC_PREFIX)))
-            .when(exchange.isNotNull(), F.concat(F.lit("/exchanges/"), exchange, routing_key))
-            .otherwise(address))
+    return (
+        F.when(queue.isNotNull(), queue_address(queue))
+        .when(
+            address.startswith(_TOPIC_PREFIX),
+            F.concat(F.lit(f"/exchanges/{_TOPIC_EXCHANGE}/"), _after(address, _TOPIC_PREFIX)),
+        )
+        .when(exchange.isNotNull(), F.concat(F.lit("/exchanges/"), exchange, routing_key))
+        .otherwise(address)
+    )

@@ -19,7 +19,11 @@ _CONNECTION = ("capture_id", "connection_id")
 
 def _connection_so_far() -> WindowSpec:
     """A connection's blocking notices in order: counts connection.blocked frames up to each row."""
-    return Window.partitionBy(*_CONNECTION).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (
+        Window.partitionBy(*_CONNECTION)
+        .orderBy("frame_index")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
 
 
 def _whole_connection() -> WindowSpec:
@@ -31,15 +35,24 @@ def connection_blocked_intervals(frames: DataFrame) -> DataFrame:
     """The connection_blocked table (``schemas.flow.CONNECTION_BLOCKED_SCHEMA``) from the frames table."""
     is_blocked = F.col("method") == "connection.blocked"
     notices = (
-        frames.filter((F.col("protocol") == "amqp-0-9-1") & F.col("method").isin("connection.blocked", "connection.unblocked"))
+        frames.filter(
+            (F.col("protocol") == "amqp-0-9-1") & F.col("method").isin("connection.blocked", "connection.unblocked")
+        )
         .withColumn("_blocked_so_far", F.sum(is_blocked.cast("long")).over(_connection_so_far()))
         .withColumn("_blocked_total", F.sum(is_blocked.cast("long")).over(_whole_connection()))
     )
-    found = intervals(notices, _CONNECTION, ["frame_index"], is_blocked,
-                      carry=["reason", "_blocked_so_far", "_blocked_total"], carry_end=["_blocked_so_far"])
+    found = intervals(
+        notices,
+        _CONNECTION,
+        ["frame_index"],
+        is_blocked,
+        carry=["reason", "_blocked_so_far", "_blocked_total"],
+        carry_end=["_blocked_so_far"],
+    )
     notifications = F.coalesce(F.col("end__blocked_so_far"), F.col("_blocked_total")) - F.col("_blocked_so_far") + 1
     return found.withColumn("notifications", notifications).select(
-        *[F.col(f.name).cast(f.dataType) for f in CONNECTION_BLOCKED_SCHEMA.fields])
+        *[F.col(f.name).cast(f.dataType) for f in CONNECTION_BLOCKED_SCHEMA.fields]
+    )
 
 
 def channel_flow_intervals(frames: DataFrame) -> DataFrame:

@@ -108,18 +108,26 @@ class Measures:
     @cached_property
     def consumer_windows(self) -> DataFrame:
         t = self.tables
-        return consumer_windows(t.flow_intervals, t.consumer_unacked, t.link_state, t.messages_091, t.frames,
-                                self.depth_events, self.limits).localCheckpoint()
+        return consumer_windows(
+            t.flow_intervals, t.consumer_unacked, t.link_state, t.messages_091, t.frames, self.depth_events, self.limits
+        ).localCheckpoint()
 
     @cached_property
     def connection_queues(self) -> DataFrame:
         """Per connection: the queue it publishes to most, else the queue it consumes from first."""
-        published = (self.routes.filter(F.col("queue").isNotNull()).groupBy(*_CONNECTION, "queue")
-                     .agg(F.count(F.lit(1)).alias("_n")).groupBy(*_CONNECTION)
-                     .agg(F.max_by("queue", "_n").alias("_published")))
-        consumed = self.consumer_windows.groupBy(*_CONNECTION).agg(F.min_by("queue", "active_start_us").alias("_consumed"))
+        published = (
+            self.routes.filter(F.col("queue").isNotNull())
+            .groupBy(*_CONNECTION, "queue")
+            .agg(F.count(F.lit(1)).alias("_n"))
+            .groupBy(*_CONNECTION)
+            .agg(F.max_by("queue", "_n").alias("_published"))
+        )
+        consumed = self.consumer_windows.groupBy(*_CONNECTION).agg(
+            F.min_by("queue", "active_start_us").alias("_consumed")
+        )
         return published.join(consumed, list(_CONNECTION), "full").select(
-            *_CONNECTION, F.coalesce(F.col("_published"), F.col("_consumed")).alias("queue"))
+            *_CONNECTION, F.coalesce(F.col("_published"), F.col("_consumed")).alias("queue")
+        )
 
     @cached_property
     def alarmed(self) -> DataFrame:
@@ -129,10 +137,12 @@ class Measures:
     def window_held(self, direction: str) -> DataFrame:
         """Intervals in which the sender in ``direction`` was held back by its peer's window: too
         little room for its next segment, or a zero window (``pipelines.tcp_pressure``)."""
-        gaps = window_limited_gaps(self.tables.tcp_flow, direction).select(*_CONNECTION, "start_us", "end_us",
-                                                                          "start_packet_number")
+        gaps = window_limited_gaps(self.tables.tcp_flow, direction).select(
+            *_CONNECTION, "start_us", "end_us", "start_packet_number"
+        )
         closed = zero_windows(self.tables.flow_intervals, self.lifetimes, direction).select(
-            *_CONNECTION, "start_us", "end_us", "start_packet_number")
+            *_CONNECTION, "start_us", "end_us", "start_packet_number"
+        )
         return gaps.unionByName(closed)
 
     def measure(self, name: str) -> DataFrame:
@@ -155,53 +165,100 @@ class Measures:
         """Per connection that RabbitMQ blocked (connection.blocked ... connection.unblocked): the
         union of its blocked intervals over its lifetime, the reason, the notifications."""
         blocked = self.tables.connection_blocked.join(self.lifetimes, list(_CONNECTION))
-        intervals = blocked.select(*_CONNECTION, _us("start_ts").alias("start_us"),
-                                   _us(F.coalesce(F.col("end_ts"), F.col("last_ts"))).alias("end_us"), "start_packet_number")
+        intervals = blocked.select(
+            *_CONNECTION,
+            _us("start_ts").alias("start_us"),
+            _us(F.coalesce(F.col("end_ts"), F.col("last_ts"))).alias("end_us"),
+            "start_packet_number",
+        )
         held = held_time(intervals, _CONNECTION)
         notices = self.tables.frames.filter(F.col("method").isin("connection.blocked", "connection.unblocked"))
         packets = notices.groupBy(*_CONNECTION).agg(
-            first_packets("packet_number").alias("packet_numbers"), F.countDistinct("packet_number").alias("packet_count"))
+            first_packets("packet_number").alias("packet_numbers"),
+            F.countDistinct("packet_number").alias("packet_count"),
+        )
         described = blocked.groupBy(*_CONNECTION).agg(
-            F.min_by("reason", "start_ts").alias("reason"), F.sum("notifications").alias("notifications"),
+            F.min_by("reason", "start_ts").alias("reason"),
+            F.sum("notifications").alias("notifications"),
             F.max(F.col("end_ts").isNull().cast("int")).alias("_open"),
             F.max(F.coalesce("end_packet_number", "start_packet_number")).alias("end_packet_number"),
-            F.max("end_ts").alias("_last_end"), F.first("first_ts").alias("first_ts"), F.first("last_ts").alias("last_ts"))
-        return (held.join(described, list(_CONNECTION)).join(packets, list(_CONNECTION), "left")
-                .join(self.connection_queues, list(_CONNECTION), "left").select(
-            *_CONNECTION, "queue", "reason", "notifications", "held_us", "held_intervals",
-            (_us("last_ts") - _us("first_ts")).alias("span_us"),
-            timestamp(F.col("held_start_us")).alias("start_ts"),
-            F.when(F.col("_open") == 0, F.col("_last_end")).alias("end_ts"),
-            F.try_element_at(F.col("held_packets"), F.lit(1)).alias("start_packet_number"), "end_packet_number",
-            "packet_numbers", "packet_count",
-            (F.col("_open") == 0).alias("unblocked"),
-            F.lit("amqp.method.class == 10 && amqp.method.method in {60,61}").alias("packet_filter")))
+            F.max("end_ts").alias("_last_end"),
+            F.first("first_ts").alias("first_ts"),
+            F.first("last_ts").alias("last_ts"),
+        )
+        return (
+            held.join(described, list(_CONNECTION))
+            .join(packets, list(_CONNECTION), "left")
+            .join(self.connection_queues, list(_CONNECTION), "left")
+            .select(
+                *_CONNECTION,
+                "queue",
+                "reason",
+                "notifications",
+                "held_us",
+                "held_intervals",
+                (_us("last_ts") - _us("first_ts")).alias("span_us"),
+                timestamp(F.col("held_start_us")).alias("start_ts"),
+                F.when(F.col("_open") == 0, F.col("_last_end")).alias("end_ts"),
+                F.try_element_at(F.col("held_packets"), F.lit(1)).alias("start_packet_number"),
+                "end_packet_number",
+                "packet_numbers",
+                "packet_count",
+                (F.col("_open") == 0).alias("unblocked"),
+                F.lit("amqp.method.class == 10 && amqp.method.method in {60,61}").alias("packet_filter"),
+            )
+        )
 
     def publishing_sessions_closed(self) -> DataFrame:
         """AMQP 1.0: per session that publishes (sends transfers), the union of the intervals in
         which the broker held its incoming-window at 0 (how RabbitMQ stops 1.0 publishers in an
         alarm, DOMAIN.md section 3)."""
         frames = self.tables.frames
-        publishing_ = (frames.filter((F.col("protocol") == "amqp-1.0") & (F.col("method") == "transfer")
-                                     & (F.col("direction") == "c2s"))
-                       .select(*_CONNECTION, "channel").distinct())
+        publishing_ = (
+            frames.filter(
+                (F.col("protocol") == "amqp-1.0") & (F.col("method") == "transfer") & (F.col("direction") == "c2s")
+            )
+            .select(*_CONNECTION, "channel")
+            .distinct()
+        )
         keys = (*_CONNECTION, "channel")
-        closed = (self.tables.flow_intervals.filter((F.col("cause") == "session_window_closed") & (F.col("direction") == "c2s"))
-                  .join(publishing_, list(keys), "left_semi").join(self.lifetimes, list(_CONNECTION)))
-        intervals = closed.select(*keys, _us("start_ts").alias("start_us"),
-                                  _us(F.coalesce(F.col("end_ts"), F.col("last_ts"))).alias("end_us"), "start_packet_number",
-                                  "end_packet_number")
+        closed = (
+            self.tables.flow_intervals.filter(
+                (F.col("cause") == "session_window_closed") & (F.col("direction") == "c2s")
+            )
+            .join(publishing_, list(keys), "left_semi")
+            .join(self.lifetimes, list(_CONNECTION))
+        )
+        intervals = closed.select(
+            *keys,
+            _us("start_ts").alias("start_us"),
+            _us(F.coalesce(F.col("end_ts"), F.col("last_ts"))).alias("end_us"),
+            "start_packet_number",
+            "end_packet_number",
+        )
         held = held_time(intervals, keys)
-        ends = intervals.groupBy(*keys).agg(F.max("end_packet_number").alias("end_packet_number"),
-                                            first_packets(F.col("start_packet_number")).alias("_starts"),
-                                            F.collect_set("end_packet_number").alias("_ends"))
-        return (held.join(ends, list(keys)).join(self.lifetimes, list(_CONNECTION))
-                .join(self.connection_queues, list(_CONNECTION), "left").select(
-            *keys, "queue", "held_us", "held_intervals",
-            (_us("last_ts") - _us("first_ts")).alias("span_us"),
-            timestamp(F.col("held_start_us")).alias("start_ts"), timestamp(F.col("held_end_us")).alias("end_ts"),
-            F.try_element_at("held_packets", F.lit(1)).alias("start_packet_number"), "end_packet_number",
-            _listed(F.concat("_starts", "_ends")).alias("packet_numbers")))
+        ends = intervals.groupBy(*keys).agg(
+            F.max("end_packet_number").alias("end_packet_number"),
+            first_packets(F.col("start_packet_number")).alias("_starts"),
+            F.collect_set("end_packet_number").alias("_ends"),
+        )
+        return (
+            held.join(ends, list(keys))
+            .join(self.lifetimes, list(_CONNECTION))
+            .join(self.connection_queues, list(_CONNECTION), "left")
+            .select(
+                *keys,
+                "queue",
+                "held_us",
+                "held_intervals",
+                (_us("last_ts") - _us("first_ts")).alias("span_us"),
+                timestamp(F.col("held_start_us")).alias("start_ts"),
+                timestamp(F.col("held_end_us")).alias("end_ts"),
+                F.try_element_at("held_packets", F.lit(1)).alias("start_packet_number"),
+                "end_packet_number",
+                _listed(F.concat("_starts", "_ends")).alias("packet_numbers"),
+            )
+        )
 
     def consumer_window(self) -> DataFrame:
         """Per 0-9-1 consumer and AMQP 1.0 receiving link: its window and what it did
@@ -214,7 +271,8 @@ class Measures:
             F.try_element_at("held_packets", F.lit(-1)).alias("end_packet_number"),
             F.coalesce(F.col("held_packets"), F.array().cast("array<long>")).alias("packet_numbers"),
             (F.col("refill_p50_us") + F.col("wait_p50_us")).alias("round_trip_p50_us"),
-            F.coalesce(F.col("consumer_tag"), F.col("link_name")).alias("consumer"))
+            F.coalesce(F.col("consumer_tag"), F.col("link_name")).alias("consumer"),
+        )
 
     def publisher_pressure(self) -> DataFrame:
         """Per publishing connection outside any alarm: what it publishes where (``pipelines.publishing``),
@@ -225,31 +283,54 @@ class Measures:
         feeding it; a channel only its own)."""
         published = publishing(self.routes, self.declarations)
         spans = published.join(self.alarmed, list(_CONNECTION), "left_anti").select(
-            *_CONNECTION, _us("publish_first_ts").alias("_low"), _us("publish_last_ts").alias("_high"))
+            *_CONNECTION, _us("publish_first_ts").alias("_low"), _us("publish_last_ts").alias("_high")
+        )
         held_intervals = clipped(self.window_held("c2s").join(spans, list(_CONNECTION)), F.col("_low"), F.col("_high"))
         held = held_time(held_intervals, _CONNECTION)
-        zero = held_time(clipped(zero_windows(self.tables.flow_intervals, self.lifetimes, "c2s").join(spans, list(_CONNECTION)),
-                                 F.col("_low"), F.col("_high")), _CONNECTION).select(
-            *_CONNECTION, F.col("held_us").alias("zero_window_us"), F.col("held_intervals").alias("zero_windows"))
-        full = (self.tables.tcp_flow.filter((F.col("direction") == "c2s") & F.col("is_window_full"))
-                .join(spans, list(_CONNECTION))
-                .filter((F.col("ts_us") >= F.col("_low")) & (F.col("ts_us") <= F.col("_high")))
-                .groupBy(*_CONNECTION).agg(F.count(F.lit(1)).alias("window_full_segments")))
+        zero = held_time(
+            clipped(
+                zero_windows(self.tables.flow_intervals, self.lifetimes, "c2s").join(spans, list(_CONNECTION)),
+                F.col("_low"),
+                F.col("_high"),
+            ),
+            _CONNECTION,
+        ).select(*_CONNECTION, F.col("held_us").alias("zero_window_us"), F.col("held_intervals").alias("zero_windows"))
+        full = (
+            self.tables.tcp_flow.filter((F.col("direction") == "c2s") & F.col("is_window_full"))
+            .join(spans, list(_CONNECTION))
+            .filter((F.col("ts_us") >= F.col("_low")) & (F.col("ts_us") <= F.col("_high")))
+            .groupBy(*_CONNECTION)
+            .agg(F.count(F.lit(1)).alias("window_full_segments"))
+        )
         together = self._held_together(merged_intervals(held_intervals, _CONNECTION), published)
-        rows = (published.join(spans, list(_CONNECTION)).join(held, list(_CONNECTION))
-                .join(zero, list(_CONNECTION), "left").join(full, list(_CONNECTION), "left")
-                .join(together, list(_CONNECTION), "left")
-                .fillna(0, subset=["zero_window_us", "zero_windows", "window_full_segments", "together_us",
-                                   "co_throttled_publishers"]))
+        rows = (
+            published.join(spans, list(_CONNECTION))
+            .join(held, list(_CONNECTION))
+            .join(zero, list(_CONNECTION), "left")
+            .join(full, list(_CONNECTION), "left")
+            .join(together, list(_CONNECTION), "left")
+            .fillna(
+                0,
+                subset=[
+                    "zero_window_us",
+                    "zero_windows",
+                    "window_full_segments",
+                    "together_us",
+                    "co_throttled_publishers",
+                ],
+            )
+        )
         span = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
         return rows.select(
-            "*", span.alias("span_us"),
+            "*",
+            span.alias("span_us"),
             (F.col("held_us") / span).alias("held_share"),
             (F.col("held_intervals") / (span / F.lit(1e6))).alias("stalls_per_second"),
             _share("together_us", "held_us").alias("together_share"),
             F.try_element_at("queues", F.lit(1)).alias("queue"),
             F.try_element_at("publish_channels", F.lit(1)).alias("channel"),
-            timestamp(F.col("held_start_us")).alias("start_ts"), timestamp(F.col("held_end_us")).alias("end_ts"),
+            timestamp(F.col("held_start_us")).alias("start_ts"),
+            timestamp(F.col("held_end_us")).alias("end_ts"),
             F.try_element_at("held_packets", F.lit(1)).alias("start_packet_number"),
             F.try_element_at("held_packets", F.lit(-1)).alias("end_packet_number"),
             F.col("held_packets").alias("packet_numbers"),
@@ -260,7 +341,10 @@ class Measures:
             F.array_contains(F.col("queue_types"), "quorum").alias("to_quorum"),
             F.array_contains(F.col("queue_types"), "stream").alias("to_stream"),
             (F.size(F.coalesce(F.col("lazy_queues"), F.array().cast("array<string>"))) > 0).alias("to_lazy"),
-            F.array_join(F.coalesce(F.col("bounded_queues"), F.array().cast("array<string>")), ",").alias("bounded_queue_list"))
+            F.array_join(F.coalesce(F.col("bounded_queues"), F.array().cast("array<string>")), ",").alias(
+                "bounded_queue_list"
+            ),
+        )
 
     def _held_together(self, islands: DataFrame, published: DataFrame) -> DataFrame:
         """Per connection: the time (``together_us``) of its held islands during which another
@@ -269,22 +353,40 @@ class Measures:
         together_bucket_ms so that two publishers' many short stalls of one credit-flow episode
         meet (a blocked reader is let go and blocked again ~80 times a second, per the seeds)."""
         bucket = int(self.limits.together_bucket_ms * 1000)
-        cut = islands.select(*_CONNECTION, "start_us", "end_us", F.explode(F.sequence(
-            F.floor(F.col("start_us") / bucket), F.floor((F.col("end_us") - 1) / bucket))).alias("_bucket"))
-        per_bucket = cut.select(*_CONNECTION, "_bucket", (F.least(F.col("end_us"), (F.col("_bucket") + 1) * bucket)
-                                                           - F.greatest(F.col("start_us"), F.col("_bucket") * bucket)).alias("_us"))
+        cut = islands.select(
+            *_CONNECTION,
+            "start_us",
+            "end_us",
+            F.explode(F.sequence(F.floor(F.col("start_us") / bucket), F.floor((F.col("end_us") - 1) / bucket))).alias(
+                "_bucket"
+            ),
+        )
+        per_bucket = cut.select(
+            *_CONNECTION,
+            "_bucket",
+            (
+                F.least(F.col("end_us"), (F.col("_bucket") + 1) * bucket)
+                - F.greatest(F.col("start_us"), F.col("_bucket") * bucket)
+            ).alias("_us"),
+        )
         mine = per_bucket.groupBy(*_CONNECTION, "_bucket").agg(F.sum("_us").alias("_us"))
         shared_with = published.select(*_CONNECTION, F.coalesce(F.col("queues"), F.col("destinations")).alias("_to"))
         theirs = mine.select("capture_id", F.col("connection_id").alias("_other"), "_bucket").join(
             shared_with.select("capture_id", F.col("connection_id").alias("_other"), F.col("_to").alias("_their_to")),
-            ["capture_id", "_other"])
-        met = (mine.join(shared_with, list(_CONNECTION)).join(theirs, ["capture_id", "_bucket"])
-               .filter((F.col("_other") != F.col("connection_id")) & F.arrays_overlap("_to", "_their_to")))
-        per_mine = met.groupBy(*_CONNECTION, "_bucket").agg(F.first("_us").alias("_us"),
-                                                             F.collect_set("_other").alias("_others"))
+            ["capture_id", "_other"],
+        )
+        met = (
+            mine.join(shared_with, list(_CONNECTION))
+            .join(theirs, ["capture_id", "_bucket"])
+            .filter((F.col("_other") != F.col("connection_id")) & F.arrays_overlap("_to", "_their_to"))
+        )
+        per_mine = met.groupBy(*_CONNECTION, "_bucket").agg(
+            F.first("_us").alias("_us"), F.collect_set("_other").alias("_others")
+        )
         return per_mine.groupBy(*_CONNECTION).agg(
             F.sum("_us").alias("together_us"),
-            F.size(F.array_distinct(F.flatten(F.collect_list("_others")))).alias("co_throttled_publishers"))
+            F.size(F.array_distinct(F.flatten(F.collect_list("_others")))).alias("co_throttled_publishers"),
+        )
 
     def head_of_line(self) -> DataFrame:
         """Consumers (with a prefetch) on another channel of a connection whose publisher
@@ -294,80 +396,153 @@ class Measures:
         held back until the next delivery, where that took longer than refill_ms; the consumer's
         delivery rate before, during and after."""
         publishers = self.found("diagnosis.publisher.credit_flow").select(
-            *_CONNECTION, F.col("component").alias("parent_component"), F.col("confidence").alias("parent_confidence"),
-            F.col("held_start_us").alias("_throttled_from"), F.col("held_end_us").alias("_throttled_until"),
-            F.col("publish_channels"), F.col("publish_channel_list"), F.col("held_us").alias("publisher_held_us"))
+            *_CONNECTION,
+            F.col("component").alias("parent_component"),
+            F.col("confidence").alias("parent_confidence"),
+            F.col("held_start_us").alias("_throttled_from"),
+            F.col("held_end_us").alias("_throttled_until"),
+            F.col("publish_channels"),
+            F.col("publish_channel_list"),
+            F.col("held_us").alias("publisher_held_us"),
+        )
         windows = self.consumer_windows.filter(F.col("protocol") == "amqp-0-9-1").select(
-            *_CONNECTION, "channel", "consumer_tag", "queue", "window", "active_start_us", "active_end_us", "deliveries")
+            *_CONNECTION, "channel", "consumer_tag", "queue", "window", "active_start_us", "active_end_us", "deliveries"
+        )
         sharing = windows.join(publishers, list(_CONNECTION)).filter(
-            ~F.array_contains(F.col("publish_channels"), F.col("channel")) & (F.col("window") > 0))
+            ~F.array_contains(F.col("publish_channels"), F.col("channel")) & (F.col("window") > 0)
+        )
         unacked = self.tables.consumer_unacked
         # One consumer's unacked timeline in order: what follows each ack.
         order = Window.partitionBy(*_CONNECTION, "channel", "consumer_tag").orderBy("frame_index")
         later = order.rowsBetween(1, Window.unboundedFollowing)
         limit = F.coalesce(F.col("prefetch_count"), F.lit(0))
         slots = unacked.select(
-            *_CONNECTION, "channel", "consumer_tag", "settled", "packet_number", _us("ts").alias("ts_us"),
+            *_CONNECTION,
+            "channel",
+            "consumer_tag",
+            "settled",
+            "packet_number",
+            _us("ts").alias("ts_us"),
             ((limit > 0) & (F.lag("unacked").over(order) >= limit)).alias("_was_full"),
             # The next delivery, whatever comes between: the acks the consumer sent while the broker
             # did not read the socket reach the wire together, before the delivery they free.
-            F.first(F.when(F.col("method") == "basic.deliver", _us("ts")), ignorenulls=True).over(later).alias("_next_us"))
+            F.first(F.when(F.col("method") == "basic.deliver", _us("ts")), ignorenulls=True)
+            .over(later)
+            .alias("_next_us"),
+        )
         keys = (*_CONNECTION, "channel", "consumer_tag")
-        waits = (slots.filter((F.col("settled") > 0) & F.col("_was_full")).join(sharing, list(keys))
-                 .filter((F.col("ts_us") >= F.col("_throttled_from")) & (F.col("ts_us") <= F.col("_throttled_until")))
-                 # An ack with no delivery after it is the consumer stopping, not a stall.
-                 .filter(F.col("_next_us").isNotNull())
-                 .select(*keys, F.col("ts_us").alias("start_us"), F.col("_next_us").alias("end_us"),
-                         F.col("packet_number").alias("start_packet_number"))
-                 .filter(F.col("end_us") - F.col("start_us") > F.lit(int(self.limits.refill_ms * 1000))))
-        bounded = clipped(waits.join(sharing.select(*keys, "active_start_us", "active_end_us"), list(keys)),
-                          F.col("active_start_us"), F.col("active_end_us"))
+        waits = (
+            slots.filter((F.col("settled") > 0) & F.col("_was_full"))
+            .join(sharing, list(keys))
+            .filter((F.col("ts_us") >= F.col("_throttled_from")) & (F.col("ts_us") <= F.col("_throttled_until")))
+            # An ack with no delivery after it is the consumer stopping, not a stall.
+            .filter(F.col("_next_us").isNotNull())
+            .select(
+                *keys,
+                F.col("ts_us").alias("start_us"),
+                F.col("_next_us").alias("end_us"),
+                F.col("packet_number").alias("start_packet_number"),
+            )
+            .filter(F.col("end_us") - F.col("start_us") > F.lit(int(self.limits.refill_ms * 1000)))
+        )
+        bounded = clipped(
+            waits.join(sharing.select(*keys, "active_start_us", "active_end_us"), list(keys)),
+            F.col("active_start_us"),
+            F.col("active_end_us"),
+        )
         held = held_time(bounded, keys)
         rows = sharing.join(held, list(keys))
         delivered = self.tables.messages_091.filter(F.col("method") == "basic.deliver").select(
-            *keys, _us("ts").alias("_at"))
-        phases = delivered.join(rows.select(*keys, "held_start_us", "held_end_us"), list(keys)).groupBy(*keys).agg(
-            F.sum((F.col("_at") < F.col("held_start_us")).cast("long")).alias("_before"),
-            # The delivery that ends a wait opens "after": during counts what came while it waited.
-            F.sum(((F.col("_at") >= F.col("held_start_us")) & (F.col("_at") < F.col("held_end_us"))).cast("long")).alias("_during"),
-            F.sum((F.col("_at") >= F.col("held_end_us")).cast("long")).alias("_after"))
+            *keys, _us("ts").alias("_at")
+        )
+        phases = (
+            delivered.join(rows.select(*keys, "held_start_us", "held_end_us"), list(keys))
+            .groupBy(*keys)
+            .agg(
+                F.sum((F.col("_at") < F.col("held_start_us")).cast("long")).alias("_before"),
+                # The delivery that ends a wait opens "after": during counts what came while it waited.
+                F.sum(
+                    ((F.col("_at") >= F.col("held_start_us")) & (F.col("_at") < F.col("held_end_us"))).cast("long")
+                ).alias("_during"),
+                F.sum((F.col("_at") >= F.col("held_end_us")).cast("long")).alias("_after"),
+            )
+        )
         span = F.greatest(F.col("active_end_us") - F.col("active_start_us"), F.lit(1))
         return rows.join(phases, list(keys), "left").select(
-            *keys, "queue", "window", "deliveries", "parent_component", "parent_confidence", "publish_channel_list",
-            "publisher_held_us", "held_us", "held_intervals", span.alias("span_us"), (F.col("held_us") / span).alias("held_share"),
+            *keys,
+            "queue",
+            "window",
+            "deliveries",
+            "parent_component",
+            "parent_confidence",
+            "publish_channel_list",
+            "publisher_held_us",
+            "held_us",
+            "held_intervals",
+            span.alias("span_us"),
+            (F.col("held_us") / span).alias("held_share"),
             _per_second("_before", "active_start_us", "held_start_us").alias("rate_before"),
             _per_second("_during", "held_start_us", "held_end_us").alias("rate_during"),
             _per_second("_after", "held_end_us", "active_end_us").alias("rate_after"),
-            timestamp(F.col("held_start_us")).alias("start_ts"), timestamp(F.col("held_end_us")).alias("end_ts"),
+            timestamp(F.col("held_start_us")).alias("start_ts"),
+            timestamp(F.col("held_end_us")).alias("end_ts"),
             F.try_element_at("held_packets", F.lit(1)).alias("start_packet_number"),
             F.try_element_at("held_packets", F.lit(-1)).alias("end_packet_number"),
-            F.col("held_packets").alias("packet_numbers"))
+            F.col("held_packets").alias("packet_numbers"),
+        )
 
     def client_receive_pressure(self) -> DataFrame:
         """Per connection the broker sends to: the time its client's window held the broker back
         (window-limited gaps and zero windows in the server-to-client direction, their union)
         within the time the broker was sending, and the consumer it delivers to."""
-        sending = self.tables.frames.filter(F.col("direction") == "s2c").groupBy(*_CONNECTION).agg(
-            _us(F.min("ts")).alias("_low"), _us(F.max("ts")).alias("_high"))
-        held_intervals = clipped(self.window_held("s2c").join(sending, list(_CONNECTION)), F.col("_low"), F.col("_high"))
+        sending = (
+            self.tables.frames.filter(F.col("direction") == "s2c")
+            .groupBy(*_CONNECTION)
+            .agg(_us(F.min("ts")).alias("_low"), _us(F.max("ts")).alias("_high"))
+        )
+        held_intervals = clipped(
+            self.window_held("s2c").join(sending, list(_CONNECTION)), F.col("_low"), F.col("_high")
+        )
         held = held_time(held_intervals, _CONNECTION)
-        zero = held_time(clipped(zero_windows(self.tables.flow_intervals, self.lifetimes, "s2c").join(sending, list(_CONNECTION)),
-                                 F.col("_low"), F.col("_high")), _CONNECTION).select(
-            *_CONNECTION, F.col("held_us").alias("zero_window_us"), F.col("held_intervals").alias("zero_windows"))
+        zero = held_time(
+            clipped(
+                zero_windows(self.tables.flow_intervals, self.lifetimes, "s2c").join(sending, list(_CONNECTION)),
+                F.col("_low"),
+                F.col("_high"),
+            ),
+            _CONNECTION,
+        ).select(*_CONNECTION, F.col("held_us").alias("zero_window_us"), F.col("held_intervals").alias("zero_windows"))
         consumers = self.consumer_windows.groupBy(*_CONNECTION).agg(
             F.min_by("consumer_tag", "active_start_us").alias("consumer_tag"),
             F.min_by("link_name", "active_start_us").alias("link_name"),
             F.min_by("queue", "active_start_us").alias("queue"),
-            F.min_by("channel", "active_start_us").alias("channel"))
+            F.min_by("channel", "active_start_us").alias("channel"),
+        )
         span = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
-        return (held.join(sending, list(_CONNECTION)).join(zero, list(_CONNECTION), "left")
-                .join(consumers, list(_CONNECTION), "left").fillna(0, subset=["zero_window_us", "zero_windows"])
-                .select(*_CONNECTION, "consumer_tag", "link_name", "queue", "channel", "held_us", "held_intervals",
-                        "zero_window_us", "zero_windows", span.alias("span_us"), (F.col("held_us") / span).alias("held_share"),
-                        timestamp(F.col("held_start_us")).alias("start_ts"), timestamp(F.col("held_end_us")).alias("end_ts"),
-                        F.try_element_at("held_packets", F.lit(1)).alias("start_packet_number"),
-                        F.try_element_at("held_packets", F.lit(-1)).alias("end_packet_number"),
-                        F.col("held_packets").alias("packet_numbers")))
+        return (
+            held.join(sending, list(_CONNECTION))
+            .join(zero, list(_CONNECTION), "left")
+            .join(consumers, list(_CONNECTION), "left")
+            .fillna(0, subset=["zero_window_us", "zero_windows"])
+            .select(
+                *_CONNECTION,
+                "consumer_tag",
+                "link_name",
+                "queue",
+                "channel",
+                "held_us",
+                "held_intervals",
+                "zero_window_us",
+                "zero_windows",
+                span.alias("span_us"),
+                (F.col("held_us") / span).alias("held_share"),
+                timestamp(F.col("held_start_us")).alias("start_ts"),
+                timestamp(F.col("held_end_us")).alias("end_ts"),
+                F.try_element_at("held_packets", F.lit(1)).alias("start_packet_number"),
+                F.try_element_at("held_packets", F.lit(-1)).alias("end_packet_number"),
+                F.col("held_packets").alias("packet_numbers"),
+            )
+        )
 
     def encrypted_window_pressure(self) -> DataFrame:
         """Per TLS connection whose AMQP was not decoded and per ``sender`` (``c2s`` the client,
@@ -377,24 +552,44 @@ class Measures:
         flow = self.tables.tcp_flow.join(F.broadcast(encrypted), list(_CONNECTION), "left_semi")
         found = []
         for sender in ("c2s", "s2c"):
-            sending = (flow.filter((F.col("direction") == sender) & (F.col("payload_length") > 0))
-                       .groupBy(*_CONNECTION).agg(F.min("ts_us").alias("_low"), F.max("ts_us").alias("_high")))
+            sending = (
+                flow.filter((F.col("direction") == sender) & (F.col("payload_length") > 0))
+                .groupBy(*_CONNECTION)
+                .agg(F.min("ts_us").alias("_low"), F.max("ts_us").alias("_high"))
+            )
             gaps = window_limited_gaps(flow, sender).select(*_CONNECTION, "start_us", "end_us", "start_packet_number")
             closed = zero_windows_advertised(flow, sender)
-            held = held_time(clipped(gaps.unionByName(closed).join(sending, list(_CONNECTION)), F.col("_low"), F.col("_high")),
-                             _CONNECTION)
-            zero = held_time(clipped(closed.join(sending, list(_CONNECTION)), F.col("_low"), F.col("_high")),
-                             _CONNECTION).select(*_CONNECTION, F.col("held_us").alias("zero_window_us"),
-                                                 F.col("held_intervals").alias("zero_windows"))
+            held = held_time(
+                clipped(gaps.unionByName(closed).join(sending, list(_CONNECTION)), F.col("_low"), F.col("_high")),
+                _CONNECTION,
+            )
+            zero = held_time(
+                clipped(closed.join(sending, list(_CONNECTION)), F.col("_low"), F.col("_high")), _CONNECTION
+            ).select(
+                *_CONNECTION, F.col("held_us").alias("zero_window_us"), F.col("held_intervals").alias("zero_windows")
+            )
             span = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
-            found.append(held.join(sending, list(_CONNECTION)).join(zero, list(_CONNECTION), "left")
-                         .fillna(0, subset=["zero_window_us", "zero_windows"]).select(
-                *_CONNECTION, F.lit(sender).alias("sender"), F.lit(False).alias("decoded"), "held_us", "held_intervals", "zero_window_us",
-                "zero_windows", span.alias("span_us"), (F.col("held_us") / span).alias("held_share"),
-                timestamp(F.col("held_start_us")).alias("start_ts"), timestamp(F.col("held_end_us")).alias("end_ts"),
-                F.try_element_at("held_packets", F.lit(1)).alias("start_packet_number"),
-                F.try_element_at("held_packets", F.lit(-1)).alias("end_packet_number"),
-                F.col("held_packets").alias("packet_numbers")))
+            found.append(
+                held.join(sending, list(_CONNECTION))
+                .join(zero, list(_CONNECTION), "left")
+                .fillna(0, subset=["zero_window_us", "zero_windows"])
+                .select(
+                    *_CONNECTION,
+                    F.lit(sender).alias("sender"),
+                    F.lit(False).alias("decoded"),
+                    "held_us",
+                    "held_intervals",
+                    "zero_window_us",
+                    "zero_windows",
+                    span.alias("span_us"),
+                    (F.col("held_us") / span).alias("held_share"),
+                    timestamp(F.col("held_start_us")).alias("start_ts"),
+                    timestamp(F.col("held_end_us")).alias("end_ts"),
+                    F.try_element_at("held_packets", F.lit(1)).alias("start_packet_number"),
+                    F.try_element_at("held_packets", F.lit(-1)).alias("end_packet_number"),
+                    F.col("held_packets").alias("packet_numbers"),
+                )
+            )
         return found[0].unionByName(found[1])
 
     def retransmission_recovery(self) -> DataFrame:
@@ -402,35 +597,63 @@ class Measures:
         and the time lost recovering from the others (``pipelines.tcp_pressure``), within the
         connection's life; whether both ends are on loopback (then the host dropped the packets)."""
         flow = self.tables.tcp_flow
-        counts = flow.filter(F.col("is_retransmission") & ~F.col("is_keep_alive") & ~F.col("is_zero_window_probe")).groupBy(
-            *_CONNECTION).agg(
-            F.count(F.lit(1)).alias("retransmissions"),
-            F.sum(F.col("is_spurious_retransmission").cast("long")).alias("spurious_retransmissions"),
-            F.sum("retransmitted_bytes").alias("retransmitted_bytes"))
-        life = flow.groupBy(*_CONNECTION).agg(F.min("ts_us").alias("_low"), F.max("ts_us").alias("_high"),
-                                              F.sum("payload_length").alias("payload_bytes"))
+        counts = (
+            flow.filter(F.col("is_retransmission") & ~F.col("is_keep_alive") & ~F.col("is_zero_window_probe"))
+            .groupBy(*_CONNECTION)
+            .agg(
+                F.count(F.lit(1)).alias("retransmissions"),
+                F.sum(F.col("is_spurious_retransmission").cast("long")).alias("spurious_retransmissions"),
+                F.sum("retransmitted_bytes").alias("retransmitted_bytes"),
+            )
+        )
+        life = flow.groupBy(*_CONNECTION).agg(
+            F.min("ts_us").alias("_low"), F.max("ts_us").alias("_high"), F.sum("payload_length").alias("payload_bytes")
+        )
         lost = retransmission_recovery(flow)
         recovered = held_time(clipped(lost.join(life, list(_CONNECTION)), F.col("_low"), F.col("_high")), _CONNECTION)
         genuine = lost.groupBy(*_CONNECTION).agg(
-            F.count(F.lit(1)).alias("lost_segments"), F.sum("retransmitted_bytes").alias("lost_bytes"),
-            first_packets("start_packet_number").alias("packet_numbers"))
+            F.count(F.lit(1)).alias("lost_segments"),
+            F.sum("retransmitted_bytes").alias("lost_bytes"),
+            first_packets("start_packet_number").alias("packet_numbers"),
+        )
         ends = self.tables.connections.select(
-            *_CONNECTION, "client_address", "server_address",
-            (F.col("client_address").startswith(_LOOPBACK[0]) | F.col("client_address").isin(_LOOPBACK[1])
-             | F.col("client_address").startswith(_LOOPBACK[2])).alias("loopback"))
+            *_CONNECTION,
+            "client_address",
+            "server_address",
+            (
+                F.col("client_address").startswith(_LOOPBACK[0])
+                | F.col("client_address").isin(_LOOPBACK[1])
+                | F.col("client_address").startswith(_LOOPBACK[2])
+            ).alias("loopback"),
+        )
         span = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
-        return (counts.join(life, list(_CONNECTION)).join(ends, list(_CONNECTION), "left")
-                .join(recovered, list(_CONNECTION), "left").join(genuine, list(_CONNECTION), "left")
-                .join(self.connection_queues, list(_CONNECTION), "left")
-                .fillna(0, subset=["held_us", "lost_segments", "lost_bytes"])
-                .select(*_CONNECTION, "queue", "retransmissions", "spurious_retransmissions", "retransmitted_bytes", "payload_bytes",
-                        "lost_segments", "lost_bytes", "loopback", "held_us", span.alias("span_us"),
-                        (F.col("held_us") / span).alias("held_share"),
-                        timestamp(F.coalesce(F.col("held_start_us"), F.col("_low"))).alias("start_ts"),
-                        timestamp(F.col("held_end_us")).alias("end_ts"),
-                        F.try_element_at("packet_numbers", F.lit(1)).alias("start_packet_number"),
-                        F.try_element_at("packet_numbers", F.lit(-1)).alias("end_packet_number"),
-                        F.coalesce(F.col("packet_numbers"), F.array().cast("array<long>")).alias("packet_numbers")))
+        return (
+            counts.join(life, list(_CONNECTION))
+            .join(ends, list(_CONNECTION), "left")
+            .join(recovered, list(_CONNECTION), "left")
+            .join(genuine, list(_CONNECTION), "left")
+            .join(self.connection_queues, list(_CONNECTION), "left")
+            .fillna(0, subset=["held_us", "lost_segments", "lost_bytes"])
+            .select(
+                *_CONNECTION,
+                "queue",
+                "retransmissions",
+                "spurious_retransmissions",
+                "retransmitted_bytes",
+                "payload_bytes",
+                "lost_segments",
+                "lost_bytes",
+                "loopback",
+                "held_us",
+                span.alias("span_us"),
+                (F.col("held_us") / span).alias("held_share"),
+                timestamp(F.coalesce(F.col("held_start_us"), F.col("_low"))).alias("start_ts"),
+                timestamp(F.col("held_end_us")).alias("end_ts"),
+                F.try_element_at("packet_numbers", F.lit(1)).alias("start_packet_number"),
+                F.try_element_at("packet_numbers", F.lit(-1)).alias("end_packet_number"),
+                F.coalesce(F.col("packet_numbers"), F.array().cast("array<long>")).alias("packet_numbers"),
+            )
+        )
 
     def publisher_confirms(self) -> DataFrame:
         """Per 0-9-1 channel publishing with confirms: messages in flight (the most and the median
@@ -438,37 +661,61 @@ class Measures:
         confirm), the time it had a publish waiting for its confirm (the union of those waits,
         ``held_us``) within the time from its first publish to its last confirm, and its rate."""
         keys = (*_CONNECTION, "channel")
-        settle_times = self.tables.frames.select(*_CONNECTION, F.col("frame_index").alias("settled_frame_index"),
-                                                 F.col("ts_us").alias("_confirmed_us"))
+        settle_times = self.tables.frames.select(
+            *_CONNECTION, F.col("frame_index").alias("settled_frame_index"), F.col("ts_us").alias("_confirmed_us")
+        )
         # On a connection RabbitMQ blocked, confirms wait for the alarm: that rule says so.
-        confirmed = (self.tables.messages_091.filter((F.col("method") == "basic.publish") & F.col("publish_seq").isNotNull())
-                     .join(self.alarmed, list(_CONNECTION), "left_anti")
-                     .join(settle_times, [*_CONNECTION, "settled_frame_index"], "left")
-                     .withColumn("_published_us", _us("ts")))
+        confirmed = (
+            self.tables.messages_091.filter((F.col("method") == "basic.publish") & F.col("publish_seq").isNotNull())
+            .join(self.alarmed, list(_CONNECTION), "left_anti")
+            .join(settle_times, [*_CONNECTION, "settled_frame_index"], "left")
+            .withColumn("_published_us", _us("ts"))
+        )
         spans = confirmed.groupBy(*keys).agg(
-            F.count(F.lit(1)).alias("publishes"), F.min("_published_us").alias("_low"),
+            F.count(F.lit(1)).alias("publishes"),
+            F.min("_published_us").alias("_low"),
             F.greatest(F.max("_confirmed_us"), F.max("_published_us")).alias("_high"),
             F.percentile_approx(F.col("_confirmed_us") - F.col("_published_us"), 0.5).alias("confirm_p50_us"),
             F.first(F.coalesce(F.col("exchange"), F.lit(""))).alias("exchange"),
-            F.first("routing_key").alias("routing_key"))
+            F.first("routing_key").alias("routing_key"),
+        )
         waits = confirmed.filter(F.col("_confirmed_us").isNotNull()).select(
-            *keys, F.col("_published_us").alias("start_us"), F.col("_confirmed_us").alias("end_us"),
-            F.lit(None).cast("long").alias("start_packet_number"))
+            *keys,
+            F.col("_published_us").alias("start_us"),
+            F.col("_confirmed_us").alias("end_us"),
+            F.lit(None).cast("long").alias("start_packet_number"),
+        )
         held = held_time(waits, keys)
         published = self.tables.channel_confirms.filter(F.col("method") == "basic.publish")
         in_flight = published.groupBy(*keys).agg(
             F.max("outstanding").alias("in_flight_max"),
             F.percentile_approx("outstanding", 0.5).alias("in_flight_p50"),
-            first_packets("packet_number").alias("packet_numbers"))
+            first_packets("packet_number").alias("packet_numbers"),
+        )
         queues = self.routes.filter(F.col("queue").isNotNull()).groupBy(*keys).agg(F.first("queue").alias("queue"))
         span = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
-        return (spans.join(held, list(keys)).join(in_flight, list(keys)).join(queues, list(keys), "left")
-                .select(*keys, "queue", "publishes", "confirm_p50_us", "in_flight_max", "in_flight_p50", "held_us",
-                        span.alias("span_us"), (F.col("held_us") / span).alias("held_share"),
-                        (F.col("publishes") / (span / F.lit(1e6))).alias("publishes_per_second"),
-                        timestamp(F.col("_low")).alias("start_ts"), timestamp(F.col("_high")).alias("end_ts"),
-                        F.try_element_at("packet_numbers", F.lit(1)).alias("start_packet_number"),
-                        F.try_element_at("packet_numbers", F.lit(-1)).alias("end_packet_number"), "packet_numbers"))
+        return (
+            spans.join(held, list(keys))
+            .join(in_flight, list(keys))
+            .join(queues, list(keys), "left")
+            .select(
+                *keys,
+                "queue",
+                "publishes",
+                "confirm_p50_us",
+                "in_flight_max",
+                "in_flight_p50",
+                "held_us",
+                span.alias("span_us"),
+                (F.col("held_us") / span).alias("held_share"),
+                (F.col("publishes") / (span / F.lit(1e6))).alias("publishes_per_second"),
+                timestamp(F.col("_low")).alias("start_ts"),
+                timestamp(F.col("_high")).alias("end_ts"),
+                F.try_element_at("packet_numbers", F.lit(1)).alias("start_packet_number"),
+                F.try_element_at("packet_numbers", F.lit(-1)).alias("end_packet_number"),
+                "packet_numbers",
+            )
+        )
 
 
 MEASURES: dict[str, Callable[[Measures], DataFrame]] = {

@@ -30,13 +30,23 @@ from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 _ADDED_LATER = ("rank", "finding_id", "connection_name", "client", "wireshark_filter")
 # ... and what the engine needs of a rule's rows until then: its priority, and a field filter
 # naming the listed packets with how many packets it names.
-_CANDIDATE = StructType([f for f in BOTTLENECKS_SCHEMA.fields if f.name not in _ADDED_LATER] + [
-    StructField("priority", IntegerType(), False), StructField("packet_filter", StringType(), True),
-    StructField("packet_count", LongType(), True)])
+_CANDIDATE = StructType(
+    [f for f in BOTTLENECKS_SCHEMA.fields if f.name not in _ADDED_LATER]
+    + [
+        StructField("priority", IntegerType(), False),
+        StructField("packet_filter", StringType(), True),
+        StructField("packet_count", LongType(), True),
+    ]
+)
 
 # How each unit is written as text (evidence and sentences): plain decimals, no grouping.
-_DECIMALS = {"seconds": ("%.3f", 1e6), "ms": ("%.1f", 1e3), "share": ("%.3f", 1.0), "percent": ("%.0f", 0.01),
-             "rate": ("%.1f", 1.0)}
+_DECIMALS = {
+    "seconds": ("%.3f", 1e6),
+    "ms": ("%.1f", 1e3),
+    "share": ("%.3f", 1.0),
+    "percent": ("%.0f", 0.01),
+    "rate": ("%.1f", 1.0),
+}
 
 
 def formatted(value: Value) -> Column:
@@ -104,22 +114,32 @@ def rule_findings(rule: BottleneckRule, measures: Measures) -> DataFrame:
         if rule.where:
             rows = rows.filter(F.expr(rule.where))
         component, confidence, because = _cases(rule, limits)
-        passed = rows.filter(F.expr(bind(rule.test, limits))).withColumns({
-            "component": component, "confidence": F.least(F.lit(1.0), F.greatest(F.lit(0.0), confidence.cast("double")))})
+        passed = rows.filter(F.expr(bind(rule.test, limits))).withColumns(
+            {
+                "component": component,
+                "confidence": F.least(F.lit(1.0), F.greatest(F.lit(0.0), confidence.cast("double"))),
+            }
+        )
         return _candidates(rule, measures, passed, because)
     except AnalysisException as error:
-        raise ValueError(f"{rule.source}: rule {rule.id!r} does not fit its measure {rule.measure!r}: "
-                         f"{str(error).splitlines()[0]}") from error
+        raise ValueError(
+            f"{rule.source}: rule {rule.id!r} does not fit its measure {rule.measure!r}: {str(error).splitlines()[0]}"
+        ) from error
 
 
 def _candidates(rule: BottleneckRule, measures: Measures, passed: DataFrame, because: Column | None) -> DataFrame:
     measures.record(rule.id, passed)
     columns = {
-        "rule_id": F.lit(rule.id), "entity_kind": F.lit(rule.entity_kind), "effect": F.lit(rule.effect),
-        "severity": F.lit("warning"), "duration_us": F.col("held_us"),
+        "rule_id": F.lit(rule.id),
+        "entity_kind": F.lit(rule.entity_kind),
+        "effect": F.lit(rule.effect),
+        "severity": F.lit("warning"),
+        "duration_us": F.col("held_us"),
         "lifetime_share": F.col("held_us") / F.greatest(F.col("span_us"), F.lit(1)),
-        "evidence": _evidence(rule), "explanation": sentence(rule.sentence, because),
-        "entity": F.lit(None).cast("string"), "priority": F.lit(rule.priority),
+        "evidence": _evidence(rule),
+        "explanation": sentence(rule.sentence, because),
+        "entity": F.lit(None).cast("string"),
+        "priority": F.lit(rule.priority),
     }
     return in_schema(passed, _CANDIDATE, **columns)
 
@@ -133,39 +153,57 @@ def connection_names(frames: DataFrame, connections: DataFrame) -> DataFrame:
     else its container-id) and the client library it says it is (``product`` and ``version``)."""
     properties = F.col("arguments")["client-properties"]
     named_091 = frames.filter((F.col("method") == "connection.start-ok") & (F.col("direction") == "c2s")).select(
-        "capture_id", "connection_id", F.get_json_object(properties, "$.connection_name").alias("_name"),
-        F.concat_ws(" ", F.get_json_object(properties, "$.product"), F.get_json_object(properties, "$.version"))
-        .alias("_product"))
+        "capture_id",
+        "connection_id",
+        F.get_json_object(properties, "$.connection_name").alias("_name"),
+        F.concat_ws(" ", F.get_json_object(properties, "$.product"), F.get_json_object(properties, "$.version")).alias(
+            "_product"
+        ),
+    )
     open_properties = F.col("arguments")["properties"]
-    named_10 = frames.filter((F.col("protocol") == "amqp-1.0") & (F.col("method") == "open")
-                             & (F.col("direction") == "c2s")).select(
-        "capture_id", "connection_id",
+    named_10 = frames.filter(
+        (F.col("protocol") == "amqp-1.0") & (F.col("method") == "open") & (F.col("direction") == "c2s")
+    ).select(
+        "capture_id",
+        "connection_id",
         F.coalesce(F.get_json_object(open_properties, "$.connection_name"), F.col("container_id")).alias("_name"),
-        F.concat_ws(" ", F.get_json_object(open_properties, "$.product"), F.get_json_object(open_properties, "$.version"))
-        .alias("_product"))
-    names = named_091.unionByName(named_10).groupBy("capture_id", "connection_id").agg(
-        F.first("_name", ignorenulls=True).alias("connection_name"),
-        F.first(F.when(F.col("_product") != "", F.col("_product")), ignorenulls=True).alias("client_product"))
-    client = F.when(F.col("client_address").contains(":"),
-                    F.concat(F.lit("["), F.col("client_address"), F.lit("]:"), F.col("client_port").cast("string"))
-                    ).otherwise(F.concat_ws(":", F.col("client_address"), F.col("client_port").cast("string")))
+        F.concat_ws(
+            " ", F.get_json_object(open_properties, "$.product"), F.get_json_object(open_properties, "$.version")
+        ).alias("_product"),
+    )
+    names = (
+        named_091.unionByName(named_10)
+        .groupBy("capture_id", "connection_id")
+        .agg(
+            F.first("_name", ignorenulls=True).alias("connection_name"),
+            F.first(F.when(F.col("_product") != "", F.col("_product")), ignorenulls=True).alias("client_product"),
+        )
+    )
+    client = F.when(
+        F.col("client_address").contains(":"),
+        F.concat(F.lit("["), F.col("client_address"), F.lit("]:"), F.col("client_port").cast("string")),
+    ).otherwise(F.concat_ws(":", F.col("client_address"), F.col("client_port").cast("string")))
     return connections.select("capture_id", "connection_id", client.alias("client"), "client_port").join(
-        names, ["capture_id", "connection_id"], "left")
+        names, ["capture_id", "connection_id"], "left"
+    )
 
 
 def _wireshark_filter() -> Column:
     """The client's TCP port (unique per connection on one host) and the listed packets: by a
     field filter where one names exactly those packets (all of them listed), else by their
     numbers (Wireshark 4 sets: members separated by commas)."""
-    numbers = F.concat(F.lit("frame.number in {"), F.array_join(F.col("packet_numbers").cast("array<string>"), ","),
-                       F.lit("}"))
+    numbers = F.concat(
+        F.lit("frame.number in {"), F.array_join(F.col("packet_numbers").cast("array<string>"), ","), F.lit("}")
+    )
     complete = F.col("packet_filter").isNotNull() & (F.col("packet_count") == F.size("packet_numbers"))
     listed = F.when(complete, F.concat(F.lit("("), F.col("packet_filter"), F.lit(")"))).otherwise(numbers)
     port = F.concat(F.lit("tcp.port == "), F.col("client_port").cast("string"))
-    return (F.when(F.col("client_port").isNotNull() & (F.size("packet_numbers") > 0), F.concat(port, F.lit(" && "), listed))
-            .when(F.col("client_port").isNotNull(), port)
-            .when(F.size("packet_numbers") > 0, listed)
-            .otherwise(F.lit("amqp")))
+    return (
+        F.when(F.col("client_port").isNotNull() & (F.size("packet_numbers") > 0), F.concat(port, F.lit(" && "), listed))
+        .when(F.col("client_port").isNotNull(), port)
+        .when(F.size("packet_numbers") > 0, listed)
+        .otherwise(F.lit("amqp"))
+    )
 
 
 def _rank_in_capture() -> WindowSpec:
@@ -173,21 +211,35 @@ def _rank_in_capture() -> WindowSpec:
     which a separate connection fixes; the broker's credit-flow stages; consumers and clients;
     the network), then by time held back weighted by confidence."""
     return Window.partitionBy("capture_id").orderBy(
-        F.col("severity").desc(), F.col("priority").asc(), (F.col("duration_us") * F.col("confidence")).desc(),
-        F.col("start_packet_number").asc(), F.col("rule_id").asc(), F.col("entity").asc())
+        F.col("severity").desc(),
+        F.col("priority").asc(),
+        (F.col("duration_us") * F.col("confidence")).desc(),
+        F.col("start_packet_number").asc(),
+        F.col("rule_id").asc(),
+        F.col("entity").asc(),
+    )
 
 
 def _entity_name() -> Column:
     """What an operator recognises: the consumer tag, the link's name, the connection by its name
     and address, a session or channel by its connection and number."""
     connection = F.coalesce(
-        F.when(F.col("connection_name").isNotNull(), F.concat(F.col("connection_name"), F.lit(" ("), F.col("client"), F.lit(")"))),
-        F.col("client"), F.col("connection_id"))
-    named = (F.when(F.col("entity_kind") == "consumer", F.coalesce(F.col("consumer_tag"), F.col("link_name")))
-             .when(F.col("entity_kind") == "link", F.col("link_name"))
-             .when(F.col("entity_kind").isin("session", "channel"),
-                   F.concat(connection, F.lit(" channel "), F.col("channel").cast("string")))
-             .when(F.col("entity_kind") == "queue", F.col("queue")))
+        F.when(
+            F.col("connection_name").isNotNull(),
+            F.concat(F.col("connection_name"), F.lit(" ("), F.col("client"), F.lit(")")),
+        ),
+        F.col("client"),
+        F.col("connection_id"),
+    )
+    named = (
+        F.when(F.col("entity_kind") == "consumer", F.coalesce(F.col("consumer_tag"), F.col("link_name")))
+        .when(F.col("entity_kind") == "link", F.col("link_name"))
+        .when(
+            F.col("entity_kind").isin("session", "channel"),
+            F.concat(connection, F.lit(" channel "), F.col("channel").cast("string")),
+        )
+        .when(F.col("entity_kind") == "queue", F.col("queue"))
+    )
     return F.coalesce(named, connection)
 
 
@@ -208,10 +260,20 @@ def bottleneck_findings(
     """The bottlenecks table (``schemas.diagnosis.BOTTLENECKS_SCHEMA``): every catalogue rule's
     findings, named as an operator knows the entity and ranked per capture."""
     catalogue = load_bottleneck_rules(measures=frozenset(MEASURES)) if rules is None else tuple(rules)
-    measures = Measures(Tables(frames=frames, connections=connections, messages_091=messages_091,
-                               flow_intervals=flow_intervals, consumer_unacked=consumer_unacked, link_state=link_state,
-                               connection_blocked=connection_blocked, channel_confirms=channel_confirms,
-                               tcp_flow=tcp_flow), limits)
+    measures = Measures(
+        Tables(
+            frames=frames,
+            connections=connections,
+            messages_091=messages_091,
+            flow_intervals=flow_intervals,
+            consumer_unacked=consumer_unacked,
+            link_state=link_state,
+            connection_blocked=connection_blocked,
+            channel_confirms=channel_confirms,
+            tcp_flow=tcp_flow,
+        ),
+        limits,
+    )
     followed = {r.after for r in catalogue if r.after}
     found: list[DataFrame] = []
     skipped: set[str] = set()
@@ -230,16 +292,34 @@ def bottleneck_findings(
         found.append(findings)
     candidates = reduce(DataFrame.unionByName, found)
     named = candidates.join(connection_names(frames, connections), ["capture_id", "connection_id"], "left")
-    product = F.when(F.col("client_product").isNotNull(),
-                     F.map_concat(F.col("evidence"), F.create_map(F.lit("client_product"), F.col("client_product"))))
-    finding_id = F.substring(F.sha2(F.concat_ws(
-        "|", "capture_id", "rule_id", "connection_id", "entity_kind", F.coalesce(F.col("entity"), F.lit("")),
-        F.col("start_packet_number").cast("string")), 256), 1, 16)
-    shaped = with_columns(named, [
-        ("entity", F.coalesce(F.col("entity"), _entity_name())),
-        ("evidence", F.coalesce(product, F.col("evidence"))),
-        ("finding_id", finding_id),
-        ("wireshark_filter", _wireshark_filter()),
-        ("rank", F.row_number().over(_rank_in_capture())),
-    ])
+    product = F.when(
+        F.col("client_product").isNotNull(),
+        F.map_concat(F.col("evidence"), F.create_map(F.lit("client_product"), F.col("client_product"))),
+    )
+    finding_id = F.substring(
+        F.sha2(
+            F.concat_ws(
+                "|",
+                "capture_id",
+                "rule_id",
+                "connection_id",
+                "entity_kind",
+                F.coalesce(F.col("entity"), F.lit("")),
+                F.col("start_packet_number").cast("string"),
+            ),
+            256,
+        ),
+        1,
+        16,
+    )
+    shaped = with_columns(
+        named,
+        [
+            ("entity", F.coalesce(F.col("entity"), _entity_name())),
+            ("evidence", F.coalesce(product, F.col("evidence"))),
+            ("finding_id", finding_id),
+            ("wireshark_filter", _wireshark_filter()),
+            ("rank", F.row_number().over(_rank_in_capture())),
+        ],
+    )
     return shaped.select(*[F.col(f.name).cast(f.dataType) for f in BOTTLENECKS_SCHEMA.fields])

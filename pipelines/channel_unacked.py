@@ -35,10 +35,35 @@ _SETTLEMENTS = ("basic.ack", "basic.nack", "basic.reject")
 # basic.recover: RabbitMQ requeues every unacknowledged delivery of the channel (redelivered with
 # new tags), so it settles them all, as an ack of tag 0 with multiple would.
 _RECOVERS = ("basic.recover", "basic.recover-async")
-_EVENTS = (*_DELIVERIES, *_SETTLEMENTS, *_RECOVERS, "basic.qos", "channel.open", "basic.consume", "basic.consume-ok",
-           "basic.cancel-ok", "basic.get", "basic.get-empty")
-_COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "packet_number", "direction", "method",
-            "consumer_tag", "delivery_tag", "multiple", "prefetch_count", "global", "no_ack", "queue")
+_EVENTS = (
+    *_DELIVERIES,
+    *_SETTLEMENTS,
+    *_RECOVERS,
+    "basic.qos",
+    "channel.open",
+    "basic.consume",
+    "basic.consume-ok",
+    "basic.cancel-ok",
+    "basic.get",
+    "basic.get-empty",
+)
+_COLUMNS = (
+    "capture_id",
+    "connection_id",
+    "channel",
+    "frame_index",
+    "ts",
+    "packet_number",
+    "direction",
+    "method",
+    "consumer_tag",
+    "delivery_tag",
+    "multiple",
+    "prefetch_count",
+    "global",
+    "no_ack",
+    "queue",
+)
 
 
 # Window specifications are built per call: PySpark needs an active session to build one.
@@ -71,17 +96,24 @@ def unacked_ledger(frames: DataFrame, channels: DataFrame | None = None) -> Data
     is_qos = method_sent("basic.qos", "c2s")
     is_global = F.coalesce(F.col("global"), F.lit(False))
     any_delivery = F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")
-    events = ((channel_pass(frames) if channels is None else channels).filter(F.col("method").isin(*_EVENTS))
-              .select(*_COLUMNS, "incarnation", "_consumer", "_no_ack"))
-    events = events.withColumn("_is_delivery", any_delivery & ~F.coalesce("_no_ack", F.lit(False)))  # no-ack: a tag, never an ack
+    events = (
+        (channel_pass(frames) if channels is None else channels)
+        .filter(F.col("method").isin(*_EVENTS))
+        .select(*_COLUMNS, "incarnation", "_consumer", "_no_ack")
+    )
+    events = events.withColumn(
+        "_is_delivery", any_delivery & ~F.coalesce("_no_ack", F.lit(False))
+    )  # no-ack: a tag, never an ack
 
     recover = F.col("method").isin(*_RECOVERS) & (F.col("direction") == "c2s")
-    events = (events.withColumn("delivery_tag", F.when(recover, F.lit(0)).otherwise(F.col("delivery_tag")))
-              .withColumn("multiple", F.when(recover, F.lit(True)).otherwise(F.col("multiple"))))
+    events = events.withColumn("delivery_tag", F.when(recover, F.lit(0)).otherwise(F.col("delivery_tag"))).withColumn(
+        "multiple", F.when(recover, F.lit(True)).otherwise(F.col("multiple"))
+    )
     # Consumer acks travel client to server; broker acks on the same channel are publisher confirms.
     settlement = F.col("method").isin(*_SETTLEMENTS, *_RECOVERS) & (F.col("direction") == "c2s")
     settled = settle(
-        events, CHANNEL,
+        events,
+        CHANNEL,
         sent=F.when(any_delivery, F.col("delivery_tag")),
         item=F.when(F.col("_is_delivery"), F.col("delivery_tag")),
         settling=settlement,
@@ -93,12 +125,21 @@ def unacked_ledger(frames: DataFrame, channels: DataFrame | None = None) -> Data
         .withColumn("unacked", F.sum("_delta").over(channel_after_frame()))
         # Incarnation 0: the channel was open before the capture began, its earlier tags unknown.
         .withColumn("delivered", F.when(F.col("incarnation") > 0, F.coalesce(highest_tag, F.lit(0))))
-        .withColumn("settled", F.when(settlement & ~recover & F.col("_is_event"),
-                                      F.sum((~F.col("_is_event")).cast("long")).over(frame_of_channel())))
-        .withColumn("_last_prefetch", F.last(F.when(event_qos, F.col("prefetch_count")), True).over(channel_after_frame()))
+        .withColumn(
+            "settled",
+            F.when(
+                settlement & ~recover & F.col("_is_event"),
+                F.sum((~F.col("_is_event")).cast("long")).over(frame_of_channel()),
+            ),
+        )
+        .withColumn(
+            "_last_prefetch", F.last(F.when(event_qos, F.col("prefetch_count")), True).over(channel_after_frame())
+        )
         .withColumn("_last_global", F.last(F.when(event_qos, F.col("global")), True).over(channel_after_frame()))
-        .withColumn("_channel_prefetch", F.last(F.when(event_qos & is_global, F.col("prefetch_count")), True)
-                    .over(channel_after_frame()))
+        .withColumn(
+            "_channel_prefetch",
+            F.last(F.when(event_qos & is_global, F.col("prefetch_count")), True).over(channel_after_frame()),
+        )
     )
 
 
@@ -110,9 +151,11 @@ def channel_unacked_timeline(frames: DataFrame, ledger: DataFrame | None = None)
     """The channel_unacked table (``schemas.flow.CHANNEL_UNACKED_SCHEMA``) from the frames table
     (and its ``unacked_ledger``, computed when not given)."""
     shown = (F.col("method").isin(*_DELIVERIES) & (F.col("direction") == "s2c")) | (
-        F.col("method").isin(*_SETTLEMENTS, "basic.qos") & (F.col("direction") == "c2s"))
+        F.col("method").isin(*_SETTLEMENTS, "basic.qos") & (F.col("direction") == "c2s")
+    )
     timeline = (
-        _or_computed(ledger, frames).filter(F.col("_is_event") & shown)
+        _or_computed(ledger, frames)
+        .filter(F.col("_is_event") & shown)
         .withColumn("prefetch_count", F.col("_last_prefetch"))
         .withColumn("prefetch_global", F.col("_last_global"))
     )
@@ -125,7 +168,9 @@ def consumer_unacked_timeline(frames: DataFrame, ledger: DataFrame | None = None
     acknowledging = F.col("_consumer").isNotNull() & ~F.col("_consumer.no_ack")
     delivery = F.col("_is_event") & F.col("_is_delivery") & (F.col("method") == "basic.deliver")
     # A consumer's first and last moments: consume-ok and cancel-ok (server to client).
-    lifecycle = F.col("_is_event") & F.col("method").isin("basic.consume-ok", "basic.cancel-ok") & (F.col("direction") == "s2c")
+    lifecycle = (
+        F.col("_is_event") & F.col("method").isin("basic.consume-ok", "basic.cancel-ok") & (F.col("direction") == "s2c")
+    )
     settling = ~F.col("_is_event")
     rows = (
         _or_computed(ledger, frames)

@@ -39,11 +39,40 @@ AMQP091 = "amqp-0-9-1"
 # The frames of the pass: all but heartbeats (which no channel table reads).
 FRAME_TYPES = ("protocol-header", "method", "header", "body")
 # The frames-table columns the tables drawn from the pass read.
-COLUMNS = ("capture_id", "connection_id", "channel", "direction", "frame_index", "ts", "packet_number", "protocol",
-           "frame_type", "method", "frame_size", "exchange", "routing_key", "consumer_tag", "delivery_tag",
-           "redelivered", "multiple", "requeue", "no_ack", "queue", "prefetch_count", "global", "active",
-           "arguments", "message_id", "correlation_id", "content_type", "content_encoding", "reply_to", "priority",
-           "delivery_mode", "body_size")
+COLUMNS = (
+    "capture_id",
+    "connection_id",
+    "channel",
+    "direction",
+    "frame_index",
+    "ts",
+    "packet_number",
+    "protocol",
+    "frame_type",
+    "method",
+    "frame_size",
+    "exchange",
+    "routing_key",
+    "consumer_tag",
+    "delivery_tag",
+    "redelivered",
+    "multiple",
+    "requeue",
+    "no_ack",
+    "queue",
+    "prefetch_count",
+    "global",
+    "active",
+    "arguments",
+    "message_id",
+    "correlation_id",
+    "content_type",
+    "content_encoding",
+    "reply_to",
+    "priority",
+    "delivery_mode",
+    "body_size",
+)
 CHANNEL_CLOSE_METHODS = ("channel.close", "channel.close-ok")
 _OTHER = {"c2s": "s2c", "s2c": "c2s"}
 
@@ -72,8 +101,9 @@ def _state(sets: Column, clears: Column, window: WindowSpec) -> Column:
 
 def method_frames(frames: DataFrame) -> DataFrame:
     """The frames of the pass, partitioned by connection (``channel_pass`` without its windows)."""
-    return by_connection(frames.filter((F.col("protocol") == AMQP091) & F.col("frame_type").isin(*FRAME_TYPES))
-                         .select(*COLUMNS))
+    return by_connection(
+        frames.filter((F.col("protocol") == AMQP091) & F.col("frame_type").isin(*FRAME_TYPES)).select(*COLUMNS)
+    )
 
 
 def channel_pass(frames: DataFrame) -> DataFrame:
@@ -96,38 +126,70 @@ def channel_windows(rows: DataFrame) -> DataFrame:
     capabilities = F.get_json_object(F.col("arguments")["client-properties"], "$.capabilities")
     announced = F.get_json_object(capabilities, "$['connection.blocked']") == "true"
     before = _connection_before()
-    state = with_columns(rows, [
-        ("started", F.coalesce(F.max(header.cast("int")).over(before) == 1, F.lit(False))),
-        ("_start_ok_seen", F.max(start_ok.cast("int")).over(before) == 1),
-        *[(f"_{sender}_connection_closing", _state((direction == sender) & (method == "connection.close"),
-                                                   method == "connection.close-ok", before))
-          for sender in ("c2s", "s2c")],
-        ("_start_ok_announced", F.last(F.when(start_ok, F.coalesce(announced, F.lit(False))), True).over(before)),
-    ])
+    state = with_columns(
+        rows,
+        [
+            ("started", F.coalesce(F.max(header.cast("int")).over(before) == 1, F.lit(False))),
+            ("_start_ok_seen", F.max(start_ok.cast("int")).over(before) == 1),
+            *[
+                (
+                    f"_{sender}_connection_closing",
+                    _state(
+                        (direction == sender) & (method == "connection.close"), method == "connection.close-ok", before
+                    ),
+                )
+                for sender in ("c2s", "s2c")
+            ],
+            ("_start_ok_announced", F.last(F.when(start_ok, F.coalesce(announced, F.lit(False))), True).over(before)),
+        ],
+    )
     reopened = method == "channel.open"
     close_ok = method == "channel.close-ok"
     number = _channel_number_before()
-    state = with_columns(state, [
-        ("_channel_opened", _state(reopened & (direction == "c2s"), close_ok, number)),
-        *[column for sender in ("c2s", "s2c") for column in (
-            (f"_{sender}_channel_closing", _state((direction == sender) & (method == "channel.close"), close_ok | reopened,
-                                                  number)),
-            # This peer confirmed a stop (flow-ok active=false) and the other has not restarted it.
-            (f"_{sender}_flow_stopped", _state(
-                (direction == sender) & (method == "channel.flow-ok") & ~F.coalesce(F.col("active"), F.lit(True)),
-                ((direction == _OTHER[sender]) & (method == "channel.flow") & F.coalesce(F.col("active"), F.lit(False)))
-                | reopened, number)),
-        )],
-    ])
+    state = with_columns(
+        state,
+        [
+            ("_channel_opened", _state(reopened & (direction == "c2s"), close_ok, number)),
+            *[
+                column
+                for sender in ("c2s", "s2c")
+                for column in (
+                    (
+                        f"_{sender}_channel_closing",
+                        _state((direction == sender) & (method == "channel.close"), close_ok | reopened, number),
+                    ),
+                    # This peer confirmed a stop (flow-ok active=false) and the other has not restarted it.
+                    (
+                        f"_{sender}_flow_stopped",
+                        _state(
+                            (direction == sender)
+                            & (method == "channel.flow-ok")
+                            & ~F.coalesce(F.col("active"), F.lit(True)),
+                            (
+                                (direction == _OTHER[sender])
+                                & (method == "channel.flow")
+                                & F.coalesce(F.col("active"), F.lit(False))
+                            )
+                            | reopened,
+                            number,
+                        ),
+                    ),
+                )
+            ],
+        ],
+    )
     is_select = method == "confirm.select"
     is_publish = (method == "basic.publish") & (direction == "c2s")
     deliveries = method.isin("basic.deliver", "basic.get-ok")
     so_far = channel_so_far()
-    incarnations = with_columns(with_channel_incarnation(state), [
-        ("_confirming", F.max(is_select.cast("int")).over(so_far) == 1),
-        ("_in_mode", F.max((is_select & (direction == "c2s")).cast("int")).over(so_far) == 1),
-        ("_publishes", F.sum((is_publish & F.col("_confirming")).cast("long")).over(so_far)),
-        ("_published", F.sum((is_publish & F.col("_in_mode")).cast("long")).over(so_far)),
-        ("_delivered_before", F.max(F.when(deliveries, F.col("delivery_tag"))).over(_incarnation_before())),
-    ])
+    incarnations = with_columns(
+        with_channel_incarnation(state),
+        [
+            ("_confirming", F.max(is_select.cast("int")).over(so_far) == 1),
+            ("_in_mode", F.max((is_select & (direction == "c2s")).cast("int")).over(so_far) == 1),
+            ("_publishes", F.sum((is_publish & F.col("_confirming")).cast("long")).over(so_far)),
+            ("_published", F.sum((is_publish & F.col("_in_mode")).cast("long")).over(so_far)),
+            ("_delivered_before", F.max(F.when(deliveries, F.col("delivery_tag"))).over(_incarnation_before())),
+        ],
+    )
     return with_consumers(incarnations)

@@ -38,35 +38,58 @@ def _transfer_direction() -> Column:
     return F.when(F.col("sender_side") == "client", F.lit("c2s")).otherwise(F.lit("s2c"))
 
 
-def state_charts(consumer_unacked: DataFrame, channel_unacked: DataFrame, link_state: DataFrame,
-                 channel_confirms: DataFrame, tcp_flow: DataFrame) -> list[StateChart]:
+def state_charts(
+    consumer_unacked: DataFrame,
+    channel_unacked: DataFrame,
+    link_state: DataFrame,
+    channel_confirms: DataFrame,
+    tcp_flow: DataFrame,
+) -> list[StateChart]:
     """The step charts: unacked deliveries per 0-9-1 consumer and per channel (the most in a bucket)
     with the prefetch in force; the sender's link credit per 1.0 link (the least); publishes
     waiting for their confirm per channel (the most); the receive window each side advertises (the
     least) and its zero windows."""
     limit = F.coalesce(F.nullif(F.col("prefetch_count"), F.lit(0)), F.nullif(F.col("channel_prefetch_count"), F.lit(0)))
     return [
-        StateChart("consumer_unacked",
-                   keyed(consumer_unacked, connection_id="connection_id", channel="channel", name="consumer_tag")
-                   .withColumns({"_order": F.col("frame_index"), "_prefetch": limit}),
-                   {"unacked": ("unacked", "max"), "prefetch": ("_prefetch", "max")}),
-        StateChart("channel_unacked",
-                   keyed(channel_unacked, connection_id="connection_id", channel="channel")
-                   .withColumns({"_order": F.col("frame_index"), "_prefetch": F.nullif(F.col("prefetch_count"), F.lit(0))}),
-                   {"unacked": ("unacked", "max"), "prefetch": ("_prefetch", "max")}),
-        StateChart("link_credit",
-                   keyed(link_state.where(F.col("link_credit_snd").isNotNull()), connection_id="connection_id",
-                         name="link_name", direction=_transfer_direction()).withColumn("_order", F.col("frame_index")),
-                   {"link_credit": ("link_credit_snd", "min")}),
-        StateChart("confirms",
-                   keyed(channel_confirms, connection_id="connection_id", channel="channel")
-                   .withColumn("_order", F.col("frame_index")),
-                   {"outstanding": ("outstanding", "max")}),
-        StateChart("tcp_window",
-                   keyed(tcp_flow, connection_id="connection_id", direction="direction")
-                   .withColumns({"_order": F.col("packet_number"), "_zero": F.col("is_zero_window").cast("long")}),
-                   {"window": ("effective_window", "min"), "zero_windows": ("_zero", "sum")},
-                   weight=F.col("payload_length") + F.col("is_zero_window").cast("long") * 1_000_000),
+        StateChart(
+            "consumer_unacked",
+            keyed(consumer_unacked, connection_id="connection_id", channel="channel", name="consumer_tag").withColumns(
+                {"_order": F.col("frame_index"), "_prefetch": limit}
+            ),
+            {"unacked": ("unacked", "max"), "prefetch": ("_prefetch", "max")},
+        ),
+        StateChart(
+            "channel_unacked",
+            keyed(channel_unacked, connection_id="connection_id", channel="channel").withColumns(
+                {"_order": F.col("frame_index"), "_prefetch": F.nullif(F.col("prefetch_count"), F.lit(0))}
+            ),
+            {"unacked": ("unacked", "max"), "prefetch": ("_prefetch", "max")},
+        ),
+        StateChart(
+            "link_credit",
+            keyed(
+                link_state.where(F.col("link_credit_snd").isNotNull()),
+                connection_id="connection_id",
+                name="link_name",
+                direction=_transfer_direction(),
+            ).withColumn("_order", F.col("frame_index")),
+            {"link_credit": ("link_credit_snd", "min")},
+        ),
+        StateChart(
+            "confirms",
+            keyed(channel_confirms, connection_id="connection_id", channel="channel").withColumn(
+                "_order", F.col("frame_index")
+            ),
+            {"outstanding": ("outstanding", "max")},
+        ),
+        StateChart(
+            "tcp_window",
+            keyed(tcp_flow, connection_id="connection_id", direction="direction").withColumns(
+                {"_order": F.col("packet_number"), "_zero": F.col("is_zero_window").cast("long")}
+            ),
+            {"window": ("effective_window", "min"), "zero_windows": ("_zero", "sum")},
+            weight=F.col("payload_length") + F.col("is_zero_window").cast("long") * 1_000_000,
+        ),
     ]
 
 
@@ -74,17 +97,29 @@ def count_charts(messages: DataFrame, link_state: DataFrame, frames: DataFrame) 
     """The count charts but the queues': messages and their bytes per connection and direction
     (``throughput.message_events``), deliveries per 1.0 link (counted at its first transfer),
     connections and channels opened and closed (churn)."""
-    per_connection = keyed(messages.where(F.col("connection_id").isNotNull()), connection_id="connection_id",
-                           direction="direction")
-    both = per_connection.withColumn("_m", F.explode(F.array(
-        F.struct(F.lit("messages").alias("metric"), F.col("messages").cast("long").alias("n")),
-        F.struct(F.lit("bytes").alias("metric"), F.col("bytes").cast("long").alias("n"))))).select("*", "_m.*")
-    deliveries = keyed(link_state.where((F.col("method") == "transfer") & F.col("is_new_delivery")),
-                       connection_id="connection_id", name="link_name", direction=_transfer_direction())
+    per_connection = keyed(
+        messages.where(F.col("connection_id").isNotNull()), connection_id="connection_id", direction="direction"
+    )
+    both = per_connection.withColumn(
+        "_m",
+        F.explode(
+            F.array(
+                F.struct(F.lit("messages").alias("metric"), F.col("messages").cast("long").alias("n")),
+                F.struct(F.lit("bytes").alias("metric"), F.col("bytes").cast("long").alias("n")),
+            )
+        ),
+    ).select("*", "_m.*")
+    deliveries = keyed(
+        link_state.where((F.col("method") == "transfer") & F.col("is_new_delivery")),
+        connection_id="connection_id",
+        name="link_name",
+        direction=_transfer_direction(),
+    )
     return [
         CountChart("connection_rates", both, ("messages", "bytes"), rank_by="messages"),
-        CountChart("link_deliveries", deliveries.withColumns({"metric": F.lit("deliveries"), "n": F.lit(1)}),
-                   ("deliveries",)),
+        CountChart(
+            "link_deliveries", deliveries.withColumns({"metric": F.lit("deliveries"), "n": F.lit(1)}), ("deliveries",)
+        ),
         CountChart("churn", _churn_events(frames), tuple(name for name, _ in _CHURN)),
     ]
 
@@ -123,13 +158,16 @@ def timeline(flow_intervals: DataFrame, grid: DataFrame) -> DataFrame:
         .otherwise(F.lit(None))
     )
     lanes = ["connection_id", "channel", "name", "direction", "entity", "metric"]
-    with_lane = with_columns(flow_intervals.join(F.broadcast(grid), "capture_id"), [
-        ("name", name),
-        ("metric", F.col("cause")),
-        ("x", since_start("start_ts")),
-        ("x_end", F.greatest(F.coalesce(since_start("end_ts"), F.col("_span_s")), F.col("x"))),
-        ("packet_number", F.col("start_packet_number")),
-    ])
+    with_lane = with_columns(
+        flow_intervals.join(F.broadcast(grid), "capture_id"),
+        [
+            ("name", name),
+            ("metric", F.col("cause")),
+            ("x", since_start("start_ts")),
+            ("x_end", F.greatest(F.coalesce(since_start("end_ts"), F.col("_span_s")), F.col("x"))),
+            ("packet_number", F.col("start_packet_number")),
+        ],
+    )
     # Orders a lane's intervals longest first, to keep the ones that matter.
     longest_first = Window.partitionBy("capture_id", *lanes).orderBy((F.col("x_end") - F.col("x")).desc(), "x")
     kept = (
@@ -147,20 +185,36 @@ def violation_markers(violations: DataFrame, grid: DataFrame) -> DataFrame:
     rules = Window.partitionBy("capture_id").orderBy("rule_id")  # ranks the rules: a series each
     in_capture = Window.partitionBy("capture_id")  # unordered: counts a capture's rules
     packet = F.col("packet_number") if "packet_number" in violations.columns else F.lit(None)
-    marked = with_columns(violations.where(F.col("ts").isNotNull()).join(F.broadcast(grid), "capture_id"), [
-        ("_n", F.row_number().over(earliest)),
-        ("series_rank", F.dense_rank().over(rules)),
-        ("series_total", F.max("series_rank").over(in_capture)),
-    ])
-    return in_schema(marked.where(F.col("_n") <= MARKERS_PER_RULE), CHART_SERIES_SCHEMA, chart=F.lit("violations"),
-                     name=F.col("rule_id"), metric=F.col("severity"), x=since_start("ts"),
-                     packet_number=packet.cast("long"))
+    marked = with_columns(
+        violations.where(F.col("ts").isNotNull()).join(F.broadcast(grid), "capture_id"),
+        [
+            ("_n", F.row_number().over(earliest)),
+            ("series_rank", F.dense_rank().over(rules)),
+            ("series_total", F.max("series_rank").over(in_capture)),
+        ],
+    )
+    return in_schema(
+        marked.where(F.col("_n") <= MARKERS_PER_RULE),
+        CHART_SERIES_SCHEMA,
+        chart=F.lit("violations"),
+        name=F.col("rule_id"),
+        metric=F.col("severity"),
+        x=since_start("ts"),
+        packet_number=packet.cast("long"),
+    )
 
 
 def chart_series(
-    *, captures: DataFrame, frames: DataFrame, message_events: DataFrame, link_state: DataFrame,
+    *,
+    captures: DataFrame,
+    frames: DataFrame,
+    message_events: DataFrame,
+    link_state: DataFrame,
     consumer_unacked: DataFrame,
-    channel_unacked: DataFrame, channel_confirms: DataFrame, tcp_flow: DataFrame, flow_intervals: DataFrame,
+    channel_unacked: DataFrame,
+    channel_confirms: DataFrame,
+    tcp_flow: DataFrame,
+    flow_intervals: DataFrame,
     violations: DataFrame,
 ) -> DataFrame:
     """Every chart of the captures (CHART_SERIES_SCHEMA rows), from their bronze and flow-state tables
@@ -172,8 +226,9 @@ def chart_series(
     grid = bucket_grid(captures)
     messages = message_events
     charts = [
-        counts([*queue_charts(queue_events(messages, consumer_unacked)), *count_charts(messages, link_state, frames)],
-               grid),
+        counts(
+            [*queue_charts(queue_events(messages, consumer_unacked)), *count_charts(messages, link_state, frames)], grid
+        ),
         states(state_charts(consumer_unacked, channel_unacked, link_state, channel_confirms, tcp_flow), grid),
         consumer_utilisation_chart(consumer_unacked, link_state, flow_intervals, grid),
         timeline(flow_intervals, grid),

@@ -18,8 +18,18 @@ from amqpscope.pipelines.partitioning import CHANNEL, channel_after_frame, frame
 from amqpscope.pipelines.settlement import settle, with_settlement_rows
 from amqpscope.schemas.flow import CHANNEL_CONFIRMS_SCHEMA
 
-_COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "packet_number", "direction", "method",
-            "delivery_tag", "multiple")
+_COLUMNS = (
+    "capture_id",
+    "connection_id",
+    "channel",
+    "frame_index",
+    "ts",
+    "packet_number",
+    "direction",
+    "method",
+    "delivery_tag",
+    "multiple",
+)
 
 
 def channel_confirms_timeline(frames: DataFrame, channels: DataFrame | None = None) -> DataFrame:

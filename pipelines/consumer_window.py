@@ -48,7 +48,9 @@ def _link_after_row() -> WindowSpec:
     return _link_in_order().rowsBetween(1, Window.unboundedFollowing)
 
 
-def _slot_outcomes(freed: DataFrame, keys: tuple[str, ...], depth_events: DataFrame, limits: DiagnosisThresholds) -> DataFrame:
+def _slot_outcomes(
+    freed: DataFrame, keys: tuple[str, ...], depth_events: DataFrame, limits: DiagnosisThresholds
+) -> DataFrame:
     """Per consumer: slots freed, how many a delivery followed within refill_ms, how many found a
     message ready in the queue (of those whose queue's ready count is known) and the median time
     from a freed slot to the next delivery."""
@@ -66,13 +68,24 @@ def _slot_outcomes(freed: DataFrame, keys: tuple[str, ...], depth_events: DataFr
     )
 
 
-def _windows_091(flow_intervals: DataFrame, consumer_unacked: DataFrame, messages_091: DataFrame, frames: DataFrame,
-                 depth_events: DataFrame, limits: DiagnosisThresholds) -> DataFrame:
-    settle_times = frames.select("capture_id", "connection_id", F.col("frame_index").alias("settled_frame_index"),
-                                 F.col("ts").alias("_settled_ts"))
+def _windows_091(
+    flow_intervals: DataFrame,
+    consumer_unacked: DataFrame,
+    messages_091: DataFrame,
+    frames: DataFrame,
+    depth_events: DataFrame,
+    limits: DiagnosisThresholds,
+) -> DataFrame:
+    settle_times = frames.select(
+        "capture_id",
+        "connection_id",
+        F.col("frame_index").alias("settled_frame_index"),
+        F.col("ts").alias("_settled_ts"),
+    )
     delivered = messages_091.filter((F.col("method") == "basic.deliver") & ~F.coalesce(F.col("no_ack"), F.lit(False)))
-    waits = (delivered.join(settle_times, ["capture_id", "connection_id", "settled_frame_index"], "left")
-             .withColumn("_wait_us", _us("_settled_ts") - _us("ts")))
+    waits = delivered.join(settle_times, ["capture_id", "connection_id", "settled_frame_index"], "left").withColumn(
+        "_wait_us", _us("_settled_ts") - _us("ts")
+    )
     activity = waits.groupBy(*_CONSUMER).agg(
         F.count(F.lit(1)).alias("deliveries"),
         F.percentile_approx("_wait_us", 0.5).alias("wait_p50_us"),
@@ -83,67 +96,110 @@ def _windows_091(flow_intervals: DataFrame, consumer_unacked: DataFrame, message
     window = _consumer_in_order()
     limit = F.coalesce(F.col("prefetch_count"), F.lit(0))
     rows = consumer_unacked.select(
-        *_CONSUMER, "queue", "prefetch_count", "settled", "unacked", "method", "frame_index", "packet_number",
+        *_CONSUMER,
+        "queue",
+        "prefetch_count",
+        "settled",
+        "unacked",
+        "method",
+        "frame_index",
+        "packet_number",
         _us("ts").alias("ts_us"),
         ((limit > 0) & (F.lag("unacked").over(window) >= limit)).alias("_was_full"),
-        F.when(F.lead("method").over(window) == "basic.deliver", _us(F.lead("ts").over(window))).alias("_next_us"))
+        F.when(F.lead("method").over(window) == "basic.deliver", _us(F.lead("ts").over(window))).alias("_next_us"),
+    )
     freed = rows.filter((F.col("settled") > 0) & F.col("_was_full"))
     described = consumer_unacked.groupBy(*_CONSUMER).agg(
-        F.first("queue", ignorenulls=True).alias("queue"), F.max("prefetch_count").alias("window"))
+        F.first("queue", ignorenulls=True).alias("queue"), F.max("prefetch_count").alias("window")
+    )
     full = flow_intervals.filter((F.col("entity") == "consumer") & (F.col("cause") == "prefetch_full"))
     held = held_time(_bounded(full, activity, _CONSUMER), _CONSUMER)
-    return (activity.join(described, list(_CONSUMER))
-            .join(held, list(_CONSUMER), "left")
-            .join(_slot_outcomes(freed, _CONSUMER, depth_events, limits), list(_CONSUMER), "left")
-            .withColumn("protocol", F.lit("amqp-0-9-1")).withColumn("link_name", F.lit(None).cast("string")))
+    return (
+        activity.join(described, list(_CONSUMER))
+        .join(held, list(_CONSUMER), "left")
+        .join(_slot_outcomes(freed, _CONSUMER, depth_events, limits), list(_CONSUMER), "left")
+        .withColumn("protocol", F.lit("amqp-0-9-1"))
+        .withColumn("link_name", F.lit(None).cast("string"))
+    )
 
 
 def _bounded(intervals: DataFrame, activity: DataFrame, keys: tuple[str, ...]) -> DataFrame:
     """Intervals (open ones until the entity's last activity) clipped to the entity's active span."""
     spans = activity.select(*keys, "active_start_us", "active_end_us")
     timed = intervals.join(spans, list(keys)).select(
-        *keys, _us("start_ts").alias("start_us"),
-        F.coalesce(_us("end_ts"), F.col("active_end_us")).alias("end_us"), "start_packet_number",
-        "active_start_us", "active_end_us")
+        *keys,
+        _us("start_ts").alias("start_us"),
+        F.coalesce(_us("end_ts"), F.col("active_end_us")).alias("end_us"),
+        "start_packet_number",
+        "active_start_us",
+        "active_end_us",
+    )
     return clipped(timed, F.col("active_start_us"), F.col("active_end_us"))
 
 
-def _windows_10(flow_intervals: DataFrame, link_state: DataFrame, depth_events: DataFrame,
-                limits: DiagnosisThresholds) -> DataFrame:
+def _windows_10(
+    flow_intervals: DataFrame, link_state: DataFrame, depth_events: DataFrame, limits: DiagnosisThresholds
+) -> DataFrame:
     # The link's own frames: link_state also has a row per disposition that settled its deliveries.
     receiving = link_state.filter((F.col("sender_side") == "server") & (F.col("method") != "disposition"))
-    activity = receiving.groupBy(*_LINK).agg(
-        F.sum(F.col("is_new_delivery").cast("long")).alias("deliveries"),
-        _us(F.min(F.when((F.col("method") == "flow") & (F.col("role") == "receiver"), F.col("ts")))).alias("active_start_us"),
-        _us(F.max(F.when(F.col("method") == "transfer", F.col("ts")))).alias("active_end_us"),
-        queue_of_address(F.first("source_address", ignorenulls=True)).alias("queue"),
-        F.first("channel", ignorenulls=True).alias("channel"),
-        F.percentile_approx(F.when((F.col("method") == "flow") & (F.col("role") == "receiver"), F.col("link_credit_rcv")),
-                            0.5).alias("window"),
-    ).filter(F.col("active_start_us").isNotNull() & F.col("active_end_us").isNotNull())
+    activity = (
+        receiving.groupBy(*_LINK)
+        .agg(
+            F.sum(F.col("is_new_delivery").cast("long")).alias("deliveries"),
+            _us(F.min(F.when((F.col("method") == "flow") & (F.col("role") == "receiver"), F.col("ts")))).alias(
+                "active_start_us"
+            ),
+            _us(F.max(F.when(F.col("method") == "transfer", F.col("ts")))).alias("active_end_us"),
+            queue_of_address(F.first("source_address", ignorenulls=True)).alias("queue"),
+            F.first("channel", ignorenulls=True).alias("channel"),
+            F.percentile_approx(
+                F.when((F.col("method") == "flow") & (F.col("role") == "receiver"), F.col("link_credit_rcv")), 0.5
+            ).alias("window"),
+        )
+        .filter(F.col("active_start_us").isNotNull() & F.col("active_end_us").isNotNull())
+    )
     window = _link_in_order()
-    grants = (receiving
-              .withColumn("_credit_before", F.lag("link_credit_snd").over(window))
-              # The next delivery, whatever comes between (RabbitMQ answers a flow with a flow of its own).
-              .withColumn("_next_us", F.first(F.when(F.col("is_new_delivery"), _us("ts")), ignorenulls=True)
-                          .over(_link_after_row()))
-              .filter((F.col("method") == "flow") & (F.col("role") == "receiver")
-                      & (F.col("_credit_before") <= 0) & (F.col("link_credit_snd") > 0))
-              .select(*_LINK, queue_of_address(F.col("source_address")).alias("queue"), _us("ts").alias("ts_us"), "_next_us"))
-    starved = (F.col("entity") == "link") & (F.col("cause") == "link_credit_exhausted") & (F.col("direction") == "s2c") \
+    grants = (
+        receiving.withColumn("_credit_before", F.lag("link_credit_snd").over(window))
+        # The next delivery, whatever comes between (RabbitMQ answers a flow with a flow of its own).
+        .withColumn(
+            "_next_us", F.first(F.when(F.col("is_new_delivery"), _us("ts")), ignorenulls=True).over(_link_after_row())
+        )
+        .filter(
+            (F.col("method") == "flow")
+            & (F.col("role") == "receiver")
+            & (F.col("_credit_before") <= 0)
+            & (F.col("link_credit_snd") > 0)
+        )
+        .select(*_LINK, queue_of_address(F.col("source_address")).alias("queue"), _us("ts").alias("ts_us"), "_next_us")
+    )
+    starved = (
+        (F.col("entity") == "link")
+        & (F.col("cause") == "link_credit_exhausted")
+        & (F.col("direction") == "s2c")
         & ~F.coalesce(F.col("detail"), F.lit("")).startswith("no flow")
+    )
     held = held_time(_bounded(flow_intervals.filter(starved), activity, _LINK), _LINK)
-    return (activity.join(held, list(_LINK), "left")
-            .join(_slot_outcomes(grants, _LINK, depth_events, limits), list(_LINK), "left")
-            .withColumn("protocol", F.lit("amqp-1.0"))
-            .withColumn("consumer_tag", F.lit(None).cast("string"))
-            # A 1.0 slot stays taken while the link sits at credit 0: the median such time.
-            .withColumn("wait_p50_us", F.col("held_p50_us")).withColumn("wait_p95_us", F.lit(None).cast("long")))
+    return (
+        activity.join(held, list(_LINK), "left")
+        .join(_slot_outcomes(grants, _LINK, depth_events, limits), list(_LINK), "left")
+        .withColumn("protocol", F.lit("amqp-1.0"))
+        .withColumn("consumer_tag", F.lit(None).cast("string"))
+        # A 1.0 slot stays taken while the link sits at credit 0: the median such time.
+        .withColumn("wait_p50_us", F.col("held_p50_us"))
+        .withColumn("wait_p95_us", F.lit(None).cast("long"))
+    )
 
 
-def consumer_windows(flow_intervals: DataFrame, consumer_unacked: DataFrame, link_state: DataFrame,
-                     messages_091: DataFrame, frames: DataFrame, depth_events: DataFrame,
-                     limits: DiagnosisThresholds) -> DataFrame:
+def consumer_windows(
+    flow_intervals: DataFrame,
+    consumer_unacked: DataFrame,
+    link_state: DataFrame,
+    messages_091: DataFrame,
+    frames: DataFrame,
+    depth_events: DataFrame,
+    limits: DiagnosisThresholds,
+) -> DataFrame:
     """One row per 0-9-1 consumer and AMQP 1.0 link the broker sends on: protocol, consumer_tag /
     link_name, channel, queue, window, deliveries, active_start_us / active_end_us (span_us),
     held_us (window full, union), held_packets, wait_p50_us, slots_freed, slots_refilled,
@@ -151,17 +207,22 @@ def consumer_windows(flow_intervals: DataFrame, consumer_unacked: DataFrame, lin
     refill_share, waiting_share (messages waiting where counted, else refilled at once),
     deliveries_per_second."""
     both = _windows_091(flow_intervals, consumer_unacked, messages_091, frames, depth_events, limits).unionByName(
-        _windows_10(flow_intervals, link_state, depth_events, limits), allowMissingColumns=True)
+        _windows_10(flow_intervals, link_state, depth_events, limits), allowMissingColumns=True
+    )
     span = F.greatest(F.col("active_end_us") - F.col("active_start_us"), F.lit(1))
     freed = F.greatest(F.coalesce(F.col("slots_freed"), F.lit(0)), F.lit(1))
     counted = F.coalesce(F.col("slots_counted"), F.lit(0))
-    return both.fillna(0, subset=["held_us", "slots_freed", "slots_refilled", "slots_counted",
-                                  "slots_with_message_waiting"]).withColumns({
-        "span_us": span,
-        "held_share": F.col("held_us") / span,
-        "refill_share": F.col("slots_refilled") / freed,
-        # The ready count decides where the capture can count it for at least half the freed slots.
-        "waiting_share": F.when(counted * 2 >= freed, F.col("slots_with_message_waiting") / F.greatest(counted, F.lit(1)))
-        .otherwise(F.col("slots_refilled") / freed),
-        "deliveries_per_second": F.col("deliveries") / (span / F.lit(1e6)),
-    })
+    return both.fillna(
+        0, subset=["held_us", "slots_freed", "slots_refilled", "slots_counted", "slots_with_message_waiting"]
+    ).withColumns(
+        {
+            "span_us": span,
+            "held_share": F.col("held_us") / span,
+            "refill_share": F.col("slots_refilled") / freed,
+            # The ready count decides where the capture can count it for at least half the freed slots.
+            "waiting_share": F.when(
+                counted * 2 >= freed, F.col("slots_with_message_waiting") / F.greatest(counted, F.lit(1))
+            ).otherwise(F.col("slots_refilled") / freed),
+            "deliveries_per_second": F.col("deliveries") / (span / F.lit(1e6)),
+        }
+    )

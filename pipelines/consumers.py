@@ -44,25 +44,45 @@ def with_consumers(frames: DataFrame) -> DataFrame:
     is_qos = method_sent("basic.qos", "c2s")
     is_global = F.coalesce(F.col("global"), F.lit(False))
     consume, consume_ok = method_sent("basic.consume", "c2s"), method_sent("basic.consume-ok", "s2c")
-    get, get_reply = method_sent("basic.get", "c2s"), F.col("method").isin("basic.get-ok", "basic.get-empty") & (F.col("direction") == "s2c")
+    get, get_reply = (
+        method_sent("basic.get", "c2s"),
+        F.col("method").isin("basic.get-ok", "basic.get-empty") & (F.col("direction") == "s2c"),
+    )
 
     def running_count(condition: Column) -> Column:
         return F.sum(condition.cast("long")).over(channel_so_far())
 
     paired = (
-        frames.withColumn("_consumer_prefetch", F.last(F.when(is_qos & ~is_global, F.col("prefetch_count")), True)
-                          .over(channel_so_far()))
+        frames.withColumn(
+            "_consumer_prefetch",
+            F.last(F.when(is_qos & ~is_global, F.col("prefetch_count")), True).over(channel_so_far()),
+        )
         .withColumn("_pair_kind", F.when(consume | consume_ok, "consume").when(get | get_reply, "get"))
-        .withColumn("_pair_n", F.when(consume, running_count(consume)).when(consume_ok, running_count(consume_ok))
-                    .when(get, running_count(get)).when(get_reply, running_count(get_reply))
-                    .otherwise(-1 - F.col("frame_index")))
-        .withColumn("_request", F.first(
-            F.when(consume | get, F.struct(F.coalesce(F.col("no_ack"), F.lit(False)).alias("no_ack"), "queue",
-                                           F.col("_consumer_prefetch").cast("int").alias("prefetch_count"))),
-            ignorenulls=True).over(_request_and_reply()))
+        .withColumn(
+            "_pair_n",
+            F.when(consume, running_count(consume))
+            .when(consume_ok, running_count(consume_ok))
+            .when(get, running_count(get))
+            .when(get_reply, running_count(get_reply))
+            .otherwise(-1 - F.col("frame_index")),
+        )
+        .withColumn(
+            "_request",
+            F.first(
+                F.when(
+                    consume | get,
+                    F.struct(
+                        F.coalesce(F.col("no_ack"), F.lit(False)).alias("no_ack"),
+                        "queue",
+                        F.col("_consumer_prefetch").cast("int").alias("prefetch_count"),
+                    ),
+                ),
+                ignorenulls=True,
+            ).over(_request_and_reply()),
+        )
         # A consumer is what the consume-ok answering its basic.consume says, from then on.
         .withColumn("_consumer", F.last(F.when(consume_ok, F.col("_request")), True).over(_consumer_so_far()))
-    )  # fmt: skip
+    )
     delivery = F.col("method").isin("basic.deliver", "basic.get-ok") & (F.col("direction") == "s2c")
     no_ack = F.when(F.col("method") == "basic.get-ok", F.col("_request.no_ack")).otherwise(F.col("_consumer.no_ack"))
     return paired.withColumn("_no_ack", F.when(delivery, no_ack))

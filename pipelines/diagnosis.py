@@ -22,25 +22,42 @@ AMQP_PROTOCOLS = ("amqp-0-9-1", "amqp-1.0")
 NO_AMQP_PREFIX = "No AMQP traffic found: "
 NO_PACKETS = f"{NO_AMQP_PREFIX}the capture has no packets."
 
-_NO_BOTTLENECK = ("No bottleneck: no connection, channel, consumer or link was held back long enough to matter "
-                  "(no resource alarm, no throttled publisher, no prefetch- or credit-bound consumer, no client "
-                  "that stopped reading or waited on its own round trips, no lost segment).")
+_NO_BOTTLENECK = (
+    "No bottleneck: no connection, channel, consumer or link was held back long enough to matter "
+    "(no resource alarm, no throttled publisher, no prefetch- or credit-bound consumer, no client "
+    "that stopped reading or waited on its own round trips, no lost segment)."
+)
 
 
 def _when_text() -> Column:
-    """"at 20:59:45.388 (packet 52) for 1.305 s" of the top finding."""
+    """ "at 20:59:45.388 (packet 52) for 1.305 s" of the top finding."""
     return F.concat(
-        F.lit("from "), F.date_format(F.col("start_ts"), "HH:mm:ss.SSS"), F.lit(" UTC (packet "),
-        F.col("start_packet_number").cast("string"), F.lit(") for "),
-        F.format_number(F.col("duration_us") / F.lit(1e6), 3), F.lit(" s"))
+        F.lit("from "),
+        F.date_format(F.col("start_ts"), "HH:mm:ss.SSS"),
+        F.lit(" UTC (packet "),
+        F.col("start_packet_number").cast("string"),
+        F.lit(") for "),
+        F.format_number(F.col("duration_us") / F.lit(1e6), 3),
+        F.lit(" s"),
+    )
 
 
 def _headline() -> Column:
     return F.concat(
-        F.lit("Bottleneck: "), F.regexp_replace(F.col("component"), "_", " "), F.lit(" ("),
-        F.regexp_replace(F.col("effect"), "_", " "), F.lit(") on "), F.col("entity_kind"), F.lit(" "),
-        F.col("entity"), F.coalesce(F.concat(F.lit(" (queue "), F.col("queue"), F.lit(")")), F.lit("")),
-        F.lit(", "), _when_text(), F.lit(". "), F.col("explanation"))
+        F.lit("Bottleneck: "),
+        F.regexp_replace(F.col("component"), "_", " "),
+        F.lit(" ("),
+        F.regexp_replace(F.col("effect"), "_", " "),
+        F.lit(") on "),
+        F.col("entity_kind"),
+        F.lit(" "),
+        F.col("entity"),
+        F.coalesce(F.concat(F.lit(" (queue "), F.col("queue"), F.lit(")")), F.lit("")),
+        F.lit(", "),
+        _when_text(),
+        F.lit(". "),
+        F.col("explanation"),
+    )
 
 
 def _encrypted(connections: DataFrame) -> DataFrame:
@@ -52,47 +69,71 @@ def _encrypted(connections: DataFrame) -> DataFrame:
         F.count(F.when(F.col("protocol").isin(*AMQP_PROTOCOLS), 1)).alias("_amqp"),
         F.count(F.lit(1)).alias("_port_connections"),
         F.count(F.when((F.col("protocol") == "tls") & F.col("tls_version").isNull(), 1)).alias("_unknown"),
-        versions.alias("_versions"))
+        versions.alias("_versions"),
+    )
 
 
 def _encrypted_sentence() -> Column:
-    """"2 connections are encrypted (TLS 1.3) and were not decoded: give --tls-keylog"."""
+    """ "2 connections are encrypted (TLS 1.3) and were not decoded: give --tls-keylog"."""
     many = F.col("encrypted_connections") > 1
-    versions = F.array_join(F.when(F.col("_unknown") > 0, F.array_union(F.col("_versions"), F.array(F.lit(
-        "TLS version not seen")))).otherwise(F.col("_versions")), " and ")
+    versions = F.array_join(
+        F.when(
+            F.col("_unknown") > 0, F.array_union(F.col("_versions"), F.array(F.lit("TLS version not seen")))
+        ).otherwise(F.col("_versions")),
+        " and ",
+    )
     return F.concat(
         F.col("encrypted_connections").cast("string"),
         F.when(many, F.lit(" connections are")).otherwise(F.lit(" connection is")),
-        F.lit(" encrypted ("), versions, F.lit(")"),
+        F.lit(" encrypted ("),
+        versions,
+        F.lit(")"),
         F.when(many, F.lit(" and were")).otherwise(F.lit(" and was")),
-        F.lit(" not decoded: give --tls-keylog"))
+        F.lit(" not decoded: give --tls-keylog"),
+    )
 
 
 def _counted(n: Column, one: str, many: str) -> Column:
-    """"1 TCP connection", "3 TCP connections"."""
+    """ "1 TCP connection", "3 TCP connections"."""
     return F.concat(F.format_number(n, 0), F.lit(" "), F.when(n == 1, F.lit(one)).otherwise(F.lit(many)))
 
 
 def _no_amqp_headline(packets: Column, tcp_connections: Column, port_connections: Column) -> Column:
-    """"No AMQP traffic found: 200 packets, 3 TCP connections on other ports; try --ports." The
+    """ "No AMQP traffic found: 200 packets, 3 TCP connections on other ports; try --ports." The
     connections on the AMQP ports are those the connections table has (not AMQP: TLS, other bytes)."""
     others = F.greatest(tcp_connections - port_connections, F.lit(0))
-    return F.when(packets == 0, F.lit(NO_PACKETS)).otherwise(F.concat(
-        F.lit(NO_AMQP_PREFIX), _counted(packets, "packet", "packets"),
-        F.when(tcp_connections.isNotNull(),
-               F.concat(F.lit(", "), _counted(others, "TCP connection", "TCP connections"), F.lit(" on other ports")))
-        .otherwise(F.lit("")),
-        F.when(port_connections > 0, F.concat(
-            F.lit(", "), _counted(port_connections, "connection", "connections"),
-            F.lit(" on the AMQP ports not AMQP (see connections.protocol)"))).otherwise(F.lit("")),
-        F.lit("; try --ports.")))
+    return F.when(packets == 0, F.lit(NO_PACKETS)).otherwise(
+        F.concat(
+            F.lit(NO_AMQP_PREFIX),
+            _counted(packets, "packet", "packets"),
+            F.when(
+                tcp_connections.isNotNull(),
+                F.concat(F.lit(", "), _counted(others, "TCP connection", "TCP connections"), F.lit(" on other ports")),
+            ).otherwise(F.lit("")),
+            F.when(
+                port_connections > 0,
+                F.concat(
+                    F.lit(", "),
+                    _counted(port_connections, "connection", "connections"),
+                    F.lit(" on the AMQP ports not AMQP (see connections.protocol)"),
+                ),
+            ).otherwise(F.lit("")),
+            F.lit("; try --ports."),
+        )
+    )
 
 
 def no_packets_diagnosis(capture_id: str) -> dict[str, object]:
     """The diagnosis row of a capture without a single packet (answered before Spark starts)."""
     row: dict[str, object] = {name: None for name in DIAGNOSIS_SCHEMA.fieldNames()}
-    row.update(capture_id=capture_id, bottleneck=NO_AMQP, headline=NO_PACKETS, findings_count=0, findings=[],
-               encrypted_connections=0)
+    row.update(
+        capture_id=capture_id,
+        bottleneck=NO_AMQP,
+        headline=NO_PACKETS,
+        findings_count=0,
+        findings=[],
+        encrypted_connections=0,
+    )
     return row
 
 
@@ -104,39 +145,72 @@ def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFram
     encrypted is ``no_amqp``."""
     summary = F.struct(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in FINDING_SUMMARY.fields])
     ranked = bottlenecks.groupBy("capture_id").agg(
-        F.array_sort(F.collect_list(summary)).alias("findings"))  # rank is the struct's first field
+        F.array_sort(F.collect_list(summary)).alias("findings")
+    )  # rank is the struct's first field
     top = bottlenecks.filter(F.col("rank") == 1).select(
-        "capture_id", F.col("component").alias("bottleneck"), "effect", "entity_kind", "entity", "connection_id",
-        "start_packet_number", _headline().alias("headline"))
+        "capture_id",
+        F.col("component").alias("bottleneck"),
+        "effect",
+        "entity_kind",
+        "entity",
+        "connection_id",
+        "start_packet_number",
+        _headline().alias("headline"),
+    )
     every = captures.select("capture_id", "packets", "tcp_connections").dropDuplicates(["capture_id"])
     joined = every.join(top, "capture_id", "left").join(ranked, "capture_id", "left")
     if connections is not None:
         joined = joined.join(_encrypted(connections), "capture_id", "left")
     else:
-        joined = joined.select("*", F.lit(0).alias("encrypted_connections"), F.lit(0).alias("_amqp"),
-                               F.lit(None).cast("long").alias("_port_connections"), F.lit(0).alias("_unknown"),
-                               F.array().cast("array<string>").alias("_versions"))
+        joined = joined.select(
+            "*",
+            F.lit(0).alias("encrypted_connections"),
+            F.lit(0).alias("_amqp"),
+            F.lit(None).cast("long").alias("_port_connections"),
+            F.lit(0).alias("_unknown"),
+            F.array().cast("array<string>").alias("_versions"),
+        )
     encrypted = F.coalesce(F.col("encrypted_connections"), F.lit(0)) > 0
     nothing_else = encrypted & (F.coalesce(F.col("_amqp"), F.lit(0)) == 0) & F.col("bottleneck").isNull()
     # Nothing decoded as AMQP and nothing encrypted: no verdict at all (never "none").
     no_amqp = F.lit(connections is not None) & ~encrypted & (F.coalesce(F.col("_amqp"), F.lit(0)) == 0)
     sentence = F.concat(_encrypted_sentence(), F.lit("."))
-    headline = (F.when(nothing_else, F.concat(sentence, F.lit(" No AMQP was decoded, and TCP showed no finding: "
-                                                                "nothing else could be judged.")))
-                .when(no_amqp, _no_amqp_headline(F.col("packets"), F.col("tcp_connections"),
-                                                 F.coalesce(F.col("_port_connections"), F.lit(0))))
-                .when(encrypted & F.col("headline").isNull(), F.concat(
-                    F.lit("No bottleneck in the decoded traffic (no resource alarm, no throttled publisher, no "
-                          "prefetch- or credit-bound consumer, no client that stopped reading, no retransmission); "),
-                    sentence))
-                .when(encrypted, F.concat(F.col("headline"), F.lit(" "), sentence))
-                .otherwise(F.coalesce(F.col("headline"), F.lit(_NO_BOTTLENECK))))
+    headline = (
+        F.when(
+            nothing_else,
+            F.concat(sentence, F.lit(" No AMQP was decoded, and TCP showed no finding: nothing else could be judged.")),
+        )
+        .when(
+            no_amqp,
+            _no_amqp_headline(
+                F.col("packets"), F.col("tcp_connections"), F.coalesce(F.col("_port_connections"), F.lit(0))
+            ),
+        )
+        .when(
+            encrypted & F.col("headline").isNull(),
+            F.concat(
+                F.lit(
+                    "No bottleneck in the decoded traffic (no resource alarm, no throttled publisher, no "
+                    "prefetch- or credit-bound consumer, no client that stopped reading, no retransmission); "
+                ),
+                sentence,
+            ),
+        )
+        .when(encrypted, F.concat(F.col("headline"), F.lit(" "), sentence))
+        .otherwise(F.coalesce(F.col("headline"), F.lit(_NO_BOTTLENECK)))
+    )
     empty = F.array().cast(DIAGNOSIS_SCHEMA["findings"].dataType)
     return joined.select(
         "capture_id",
-        F.when(nothing_else, F.lit("encrypted")).when(no_amqp, F.lit(NO_AMQP))
-        .otherwise(F.coalesce(F.col("bottleneck"), F.lit("none"))).alias("bottleneck"),
-        "effect", "entity_kind", "entity", "connection_id", "start_packet_number",
+        F.when(nothing_else, F.lit("encrypted"))
+        .when(no_amqp, F.lit(NO_AMQP))
+        .otherwise(F.coalesce(F.col("bottleneck"), F.lit("none")))
+        .alias("bottleneck"),
+        "effect",
+        "entity_kind",
+        "entity",
+        "connection_id",
+        "start_packet_number",
         headline.alias("headline"),
         F.when(F.col("findings").isNull(), F.lit(0)).otherwise(F.size("findings")).alias("findings_count"),
         F.coalesce(F.col("findings"), empty).alias("findings"),

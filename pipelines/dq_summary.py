@@ -53,8 +53,9 @@ def dq_summary(
     kinds = connections.groupBy("capture_id").agg(
         F.count(F.when(F.col("protocol").isin("amqp-0-9-1", "amqp-1.0"), 1)).alias("amqp_connections"),
         F.count(F.when(F.col("protocol") == "tls", 1)).alias("tls_connections"),
-        F.count(F.when(~F.col("protocol").isin("amqp-0-9-1", "amqp-1.0", "tls") | F.col("protocol").isNull(), 1))
-        .alias("other_connections"),
+        F.count(F.when(~F.col("protocol").isin("amqp-0-9-1", "amqp-1.0", "tls") | F.col("protocol").isNull(), 1)).alias(
+            "other_connections"
+        ),
     )
     frame_counts = frames.groupBy("capture_id").agg(F.count(F.lit(1)).alias("frames"))
     if accounting is None:
@@ -82,14 +83,24 @@ def dq_summary(
     if diagnosis is not None:
         joined = joined.join(
             diagnosis.select(
-                "capture_id", "bottleneck", F.col("entity").alias("bottleneck_entity"),
+                "capture_id",
+                "bottleneck",
+                F.col("entity").alias("bottleneck_entity"),
                 F.col("findings_count").alias("findings"),
             ),
-            "capture_id", "left",
+            "capture_id",
+            "left",
         )
     counts = [
-        "amqp_connections", "tls_connections", "other_connections", "frames", "payload_bytes",
-        "framed_bytes", "quarantined_bytes", "missing_bytes", "gaps",
+        "amqp_connections",
+        "tls_connections",
+        "other_connections",
+        "frames",
+        "payload_bytes",
+        "framed_bytes",
+        "quarantined_bytes",
+        "missing_bytes",
+        "gaps",
         *[f"violations_{s}" for s in _SEVERITIES],
     ]
     failed = F.coalesce(F.col("_failed"), F.array().cast("array<string>"))

@@ -48,16 +48,24 @@ def events_timeline(frames: DataFrame, kinds: Sequence[EventKind] | None = None)
         maybe = maybe | F.coalesce(F.expr(kind.when), F.lit(False))
     candidates = frames.withColumn("attached_before", F.lit(True)).filter(maybe).drop("attached_before")
     marked = candidates.withColumn(
-        "attached_before", attaches & (F.count(F.when(attaches, 1)).over(
-            _link_attached_before().rowsBetween(Window.unboundedPreceding, -1)) > 0))
-    found = F.array(*[F.when(condition, F.struct(event_id.alias("event_id"), code.alias("condition"),
-                                                 text.alias("text")))
-                      for event_id, condition, code, text in map(_kind_columns, kinds)])
-    events = with_columns(marked.withColumn("_event", F.explode(F.filter(found, lambda e: e.isNotNull()))), [
-        ("event_id", F.col("_event.event_id")),
-        ("condition", F.col("_event.condition")),
-        ("text", F.col("_event.text")),
-        ("severity", F.lit("info")),
-        ("link_name", F.col("name")),
-    ])
+        "attached_before",
+        attaches
+        & (F.count(F.when(attaches, 1)).over(_link_attached_before().rowsBetween(Window.unboundedPreceding, -1)) > 0),
+    )
+    found = F.array(
+        *[
+            F.when(condition, F.struct(event_id.alias("event_id"), code.alias("condition"), text.alias("text")))
+            for event_id, condition, code, text in map(_kind_columns, kinds)
+        ]
+    )
+    events = with_columns(
+        marked.withColumn("_event", F.explode(F.filter(found, lambda e: e.isNotNull()))),
+        [
+            ("event_id", F.col("_event.event_id")),
+            ("condition", F.col("_event.condition")),
+            ("text", F.col("_event.text")),
+            ("severity", F.lit("info")),
+            ("link_name", F.col("name")),
+        ],
+    )
     return events.select(*[F.col(f.name).cast(f.dataType) for f in EVENTS_SCHEMA.fields])

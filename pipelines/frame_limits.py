@@ -45,8 +45,11 @@ FRAME_MIN_SIZE_091 = amqp091().constants["FRAME-MIN-SIZE"]
 # channel number is 0.");
 # then the open's max-frame-size and channel-max, or their defaults (2^32-1: no limit; 65535).
 MIN_MAX_FRAME_SIZE_10 = int(amqp10().definitions["MIN-MAX-FRAME-SIZE"])
-_OPEN_DEFAULTS = {f.name: int(f.default) for f in amqp10().described_by_symbol["amqp:open:list"].fields
-                  if f.name in ("max-frame-size", "channel-max") and f.default is not None}
+_OPEN_DEFAULTS = {
+    f.name: int(f.default)
+    for f in amqp10().described_by_symbol["amqp:open:list"].fields
+    if f.name in ("max-frame-size", "channel-max") and f.default is not None
+}
 NO_FRAME_SIZE_LIMIT_10 = _OPEN_DEFAULTS["max-frame-size"]
 DEFAULT_CHANNEL_MAX_10 = _OPEN_DEFAULTS["channel-max"]
 
@@ -84,7 +87,9 @@ def frame_limits_timeline(frames: DataFrame) -> DataFrame:
     tune_ok = is_091 & (method == "connection.tune-ok") & (direction == "c2s")
     opens = {d: is_10 & (method == "open") & (direction == d) for d in ("c2s", "s2c")}
     candidate = (
-        tune_ok | opens["c2s"] | opens["s2c"]
+        tune_ok
+        | opens["c2s"]
+        | opens["s2c"]
         | (is_091 & ((method == "channel.open") | (size > FRAME_MIN_SIZE_091)))
         | (is_10 & ((method == "begin") | (size > MIN_MAX_FRAME_SIZE_10)))
     )
@@ -98,8 +103,10 @@ def frame_limits_timeline(frames: DataFrame) -> DataFrame:
         F.when(~started, F.lit(None))
         .when(is_091 & tuned, _no_limit_if(_last(tune_ok, "frame_max"), 0))
         .when(is_091, F.lit(FRAME_MIN_SIZE_091))
-        .when(peer_opened, _no_limit_if(F.coalesce(peer_max_frame_size, F.lit(NO_FRAME_SIZE_LIMIT_10)),
-                                        NO_FRAME_SIZE_LIMIT_10))
+        .when(
+            peer_opened,
+            _no_limit_if(F.coalesce(peer_max_frame_size, F.lit(NO_FRAME_SIZE_LIMIT_10)), NO_FRAME_SIZE_LIMIT_10),
+        )
     )
     channel_limit = (
         F.when(~started, F.lit(None))
@@ -107,13 +114,16 @@ def frame_limits_timeline(frames: DataFrame) -> DataFrame:
         .when(is_10 & peer_opened, F.coalesce(peer_channel_max, F.lit(DEFAULT_CHANNEL_MAX_10)))
     )
     # Only the frames that set limits or could break them enter the window.
-    limits = with_columns(by_connection(frames.filter((is_091 | is_10) & (header | tune | candidate))), [
-        ("frame_size_limit", frame_size_limit.cast("long")),
-        ("channel_limit", channel_limit.cast("long")),
-        ("offered_frame_max", F.when(tune_ok, _last(tune, "frame_max"))),
-        ("offered_channel_max", F.when(tune_ok, _last(tune, "channel_max"))),
-        ("tuned_frame_max", F.when(tune_ok, F.col("frame_max"))),
-        ("tuned_channel_max", F.when(tune_ok, F.col("channel_max"))),
-        ("peer_opened", F.when(is_10 & started, peer_opened)),
-    ]).filter(candidate)
+    limits = with_columns(
+        by_connection(frames.filter((is_091 | is_10) & (header | tune | candidate))),
+        [
+            ("frame_size_limit", frame_size_limit.cast("long")),
+            ("channel_limit", channel_limit.cast("long")),
+            ("offered_frame_max", F.when(tune_ok, _last(tune, "frame_max"))),
+            ("offered_channel_max", F.when(tune_ok, _last(tune, "channel_max"))),
+            ("tuned_frame_max", F.when(tune_ok, F.col("frame_max"))),
+            ("tuned_channel_max", F.when(tune_ok, F.col("channel_max"))),
+            ("peer_opened", F.when(is_10 & started, peer_opened)),
+        ],
+    ).filter(candidate)
     return limits.select(*[F.col(f.name).cast(f.dataType) for f in FRAME_LIMITS_SCHEMA.fields])

@@ -33,7 +33,11 @@ def _earlier(keys: Sequence[str]) -> WindowSpec:
 
 def _islands(keys: Sequence[str]) -> WindowSpec:
     """One key's intervals by start: the running count of islands started so far."""
-    return Window.partitionBy(*keys).orderBy("start_us", "end_us").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (
+        Window.partitionBy(*keys)
+        .orderBy("start_us", "end_us")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
 
 
 def merged_intervals(intervals: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -41,20 +45,28 @@ def merged_intervals(intervals: DataFrame, keys: Sequence[str]) -> DataFrame:
     ``end_us``, the first ``start_packet_number`` and how many intervals it merged (``parts``)."""
     valid = intervals.filter(F.col("end_us") >= F.col("start_us"))
     starts_island = F.coalesce(F.col("start_us") > F.max("end_us").over(_earlier(keys)), F.lit(True))
-    numbered = valid.withColumn("_new", starts_island.cast("int")).withColumn("_island", F.sum("_new").over(_islands(keys)))
-    return numbered.groupBy(*keys, "_island").agg(
-        F.min("start_us").alias("start_us"),
-        F.max("end_us").alias("end_us"),
-        F.min("start_packet_number").alias("start_packet_number"),
-        F.count(F.lit(1)).alias("parts"),
-    ).drop("_island")
+    numbered = valid.withColumn("_new", starts_island.cast("int")).withColumn(
+        "_island", F.sum("_new").over(_islands(keys))
+    )
+    return (
+        numbered.groupBy(*keys, "_island")
+        .agg(
+            F.min("start_us").alias("start_us"),
+            F.max("end_us").alias("end_us"),
+            F.min("start_packet_number").alias("start_packet_number"),
+            F.count(F.lit(1)).alias("parts"),
+        )
+        .drop("_island")
+    )
 
 
 def clipped(intervals: DataFrame, low: Column, high: Column) -> DataFrame:
     """Intervals cut to [low, high] (columns of the rows); those left empty are dropped."""
-    return (intervals.withColumn("start_us", F.greatest(F.col("start_us"), low))
-            .withColumn("end_us", F.least(F.col("end_us"), high))
-            .filter(F.col("end_us") > F.col("start_us")))
+    return (
+        intervals.withColumn("start_us", F.greatest(F.col("start_us"), low))
+        .withColumn("end_us", F.least(F.col("end_us"), high))
+        .filter(F.col("end_us") > F.col("start_us"))
+    )
 
 
 def held_time(intervals: DataFrame, keys: Sequence[str]) -> DataFrame:

@@ -28,7 +28,9 @@ from amqpscope.schemas.flow import IDLE_GAPS_SCHEMA
 
 
 def _connection_so_far() -> WindowSpec:
-    return Window.partitionBy(*CONNECTION).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (
+        Window.partitionBy(*CONNECTION).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
 
 
 def _direction_in_order() -> WindowSpec:
@@ -49,9 +51,8 @@ def idle_gaps_timeline(frames: DataFrame) -> DataFrame:
     receiver_timeout_ms = F.when(
         direction == "c2s", _last(is_10 & (method == "open") & (direction == "s2c"), "idle_time_out")
     ).otherwise(_last(is_10 & (method == "open") & (direction == "c2s"), "idle_time_out"))
-    interval_us = (
-        F.when(is_091 & (heartbeat_s > 0), heartbeat_s * 1_000_000)
-        .when(is_10 & (receiver_timeout_ms > 0), receiver_timeout_ms * 1000)
+    interval_us = F.when(is_091 & (heartbeat_s > 0), heartbeat_s * 1_000_000).when(
+        is_10 & (receiver_timeout_ms > 0), receiver_timeout_ms * 1000
     )
     previous = F.lag("ts_us").over(_direction_in_order())
     gaps = (

@@ -31,8 +31,17 @@ from pyspark.sql import functions as F
 from amqpscope.pipelines.channels import CHANNEL_CLOSE_METHODS, channel_pass
 from amqpscope.schemas.lifecycle import LIFECYCLE_091_SCHEMA
 
-_LIFECYCLE_METHODS = ("connection.start-ok", "connection.close", "connection.close-ok", "connection.blocked",
-                      "channel.open", "channel.close", "channel.close-ok", "channel.flow", "channel.flow-ok")
+_LIFECYCLE_METHODS = (
+    "connection.start-ok",
+    "connection.close",
+    "connection.close-ok",
+    "connection.blocked",
+    "channel.open",
+    "channel.close",
+    "channel.close-ok",
+    "channel.flow",
+    "channel.flow-ok",
+)
 _CONTENT_METHODS = ("basic.publish", "basic.deliver", "basic.get-ok", "basic.return")
 _DELIVERIES = ("basic.deliver", "basic.get-ok")
 
@@ -42,24 +51,36 @@ def lifecycle_091_timeline(frames: DataFrame, channels: DataFrame | None = None)
     the state before each frame; computed when not given)."""
     method, direction = F.col("method"), F.col("direction")
     known = F.col("started")
-    own = {name: F.when(direction == "c2s", F.col(f"_c2s_{name}")).otherwise(F.col(f"_s2c_{name}"))
-           for name in ("channel_closing", "connection_closing", "flow_stopped")}
+    own = {
+        name: F.when(direction == "c2s", F.col(f"_c2s_{name}")).otherwise(F.col(f"_s2c_{name}"))
+        for name in ("channel_closing", "connection_closing", "flow_stopped")
+    }
     tagged = (
-        (channel_pass(frames) if channels is None else channels).filter(F.col("frame_type") == "method")
-        .withColumn("client_blocked_capability", F.when(
-            (method == "connection.blocked") & F.col("_start_ok_seen"), F.coalesce(F.col("_start_ok_announced"), F.lit(False))))
+        (channel_pass(frames) if channels is None else channels)
+        .filter(F.col("frame_type") == "method")
+        .withColumn(
+            "client_blocked_capability",
+            F.when(
+                (method == "connection.blocked") & F.col("_start_ok_seen"),
+                F.coalesce(F.col("_start_ok_announced"), F.lit(False)),
+            ),
+        )
         .withColumn("channel_open", F.when(known, F.col("_channel_opened")))
         .withColumn("channel_closing", F.when(known, own["channel_closing"]))
         .withColumn("connection_closing", F.when(known, own["connection_closing"]))
         .withColumn("flow_stopped", F.when(known, own["flow_stopped"]))
-        .withColumn("delivered_before", F.when(known & method.isin(*_DELIVERIES),
-                                               F.coalesce(F.col("_delivered_before"), F.lit(0))))
+        .withColumn(
+            "delivered_before",
+            F.when(known & method.isin(*_DELIVERIES), F.coalesce(F.col("_delivered_before"), F.lit(0))),
+        )
     )
     on_channel = F.col("channel") != 0
     outside = (
         (F.coalesce(F.col("channel_closing"), F.lit(False)) & on_channel & ~method.isin(*CHANNEL_CLOSE_METHODS))
-        | (F.coalesce(F.col("connection_closing"), F.lit(False))
-           & ~method.isin("connection.close", "connection.close-ok", *CHANNEL_CLOSE_METHODS))
+        | (
+            F.coalesce(F.col("connection_closing"), F.lit(False))
+            & ~method.isin("connection.close", "connection.close-ok", *CHANNEL_CLOSE_METHODS)
+        )
         | (F.coalesce(F.col("flow_stopped"), F.lit(False)) & method.isin(*_CONTENT_METHODS))
         | (method.isin(*_DELIVERIES) & (F.col("delivery_tag") <= F.col("delivered_before")))
     )

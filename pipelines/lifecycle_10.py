@@ -28,33 +28,57 @@ _LIFECYCLE_METHODS = ("open", "close", "begin", "end", "attach", "detach")
 # Performatives that name their sender's link by handle (flow only when it carries one).
 _HANDLE_METHODS = ("transfer", "detach", "flow")
 # begin handle-max when absent (transport.xml).
-DEFAULT_HANDLE_MAX = int(next(f.default for f in amqp10().described_by_symbol["amqp:begin:list"].fields
-                              if f.name == "handle-max"))
-_COLUMNS = ("capture_id", "connection_id", "frame_index", "ts", "packet_number", "direction", "protocol", "frame_type",
-            "channel", "method", "handle", "remote_channel", "handle_max")
+DEFAULT_HANDLE_MAX = int(
+    next(f.default for f in amqp10().described_by_symbol["amqp:begin:list"].fields if f.name == "handle-max")
+)
+_COLUMNS = (
+    "capture_id",
+    "connection_id",
+    "frame_index",
+    "ts",
+    "packet_number",
+    "direction",
+    "protocol",
+    "frame_type",
+    "channel",
+    "method",
+    "handle",
+    "remote_channel",
+    "handle_max",
+)
 
 
 def _direction_before() -> WindowSpec:
     """One endpoint's frames before this one, in order: what it had sent (header, open, close)."""
-    return Window.partitionBy(*CONNECTION, "direction").orderBy("frame_index").rowsBetween(Window.unboundedPreceding, -1)
+    return (
+        Window.partitionBy(*CONNECTION, "direction").orderBy("frame_index").rowsBetween(Window.unboundedPreceding, -1)
+    )
 
 
 def _endpoint_channel(until: int) -> WindowSpec:
     """One endpoint's frames on one channel, in order, up to this frame (0) or the one before (-1):
     its sessions there."""
-    return Window.partitionBy(*CONNECTION, "direction", "channel").orderBy("frame_index").rowsBetween(
-        Window.unboundedPreceding, until)
+    return (
+        Window.partitionBy(*CONNECTION, "direction", "channel")
+        .orderBy("frame_index")
+        .rowsBetween(Window.unboundedPreceding, until)
+    )
 
 
 def _endpoint_handle_before() -> WindowSpec:
     """One endpoint's frames naming one handle in one session, before this one: whether it is attached."""
-    return Window.partitionBy(*CONNECTION, "direction", "channel", "_session", "handle").orderBy("frame_index").rowsBetween(
-        Window.unboundedPreceding, -1)
+    return (
+        Window.partitionBy(*CONNECTION, "direction", "channel", "_session", "handle")
+        .orderBy("frame_index")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
 
 
 def _session_before() -> WindowSpec:
     """One session's frames (both endpoints) before this one: the begins each endpoint had sent."""
-    return Window.partitionBy(*CONNECTION, "session_id").orderBy("frame_index").rowsBetween(Window.unboundedPreceding, -1)
+    return (
+        Window.partitionBy(*CONNECTION, "session_id").orderBy("frame_index").rowsBetween(Window.unboundedPreceding, -1)
+    )
 
 
 def _seen(condition: Column, window: WindowSpec) -> Column:
@@ -71,8 +95,11 @@ def lifecycle_10_timeline(frames: DataFrame, sessions: DataFrame | None = None) 
     not given)."""
     method = F.col("method")
     header = (F.col("frame_type") == "protocol-header") & (method == "amqp")
-    amqp = by_connection(frames.filter((F.col("protocol") == AMQP10) & F.col("frame_type").isin("protocol-header", "amqp", "empty"))
-                         .select(*_COLUMNS))
+    amqp = by_connection(
+        frames.filter(
+            (F.col("protocol") == AMQP10) & F.col("frame_type").isin("protocol-header", "amqp", "empty")
+        ).select(*_COLUMNS)
+    )
     started = _seen(header, _direction_before())
     endpoint = (
         amqp.withColumn("started", started)
@@ -86,25 +113,36 @@ def lifecycle_10_timeline(frames: DataFrame, sessions: DataFrame | None = None) 
         performatives.withColumn("_session", F.sum(is_begin.cast("int")).over(_endpoint_channel(0)))
         .withColumn("session_begun", F.when(F.col("started"), _state(is_begin, method == "end", _endpoint_channel(-1))))
         .withColumn("_attached", _state(method == "attach", method == "detach", _endpoint_handle_before()))
-        .withColumn("handle_attached", F.when(F.col("handle").isNotNull(),
-                                              F.when(F.col("session_begun"), F.col("_attached")).otherwise(F.col("session_begun"))))
+        .withColumn(
+            "handle_attached",
+            F.when(
+                F.col("handle").isNotNull(),
+                F.when(F.col("session_begun"), F.col("_attached")).otherwise(F.col("session_begun")),
+            ),
+        )
     )
     for direction in ("c2s", "s2c"):
         peer_begin = is_begin & (F.col("direction") == direction)
-        sessions = sessions.withColumn(f"_{direction}_handle_max", F.last(
-            F.when(peer_begin, F.coalesce(F.col("handle_max"), F.lit(DEFAULT_HANDLE_MAX))), True).over(_session_before()))
+        sessions = sessions.withColumn(
+            f"_{direction}_handle_max",
+            F.last(F.when(peer_begin, F.coalesce(F.col("handle_max"), F.lit(DEFAULT_HANDLE_MAX))), True).over(
+                _session_before()
+            ),
+        )
     peer_handle_max = F.when(F.col("direction") == "c2s", F.col("_s2c_handle_max")).otherwise(F.col("_c2s_handle_max"))
     # bind_sessions joins an answering begin to the peer's begin on its remote-channel: unmatched,
     # the session is its own (session_id = its frame_index).
     answered = is_begin & F.col("remote_channel").isNotNull()
-    sessions = (
-        sessions.withColumn("peer_handle_max", F.when((method == "attach") & F.col("session_begun"), peer_handle_max))
-        .withColumn("remote_channel_begun", F.when(answered & F.col("started"), F.col("session_id") != F.col("frame_index")))
+    sessions = sessions.withColumn(
+        "peer_handle_max", F.when((method == "attach") & F.col("session_begun"), peer_handle_max)
+    ).withColumn(
+        "remote_channel_begun", F.when(answered & F.col("started"), F.col("session_id") != F.col("frame_index"))
     )
     empties = endpoint.filter(F.col("frame_type") == "empty")
     rows = sessions.unionByName(empties, allowMissingColumns=True)
     outside = (
-        ~F.coalesce(F.col("opened_before"), F.lit(True)) | F.coalesce(F.col("closed_before"), F.lit(False))
+        ~F.coalesce(F.col("opened_before"), F.lit(True))
+        | F.coalesce(F.col("closed_before"), F.lit(False))
         | (method.isin(*_HANDLE_METHODS) & ~F.coalesce(F.col("handle_attached"), F.lit(True)))
     )
     kept = rows.filter(method.isin(*_LIFECYCLE_METHODS) | outside)

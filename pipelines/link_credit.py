@@ -39,15 +39,46 @@ _LINK = ("capture_id", "connection_id", "link_name", "sender_direction")
 # Delivery-ids are allocated per session by the sending endpoint (2.7.5).
 _DELIVERY_IDS = ("capture_id", "connection_id", "session_id", "_id_direction")
 # The frames-table columns link state reads.
-_COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "packet_number", "direction", "method",
-            "protocol", "handle", "name", "role", "initial_delivery_count", "target_address", "source_address",
-            "delivery_count", "link_credit", "available", "drain", "echo", "delivery_id", "more", "aborted", "settled",
-            "payload_size")
+_COLUMNS = (
+    "capture_id",
+    "connection_id",
+    "channel",
+    "frame_index",
+    "ts",
+    "packet_number",
+    "direction",
+    "method",
+    "protocol",
+    "handle",
+    "name",
+    "role",
+    "initial_delivery_count",
+    "target_address",
+    "source_address",
+    "delivery_count",
+    "link_credit",
+    "available",
+    "drain",
+    "echo",
+    "delivery_id",
+    "more",
+    "aborted",
+    "settled",
+    "payload_size",
+)
 # What a settling frame passes to the deliveries it settles (frame_index first: structs order by it).
 _SETTLING_FIELDS = ("frame_index", "ts", "packet_number", "direction", "channel", "method", "role")
 # The link-state columns a disposition row takes over from the link's previous row.
-_CARRIED = ("delivery_count_snd", "link_credit_snd", "delivery_count_rcv", "link_credit_rcv", "available", "drain",
-            "deliveries_in_flight", "sender_announced_no_credit")
+_CARRIED = (
+    "delivery_count_snd",
+    "link_credit_snd",
+    "delivery_count_rcv",
+    "link_credit_rcv",
+    "available",
+    "drain",
+    "deliveries_in_flight",
+    "sender_announced_no_credit",
+)
 
 # Window specifications are built per call: PySpark needs an active session to build one.
 
@@ -104,7 +135,11 @@ def _link_frame_rows() -> WindowSpec:
 
 def _session_direction_so_far() -> WindowSpec:
     """Deliveries and dispositions of one session direction in order: how many delivery-ids were sent by then."""
-    return Window.partitionBy(*_DELIVERY_IDS).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (
+        Window.partitionBy(*_DELIVERY_IDS)
+        .orderBy("frame_index")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
 
 
 def _last(col: Column, window: WindowSpec | None = None) -> Column:
@@ -115,10 +150,13 @@ def _credit_state(events: DataFrame) -> DataFrame:
     """Link frames (attach, flow, transfer, detach with a handle) with the sender's and receiver's
     state; other rows pass through with a null ``link_name``."""
     is_attach = F.col("method") == "attach"
-    bound = with_columns(events, [
-        ("link_name", _last(F.when(is_attach, F.col("name")), _endpoint_handle())),
-        ("role", _last(F.when(is_attach, F.col("role")), _endpoint_handle())),
-    ])
+    bound = with_columns(
+        events,
+        [
+            ("link_name", _last(F.when(is_attach, F.col("name")), _endpoint_handle())),
+            ("role", _last(F.when(is_attach, F.col("role")), _endpoint_handle())),
+        ],
+    )
     flipped = F.when(F.col("direction") == "c2s", "s2c").otherwise("c2s")
     from_sender = F.col("role") == "sender"
     linked = bound.withColumn("sender_direction", F.when(from_sender, F.col("direction")).otherwise(flipped))
@@ -127,43 +165,58 @@ def _credit_state(events: DataFrame) -> DataFrame:
     is_flow = F.col("method") == "flow"
     receiver_flow = is_flow & ~from_sender
     sender_count = (is_flow & from_sender & F.col("delivery_count").isNotNull()) | (
-        is_attach & from_sender & F.col("initial_delivery_count").isNotNull())
+        is_attach & from_sender & F.col("initial_delivery_count").isNotNull()
+    )
     # An aborted transfer ends its delivery whatever its more flag says (2.7.5).
     continues = F.coalesce(F.col("more"), F.lit(False)) & ~F.coalesce(F.col("aborted"), F.lit(False))
 
-    return with_columns(linked, [
-        ("target_address", F.first(F.when(is_attach, F.col("target_address")), True).over(_link_so_far())),
-        ("source_address", F.first(F.when(is_attach, F.col("source_address")), True).over(_link_so_far())),
-        ("_initial_count", _last(F.when(is_attach & from_sender, F.col("initial_delivery_count")))),
-        # A delivery starts with a transfer whose predecessor on the link did not say more=true.
-        ("_prev_more", _last(F.when(is_transfer, continues), _link_before())),
-        ("is_new_delivery", is_transfer & ~F.coalesce(F.col("_prev_more"), F.lit(False))),
-        ("_deliveries", F.sum(F.col("is_new_delivery").cast("long")).over(_link_so_far())),
-        ("_delivery_start", _last(F.when(F.col("is_new_delivery"), F.col("frame_index")))),
-        # The sender's attach, and its own flows (e.g. after a drain), state its delivery-count.
-        ("_base_count", _last(F.when(sender_count, F.coalesce(F.col("delivery_count"), F.col("initial_delivery_count"))))),
-        ("_base_deliveries", _last(F.when(sender_count, F.col("_deliveries")))),
-        ("delivery_count_snd", serial(F.col("_base_count") + F.col("_deliveries") - F.col("_base_deliveries"))),
-        # A receiver's flow without delivery-count had not seen the sender's attach: the
-        # initial-delivery-count applies (2.7.4). -1 marks such a flow.
-        ("_rcv_count", _last(F.when(receiver_flow, F.coalesce(F.col("delivery_count"), F.lit(-1))))),
-        ("delivery_count_rcv", F.when(F.col("_rcv_count") >= 0, F.col("_rcv_count")).otherwise(F.col("_initial_count"))),
-        ("link_credit_rcv", _last(F.when(receiver_flow, F.col("link_credit")))),
-        ("drain", _last(F.when(receiver_flow, F.coalesce(F.col("drain"), F.lit(False))))),
-        ("available", _last(F.when(is_flow & from_sender, F.col("available")))),
-        ("echo", F.when(is_flow, F.coalesce(F.col("echo"), F.lit(False)))),
-        ("deliveries_in_flight", serial_diff(F.col("delivery_count_snd"), F.col("delivery_count_rcv"))),
-        # Until the receiver's first flow the sender has no credit (2.6.7: initially 0).
-        ("link_credit_snd", F.coalesce(F.col("link_credit_rcv"), F.lit(0)) - F.col("deliveries_in_flight")),
-        ("link_credit_snd_before", F.when(F.col("is_new_delivery"), F.col("link_credit_snd") + 1)),
-        ("sender_side", F.when(F.col("sender_direction") == "c2s", "client").otherwise("server")),
-        # A link's last flow is the sender's, saying credit 0: until the receiver flows again.
-        ("sender_announced_no_credit", _last(
-            F.when(receiver_flow, F.lit(False))
-            .when(is_flow & from_sender & F.col("link_credit").isNotNull(), F.col("link_credit") == 0))),
-        ("delivery_first_id", F.when(is_transfer, _last(F.when(F.col("is_new_delivery"), F.col("delivery_id"))))),
-        ("delivery_count_snd_before", F.lag("delivery_count_snd").over(_link_in_order())),
-    ])
+    return with_columns(
+        linked,
+        [
+            ("target_address", F.first(F.when(is_attach, F.col("target_address")), True).over(_link_so_far())),
+            ("source_address", F.first(F.when(is_attach, F.col("source_address")), True).over(_link_so_far())),
+            ("_initial_count", _last(F.when(is_attach & from_sender, F.col("initial_delivery_count")))),
+            # A delivery starts with a transfer whose predecessor on the link did not say more=true.
+            ("_prev_more", _last(F.when(is_transfer, continues), _link_before())),
+            ("is_new_delivery", is_transfer & ~F.coalesce(F.col("_prev_more"), F.lit(False))),
+            ("_deliveries", F.sum(F.col("is_new_delivery").cast("long")).over(_link_so_far())),
+            ("_delivery_start", _last(F.when(F.col("is_new_delivery"), F.col("frame_index")))),
+            # The sender's attach, and its own flows (e.g. after a drain), state its delivery-count.
+            (
+                "_base_count",
+                _last(F.when(sender_count, F.coalesce(F.col("delivery_count"), F.col("initial_delivery_count")))),
+            ),
+            ("_base_deliveries", _last(F.when(sender_count, F.col("_deliveries")))),
+            ("delivery_count_snd", serial(F.col("_base_count") + F.col("_deliveries") - F.col("_base_deliveries"))),
+            # A receiver's flow without delivery-count had not seen the sender's attach: the
+            # initial-delivery-count applies (2.7.4). -1 marks such a flow.
+            ("_rcv_count", _last(F.when(receiver_flow, F.coalesce(F.col("delivery_count"), F.lit(-1))))),
+            (
+                "delivery_count_rcv",
+                F.when(F.col("_rcv_count") >= 0, F.col("_rcv_count")).otherwise(F.col("_initial_count")),
+            ),
+            ("link_credit_rcv", _last(F.when(receiver_flow, F.col("link_credit")))),
+            ("drain", _last(F.when(receiver_flow, F.coalesce(F.col("drain"), F.lit(False))))),
+            ("available", _last(F.when(is_flow & from_sender, F.col("available")))),
+            ("echo", F.when(is_flow, F.coalesce(F.col("echo"), F.lit(False)))),
+            ("deliveries_in_flight", serial_diff(F.col("delivery_count_snd"), F.col("delivery_count_rcv"))),
+            # Until the receiver's first flow the sender has no credit (2.6.7: initially 0).
+            ("link_credit_snd", F.coalesce(F.col("link_credit_rcv"), F.lit(0)) - F.col("deliveries_in_flight")),
+            ("link_credit_snd_before", F.when(F.col("is_new_delivery"), F.col("link_credit_snd") + 1)),
+            ("sender_side", F.when(F.col("sender_direction") == "c2s", "client").otherwise("server")),
+            # A link's last flow is the sender's, saying credit 0: until the receiver flows again.
+            (
+                "sender_announced_no_credit",
+                _last(
+                    F.when(receiver_flow, F.lit(False)).when(
+                        is_flow & from_sender & F.col("link_credit").isNotNull(), F.col("link_credit") == 0
+                    )
+                ),
+            ),
+            ("delivery_first_id", F.when(is_transfer, _last(F.when(F.col("is_new_delivery"), F.col("delivery_id"))))),
+            ("delivery_count_snd_before", F.lag("delivery_count_snd").over(_link_in_order())),
+        ],
+    )
 
 
 def link_credit_timeline(frames: DataFrame) -> DataFrame:
@@ -179,7 +232,9 @@ def _disposition_target() -> Column:
     """The sending direction of the deliveries a disposition names: those flowing towards a
     receiver-role sender of it, or those a sender-role one sent (2.7.6)."""
     towards_it = F.when(F.col("direction") == "c2s", "s2c").otherwise("c2s")
-    return F.when(F.col("method") == "disposition", F.when(F.col("role") == "receiver", towards_it).otherwise(F.col("direction")))
+    return F.when(
+        F.col("method") == "disposition", F.when(F.col("role") == "receiver", towards_it).otherwise(F.col("direction"))
+    )
 
 
 def _settled_at(state: DataFrame) -> DataFrame:
@@ -190,27 +245,38 @@ def _settled_at(state: DataFrame) -> DataFrame:
     # disposition has no handle.
     settling = F.struct(*(F.col(n) for n in _SETTLING_FIELDS if n != "role"), F.col("_frame_role").alias("role"))
     is_new = F.col("is_new_delivery")
-    is_disposition = (F.col("method") == "disposition") & F.coalesce(F.col("settled"), F.lit(False)) & F.col("first").isNotNull()
+    is_disposition = (
+        (F.col("method") == "disposition") & F.coalesce(F.col("settled"), F.lit(False)) & F.col("first").isNotNull()
+    )
     numbered = (
-        state.withColumn("_id_direction", F.when(is_new, F.col("sender_direction")).otherwise(F.col("_disposition_target")))
+        state.withColumn(
+            "_id_direction", F.when(is_new, F.col("sender_direction")).otherwise(F.col("_disposition_target"))
+        )
         .withColumn("_sent", F.sum(is_new.cast("long")).over(_session_direction_so_far()))
         .withColumn("_last_sent", F.last(F.when(is_new, F.col("delivery_id")), True).over(_session_direction_so_far()))
     )
     # Only ids sent by then can be settled: that also bounds the explode of a malformed range.
     last = F.coalesce(F.col("last"), F.col("first"))
-    span = F.least(serial_diff(last, F.col("first")) + 1, serial_diff(F.col("_last_sent"), F.col("first")) + 1, F.col("_sent"))
-    named = F.when(is_disposition & (span > 0), F.sequence(F.lit(0).cast("long"), span - 1)).otherwise(F.array(F.lit(-1).cast("long")))
+    span = F.least(
+        serial_diff(last, F.col("first")) + 1, serial_diff(F.col("_last_sent"), F.col("first")) + 1, F.col("_sent")
+    )
+    named = F.when(is_disposition & (span > 0), F.sequence(F.lit(0).cast("long"), span - 1)).otherwise(
+        F.array(F.lit(-1).cast("long"))
+    )
     by_id = (
         numbered.withColumn("_k", F.explode(named))
-        .withColumn("_id", F.when(F.col("_k") >= 0, serial(F.col("first") + F.col("_k"))).when(is_new, F.col("delivery_id")))
+        .withColumn(
+            "_id", F.when(F.col("_k") >= 0, serial(F.col("first") + F.col("_k"))).when(is_new, F.col("delivery_id"))
+        )
         .withColumn("_disposition_at", F.min(F.when(F.col("_k") >= 0, settling)).over(_same_id_later()))
         .filter(F.col("_k") < 0)
     )
-    settled_transfer = (F.col("method") == "transfer") & (F.col("role") == "sender") & F.coalesce(F.col("settled"), F.lit(False))
-    return (
-        by_id.withColumn("_transfer_at", F.min(F.when(settled_transfer, settling)).over(_same_delivery()))
-        .withColumn("_settled_by", F.when(is_new, F.least("_transfer_at", "_disposition_at")))
+    settled_transfer = (
+        (F.col("method") == "transfer") & (F.col("role") == "sender") & F.coalesce(F.col("settled"), F.lit(False))
     )
+    return by_id.withColumn(
+        "_transfer_at", F.min(F.when(settled_transfer, settling)).over(_same_delivery())
+    ).withColumn("_settled_by", F.when(is_new, F.least("_transfer_at", "_disposition_at")))
 
 
 def link_state_timeline(frames: DataFrame, sessions: DataFrame | None = None) -> DataFrame:
@@ -219,44 +285,80 @@ def link_state_timeline(frames: DataFrame, sessions: DataFrame | None = None) ->
     performatives = frames.filter(
         (F.col("protocol") == "amqp-1.0") & F.col("method").isin("begin", "disposition", *_LINK_METHODS)
     ).select(*_COLUMNS, "remote_channel", "frame_type", "first", "last")
-    bound = (bind_sessions(by_connection(performatives), sessions)
-             .withColumn("_disposition_target", _disposition_target())
-             .withColumn("_frame_role", F.col("role")))
+    bound = (
+        bind_sessions(by_connection(performatives), sessions)
+        .withColumn("_disposition_target", _disposition_target())
+        .withColumn("_frame_role", F.col("role"))
+    )
     link_frame = F.col("method").isin(*_LINK_METHODS) & F.col("handle").isNotNull() & F.col("link_name").isNotNull()
     # Each endpoint's handle of the link, for the rows of the dispositions it sends.
-    state = with_columns(_credit_state(bound), [
-        (f"_{direction}_handle", _last(F.when(F.col("direction") == direction, F.col("handle"))))
-        for direction in ("c2s", "s2c")
-    ])
+    state = with_columns(
+        _credit_state(bound),
+        [
+            (f"_{direction}_handle", _last(F.when(F.col("direction") == direction, F.col("handle"))))
+            for direction in ("c2s", "s2c")
+        ],
+    )
     settled = _settled_at(state).withColumn("_link_frame", link_frame)
     # Each settled delivery gets a second row at the frame that settled it, so the running count
     # over the link's frames counts it there ("range": a frame's rows see the count after it).
-    doubled = (
-        settled.withColumn("_is_event", F.explode(F.when(F.col("_settled_by").isNotNull(), F.array(F.lit(True), F.lit(False)))
-                                                  .otherwise(F.array(F.lit(True)))))
-        .withColumn("_delta", F.when(~F.col("_is_event"), -1).when(F.col("is_new_delivery"), 1).otherwise(0))
-    )
+    doubled = settled.withColumn(
+        "_is_event",
+        F.explode(
+            F.when(F.col("_settled_by").isNotNull(), F.array(F.lit(True), F.lit(False))).otherwise(F.array(F.lit(True)))
+        ),
+    ).withColumn("_delta", F.when(~F.col("_is_event"), -1).when(F.col("is_new_delivery"), 1).otherwise(0))
     # A disposition's row: the link as of that frame, the link's state carried from its previous row.
     by_disposition = ~F.col("_is_event") & (F.col("method") == "disposition")
-    doubled = with_columns(doubled, [
-        (name, F.when(F.col("_is_event"), F.col(name)).otherwise(F.col(f"_settled_by.{name}"))) for name in _SETTLING_FIELDS])
+    doubled = with_columns(
+        doubled,
+        [
+            (name, F.when(F.col("_is_event"), F.col(name)).otherwise(F.col(f"_settled_by.{name}")))
+            for name in _SETTLING_FIELDS
+        ],
+    )
     # Sorted once for the windows below: by frame for the running state and count, and within a
     # frame by delivery for the first row of each disposition (without this, Spark sorts twice).
-    doubled = with_columns(doubled.sortWithinPartitions(*_LINK, "frame_index", "_delivery_start"), [
-        (name, F.when(F.col("_is_event"), F.col(name)).otherwise(
-            F.last(F.when(F.col("_is_event"), F.col(name)), True).over(_link_so_far()))) for name in _CARRIED])
+    doubled = with_columns(
+        doubled.sortWithinPartitions(*_LINK, "frame_index", "_delivery_start"),
+        [
+            (
+                name,
+                F.when(F.col("_is_event"), F.col(name)).otherwise(
+                    F.last(F.when(F.col("_is_event"), F.col(name)), True).over(_link_so_far())
+                ),
+            )
+            for name in _CARRIED
+        ],
+    )
     timeline = (
         doubled.withColumn("unsettled", F.sum("_delta").over(_link_after_frame()))
         .filter((F.col("_is_event") & F.col("_link_frame")) | by_disposition)
         .withColumn("_nth", F.row_number().over(_link_frame_rows()))
         .filter(~by_disposition | (F.col("_nth") == 1))
-        .withColumn("handle", F.when(by_disposition, F.when(F.col("direction") == "c2s", F.col("_c2s_handle"))
-                                     .otherwise(F.col("_s2c_handle"))).otherwise(F.col("handle")))
+        .withColumn(
+            "handle",
+            F.when(
+                by_disposition,
+                F.when(F.col("direction") == "c2s", F.col("_c2s_handle")).otherwise(F.col("_s2c_handle")),
+            ).otherwise(F.col("handle")),
+        )
         .withColumn("is_new_delivery", F.col("is_new_delivery") & ~by_disposition)
     )
-    timeline = with_columns(timeline, [
-        (name, F.when(~by_disposition, F.col(name)))
-        for name in ("delivery_id", "payload_size", "link_credit_snd_before", "echo", "link_credit", "delivery_count",
-                     "delivery_first_id", "delivery_count_snd_before")
-    ])
+    timeline = with_columns(
+        timeline,
+        [
+            (name, F.when(~by_disposition, F.col(name)))
+            for name in (
+                "delivery_id",
+                "payload_size",
+                "link_credit_snd_before",
+                "echo",
+                "link_credit",
+                "delivery_count",
+                "delivery_first_id",
+                "delivery_count_snd_before",
+            )
+        ],
+    )
     return timeline.select(*[F.col(f.name).cast(f.dataType) for f in LINK_STATE_SCHEMA.fields])

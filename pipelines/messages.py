@@ -32,8 +32,16 @@ _SETTLEMENTS = ("basic.ack", "basic.nack", "basic.reject")
 _DELIVERIES = ("basic.deliver", "basic.get-ok")
 _PROPERTY_COLUMNS = ("message_id", "correlation_id", "content_type", "content_encoding", "reply_to", "priority")
 # The header's properties kept in the map (the typed ones are columns).
-_TYPED_PROPERTY_KEYS = ("body-size", "message-id", "correlation-id", "content-type", "content-encoding",
-                        "reply-to", "priority", "delivery-mode")
+_TYPED_PROPERTY_KEYS = (
+    "body-size",
+    "message-id",
+    "correlation-id",
+    "content-type",
+    "content-encoding",
+    "reply-to",
+    "priority",
+    "delivery-mode",
+)
 _MAX_DISPOSITION_RANGE = 1 << 20  # a first..last range wider than this is not expanded
 
 _CHANNEL = ("capture_id", "connection_id", "channel")
@@ -44,7 +52,8 @@ _CHANNEL = ("capture_id", "connection_id", "channel")
 def _stream_so_far() -> WindowSpec:
     """A channel's frames in one direction, in order: content frames follow their method there."""
     return (
-        Window.partitionBy(*_CHANNEL, "direction").orderBy("frame_index")
+        Window.partitionBy(*_CHANNEL, "direction")
+        .orderBy("frame_index")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
 
@@ -53,7 +62,8 @@ def _stream_after() -> WindowSpec:
     """A channel's frames in one direction after this one, nearest first (growing frames: Spark
     evaluates ``unboundedFollowing`` by re-aggregating the rest of the partition for every row)."""
     return (
-        Window.partitionBy(*_CHANNEL, "direction").orderBy(F.col("frame_index").desc())
+        Window.partitionBy(*_CHANNEL, "direction")
+        .orderBy(F.col("frame_index").desc())
         .rowsBetween(Window.unboundedPreceding, -1)
     )
 
@@ -69,36 +79,60 @@ def messages_091(frames: DataFrame, channels: DataFrame | None = None) -> DataFr
     ).filter(F.col("frame_type").isin("header", "body") & F.col("message_at").isNotNull())
     parts = content.groupBy(*_CHANNEL, "direction", "message_at").agg(
         F.max("frame_index").alias("last_frame_index"),
-        F.first(F.when(F.col("frame_type") == "header", F.struct(*_PROPERTY_COLUMNS, "delivery_mode", "body_size",
-                                                                "arguments")), True).alias("header"),
+        F.first(
+            F.when(
+                F.col("frame_type") == "header", F.struct(*_PROPERTY_COLUMNS, "delivery_mode", "body_size", "arguments")
+            ),
+            True,
+        ).alias("header"),
         F.sum(F.when(F.col("frame_type") == "body", F.col("frame_size") - 8).otherwise(0)).alias("body_bytes"),
         F.sum((F.col("frame_type") == "body").cast("int")).alias("body_frames"),
     )
     # Confirm mode: a channel incarnation from its confirm.select on; publishes numbered in it.
     is_publish = (F.col("method") == "basic.publish") & (F.col("direction") == "c2s")
-    methods = (
-        channel_frames.withColumn("publish_seq", F.when(is_publish & F.col("_confirming"), F.col("_publishes")))
-        .withColumn("next_method_frame_index", F.last(
-            F.when(F.col("frame_type") == "method", F.col("frame_index")), True).over(_stream_after()))
+    methods = channel_frames.withColumn(
+        "publish_seq", F.when(is_publish & F.col("_confirming"), F.col("_publishes"))
+    ).withColumn(
+        "next_method_frame_index",
+        F.last(F.when(F.col("frame_type") == "method", F.col("frame_index")), True).over(_stream_after()),
     )
     # Settled on the same rows (one evaluation of the channels' windows, no join back).
     messages = (
-        _with_settlement(methods).filter(is_content_method)
-        .join(parts.withColumnRenamed("message_at", "frame_index"), on=[*_CHANNEL, "direction", "frame_index"], how="left")
+        _with_settlement(methods)
+        .filter(is_content_method)
+        .join(
+            parts.withColumnRenamed("message_at", "frame_index"), on=[*_CHANNEL, "direction", "frame_index"], how="left"
+        )
         .withColumn("last_frame_index", F.coalesce("last_frame_index", "frame_index"))
         .withColumn("body_bytes", F.coalesce("body_bytes", F.lit(0)))
         .withColumn("body_frames", F.coalesce("body_frames", F.lit(0)))
         .withColumn("complete", F.coalesce(F.col("header.body_size") == F.col("body_bytes"), F.lit(False)))
         .select(
-            *_CHANNEL, "incarnation", "direction", "method", "frame_index", "ts", "exchange", "routing_key",
-            "consumer_tag", "delivery_tag", "redelivered", F.col("_no_ack").alias("no_ack"), "publish_seq",
-            "last_frame_index", "body_bytes", "body_frames", "complete", "next_method_frame_index",
+            *_CHANNEL,
+            "incarnation",
+            "direction",
+            "method",
+            "frame_index",
+            "ts",
+            "exchange",
+            "routing_key",
+            "consumer_tag",
+            "delivery_tag",
+            "redelivered",
+            F.col("_no_ack").alias("no_ack"),
+            "publish_seq",
+            "last_frame_index",
+            "body_bytes",
+            "body_frames",
+            "complete",
+            "next_method_frame_index",
             *[F.col(f"header.{c}").alias(c) for c in (*_PROPERTY_COLUMNS, "delivery_mode", "body_size")],
             F.map_filter(F.col("header.arguments"), lambda k, _v: ~k.isin(*_TYPED_PROPERTY_KEYS)).alias("properties"),
             F.col("_settled.method").alias("settled_by"),
             F.col("_settled.frame_index").alias("settled_frame_index"),
-            F.when(F.col("_settled").isNotNull(), F.coalesce(F.col("_settled.multiple"), F.lit(False)))
-            .alias("settled_multiple"),
+            F.when(F.col("_settled").isNotNull(), F.coalesce(F.col("_settled.multiple"), F.lit(False))).alias(
+                "settled_multiple"
+            ),
             F.col("_settled.requeue").alias("requeue"),
         )
     )
@@ -116,20 +150,30 @@ def _with_settlement(methods: DataFrame) -> DataFrame:
     is_delivery = F.col("method").isin(*_DELIVERIES) & to_client
     is_confirm = F.col("method").isin("basic.ack", "basic.nack") & to_client
     is_ack = F.col("method").isin(*_SETTLEMENTS) & to_server
-    numbering = F.when(F.col("publish_seq").isNotNull() | is_confirm, "confirms").when(is_delivery | is_ack, "deliveries")
+    numbering = F.when(F.col("publish_seq").isNotNull() | is_confirm, "confirms").when(
+        is_delivery | is_ack, "deliveries"
+    )
     number = F.when(is_delivery, F.col("delivery_tag")).otherwise(F.col("publish_seq"))
     # A delivery needing no ack is never outstanding: no ack may settle it (nor a multiple one).
     item = F.when(~(is_delivery & F.coalesce(F.col("_no_ack"), F.lit(False))), number)
     kept = methods.withColumn("_numbering", numbering).filter(
-        F.col("_numbering").isNotNull() | F.col("method").isin(*_CONTENT_METHODS))
-    return settle(kept, (*_CHANNEL, "incarnation", "_numbering"), sent=number, item=item, settling=is_confirm | is_ack,
-                  fields=("frame_index", "method", "multiple", "requeue"))
+        F.col("_numbering").isNotNull() | F.col("method").isin(*_CONTENT_METHODS)
+    )
+    return settle(
+        kept,
+        (*_CHANNEL, "incarnation", "_numbering"),
+        sent=number,
+        item=item,
+        settling=is_confirm | is_ack,
+        fields=("frame_index", "method", "multiple", "requeue"),
+    )
 
 
 def _link_so_far() -> WindowSpec:
     """A link's transfers from one endpoint, in order: more=true continues the delivery."""
     return (
-        Window.partitionBy("capture_id", "connection_id", "direction", "channel", "handle").orderBy("frame_index")
+        Window.partitionBy("capture_id", "connection_id", "direction", "channel", "handle")
+        .orderBy("frame_index")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
 
@@ -147,26 +191,33 @@ def deliveries_10(frames: DataFrame) -> DataFrame:
     starts = F.coalesce(F.lag(ends_delivery).over(_link_previous()), F.lit(True))
     numbered = transfers.withColumn("_n", F.sum(starts.cast("long")).over(_link_so_far()))
     last = F.max_by
-    deliveries = numbered.groupBy("capture_id", "connection_id", "direction", "channel", "handle", "_n").agg(
-        F.min("frame_index").alias("frame_index"),
-        F.min("ts").alias("ts"),
-        F.max("frame_index").alias("last_frame_index"),
-        F.max("ts").alias("last_ts"),
-        F.count("*").cast("int").alias("transfers"),
-        F.sum("payload_size").alias("payload_bytes"),
-        F.min_by("delivery_id", "frame_index").alias("delivery_id"),
-        F.hex(F.min_by("delivery_tag_bytes", "frame_index")).alias("delivery_tag_bytes"),
-        F.coalesce(last("aborted", "frame_index"), F.lit(False)).alias("aborted"),
-        (~F.coalesce(last("more", "frame_index"), F.lit(False))).alias("_ended"),
-        F.coalesce(F.max("settled"), F.lit(False)).alias("settled_by_sender"),
-        *[last(c, "frame_index").alias(c) for c in ("message_size", "section_sizes", "body_kind", "subject", "to_address",
-                                                   *_PROPERTY_COLUMNS)],
-    ).withColumn("complete", F.col("_ended") & ~F.col("aborted"))
+    deliveries = (
+        numbered.groupBy("capture_id", "connection_id", "direction", "channel", "handle", "_n")
+        .agg(
+            F.min("frame_index").alias("frame_index"),
+            F.min("ts").alias("ts"),
+            F.max("frame_index").alias("last_frame_index"),
+            F.max("ts").alias("last_ts"),
+            F.count("*").cast("int").alias("transfers"),
+            F.sum("payload_size").alias("payload_bytes"),
+            F.min_by("delivery_id", "frame_index").alias("delivery_id"),
+            F.hex(F.min_by("delivery_tag_bytes", "frame_index")).alias("delivery_tag_bytes"),
+            F.coalesce(last("aborted", "frame_index"), F.lit(False)).alias("aborted"),
+            (~F.coalesce(last("more", "frame_index"), F.lit(False))).alias("_ended"),
+            F.coalesce(F.max("settled"), F.lit(False)).alias("settled_by_sender"),
+            *[
+                last(c, "frame_index").alias(c)
+                for c in ("message_size", "section_sizes", "body_kind", "subject", "to_address", *_PROPERTY_COLUMNS)
+            ],
+        )
+        .withColumn("complete", F.col("_ended") & ~F.col("aborted"))
+    )
     deliveries = _with_session(deliveries, sessions)
     dispositions = _with_session(amqp.filter(F.col("method") == "disposition"), sessions)
     settled = _dispositions_by_id(dispositions)
-    result = deliveries.join(settled, on=["capture_id", "connection_id", "direction", "session_channel", "delivery_id"],
-                             how="left")
+    result = deliveries.join(
+        settled, on=["capture_id", "connection_id", "direction", "session_channel", "delivery_id"], how="left"
+    )
     return result.select(*[F.col(f.name).cast(f.dataType) for f in DELIVERIES_10_SCHEMA.fields])
 
 
@@ -175,11 +226,13 @@ def _session_channels(amqp: DataFrame) -> DataFrame:
 
     Both directions' begins in one pass over the frames, not a union of two: the rows stay
     partitioned by connection as ingest hands them over, so nothing is shuffled to find them."""
-    begins = amqp.filter((F.col("method") == "begin") & F.col("remote_channel").isNotNull()
-                         & F.col("direction").isin("s2c", "c2s"))
+    begins = amqp.filter(
+        (F.col("method") == "begin") & F.col("remote_channel").isNotNull() & F.col("direction").isin("s2c", "c2s")
+    )
     from_broker = F.col("direction") == "s2c"
     return begins.select(
-        "capture_id", "connection_id",
+        "capture_id",
+        "connection_id",
         F.when(from_broker, F.col("channel")).otherwise(F.col("remote_channel")).alias("s2c_channel"),
         F.when(from_broker, F.col("remote_channel")).otherwise(F.col("channel")).alias("c2s_channel"),
     ).dropDuplicates(["capture_id", "connection_id", "s2c_channel"])
@@ -187,8 +240,9 @@ def _session_channels(amqp: DataFrame) -> DataFrame:
 
 def _with_session(df: DataFrame, sessions: DataFrame) -> DataFrame:
     """Name a session by the client's channel: a broker frame's channel is mapped through its begin."""
-    mapped = df.join(sessions.withColumnRenamed("s2c_channel", "channel"), on=["capture_id", "connection_id", "channel"],
-                     how="left")
+    mapped = df.join(
+        sessions.withColumnRenamed("s2c_channel", "channel"), on=["capture_id", "connection_id", "channel"], how="left"
+    )
     return mapped.withColumn(
         "session_channel",
         F.when(F.col("direction") == "c2s", F.col("channel")).otherwise(F.coalesce("c2s_channel", "channel")),
@@ -210,12 +264,19 @@ def _dispositions_by_id(dispositions: DataFrame) -> DataFrame:
         .withColumn("delivery_id", F.pmod(first + F.col("offset"), F.lit(1 << 32)))
     )
     covering = F.struct(
-        F.col("frame_index").alias("disposition_frame_index"), F.col("role").alias("disposition_role"),
-        F.coalesce(F.col("settled"), F.lit(False)).alias("disposition_settled"), F.col("state"),
+        F.col("frame_index").alias("disposition_frame_index"),
+        F.col("role").alias("disposition_role"),
+        F.coalesce(F.col("settled"), F.lit(False)).alias("disposition_settled"),
+        F.col("state"),
     )
     return (
-        ids.groupBy("capture_id", "connection_id", F.col("delivery_direction").alias("direction"), "session_channel",
-                    "delivery_id")
+        ids.groupBy(
+            "capture_id",
+            "connection_id",
+            F.col("delivery_direction").alias("direction"),
+            "session_channel",
+            "delivery_id",
+        )
         .agg(F.min(covering).alias("d"))
         .select("capture_id", "connection_id", "direction", "session_channel", "delivery_id", "d.*")
     )

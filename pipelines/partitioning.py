@@ -25,8 +25,10 @@ def by_connection(df: DataFrame) -> DataFrame:
 def with_channel_incarnation(df: DataFrame) -> DataFrame:
     """``df`` with ``incarnation``: how many channel.open its channel number has seen so far."""
     # A channel number's frames in order, across re-opens.
-    number_so_far = Window.partitionBy(*CONNECTION, "channel").orderBy("frame_index").rowsBetween(
-        Window.unboundedPreceding, Window.currentRow
+    number_so_far = (
+        Window.partitionBy(*CONNECTION, "channel")
+        .orderBy("frame_index")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
     return df.withColumn("incarnation", F.sum((F.col("method") == "channel.open").cast("int")).over(number_so_far))
 
@@ -39,7 +41,9 @@ def channel_so_far() -> WindowSpec:
 def channel_after_frame() -> WindowSpec:
     """A channel incarnation's rows in frame order, a frame's rows together: every row sees the
     state after its frame (settlement rows share their settling frame's index)."""
-    return Window.partitionBy(*CHANNEL).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    return (
+        Window.partitionBy(*CHANNEL).orderBy("frame_index").rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    )
 
 
 def frame_of_channel() -> WindowSpec:

@@ -33,43 +33,80 @@ def _consumer_queues(frames: DataFrame) -> DataFrame:
     consume-ok answered (the latest basic.consume on the channel before it)."""
     in_channel = Window.partitionBy("capture_id", "connection_id", "channel").orderBy("frame_index")
     rows = frames.filter(F.col("method").isin("basic.consume", "basic.consume-ok")).select(
-        "capture_id", "connection_id", "channel", "method", "consumer_tag",
-        F.last(F.when(F.col("method") == "basic.consume", F.col("queue")), True).over(in_channel).alias("queue"))
-    return rows.filter(F.col("method") == "basic.consume-ok").select(
-        "capture_id", "connection_id", "channel", "consumer_tag", "queue").distinct()
+        "capture_id",
+        "connection_id",
+        "channel",
+        "method",
+        "consumer_tag",
+        F.last(F.when(F.col("method") == "basic.consume", F.col("queue")), True).over(in_channel).alias("queue"),
+    )
+    return (
+        rows.filter(F.col("method") == "basic.consume-ok")
+        .select("capture_id", "connection_id", "channel", "consumer_tag", "queue")
+        .distinct()
+    )
 
 
 def depth_events(frames: DataFrame, messages_091: DataFrame, link_state: DataFrame, routes: DataFrame) -> DataFrame:
     """Every event that sets or changes a queue's ready count: capture_id, queue, ts_us, kind
     (0 set, 1 change) and value (the count set, or +1 / -1)."""
-    declared = frames.filter((F.col("method") == "queue.declare-ok") & F.col("queue").isNotNull()
-                             & F.col("message_count").isNotNull()).select(
-        *_QUEUE, "ts_us", F.lit(_SET).alias("kind"), F.col("message_count").alias("value"))
+    declared = frames.filter(
+        (F.col("method") == "queue.declare-ok") & F.col("queue").isNotNull() & F.col("message_count").isNotNull()
+    ).select(*_QUEUE, "ts_us", F.lit(_SET).alias("kind"), F.col("message_count").alias("value"))
     purged = frames.filter((F.col("method") == "queue.purge") & (F.col("direction") == "c2s")).select(
-        *_QUEUE, "ts_us", F.lit(_SET).alias("kind"), F.lit(0).cast("long").alias("value"))
+        *_QUEUE, "ts_us", F.lit(_SET).alias("kind"), F.lit(0).cast("long").alias("value")
+    )
     published = routes.filter(F.col("queue").isNotNull()).select(
-        *_QUEUE, F.unix_micros("ts").alias("ts_us"), F.lit(_CHANGE).alias("kind"), F.lit(1).cast("long").alias("value"))
+        *_QUEUE, F.unix_micros("ts").alias("ts_us"), F.lit(_CHANGE).alias("kind"), F.lit(1).cast("long").alias("value")
+    )
     deliveries = messages_091.filter(F.col("method") == "basic.deliver").join(
-        _consumer_queues(frames), ["capture_id", "connection_id", "channel", "consumer_tag"])
-    delivered = deliveries.select(*_QUEUE, F.unix_micros("ts").alias("ts_us"), F.lit(_CHANGE).alias("kind"),
-                                  F.lit(-1).cast("long").alias("value"))
-    settle_times = frames.select("capture_id", "connection_id", F.col("frame_index").alias("settled_frame_index"),
-                                 F.col("ts_us").alias("_settled_us"))
-    requeued = (deliveries.filter(F.col("settled_by").isin("basic.nack", "basic.reject") & F.coalesce(F.col("requeue"), F.lit(False)))
-                .join(settle_times, ["capture_id", "connection_id", "settled_frame_index"])
-                .select(*_QUEUE, F.col("_settled_us").alias("ts_us"), F.lit(_CHANGE).alias("kind"),
-                        F.lit(1).cast("long").alias("value")))
-    sent_10 = link_state.filter((F.col("method") == "transfer") & (F.col("sender_side") == "server") & F.col("is_new_delivery"))
-    delivered_10 = sent_10.select("capture_id", queue_of_address(F.col("source_address")).alias("queue"),
-                                  F.unix_micros("ts").alias("ts_us"), F.lit(_CHANGE).alias("kind"),
-                                  F.lit(-1).cast("long").alias("value")).filter(F.col("queue").isNotNull())
-    return declared.unionByName(purged).unionByName(published).unionByName(delivered).unionByName(requeued) \
+        _consumer_queues(frames), ["capture_id", "connection_id", "channel", "consumer_tag"]
+    )
+    delivered = deliveries.select(
+        *_QUEUE, F.unix_micros("ts").alias("ts_us"), F.lit(_CHANGE).alias("kind"), F.lit(-1).cast("long").alias("value")
+    )
+    settle_times = frames.select(
+        "capture_id",
+        "connection_id",
+        F.col("frame_index").alias("settled_frame_index"),
+        F.col("ts_us").alias("_settled_us"),
+    )
+    requeued = (
+        deliveries.filter(
+            F.col("settled_by").isin("basic.nack", "basic.reject") & F.coalesce(F.col("requeue"), F.lit(False))
+        )
+        .join(settle_times, ["capture_id", "connection_id", "settled_frame_index"])
+        .select(
+            *_QUEUE,
+            F.col("_settled_us").alias("ts_us"),
+            F.lit(_CHANGE).alias("kind"),
+            F.lit(1).cast("long").alias("value"),
+        )
+    )
+    sent_10 = link_state.filter(
+        (F.col("method") == "transfer") & (F.col("sender_side") == "server") & F.col("is_new_delivery")
+    )
+    delivered_10 = sent_10.select(
+        "capture_id",
+        queue_of_address(F.col("source_address")).alias("queue"),
+        F.unix_micros("ts").alias("ts_us"),
+        F.lit(_CHANGE).alias("kind"),
+        F.lit(-1).cast("long").alias("value"),
+    ).filter(F.col("queue").isNotNull())
+    return (
+        declared.unionByName(purged)
+        .unionByName(published)
+        .unionByName(delivered)
+        .unionByName(requeued)
         .unionByName(delivered_10)
+    )
 
 
 def _in_time() -> WindowSpec:
     """One queue's events in time order: the count since the latest set, in one running pass."""
-    return Window.partitionBy(*_QUEUE).orderBy("ts_us", "kind").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (
+        Window.partitionBy(*_QUEUE).orderBy("ts_us", "kind").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
 
 
 def _whole_queue() -> WindowSpec:
@@ -79,17 +116,26 @@ def _whole_queue() -> WindowSpec:
 def depth_at(points: DataFrame, events: DataFrame) -> DataFrame:
     """``points`` (rows with capture_id, queue, ts_us and a ``point_id``) with ``ready``: the
     queue's ready count just before ``ts_us``, null where the capture cannot count it."""
-    questions = points.select(*_QUEUE, "ts_us", "point_id", F.lit(_QUESTION).alias("kind"), F.lit(0).cast("long").alias("value"))
+    questions = points.select(
+        *_QUEUE, "ts_us", "point_id", F.lit(_QUESTION).alias("kind"), F.lit(0).cast("long").alias("value")
+    )
     timeline = events.withColumn("point_id", F.lit(None).cast("long")).unionByName(questions)
     window = _in_time()
-    counted = (timeline
-               .withColumn("_since", F.sum((F.col("kind") == _SET).cast("long")).over(window))
-               .withColumn("_base", F.last(F.when(F.col("kind") == _SET, F.col("value")), True).over(window))
-               .withColumn("_changes", F.sum(F.when((F.col("kind") == _CHANGE), F.col("value")).otherwise(0)).over(
-                   Window.partitionBy(*_QUEUE, "_since").orderBy("ts_us", "kind")
-                   .rowsBetween(Window.unboundedPreceding, Window.currentRow)))
-               .withColumn("_ready", F.when(F.col("_since") > 0, F.col("_base") + F.col("_changes")))
-               .withColumn("_trusted", F.min(F.coalesce(F.col("_ready"), F.lit(0))).over(_whole_queue()) >= 0))
+    counted = (
+        timeline.withColumn("_since", F.sum((F.col("kind") == _SET).cast("long")).over(window))
+        .withColumn("_base", F.last(F.when(F.col("kind") == _SET, F.col("value")), True).over(window))
+        .withColumn(
+            "_changes",
+            F.sum(F.when((F.col("kind") == _CHANGE), F.col("value")).otherwise(0)).over(
+                Window.partitionBy(*_QUEUE, "_since")
+                .orderBy("ts_us", "kind")
+                .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+            ),
+        )
+        .withColumn("_ready", F.when(F.col("_since") > 0, F.col("_base") + F.col("_changes")))
+        .withColumn("_trusted", F.min(F.coalesce(F.col("_ready"), F.lit(0))).over(_whole_queue()) >= 0)
+    )
     answered = counted.filter(F.col("kind") == _QUESTION).select(
-        "point_id", F.when(F.col("_trusted"), F.col("_ready")).alias("ready"))
+        "point_id", F.when(F.col("_trusted"), F.col("_ready")).alias("ready")
+    )
     return points.join(answered, "point_id", "left")

@@ -47,13 +47,26 @@ def queue_events(messages: DataFrame, consumer_unacked: DataFrame) -> DataFrame:
     redelivery and ack of a queue (``messages``: ``throughput.message_events``)."""
     to_queue = messages.where(F.col("address").startswith(_QUEUE) & (F.col("messages") > 0))
     kind = F.when(F.col("direction") == "c2s", F.lit("publish")).otherwise(F.lit("deliver"))
-    moved = to_queue.select("capture_id", F.col("address").alias("_queue"), "ts", kind.alias("metric"),
-                            F.col("messages").cast("long").alias("n"), "redelivered")
-    redelivered = moved.where((F.col("metric") == "deliver") & F.coalesce(F.col("redelivered"), F.lit(False))) \
-        .withColumn("metric", F.lit("redeliver"))
-    acked = consumer_unacked.where((F.col("method") == "basic.ack") & F.col("queue").isNotNull() & (F.col("settled") > 0)) \
-        .select("capture_id", queue_address(F.col("queue")).alias("_queue"), "ts", F.lit("ack").alias("metric"),
-                F.col("settled").cast("long").alias("n"))
+    moved = to_queue.select(
+        "capture_id",
+        F.col("address").alias("_queue"),
+        "ts",
+        kind.alias("metric"),
+        F.col("messages").cast("long").alias("n"),
+        "redelivered",
+    )
+    redelivered = moved.where(
+        (F.col("metric") == "deliver") & F.coalesce(F.col("redelivered"), F.lit(False))
+    ).withColumn("metric", F.lit("redeliver"))
+    acked = consumer_unacked.where(
+        (F.col("method") == "basic.ack") & F.col("queue").isNotNull() & (F.col("settled") > 0)
+    ).select(
+        "capture_id",
+        queue_address(F.col("queue")).alias("_queue"),
+        "ts",
+        F.lit("ack").alias("metric"),
+        F.col("settled").cast("long").alias("n"),
+    )
     events = moved.drop("redelivered").unionByName(redelivered.drop("redelivered")).unionByName(acked)
     return keyed(events, name="_queue")
 
@@ -62,11 +75,13 @@ def queue_charts(events: DataFrame) -> list[CountChart]:
     """The queue_rates chart (publish, deliver, redeliver and ack a bucket per queue) and the
     queue_depth chart (ready messages at each bucket's end, from 0 at the capture's first packet:
     published minus first deliveries, i.e. deliveries less redeliveries), from ``queue_events``."""
-    sign = (F.when(F.col("metric") == "deliver", F.lit(-1)).otherwise(F.lit(1)))
+    sign = F.when(F.col("metric") == "deliver", F.lit(-1)).otherwise(F.lit(1))
     moved = events.where(F.col("metric").isin("publish", "deliver", "redeliver"))
     ready = moved.withColumns({"w": F.col("n"), "n": F.col("n") * sign, "metric": F.lit("ready")})
-    return [CountChart("queue_rates", events, QUEUE_METRICS),
-            CountChart("queue_depth", ready, ("ready",), running=True)]
+    return [
+        CountChart("queue_rates", events, QUEUE_METRICS),
+        CountChart("queue_depth", ready, ("ready",), running=True),
+    ]
 
 
 def _pieces(spans: DataFrame, column: str) -> DataFrame:
@@ -75,50 +90,89 @@ def _pieces(spans: DataFrame, column: str) -> DataFrame:
     first = F.floor(F.col("_from") / F.col("bucket_s")).cast("int")
     last = F.least(F.floor(F.col("_to") / F.col("bucket_s")).cast("int"), F.col("_buckets") - 1)
     cut = spans.withColumn("_bucket", F.explode(F.sequence(first, F.greatest(first, last))))
-    seconds = (F.least(F.col("_to"), (F.col("_bucket") + 1) * F.col("bucket_s"))
-               - F.greatest(F.col("_from"), F.col("_bucket") * F.col("bucket_s")))
+    seconds = F.least(F.col("_to"), (F.col("_bucket") + 1) * F.col("bucket_s")) - F.greatest(
+        F.col("_from"), F.col("_bucket") * F.col("bucket_s")
+    )
     return cut.select("capture_id", *KEYS, "_bucket", "bucket_s", F.greatest(seconds, F.lit(0.0)).alias(column))
 
 
-def consumer_utilisation_chart(consumer_unacked: DataFrame, link_state: DataFrame, flow_intervals: DataFrame,
-                               grid: DataFrame) -> DataFrame:
+def consumer_utilisation_chart(
+    consumer_unacked: DataFrame, link_state: DataFrame, flow_intervals: DataFrame, grid: DataFrame
+) -> DataFrame:
     """Utilisation per consumer and bucket (0-9-1 consumers, 1.0 links the broker sends on), and
     ``utilisation_overall`` per consumer (at x = 0)."""
     on_grid = F.broadcast(grid)
     consumers_091 = keyed(
         consumer_unacked.groupBy("capture_id", "connection_id", "channel", "consumer_tag").agg(
-            F.min("ts").alias("_born"), F.max(F.when(F.col("method") == "basic.cancel-ok", F.col("ts"))).alias("_gone")),
-        connection_id="connection_id", channel="channel", name="consumer_tag")
+            F.min("ts").alias("_born"), F.max(F.when(F.col("method") == "basic.cancel-ok", F.col("ts"))).alias("_gone")
+        ),
+        connection_id="connection_id",
+        channel="channel",
+        name="consumer_tag",
+    )
     consumers_10 = keyed(
-        link_state.where(F.col("sender_side") == "server").groupBy("capture_id", "connection_id", "link_name").agg(
-            F.min("ts").alias("_born"), F.max(F.when(F.col("method") == "detach", F.col("ts"))).alias("_gone")),
-        connection_id="connection_id", name="link_name", direction=F.lit("s2c"))
-    lives = (consumers_091.select("capture_id", *KEYS, "_born", "_gone")
-             .unionByName(consumers_10.select("capture_id", *KEYS, "_born", "_gone")).join(on_grid, "capture_id")
-             .select("*", since_start("_born").alias("_from"),
-                     F.coalesce(since_start("_gone"), F.col("_span_s")).alias("_to")))
+        link_state.where(F.col("sender_side") == "server")
+        .groupBy("capture_id", "connection_id", "link_name")
+        .agg(F.min("ts").alias("_born"), F.max(F.when(F.col("method") == "detach", F.col("ts"))).alias("_gone")),
+        connection_id="connection_id",
+        name="link_name",
+        direction=F.lit("s2c"),
+    )
+    lives = (
+        consumers_091.select("capture_id", *KEYS, "_born", "_gone")
+        .unionByName(consumers_10.select("capture_id", *KEYS, "_born", "_gone"))
+        .join(on_grid, "capture_id")
+        .select(
+            "*", since_start("_born").alias("_from"), F.coalesce(since_start("_gone"), F.col("_span_s")).alias("_to")
+        )
+    )
     held = flow_intervals.where(
         ((F.col("entity") == "consumer") & (F.col("cause") == "prefetch_full"))
-        | ((F.col("entity") == "link") & (F.col("cause") == "link_credit_exhausted") & (F.col("direction") == "s2c")))
-    held = (keyed(held, connection_id="connection_id",
-                  channel=F.when(F.col("entity") == "consumer", F.col("channel")),
-                  name=F.coalesce(F.col("consumer_tag"), F.col("link_name")),
-                  direction=F.when(F.col("entity") == "link", F.lit("s2c")))
-            .join(on_grid, "capture_id")
-            .select("*", since_start("start_ts").alias("_from"),
-                    F.coalesce(since_start("end_ts"), F.col("_span_s")).alias("_to")))
+        | ((F.col("entity") == "link") & (F.col("cause") == "link_credit_exhausted") & (F.col("direction") == "s2c"))
+    )
+    held = (
+        keyed(
+            held,
+            connection_id="connection_id",
+            channel=F.when(F.col("entity") == "consumer", F.col("channel")),
+            name=F.coalesce(F.col("consumer_tag"), F.col("link_name")),
+            direction=F.when(F.col("entity") == "link", F.lit("s2c")),
+        )
+        .join(on_grid, "capture_id")
+        .select(
+            "*",
+            since_start("start_ts").alias("_from"),
+            F.coalesce(since_start("end_ts"), F.col("_span_s")).alias("_to"),
+        )
+    )
     pieces = (
-        _pieces(lives, "_life").withColumn("_held", F.lit(0.0))
+        _pieces(lives, "_life")
+        .withColumn("_held", F.lit(0.0))
         .unionByName(_pieces(held, "_held").withColumn("_life", F.lit(0.0)))
-        .groupBy("capture_id", *KEYS, "_bucket", "bucket_s").agg(F.sum("_life").alias("_life"), F.sum("_held").alias("_held"))
+        .groupBy("capture_id", *KEYS, "_bucket", "bucket_s")
+        .agg(F.sum("_life").alias("_life"), F.sum("_held").alias("_held"))
         .where(F.col("_life") > 0)
     )
     # Most held back first, then the longest lived.
     ranked = busiest(pieces, F.col("_held") * F.lit(1e6) + F.col("_life"))
     share = 1 - F.least(F.col("_held"), F.col("_life")) / F.col("_life")
-    per_bucket = in_schema(ranked, CHART_SERIES_SCHEMA, chart=F.lit("consumer_utilisation"), metric=F.lit("utilisation"),
-                           x=F.col("_bucket") * F.col("bucket_s"), value=share)
+    per_bucket = in_schema(
+        ranked,
+        CHART_SERIES_SCHEMA,
+        chart=F.lit("consumer_utilisation"),
+        metric=F.lit("utilisation"),
+        x=F.col("_bucket") * F.col("bucket_s"),
+        value=share,
+    )
     overall = ranked.groupBy("capture_id", *KEYS, "series_rank", "series_total", "bucket_s").agg(
-        (1 - F.sum(F.least(F.col("_held"), F.col("_life"))) / F.sum("_life")).alias("value"))
-    return per_bucket.unionByName(in_schema(overall, CHART_SERIES_SCHEMA, chart=F.lit("consumer_utilisation"),
-                                            metric=F.lit("utilisation_overall"), x=F.lit(0.0)))
+        (1 - F.sum(F.least(F.col("_held"), F.col("_life"))) / F.sum("_life")).alias("value")
+    )
+    return per_bucket.unionByName(
+        in_schema(
+            overall,
+            CHART_SERIES_SCHEMA,
+            chart=F.lit("consumer_utilisation"),
+            metric=F.lit("utilisation_overall"),
+            x=F.lit(0.0),
+        )
+    )

@@ -30,8 +30,30 @@ from amqpscope.schemas.report import CHART_SERIES_SCHEMA
 
 BUCKETS = 300  # buckets of a capture at most (for captures up to 300 h)
 # Bucket widths in seconds, a 1-2-5 ladder: the smallest giving at most BUCKETS buckets is used.
-WIDTHS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0,
-          120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+WIDTHS = (
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1200.0,
+    1800.0,
+    3600.0,
+)
 POINTS = 400  # points of a state series kept as they are
 SERIES = 12  # series of a chart and capture at most
 
@@ -57,9 +79,13 @@ def bucket_grid(captures: DataFrame) -> DataFrame:
     start = F.unix_micros("first_ts")
     span = (F.unix_micros("last_ts") - start) / F.lit(1e6)
     return with_columns(
-        captures.where(F.col("first_ts").isNotNull()).select("capture_id", start.alias("_start_us"), span.alias("_span_s")),
-        [("bucket_s", _width_of(F.col("_span_s"))),
-         ("_buckets", (F.floor(F.col("_span_s") / F.col("bucket_s")) + 1).cast("int"))],
+        captures.where(F.col("first_ts").isNotNull()).select(
+            "capture_id", start.alias("_start_us"), span.alias("_span_s")
+        ),
+        [
+            ("bucket_s", _width_of(F.col("_span_s"))),
+            ("_buckets", (F.floor(F.col("_span_s") / F.col("bucket_s")) + 1).cast("int")),
+        ],
     )
 
 
@@ -70,8 +96,10 @@ def since_start(ts: str | Column) -> Column:
 
 def _bucket(ts: str | Column) -> Column:
     # Whole microseconds over the width in microseconds: 30 ms after the start is bucket 3 of 10 ms.
-    return F.floor((F.unix_micros(F.col(ts) if isinstance(ts, str) else ts) - F.col("_start_us"))
-                   / F.round(F.col("bucket_s") * F.lit(1e6))).cast("int")
+    return F.floor(
+        (F.unix_micros(F.col(ts) if isinstance(ts, str) else ts) - F.col("_start_us"))
+        / F.round(F.col("bucket_s") * F.lit(1e6))
+    ).cast("int")
 
 
 _KEY_TYPES = {"connection_id": "string", "channel": "int", "name": "string", "direction": "string"}
@@ -80,14 +108,19 @@ _KEY_TYPES = {"connection_id": "string", "channel": "int", "name": "string", "di
 def keyed(df: DataFrame, **keys: Column | str) -> DataFrame:
     """``df`` with the series keys (KEYS) given here, by column name or expression; the others null."""
     given = {k: keys[k] for k in KEYS if k in keys}
-    return df.withColumns({
-        k: (F.col(v) if isinstance(v, str) else v).cast(_KEY_TYPES[k]) if k in given else F.lit(None).cast(_KEY_TYPES[k])
-        for k, v in ((k, given.get(k)) for k in KEYS)
-    })
+    return df.withColumns(
+        {
+            k: (F.col(v) if isinstance(v, str) else v).cast(_KEY_TYPES[k])
+            if k in given
+            else F.lit(None).cast(_KEY_TYPES[k])
+            for k, v in ((k, given.get(k)) for k in KEYS)
+        }
+    )
 
 
-def busiest(df: DataFrame, weight: Column, limit: int = SERIES, keys: Sequence[str] = KEYS,
-            within: Sequence[str] = ()) -> DataFrame:
+def busiest(
+    df: DataFrame, weight: Column, limit: int = SERIES, keys: Sequence[str] = KEYS, within: Sequence[str] = ()
+) -> DataFrame:
     """``df`` restricted to the ``limit`` series (``keys``) of each capture (and ``within`` columns,
     e.g. the chart) with the most ``weight``, with ``series_rank`` (1 = busiest) and
     ``series_total`` (series there).
@@ -99,8 +132,9 @@ def busiest(df: DataFrame, weight: Column, limit: int = SERIES, keys: Sequence[s
     return on_series(df, series_ranks(weights, limit, keys, within), ["capture_id", *within, *keys])
 
 
-def series_ranks(weights: DataFrame, limit: int = SERIES, keys: Sequence[str] = KEYS,
-                 within: Sequence[str] = ()) -> DataFrame:
+def series_ranks(
+    weights: DataFrame, limit: int = SERIES, keys: Sequence[str] = KEYS, within: Sequence[str] = ()
+) -> DataFrame:
     """Per series (capture_id, ``within``, ``keys``) of ``weights`` (a row each, its ``_weight``):
     ``series_rank`` and ``series_total``, the ``limit`` heaviest series of each capture only."""
     # Ranks a chart's series in a capture, heaviest first (ties by key, so the choice is stable).
@@ -140,18 +174,33 @@ class CountChart:
 def counts(charts: Sequence[CountChart], grid: DataFrame) -> DataFrame:
     """Count charts, all in one pass: per chart, series and metric the sum of ``n`` in every bucket
     of the capture, zero where there is none (CHART_SERIES_SCHEMA rows)."""
+
     def weight(c: CountChart) -> Column:
         if "w" in c.events.columns:
             return F.col("w")
         return F.col("n") if c.rank_by is None else F.when(F.col("metric") == c.rank_by, F.col("n")).otherwise(F.lit(0))
 
-    events = reduce(DataFrame.unionByName, [
-        c.events.select("capture_id", *KEYS, "metric", "ts", F.col("n").cast("double").alias("n"),
-                        F.lit(c.name).alias("chart"), weight(c).cast("double").alias("_w"))
-        for c in charts])
-    counted = (events.join(F.broadcast(grid), "capture_id").withColumn("_bucket", _bucket("ts"))
-               .groupBy("capture_id", "chart", *KEYS, "metric", "_bucket")
-               .agg(F.sum("n").alias("value"), F.sum("_w").alias("_w")))
+    events = reduce(
+        DataFrame.unionByName,
+        [
+            c.events.select(
+                "capture_id",
+                *KEYS,
+                "metric",
+                "ts",
+                F.col("n").cast("double").alias("n"),
+                F.lit(c.name).alias("chart"),
+                weight(c).cast("double").alias("_w"),
+            )
+            for c in charts
+        ],
+    )
+    counted = (
+        events.join(F.broadcast(grid), "capture_id")
+        .withColumn("_bucket", _bucket("ts"))
+        .groupBy("capture_id", "chart", *KEYS, "metric", "_bucket")
+        .agg(F.sum("n").alias("value"), F.sum("_w").alias("_w"))
+    )
     ranked = busiest(counted, F.col("_w"), within=["chart"])
     # Every bucket of every kept series and metric: zero rows, summed with the counts.
     metrics = F.lit(None).cast("array<string>")
@@ -159,7 +208,8 @@ def counts(charts: Sequence[CountChart], grid: DataFrame) -> DataFrame:
         metrics = F.when(F.col("chart") == chart.name, F.array(*[F.lit(m) for m in chart.metrics])).otherwise(metrics)
     columns = ["capture_id", "chart", *KEYS, "series_rank", "series_total", "metric", "_bucket", "value"]
     zeros = (
-        ranked.select("capture_id", "chart", *KEYS, "series_rank", "series_total").distinct()
+        ranked.select("capture_id", "chart", *KEYS, "series_rank", "series_total")
+        .distinct()
         .join(F.broadcast(grid), "capture_id")
         .withColumn("_bucket", F.explode(F.sequence(F.lit(0), F.col("_buckets") - 1)))
         .withColumn("metric", F.explode(metrics))
@@ -168,19 +218,26 @@ def counts(charts: Sequence[CountChart], grid: DataFrame) -> DataFrame:
     )
     filled = (
         zeros.unionByName(ranked.select(*columns))
-        .groupBy(*columns[:-1]).agg(F.sum("value").alias("value"))
+        .groupBy(*columns[:-1])
+        .agg(F.sum("value").alias("value"))
         .join(F.broadcast(grid), "capture_id")
     )
     running = [c.name for c in charts if c.running]
     if not running:
         return in_schema(filled, CHART_SERIES_SCHEMA, x=F.col("_bucket") * F.col("bucket_s"))
     # A series' buckets in time: the running sum is its level at each bucket's end.
-    so_far = (Window.partitionBy("capture_id", "chart", *KEYS, "metric").orderBy("_bucket")
-              .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    so_far = (
+        Window.partitionBy("capture_id", "chart", *KEYS, "metric")
+        .orderBy("_bucket")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
     is_running = F.col("chart").isin(running)
-    return in_schema(filled, CHART_SERIES_SCHEMA,
-                     x=(F.col("_bucket") + F.when(is_running, F.lit(1)).otherwise(F.lit(0))) * F.col("bucket_s"),
-                     value=F.when(is_running, F.sum("value").over(so_far)).otherwise(F.col("value")))
+    return in_schema(
+        filled,
+        CHART_SERIES_SCHEMA,
+        x=(F.col("_bucket") + F.when(is_running, F.lit(1)).otherwise(F.lit(0))) * F.col("bucket_s"),
+        value=F.when(is_running, F.sum("value").over(so_far)).otherwise(F.col("value")),
+    )
 
 
 @dataclass(frozen=True)
@@ -199,37 +256,68 @@ def states(charts: Sequence[StateChart], grid: DataFrame, points: int = POINTS) 
     """Step charts, all in one pass: each series' points as they are when it has at most
     ``points``, else one point per bucket (its first time, each metric's aggregate)."""
     first = {c.name: next(iter(c.values)) for c in charts}
-    events = reduce(DataFrame.unionByName, [
-        c.events.select(
-            "capture_id", *KEYS, "ts", F.col("_order").cast("long").alias("_order"), F.lit(c.name).alias("chart"),
-            (F.lit(1) if c.weight is None else c.weight).cast("double").alias("_w"),
-            F.explode(F.array(*[F.struct(F.lit(metric).alias("metric"), F.col(column).cast("double").alias("_value"),
-                                         F.lit(agg).alias("_agg"))
-                                for metric, (column, agg) in c.values.items()])).alias("_m"))
-        .select("*", "_m.*").drop("_m")
-        for c in charts])
+    events = reduce(
+        DataFrame.unionByName,
+        [
+            c.events.select(
+                "capture_id",
+                *KEYS,
+                "ts",
+                F.col("_order").cast("long").alias("_order"),
+                F.lit(c.name).alias("chart"),
+                (F.lit(1) if c.weight is None else c.weight).cast("double").alias("_w"),
+                F.explode(
+                    F.array(
+                        *[
+                            F.struct(
+                                F.lit(metric).alias("metric"),
+                                F.col(column).cast("double").alias("_value"),
+                                F.lit(agg).alias("_agg"),
+                            )
+                            for metric, (column, agg) in c.values.items()
+                        ]
+                    )
+                ).alias("_m"),
+            )
+            .select("*", "_m.*")
+            .drop("_m")
+            for c in charts
+        ],
+    )
     series = ["capture_id", "chart", *KEYS]
     first_metric = F.col("metric") == _lookup(first, F.col("chart"))
     # One aggregation over the points: per series and metric their number (a short series keeps
     # each point) and the weight that ranks the series (its first metric's points').
     per_metric = events.groupBy(*series, "metric").agg(
-        F.count(F.lit(1)).alias("_n"), F.sum(F.when(first_metric, F.col("_w")).otherwise(F.lit(0.0))).alias("_weight"))
+        F.count(F.lit(1)).alias("_n"), F.sum(F.when(first_metric, F.col("_w")).otherwise(F.lit(0.0))).alias("_weight")
+    )
     ranks = series_ranks(per_metric.groupBy(*series).agg(F.sum("_weight").alias("_weight")), within=["chart"])
     kept = on_series(per_metric.drop("_weight"), ranks, series)
     # A short series' points are told apart by their time and order (no two of a series share both).
     short = F.col("_n") <= points
-    points_of = with_columns(on_series(events.join(F.broadcast(grid), "capture_id"), kept, [*series, "metric"]), [
-        ("_x", since_start("ts")),
-        ("_bucket", F.when(short, F.lit(-1)).otherwise(_bucket("ts"))),
-        ("_point_ts", F.when(short, F.col("ts"))),
-        ("_point_order", F.when(short, F.col("_order"))),
-    ])
-    aggregated = points_of.groupBy(*series, "metric", "series_rank", "series_total", "bucket_s", "_bucket",
-                                   "_point_ts", "_point_order").agg(
-        F.min("_x").alias("x"), F.max("_value").alias("_max"), F.min("_value").alias("_min"),
-        F.sum("_value").alias("_sum"), F.first("_agg").alias("_agg"))
-    value = (F.when(F.col("_agg") == "min", F.col("_min")).when(F.col("_agg") == "sum", F.col("_sum"))
-             .otherwise(F.col("_max")))
+    points_of = with_columns(
+        on_series(events.join(F.broadcast(grid), "capture_id"), kept, [*series, "metric"]),
+        [
+            ("_x", since_start("ts")),
+            ("_bucket", F.when(short, F.lit(-1)).otherwise(_bucket("ts"))),
+            ("_point_ts", F.when(short, F.col("ts"))),
+            ("_point_order", F.when(short, F.col("_order"))),
+        ],
+    )
+    aggregated = points_of.groupBy(
+        *series, "metric", "series_rank", "series_total", "bucket_s", "_bucket", "_point_ts", "_point_order"
+    ).agg(
+        F.min("_x").alias("x"),
+        F.max("_value").alias("_max"),
+        F.min("_value").alias("_min"),
+        F.sum("_value").alias("_sum"),
+        F.first("_agg").alias("_agg"),
+    )
+    value = (
+        F.when(F.col("_agg") == "min", F.col("_min"))
+        .when(F.col("_agg") == "sum", F.col("_sum"))
+        .otherwise(F.col("_max"))
+    )
     return in_schema(aggregated, CHART_SERIES_SCHEMA, value=value)
 
 

@@ -27,9 +27,23 @@ from amqpscope.schemas.flow import SESSION_WINDOW_SCHEMA
 
 _SESSION_METHODS = ("begin", "flow", "transfer", "end")
 # The frames-table columns session flow control reads.
-_COLUMNS = ("capture_id", "connection_id", "channel", "frame_index", "ts", "packet_number", "direction", "method",
-            "protocol", "frame_type", "remote_channel", "next_incoming_id", "incoming_window", "next_outgoing_id",
-            "outgoing_window")
+_COLUMNS = (
+    "capture_id",
+    "connection_id",
+    "channel",
+    "frame_index",
+    "ts",
+    "packet_number",
+    "direction",
+    "method",
+    "protocol",
+    "frame_type",
+    "remote_channel",
+    "next_incoming_id",
+    "incoming_window",
+    "next_outgoing_id",
+    "outgoing_window",
+)
 _SESSION = ("capture_id", "connection_id", "session_id")
 _SIDES = {"client": "c2s", "server": "s2c"}
 
@@ -45,7 +59,9 @@ def _endpoint_channel() -> WindowSpec:
 
 def _session_so_far() -> WindowSpec:
     """One session (both endpoints' frames) in order: each endpoint's running state."""
-    return Window.partitionBy(*_SESSION).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (
+        Window.partitionBy(*_SESSION).orderBy("frame_index").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
 
 
 def session_map(frames: DataFrame) -> DataFrame:
@@ -53,33 +69,43 @@ def session_map(frames: DataFrame) -> DataFrame:
     answered (``session_id``) and that session's ``client_channel`` and ``server_channel``. A few
     rows: ``flow_timelines`` computes them once for the pipelines that bind frames to sessions."""
     begins = frames.filter(
-        (F.col("protocol") == "amqp-1.0") & (F.col("frame_type") == "amqp") & (F.col("method") == "begin")
+        (F.col("protocol") == "amqp-1.0")
+        & (F.col("frame_type") == "amqp")
+        & (F.col("method") == "begin")
         & F.col("channel").isNotNull()
-    ).select("capture_id", "connection_id", "direction", "channel", "remote_channel",
-             F.col("frame_index").alias("_begin_index"))
+    ).select(
+        "capture_id",
+        "connection_id",
+        "direction",
+        "channel",
+        "remote_channel",
+        F.col("frame_index").alias("_begin_index"),
+    )
     # An answering begin joins the session of the latest begin the peer sent on its remote-channel.
     answers = begins.filter(F.col("remote_channel").isNotNull()).alias("a")
     opened = begins.alias("b")
     initiator = (
         answers.join(
             opened,
-            (F.col("a.capture_id") == F.col("b.capture_id")) & (F.col("a.connection_id") == F.col("b.connection_id"))
-            & (F.col("a.direction") != F.col("b.direction")) & (F.col("a.remote_channel") == F.col("b.channel"))
+            (F.col("a.capture_id") == F.col("b.capture_id"))
+            & (F.col("a.connection_id") == F.col("b.connection_id"))
+            & (F.col("a.direction") != F.col("b.direction"))
+            & (F.col("a.remote_channel") == F.col("b.channel"))
             & (F.col("b._begin_index") < F.col("a._begin_index")),
         )
         .groupBy("a.capture_id", "a.connection_id", "a.direction", "a._begin_index")
         .agg(F.max("b._begin_index").alias("_opened_by"))
     )
-    endpoints = (
-        begins.join(initiator, on=["capture_id", "connection_id", "direction", "_begin_index"], how="left")
-        .withColumn("session_id", F.coalesce(F.col("_opened_by"), F.col("_begin_index")))
-    )
+    endpoints = begins.join(
+        initiator, on=["capture_id", "connection_id", "direction", "_begin_index"], how="left"
+    ).withColumn("session_id", F.coalesce(F.col("_opened_by"), F.col("_begin_index")))
     channels = endpoints.groupBy(*_SESSION).agg(
         F.max(F.when(F.col("direction") == "c2s", F.col("channel"))).alias("client_channel"),
         F.max(F.when(F.col("direction") == "s2c", F.col("channel"))).alias("server_channel"),
     )
     return endpoints.select("capture_id", "connection_id", "direction", "_begin_index", "session_id").join(
-        channels, on=list(_SESSION))
+        channels, on=list(_SESSION)
+    )
 
 
 def bind_sessions(frames: DataFrame, sessions: DataFrame | None = None) -> DataFrame:
@@ -89,13 +115,16 @@ def bind_sessions(frames: DataFrame, sessions: DataFrame | None = None) -> DataF
     these must then hold every begin). Frames sent on a channel before any begin there (the capture
     missed it) belong to no session: their session columns are null.
     """
-    amqp = frames.filter((F.col("protocol") == "amqp-1.0") & (F.col("frame_type") == "amqp") & F.col("channel").isNotNull())
+    amqp = frames.filter(
+        (F.col("protocol") == "amqp-1.0") & (F.col("frame_type") == "amqp") & F.col("channel").isNotNull()
+    )
     bound = amqp.withColumn(
         "_begin_index", F.last(F.when(F.col("method") == "begin", F.col("frame_index")), True).over(_endpoint_channel())
     )
     sessions = session_map(amqp) if sessions is None else sessions
-    return bound.join(F.broadcast(sessions), on=["capture_id", "connection_id", "direction", "_begin_index"], how="left").drop(
-        "_begin_index")
+    return bound.join(
+        F.broadcast(sessions), on=["capture_id", "connection_id", "direction", "_begin_index"], how="left"
+    ).drop("_begin_index")
 
 
 def _last(col: Column) -> Column:
@@ -105,7 +134,9 @@ def _last(col: Column) -> Column:
 def session_window_timeline(frames: DataFrame, sessions: DataFrame | None = None) -> DataFrame:
     """The session_window table (``schemas.flow.SESSION_WINDOW_SCHEMA``) from the frames table (and
     its ``session_map``, computed when not given)."""
-    performatives = frames.filter((F.col("protocol") == "amqp-1.0") & F.col("method").isin(*_SESSION_METHODS)).select(*_COLUMNS)
+    performatives = frames.filter((F.col("protocol") == "amqp-1.0") & F.col("method").isin(*_SESSION_METHODS)).select(
+        *_COLUMNS
+    )
     state = bind_sessions(by_connection(performatives), sessions).filter(F.col("session_id").isNotNull())
     is_transfer = F.col("method") == "transfer"
     announces = F.col("method").isin("begin", "flow")
@@ -116,10 +147,14 @@ def session_window_timeline(frames: DataFrame, sessions: DataFrame | None = None
             state.withColumn(f"_{side}_transfers", F.sum((by_side & is_transfer).cast("long")).over(_session_so_far()))
             .withColumn(f"_{side}_base_id", _last(F.when(by_side & restates, F.col("next_outgoing_id"))))
             .withColumn(f"_{side}_base_transfers", _last(F.when(by_side & restates, F.col(f"_{side}_transfers"))))
-            .withColumn(f"_{side}_initial_id", _last(F.when(by_side & (F.col("method") == "begin"), F.col("next_outgoing_id"))))
+            .withColumn(
+                f"_{side}_initial_id", _last(F.when(by_side & (F.col("method") == "begin"), F.col("next_outgoing_id")))
+            )
             # The next-incoming-id of the endpoint's latest begin / flow; -1: that frame had none.
-            .withColumn(f"_{side}_flow_incoming_id",
-                        _last(F.when(by_side & announces, F.coalesce(F.col("next_incoming_id"), F.lit(-1)))))
+            .withColumn(
+                f"_{side}_flow_incoming_id",
+                _last(F.when(by_side & announces, F.coalesce(F.col("next_incoming_id"), F.lit(-1)))),
+            )
             .withColumn(f"{side}_incoming_window", _last(F.when(by_side & announces, F.col("incoming_window"))))
             .withColumn(f"{side}_outgoing_window", _last(F.when(by_side & announces, F.col("outgoing_window"))))
             .withColumn(
@@ -129,13 +164,15 @@ def session_window_timeline(frames: DataFrame, sessions: DataFrame | None = None
         )
     for side, peer in (("client", "server"), ("server", "client")):
         granted_from = F.when(F.col(f"_{peer}_flow_incoming_id") >= 0, F.col(f"_{peer}_flow_incoming_id")).otherwise(
-            F.col(f"_{side}_initial_id"))
+            F.col(f"_{side}_initial_id")
+        )
         state = state.withColumn(f"{side}_next_incoming_id", F.col(f"{peer}_next_outgoing_id")).withColumn(
             f"{side}_remote_incoming_window",
             F.col(f"{peer}_incoming_window") - serial_diff(F.col(f"{side}_next_outgoing_id"), granted_from),
         )
     sender_window = F.when(F.col("direction") == "c2s", F.col("client_remote_incoming_window")).otherwise(
-        F.col("server_remote_incoming_window"))
+        F.col("server_remote_incoming_window")
+    )
     # The transfer used one of the window: what the sender had before it is one more.
     state = state.withColumn("remote_incoming_window", F.when(is_transfer, sender_window + 1))
     return state.select(*[F.col(f.name).cast(f.dataType) for f in SESSION_WINDOW_SCHEMA.fields])

@@ -101,15 +101,20 @@ def settle(
     previous = F.lag(F.col("_item").isNotNull()).over(_naming_in_order(keys))
     outstanding = is_settlement & (tag != 0) & (tag <= F.col("_highest_sent")) & F.coalesce(previous, F.lit(True))
     marked = (
-        events.withColumn("_sent", sent).withColumn("_item", item)
+        events.withColumn("_sent", sent)
+        .withColumn("_item", item)
         .withColumn("_settling", F.coalesce(settling, F.lit(False)))
         .withColumn("_highest_sent", F.max("_sent").over(_sent_so_far(keys)))
         # Rows naming no number get a key of their own (negative: numbers are positive).
         .withColumn("_named", F.coalesce(named, -1 - F.col("frame_index")))
         .withColumn("_outstanding", outstanding)
         .withColumn("_single", F.when(F.col("_outstanding") & ~multiple, tag))
-        .withColumn("_mark", F.when(is_settlement & multiple & (tag == 0), F.col("_highest_sent"))
-                    .when(F.col("_outstanding") & multiple, tag))
+        .withColumn(
+            "_mark",
+            F.when(is_settlement & multiple & (tag == 0), F.col("_highest_sent")).when(
+                F.col("_outstanding") & multiple, tag
+            ),
+        )
         .withColumn("_number", F.coalesce(F.col("_mark"), F.col("_item")))
         .withColumn("_is_mark", F.col("_mark").isNotNull())
     )
@@ -121,8 +126,18 @@ def settle(
         marked.withColumn("_by_single", by_single)
         .withColumn("_settled", F.when(F.col("_item").isNotNull(), F.least(by_multiple, F.col("_by_single"))))
         .withColumn("_settled", F.when(F.col("_settled.frame_index") > F.col("frame_index"), F.col("_settled")))
-        .drop("_sent", "_settling", "_highest_sent", "_named", "_outstanding", "_single", "_mark", "_number", "_is_mark",
-              "_by_single")
+        .drop(
+            "_sent",
+            "_settling",
+            "_highest_sent",
+            "_named",
+            "_outstanding",
+            "_single",
+            "_mark",
+            "_number",
+            "_is_mark",
+            "_by_single",
+        )
     )
 
 
@@ -131,7 +146,9 @@ def with_settlement_rows(settled: DataFrame) -> DataFrame:
     with that frame's SETTLEMENT_FIELDS. ``_delta``: +1 on an item's own row, -1 on its settlement row."""
     doubled = settled.withColumn(
         "_is_event",
-        F.explode(F.when(F.col("_settled").isNotNull(), F.array(F.lit(True), F.lit(False))).otherwise(F.array(F.lit(True)))),
+        F.explode(
+            F.when(F.col("_settled").isNotNull(), F.array(F.lit(True), F.lit(False))).otherwise(F.array(F.lit(True)))
+        ),
     )
     for name in SETTLEMENT_FIELDS:
         doubled = doubled.withColumn(name, F.when(F.col("_is_event"), F.col(name)).otherwise(F.col(f"_settled.{name}")))

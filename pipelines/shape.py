@@ -10,8 +10,11 @@ from pyspark.sql.types import StructType
 def in_schema(df: DataFrame, schema: StructType, **columns: Column) -> DataFrame:
     """``df`` as rows of ``schema``, field by field: the column given in ``columns`` under the
     field's name, else ``df``'s column of that name, else null; each cast to the field's type."""
-    return df.select(*[
-        (columns[f.name] if f.name in columns else F.col(f.name) if f.name in df.columns else F.lit(None))
-        .cast(f.dataType).alias(f.name)
-        for f in schema.fields
-    ])
+    return df.select(
+        *[
+            (columns[f.name] if f.name in columns else F.col(f.name) if f.name in df.columns else F.lit(None))
+            .cast(f.dataType)
+            .alias(f.name)
+            for f in schema.fields
+        ]
+    )

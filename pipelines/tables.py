@@ -119,13 +119,23 @@ class Table:
             raise ValueError(f"table {self.name}: {', '.join(unknown)} not in its schema")
 
 
-def _timeline(name: str, schema: StructType, build: Callable[..., DataFrame], *inputs: str,
-              order_by: tuple[str, ...], protocol: str | None = None) -> Table:
+def _timeline(
+    name: str,
+    schema: StructType,
+    build: Callable[..., DataFrame],
+    *inputs: str,
+    order_by: tuple[str, ...],
+    protocol: str | None = None,
+) -> Table:
     return Table(name, schema, "silver", "flow_state", build, inputs, order_by=order_by, protocol=protocol)
 
 
-_BRONZE_ORDER = {"frames": _FRAME, "connections": ("connection_id",), "captures": ("capture_id",),
-                 "tcp_segments": ("connection_id", "packet_number")}
+_BRONZE_ORDER = {
+    "frames": _FRAME,
+    "connections": ("connection_id",),
+    "captures": ("capture_id",),
+    "tcp_segments": ("connection_id", "packet_number"),
+}
 
 # The shared results, by name. The 0-9-1 channel tables start from one pass over the channels'
 # frames (pipelines.channels: incarnations, confirm mode, consumers, lifecycle state); the two
@@ -135,76 +145,242 @@ _BRONZE_ORDER = {"frames": _FRAME, "connections": ("connection_id",), "captures"
 # before anything is derived and summed by dq_summary. The message events (a row per message, both
 # versions: a pass over the frames with a window per channel and direction) are summed per second
 # by throughput and per bucket by the report's charts.
-SHARED: dict[str, Shared] = {s.name: s for s in (
-    Shared("accounting", byte_accounting, ("connections", "frames", "quarantine")),
-    Shared("channels", channel_pass, ("frames",)),
-    Shared("ledger", unacked_ledger, ("frames", "channels")),
-    Shared("sessions", session_map, ("frames",)),
-    Shared("message_events", message_events, ("frames", "link_state")),
-)}
+SHARED: dict[str, Shared] = {
+    s.name: s
+    for s in (
+        Shared("accounting", byte_accounting, ("connections", "frames", "quarantine")),
+        Shared("channels", channel_pass, ("frames",)),
+        Shared("ledger", unacked_ledger, ("frames", "channels")),
+        Shared("sessions", session_map, ("frames",)),
+        Shared("message_events", message_events, ("frames", "link_state")),
+    )
+}
 
 # In the order derive writes them when nothing asks for another: every table after its inputs.
-TABLES: dict[str, Table] = {t.name: t for t in (
-    # Bronze: what ingest decodes and writes (jobs.ingest), as schemas.bronze lists them.
-    *(Table(name, schema, "bronze", "ingest", order_by=_BRONZE_ORDER.get(name, ()))
-      for name, schema in BRONZE_SCHEMAS.items()),
-    # Silver: messages and the flow state (docs/FLOW_STATE.md), rule state and events.
-    Table("messages_091", MESSAGES_091_SCHEMA, "silver", "messages", messages_091, ("frames", "channels"),
-          order_by=_CHANNEL, protocol=AMQP091),
-    Table("deliveries_10", DELIVERIES_10_SCHEMA, "silver", "messages", deliveries_10, ("frames",),
-          order_by=("connection_id", "direction", "channel", "handle", "frame_index"), protocol=AMQP10),
-    _timeline("link_credit", LINK_CREDIT_SCHEMA, link_credit_timeline, "frames",
-              order_by=("connection_id", "link_name", "sender_side", "frame_index"), protocol=AMQP10),
-    _timeline("channel_unacked", CHANNEL_UNACKED_SCHEMA, channel_unacked_timeline, "frames", "ledger",
-              order_by=_CHANNEL, protocol=AMQP091),
-    _timeline("link_state", LINK_STATE_SCHEMA, link_state_timeline, "frames", "sessions",
-              order_by=("connection_id", "link_name", "sender_side", "frame_index"), protocol=AMQP10),
-    _timeline("session_window", SESSION_WINDOW_SCHEMA, session_window_timeline, "frames", "sessions",
-              order_by=("connection_id", "session_id", "frame_index"), protocol=AMQP10),
-    _timeline("consumer_unacked", CONSUMER_UNACKED_SCHEMA, consumer_unacked_timeline, "frames", "ledger",
-              order_by=("connection_id", "channel", "consumer_tag", "frame_index"), protocol=AMQP091),
-    _timeline("channel_confirms", CHANNEL_CONFIRMS_SCHEMA, channel_confirms_timeline, "frames", "channels",
-              order_by=_CHANNEL, protocol=AMQP091),
-    _timeline("connection_blocked", CONNECTION_BLOCKED_SCHEMA, connection_blocked_intervals, "frames",
-              order_by=("connection_id", "start_frame_index"), protocol=AMQP091),
-    _timeline("channel_flow", CHANNEL_FLOW_SCHEMA, channel_flow_intervals, "frames",
-              order_by=("connection_id", "channel", "direction", "start_frame_index"), protocol=AMQP091),
-    _timeline("frame_limits", FRAME_LIMITS_SCHEMA, frame_limits_timeline, "frames", order_by=_FRAME),
-    _timeline("idle_gaps", IDLE_GAPS_SCHEMA, idle_gaps_timeline, "frames", order_by=_FRAME),
-    _timeline("lifecycle_10", LIFECYCLE_10_SCHEMA, lifecycle_10_timeline, "frames", "sessions", order_by=_FRAME,
-              protocol=AMQP10),
-    _timeline("lifecycle_091", LIFECYCLE_091_SCHEMA, lifecycle_091_timeline, "frames", "channels", order_by=_FRAME,
-              protocol=AMQP091),
-    _timeline("events", EVENTS_SCHEMA, events_timeline, "frames", order_by=(*_FRAME, "event_id")),
-    _timeline("tcp_flow", TCP_FLOW_SCHEMA, tcp_flow_timeline, "tcp_segments",
-              order_by=("connection_id", "packet_number")),
-    # From the stored timelines: every starved or blocked interval, and messages per second.
-    _timeline("flow_intervals", FLOW_INTERVALS_SCHEMA, flow_intervals, "link_state", "session_window",
-              "consumer_unacked", "channel_unacked", "channel_confirms", "connection_blocked", "channel_flow",
-              "tcp_flow", order_by=("cause", "entity", "connection_id", "channel", "link_name", "consumer_tag", "direction",
-                        "start_packet_number")),
-    _timeline("throughput", THROUGHPUT_SCHEMA, throughput_of, "message_events",
-              order_by=("scope", "connection_id", "protocol", "direction", "channel", "link_name", "address", "second")),
-    # Gold: the diagnosis (docs/DIAGNOSIS.md), the verdicts and the data quality summary.
-    Table("bottlenecks", BOTTLENECKS_SCHEMA, "gold", "diagnosis", bottleneck_findings,
-          ("frames", "connections", "messages_091", "flow_intervals", "consumer_unacked", "link_state",
-           "connection_blocked", "channel_confirms", "tcp_flow"), ("limits",), order_by=("rank",),
-          read_without_spark=True),
-    Table("diagnosis", DIAGNOSIS_SCHEMA, "gold", "diagnosis", diagnosis, ("bottlenecks", "captures", "connections"),
-          order_by=("capture_id",), read_without_spark=True),
-    # Written by the verdicts as the rules are evaluated (expectations.suite).
-    Table("violations", VIOLATIONS_SCHEMA, "gold", "verdicts"),
-    Table("dq_summary", DQ_SUMMARY_SCHEMA, "gold", "verdicts", dq_summary,
-          ("captures", "connections", "frames", "quarantine", "violations", "diagnosis", "accounting"),
-          ("suite_of_rule", "suites_run", "run_id", "run_ts"), order_by=("capture_id",), read_without_spark=True),
-    # The report's charts (pipelines.chart_series): every point it draws, so that it reads them
-    # through delta-rs and a capture of any size is drawn without a Spark query.
-    Table("chart_series", CHART_SERIES_SCHEMA, "gold", "charts", chart_series,
-          ("captures", "frames", "message_events", "link_state", "consumer_unacked", "channel_unacked", "channel_confirms", "tcp_flow",
-           "flow_intervals", "violations"), read_without_spark=True),
-    # Bookkeeping: each stage's latest run per capture, marked without Spark (jobs.runs).
-    Table("runs", RUNS_SCHEMA, "bookkeeping", None, order_by=("capture_id", "stage")),
-)}
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        # Bronze: what ingest decodes and writes (jobs.ingest), as schemas.bronze lists them.
+        *(
+            Table(name, schema, "bronze", "ingest", order_by=_BRONZE_ORDER.get(name, ()))
+            for name, schema in BRONZE_SCHEMAS.items()
+        ),
+        # Silver: messages and the flow state (docs/FLOW_STATE.md), rule state and events.
+        Table(
+            "messages_091",
+            MESSAGES_091_SCHEMA,
+            "silver",
+            "messages",
+            messages_091,
+            ("frames", "channels"),
+            order_by=_CHANNEL,
+            protocol=AMQP091,
+        ),
+        Table(
+            "deliveries_10",
+            DELIVERIES_10_SCHEMA,
+            "silver",
+            "messages",
+            deliveries_10,
+            ("frames",),
+            order_by=("connection_id", "direction", "channel", "handle", "frame_index"),
+            protocol=AMQP10,
+        ),
+        _timeline(
+            "link_credit",
+            LINK_CREDIT_SCHEMA,
+            link_credit_timeline,
+            "frames",
+            order_by=("connection_id", "link_name", "sender_side", "frame_index"),
+            protocol=AMQP10,
+        ),
+        _timeline(
+            "channel_unacked",
+            CHANNEL_UNACKED_SCHEMA,
+            channel_unacked_timeline,
+            "frames",
+            "ledger",
+            order_by=_CHANNEL,
+            protocol=AMQP091,
+        ),
+        _timeline(
+            "link_state",
+            LINK_STATE_SCHEMA,
+            link_state_timeline,
+            "frames",
+            "sessions",
+            order_by=("connection_id", "link_name", "sender_side", "frame_index"),
+            protocol=AMQP10,
+        ),
+        _timeline(
+            "session_window",
+            SESSION_WINDOW_SCHEMA,
+            session_window_timeline,
+            "frames",
+            "sessions",
+            order_by=("connection_id", "session_id", "frame_index"),
+            protocol=AMQP10,
+        ),
+        _timeline(
+            "consumer_unacked",
+            CONSUMER_UNACKED_SCHEMA,
+            consumer_unacked_timeline,
+            "frames",
+            "ledger",
+            order_by=("connection_id", "channel", "consumer_tag", "frame_index"),
+            protocol=AMQP091,
+        ),
+        _timeline(
+            "channel_confirms",
+            CHANNEL_CONFIRMS_SCHEMA,
+            channel_confirms_timeline,
+            "frames",
+            "channels",
+            order_by=_CHANNEL,
+            protocol=AMQP091,
+        ),
+        _timeline(
+            "connection_blocked",
+            CONNECTION_BLOCKED_SCHEMA,
+            connection_blocked_intervals,
+            "frames",
+            order_by=("connection_id", "start_frame_index"),
+            protocol=AMQP091,
+        ),
+        _timeline(
+            "channel_flow",
+            CHANNEL_FLOW_SCHEMA,
+            channel_flow_intervals,
+            "frames",
+            order_by=("connection_id", "channel", "direction", "start_frame_index"),
+            protocol=AMQP091,
+        ),
+        _timeline("frame_limits", FRAME_LIMITS_SCHEMA, frame_limits_timeline, "frames", order_by=_FRAME),
+        _timeline("idle_gaps", IDLE_GAPS_SCHEMA, idle_gaps_timeline, "frames", order_by=_FRAME),
+        _timeline(
+            "lifecycle_10",
+            LIFECYCLE_10_SCHEMA,
+            lifecycle_10_timeline,
+            "frames",
+            "sessions",
+            order_by=_FRAME,
+            protocol=AMQP10,
+        ),
+        _timeline(
+            "lifecycle_091",
+            LIFECYCLE_091_SCHEMA,
+            lifecycle_091_timeline,
+            "frames",
+            "channels",
+            order_by=_FRAME,
+            protocol=AMQP091,
+        ),
+        _timeline("events", EVENTS_SCHEMA, events_timeline, "frames", order_by=(*_FRAME, "event_id")),
+        _timeline(
+            "tcp_flow", TCP_FLOW_SCHEMA, tcp_flow_timeline, "tcp_segments", order_by=("connection_id", "packet_number")
+        ),
+        # From the stored timelines: every starved or blocked interval, and messages per second.
+        _timeline(
+            "flow_intervals",
+            FLOW_INTERVALS_SCHEMA,
+            flow_intervals,
+            "link_state",
+            "session_window",
+            "consumer_unacked",
+            "channel_unacked",
+            "channel_confirms",
+            "connection_blocked",
+            "channel_flow",
+            "tcp_flow",
+            order_by=(
+                "cause",
+                "entity",
+                "connection_id",
+                "channel",
+                "link_name",
+                "consumer_tag",
+                "direction",
+                "start_packet_number",
+            ),
+        ),
+        _timeline(
+            "throughput",
+            THROUGHPUT_SCHEMA,
+            throughput_of,
+            "message_events",
+            order_by=("scope", "connection_id", "protocol", "direction", "channel", "link_name", "address", "second"),
+        ),
+        # Gold: the diagnosis (docs/DIAGNOSIS.md), the verdicts and the data quality summary.
+        Table(
+            "bottlenecks",
+            BOTTLENECKS_SCHEMA,
+            "gold",
+            "diagnosis",
+            bottleneck_findings,
+            (
+                "frames",
+                "connections",
+                "messages_091",
+                "flow_intervals",
+                "consumer_unacked",
+                "link_state",
+                "connection_blocked",
+                "channel_confirms",
+                "tcp_flow",
+            ),
+            ("limits",),
+            order_by=("rank",),
+            read_without_spark=True,
+        ),
+        Table(
+            "diagnosis",
+            DIAGNOSIS_SCHEMA,
+            "gold",
+            "diagnosis",
+            diagnosis,
+            ("bottlenecks", "captures", "connections"),
+            order_by=("capture_id",),
+            read_without_spark=True,
+        ),
+        # Written by the verdicts as the rules are evaluated (expectations.suite).
+        Table("violations", VIOLATIONS_SCHEMA, "gold", "verdicts"),
+        Table(
+            "dq_summary",
+            DQ_SUMMARY_SCHEMA,
+            "gold",
+            "verdicts",
+            dq_summary,
+            ("captures", "connections", "frames", "quarantine", "violations", "diagnosis", "accounting"),
+            ("suite_of_rule", "suites_run", "run_id", "run_ts"),
+            order_by=("capture_id",),
+            read_without_spark=True,
+        ),
+        # The report's charts (pipelines.chart_series): every point it draws, so that it reads them
+        # through delta-rs and a capture of any size is drawn without a Spark query.
+        Table(
+            "chart_series",
+            CHART_SERIES_SCHEMA,
+            "gold",
+            "charts",
+            chart_series,
+            (
+                "captures",
+                "frames",
+                "message_events",
+                "link_state",
+                "consumer_unacked",
+                "channel_unacked",
+                "channel_confirms",
+                "tcp_flow",
+                "flow_intervals",
+                "violations",
+            ),
+            read_without_spark=True,
+        ),
+        # Bookkeeping: each stage's latest run per capture, marked without Spark (jobs.runs).
+        Table("runs", RUNS_SCHEMA, "bookkeeping", None, order_by=("capture_id", "stage")),
+    )
+}
 
 
 def table(name: str) -> Table:
@@ -216,9 +392,13 @@ def table(name: str) -> Table:
 
 def names(*, layer: str | None = None, step: str | None = None, built: bool | None = None) -> tuple[str, ...]:
     """The tables' names in declaration order, of one layer / one step / with or without a builder."""
-    return tuple(t.name for t in TABLES.values()
-                 if (layer is None or t.layer == layer) and (step is None or t.step == step)
-                 and (built is None or (t.build is not None) == built))
+    return tuple(
+        t.name
+        for t in TABLES.values()
+        if (layer is None or t.layer == layer)
+        and (step is None or t.step == step)
+        and (built is None or (t.build is not None) == built)
+    )
 
 
 def schemas(layer: str) -> dict[str, StructType]:
@@ -266,9 +446,13 @@ class Build:
     they are used as built (tests, benchmarks). The tables of ``empty`` are known to have no rows
     (``without_rows``): they are not built, ``store`` gets None for their rows."""
 
-    def __init__(self, given: Mapping[str, DataFrame], settings: Mapping[str, object] | None = None,
-                 store: Callable[[Table, DataFrame | None], DataFrame] | None = None,
-                 empty: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        given: Mapping[str, DataFrame],
+        settings: Mapping[str, object] | None = None,
+        store: Callable[[Table, DataFrame | None], DataFrame] | None = None,
+        empty: Iterable[str] = (),
+    ) -> None:
         self.tables: dict[str, DataFrame] = dict(given)
         self.settings: dict[str, object] = dict(settings or {})
         self._store = store or self._as_built
@@ -297,8 +481,13 @@ class Build:
             declared = table(name)
             if declared.build is None:
                 raise ValueError(f"table {name} has no builder: its step writes it")
-            rows = None if name in self._empty else declared.build(
-                **{i: self.value(i) for i in declared.inputs}, **{s: self.settings[s] for s in declared.settings})
+            rows = (
+                None
+                if name in self._empty
+                else declared.build(
+                    **{i: self.value(i) for i in declared.inputs}, **{s: self.settings[s] for s in declared.settings}
+                )
+            )
             self.tables[name] = self._store(declared, rows)
         return self.tables[name]
 

@@ -38,7 +38,11 @@ def _connection_so_far() -> WindowSpec:
 
 def _direction_before() -> WindowSpec:
     """One direction's segments before this one: the stream offset it had sent up to."""
-    return Window.partitionBy(*_CONNECTION, "direction").orderBy("packet_number").rowsBetween(Window.unboundedPreceding, -1)
+    return (
+        Window.partitionBy(*_CONNECTION, "direction")
+        .orderBy("packet_number")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
 
 
 def _direction_in_order() -> WindowSpec:
@@ -68,43 +72,69 @@ def tcp_flow_timeline(tcp_segments: DataFrame) -> DataFrame:
     for direction in ("c2s", "s2c"):
         # A RST's window means nothing (RFC 9293 3.10.7): it neither opens nor closes one.
         state = (
-            state.withColumn(f"_{direction}_window", F.last(_from(direction, F.when(~is_reset, F.col("effective_window"))), True)
-                             .over(_connection_so_far()))
-            .withColumn(f"_{direction}_acked", F.last(_from(direction, F.col("ack_offset")), True).over(_connection_so_far()))
+            state.withColumn(
+                f"_{direction}_window",
+                F.last(_from(direction, F.when(~is_reset, F.col("effective_window"))), True).over(_connection_so_far()),
+            )
+            .withColumn(
+                f"_{direction}_acked", F.last(_from(direction, F.col("ack_offset")), True).over(_connection_so_far())
+            )
             .withColumn(f"_{direction}_sent", F.max(_from(direction, sent_end)).over(_connection_so_far()))
         )
     peer_window = F.when(F.col("direction") == "c2s", F.col("_s2c_window")).otherwise(F.col("_c2s_window"))
     # Sent by this side and not yet acknowledged by the other.
     in_flight = F.when(F.col("direction") == "c2s", F.col("_c2s_sent") - F.col("_s2c_acked")).otherwise(
-        F.col("_s2c_sent") - F.col("_c2s_acked"))
+        F.col("_s2c_sent") - F.col("_c2s_acked")
+    )
     own_before = F.lag(F.when(~is_reset, F.col("effective_window"))).over(_direction_in_order())
     has_payload = F.col("payload_length") > 0
     state = (
         state.withColumn("peer_window", peer_window)
         .withColumn("bytes_in_flight", in_flight)
         .withColumn("is_window_update", (own_before == 0) & (F.col("effective_window") > 0) & ~is_reset)
-        .withColumn("is_window_full", has_payload & (F.col("bytes_in_flight") >= F.col("peer_window")) & (F.col("peer_window") > 0))
+        .withColumn(
+            "is_window_full",
+            has_payload & (F.col("bytes_in_flight") >= F.col("peer_window")) & (F.col("peer_window") > 0),
+        )
         .withColumn("is_retransmission", F.col("retransmitted_bytes") > 0)
         # seq one below the next byte to send, at most one byte, no SYN / FIN / RST.
-        .withColumn("is_keep_alive", (F.col("payload_length") <= 1) & (F.col("flags").bitwiseAND(F.lit(_SYN_FIN_RST)) == 0)
-                    & (F.col("seq_offset") == F.max(sent_end).over(_direction_before()) - 1))
-        .withColumn("is_zero_window_probe", has_payload & (F.col("peer_window") == 0) & ~F.coalesce(F.col("is_keep_alive"), F.lit(False)))
+        .withColumn(
+            "is_keep_alive",
+            (F.col("payload_length") <= 1)
+            & (F.col("flags").bitwiseAND(F.lit(_SYN_FIN_RST)) == 0)
+            & (F.col("seq_offset") == F.max(sent_end).over(_direction_before()) - 1),
+        )
+        .withColumn(
+            "is_zero_window_probe",
+            has_payload & (F.col("peer_window") == 0) & ~F.coalesce(F.col("is_keep_alive"), F.lit(False)),
+        )
     )
     # The peer's latest acknowledgement before this segment (a segment does not move its peer's),
     # and the next D-SACK the peer sends after it.
     acked_before = F.when(F.col("direction") == "c2s", F.col("_s2c_acked")).otherwise(F.col("_c2s_acked"))
-    dsack = F.when(F.col("dsack_left_offset").isNotNull(),
-                   F.struct(F.col("dsack_left_offset").alias("left"), F.col("dsack_right_offset").alias("right")))
-    state = state.withColumns({
-        f"_next_{direction}_dsack": F.last(_from(direction, dsack), True).over(_connection_from_now_on())
-        for direction in ("c2s", "s2c")
-    })
+    dsack = F.when(
+        F.col("dsack_left_offset").isNotNull(),
+        F.struct(F.col("dsack_left_offset").alias("left"), F.col("dsack_right_offset").alias("right")),
+    )
+    state = state.withColumns(
+        {
+            f"_next_{direction}_dsack": F.last(_from(direction, dsack), True).over(_connection_from_now_on())
+            for direction in ("c2s", "s2c")
+        }
+    )
     peer_dsack = F.when(F.col("direction") == "c2s", F.col("_next_s2c_dsack")).otherwise(F.col("_next_c2s_dsack"))
     already_acked = acked_before >= sent_end
     duplicated = (peer_dsack["left"] < sent_end) & (peer_dsack["right"] > F.col("seq_offset"))
     state = state.withColumn(
         "is_spurious_retransmission",
-        F.col("is_retransmission") & (F.coalesce(already_acked, F.lit(False)) | F.coalesce(duplicated, F.lit(False))))
-    booleans = ("is_window_update", "is_window_full", "is_zero_window_probe", "is_keep_alive", "is_spurious_retransmission")
+        F.col("is_retransmission") & (F.coalesce(already_acked, F.lit(False)) | F.coalesce(duplicated, F.lit(False))),
+    )
+    booleans = (
+        "is_window_update",
+        "is_window_full",
+        "is_zero_window_probe",
+        "is_keep_alive",
+        "is_spurious_retransmission",
+    )
     state = state.fillna(False, subset=list(booleans))
     return state.select(*[F.col(f.name).cast(f.dataType) for f in TCP_FLOW_SCHEMA.fields])

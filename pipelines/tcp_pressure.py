@@ -42,15 +42,21 @@ def _new_data_in_order() -> WindowSpec:
 def _by_need_descending() -> WindowSpec:
     """A connection's needs and right edges by value, highest first (an edge before a need of the
     same value, which it reaches): the earliest edge at or above each need, in one running pass."""
-    return (Window.partitionBy(*_CONNECTION).orderBy(F.col("_value").desc(), F.col("_is_need").asc())
-            .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    return (
+        Window.partitionBy(*_CONNECTION)
+        .orderBy(F.col("_value").desc(), F.col("_is_need").asc())
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
 
 
 def _earliest_reaching(needs: DataFrame, edges: DataFrame) -> DataFrame:
     """``needs`` (rows with ``_value``) with ``_reached_us``: the earliest time among ``edges``
     (``_value``, ``_edge_us``) at which an edge's value was at least the need's."""
-    both = (needs.withColumn("_is_need", F.lit(True)).withColumn("_edge_us", F.lit(None).cast("long"))
-            .unionByName(edges.withColumn("_is_need", F.lit(False)), allowMissingColumns=True))
+    both = (
+        needs.withColumn("_is_need", F.lit(True))
+        .withColumn("_edge_us", F.lit(None).cast("long"))
+        .unionByName(edges.withColumn("_is_need", F.lit(False)), allowMissingColumns=True)
+    )
     reached = both.withColumn("_reached_us", F.min("_edge_us").over(_by_need_descending()))
     return reached.filter(F.col("_is_need")).drop("_is_need", "_edge_us")
 
@@ -60,41 +66,60 @@ def window_limited_gaps(tcp_flow: DataFrame, direction: str) -> DataFrame:
     room for it in its peer's window: from the segment before the gap until the peer's window's
     right edge reached the next segment's end (or that segment, if earlier). ``start_packet_number``
     is the segment before the gap; ``window_full`` whether Wireshark flags it as filling the window."""
-    new_data = tcp_flow.filter((F.col("direction") == direction) & (F.col("payload_length") > 0)
-                               & ~F.col("is_retransmission") & ~F.col("is_keep_alive"))
+    new_data = tcp_flow.filter(
+        (F.col("direction") == direction)
+        & (F.col("payload_length") > 0)
+        & ~F.col("is_retransmission")
+        & ~F.col("is_keep_alive")
+    )
     window = _new_data_in_order()
     usable = F.col("peer_window") - F.col("bytes_in_flight")
     pairs = new_data.select(
-        *_CONNECTION, "packet_number", "ts_us", "is_window_full",
+        *_CONNECTION,
+        "packet_number",
+        "ts_us",
+        "is_window_full",
         (F.col("seq_offset") + F.col("payload_length")).alias("_sent_end"),
         usable.alias("_usable"),
         F.lead("payload_length").over(window).alias("_next_length"),
-        F.lead("ts_us").over(window).alias("_next_us"))
+        F.lead("ts_us").over(window).alias("_next_us"),
+    )
     gaps = pairs.filter(F.col("_next_length").isNotNull() & (F.col("_usable") < F.col("_next_length")))
     needs = gaps.withColumn("_value", F.col("_sent_end") + F.col("_next_length"))
     # The peer's segments carry its acknowledgement and window: their sum is the window's right
     # edge (a RST's zero window only ever lowers it, so it never opens one).
     edges = tcp_flow.filter((F.col("direction") == _flipped(direction)) & F.col("ack_offset").isNotNull()).select(
-        *_CONNECTION, (F.col("ack_offset") + F.col("effective_window")).alias("_value"), F.col("ts_us").alias("_edge_us"))
+        *_CONNECTION,
+        (F.col("ack_offset") + F.col("effective_window")).alias("_value"),
+        F.col("ts_us").alias("_edge_us"),
+    )
     opened = _earliest_reaching(needs, edges)
     # An edge reaching the need before the gap began means the window shrank (RFC 9293 3.8.6.2.2
     # says it should not): count nothing rather than guess.
     end = F.least(F.col("_next_us"), F.coalesce(F.greatest(F.col("_reached_us"), F.col("ts_us")), F.col("_next_us")))
     return opened.select(
-        *_CONNECTION, F.col("ts_us").alias("start_us"), end.alias("end_us"),
-        F.col("packet_number").alias("start_packet_number"), F.col("is_window_full").alias("window_full"))
+        *_CONNECTION,
+        F.col("ts_us").alias("start_us"),
+        end.alias("end_us"),
+        F.col("packet_number").alias("start_packet_number"),
+        F.col("is_window_full").alias("window_full"),
+    )
 
 
 def zero_windows(flow_intervals: DataFrame, lifetimes: DataFrame, direction: str) -> DataFrame:
     """Intervals in which the sender in ``direction`` faced a zero window from its peer (one still
     closed when the capture ends lasts until the connection's last frame)."""
-    chosen = flow_intervals.filter((F.col("entity") == "tcp") & (F.col("cause") == "tcp_zero_window")
-                                   & (F.col("direction") == direction))
+    chosen = flow_intervals.filter(
+        (F.col("entity") == "tcp") & (F.col("cause") == "tcp_zero_window") & (F.col("direction") == direction)
+    )
     ended = chosen.join(lifetimes, list(_CONNECTION))
     return ended.select(
-        *_CONNECTION, F.unix_micros("start_ts").alias("start_us"),
+        *_CONNECTION,
+        F.unix_micros("start_ts").alias("start_us"),
         F.unix_micros(F.coalesce(F.col("end_ts"), F.col("last_ts"))).alias("end_us"),
-        "start_packet_number", F.col("end_packet_number"))
+        "start_packet_number",
+        F.col("end_packet_number"),
+    )
 
 
 def _advertised_in_order() -> WindowSpec:
@@ -110,27 +135,45 @@ def zero_windows_advertised(tcp_flow: DataFrame, direction: str) -> DataFrame:
     window = _advertised_in_order()
     peer = tcp_flow.filter(F.col("direction") == _flipped(direction))
     marked = peer.select(
-        *_CONNECTION, "packet_number", "ts_us", "is_zero_window",
+        *_CONNECTION,
+        "packet_number",
+        "ts_us",
+        "is_zero_window",
         (F.col("is_zero_window") & ~F.coalesce(F.lag("is_zero_window").over(window), F.lit(False))).alias("_starts"),
         F.first(F.when(~F.col("is_zero_window"), F.col("ts_us")), ignorenulls=True)
-        .over(window.rowsBetween(1, Window.unboundedFollowing)).alias("_reopened_us"))
+        .over(window.rowsBetween(1, Window.unboundedFollowing))
+        .alias("_reopened_us"),
+    )
     last_us = tcp_flow.groupBy(*_CONNECTION).agg(F.max("ts_us").alias("_last_us"))
-    return marked.filter(F.col("_starts")).join(last_us, list(_CONNECTION)).select(
-        *_CONNECTION, F.col("ts_us").alias("start_us"), F.coalesce(F.col("_reopened_us"), F.col("_last_us")).alias("end_us"),
-        F.col("packet_number").alias("start_packet_number"))
+    return (
+        marked.filter(F.col("_starts"))
+        .join(last_us, list(_CONNECTION))
+        .select(
+            *_CONNECTION,
+            F.col("ts_us").alias("start_us"),
+            F.coalesce(F.col("_reopened_us"), F.col("_last_us")).alias("end_us"),
+            F.col("packet_number").alias("start_packet_number"),
+        )
+    )
 
 
 def _genuine() -> Column:
-    return (F.col("is_retransmission") & ~F.col("is_spurious_retransmission") & ~F.col("is_keep_alive")
-            & ~F.col("is_zero_window_probe"))
+    return (
+        F.col("is_retransmission")
+        & ~F.col("is_spurious_retransmission")
+        & ~F.col("is_keep_alive")
+        & ~F.col("is_zero_window_probe")
+    )
 
 
 def _by_offset() -> WindowSpec:
     """One direction's segments by stream offset, first transmissions before retransmissions of the
     same offset: the first transmission at or before each retransmission's first byte."""
-    return (Window.partitionBy(*_CONNECTION, "direction")
-            .orderBy("seq_offset", "is_retransmission", "packet_number")
-            .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    return (
+        Window.partitionBy(*_CONNECTION, "direction")
+        .orderBy("seq_offset", "is_retransmission", "packet_number")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
 
 
 def retransmission_recovery(tcp_flow: DataFrame) -> DataFrame:
@@ -141,21 +184,34 @@ def retransmission_recovery(tcp_flow: DataFrame) -> DataFrame:
     # searched for first transmissions.
     losing = tcp_flow.filter(_genuine()).select(*_CONNECTION).distinct()
     data = tcp_flow.filter((F.col("payload_length") > 0) & F.col("seq_offset").isNotNull()).join(
-        F.broadcast(losing), list(_CONNECTION), "left_semi")
+        F.broadcast(losing), list(_CONNECTION), "left_semi"
+    )
     first_sent = data.withColumn(
-        "_first_us", F.last(F.when(~F.col("is_retransmission"), F.col("ts_us")), True).over(_by_offset()))
+        "_first_us", F.last(F.when(~F.col("is_retransmission"), F.col("ts_us")), True).over(_by_offset())
+    )
     lost = first_sent.filter(_genuine())
-    needs = lost.select(*_CONNECTION, "direction", "packet_number", "ts_us", "_first_us", "retransmitted_bytes",
-                        (F.col("seq_offset") + F.col("payload_length")).alias("_value"))
+    needs = lost.select(
+        *_CONNECTION,
+        "direction",
+        "packet_number",
+        "ts_us",
+        "_first_us",
+        "retransmitted_bytes",
+        (F.col("seq_offset") + F.col("payload_length")).alias("_value"),
+    )
     found = []
     for direction in ("c2s", "s2c"):
         acks = tcp_flow.filter((F.col("direction") == _flipped(direction)) & F.col("ack_offset").isNotNull()).select(
-            *_CONNECTION, F.col("ack_offset").alias("_value"), F.col("ts_us").alias("_edge_us"))
+            *_CONNECTION, F.col("ack_offset").alias("_value"), F.col("ts_us").alias("_edge_us")
+        )
         found.append(_earliest_reaching(needs.filter(F.col("direction") == direction), acks))
     recovered = found[0].unionByName(found[1])
     last_us = tcp_flow.groupBy(*_CONNECTION).agg(F.max("ts_us").alias("_last_us"))
     return recovered.join(last_us, list(_CONNECTION)).select(
-        *_CONNECTION, "direction",
+        *_CONNECTION,
+        "direction",
         F.coalesce(F.col("_first_us"), F.col("ts_us")).alias("start_us"),
         F.coalesce(F.greatest(F.col("_reached_us"), F.col("ts_us")), F.col("_last_us")).alias("end_us"),
-        F.col("packet_number").alias("start_packet_number"), "retransmitted_bytes")
+        F.col("packet_number").alias("start_packet_number"),
+        "retransmitted_bytes",
+    )

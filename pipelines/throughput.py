@@ -48,16 +48,30 @@ def _queues(frames: DataFrame) -> DataFrame:
     """(capture, connection, channel, consumer_tag or get-ok frame_index, queue) from paired requests."""
     paired = []
     for request, reply in _REQUESTS.items():
-        asked = (frames.filter((F.col("method") == request) & (F.col("direction") == "c2s"))
-                 .withColumn("_kind", F.lit(request)).withColumn("_n", F.row_number().over(_nth_of_kind()))
-                 .select("capture_id", "connection_id", "channel", "_kind", "_n", "queue"))
-        answered = (frames.filter((F.col("method") == reply) & (F.col("direction") == "s2c"))
-                    .withColumn("_kind", F.lit(request)).withColumn("_n", F.row_number().over(_nth_of_kind()))
-                    .select("capture_id", "connection_id", "channel", "_kind", "_n", "consumer_tag",
-                            F.col("frame_index").alias("_reply_index")))
+        asked = (
+            frames.filter((F.col("method") == request) & (F.col("direction") == "c2s"))
+            .withColumn("_kind", F.lit(request))
+            .withColumn("_n", F.row_number().over(_nth_of_kind()))
+            .select("capture_id", "connection_id", "channel", "_kind", "_n", "queue")
+        )
+        answered = (
+            frames.filter((F.col("method") == reply) & (F.col("direction") == "s2c"))
+            .withColumn("_kind", F.lit(request))
+            .withColumn("_n", F.row_number().over(_nth_of_kind()))
+            .select(
+                "capture_id",
+                "connection_id",
+                "channel",
+                "_kind",
+                "_n",
+                "consumer_tag",
+                F.col("frame_index").alias("_reply_index"),
+            )
+        )
         paired.append(asked.join(answered, on=["capture_id", "connection_id", "channel", "_kind", "_n"]))
     return reduce(DataFrame.unionByName, paired).select(
-        "capture_id", "connection_id", "channel", "_kind", "consumer_tag", "_reply_index", "queue")
+        "capture_id", "connection_id", "channel", "_kind", "consumer_tag", "_reply_index", "queue"
+    )
 
 
 def _amqp091_messages(frames: DataFrame) -> DataFrame:
@@ -69,33 +83,61 @@ def _amqp091_messages(frames: DataFrame) -> DataFrame:
     messages = (
         content.withColumn("_next_type", F.lead("frame_type").over(window))
         .withColumn("_next_size", F.lead("body_size").over(window))
-        .filter(F.col("method").isin(*_MESSAGES)
-                & (F.col("direction") == F.when(F.col("method") == "basic.publish", "c2s").otherwise("s2c")))
+        .filter(
+            F.col("method").isin(*_MESSAGES)
+            & (F.col("direction") == F.when(F.col("method") == "basic.publish", "c2s").otherwise("s2c"))
+        )
         .withColumn("bytes", F.when(F.col("_next_type") == "header", F.col("_next_size")).otherwise(F.lit(0)))
     )
     queues = _queues(content)
     consumers = queues.filter(F.col("_kind") == "basic.consume").select(
-        "capture_id", "connection_id", "channel", "consumer_tag", F.col("queue").alias("_consumer_queue"))
+        "capture_id", "connection_id", "channel", "consumer_tag", F.col("queue").alias("_consumer_queue")
+    )
     gets = queues.filter(F.col("_kind") == "basic.get").select(
-        "capture_id", "connection_id", "channel", F.col("_reply_index").alias("frame_index"), F.col("queue").alias("_get_queue"))
-    published_to = F.when(F.coalesce(F.col("exchange"), F.lit("")) == "", queue_address(F.col("routing_key"))).otherwise(
-        F.concat(F.lit("/exchanges/"), F.col("exchange"), F.lit("/"), F.coalesce(F.col("routing_key"), F.lit(""))))
+        "capture_id",
+        "connection_id",
+        "channel",
+        F.col("_reply_index").alias("frame_index"),
+        F.col("queue").alias("_get_queue"),
+    )
+    published_to = F.when(
+        F.coalesce(F.col("exchange"), F.lit("")) == "", queue_address(F.col("routing_key"))
+    ).otherwise(
+        F.concat(F.lit("/exchanges/"), F.col("exchange"), F.lit("/"), F.coalesce(F.col("routing_key"), F.lit("")))
+    )
     delivered_from = queue_address(F.coalesce(F.col("_consumer_queue"), F.col("_get_queue")))
     return (
         messages.join(F.broadcast(consumers), on=["capture_id", "connection_id", "channel", "consumer_tag"], how="left")
         .join(F.broadcast(gets), on=["capture_id", "connection_id", "channel", "frame_index"], how="left")
-        .select("capture_id", "connection_id", "protocol", "direction", "channel", F.lit(None).cast("string").alias("link_name"),
-                F.when(F.col("method") == "basic.publish", published_to).otherwise(delivered_from).alias("address"),
-                "ts", F.lit(1).alias("messages"), "bytes", "redelivered")
+        .select(
+            "capture_id",
+            "connection_id",
+            "protocol",
+            "direction",
+            "channel",
+            F.lit(None).cast("string").alias("link_name"),
+            F.when(F.col("method") == "basic.publish", published_to).otherwise(delivered_from).alias("address"),
+            "ts",
+            F.lit(1).alias("messages"),
+            "bytes",
+            "redelivered",
+        )
     )
 
 
 def _amqp10_messages(link_state: DataFrame) -> DataFrame:
     sending = F.col("sender_side") == "client"
     return link_state.filter(F.col("method") == "transfer").select(
-        "capture_id", "connection_id", F.lit("amqp-1.0").alias("protocol"), "direction", "channel", "link_name",
+        "capture_id",
+        "connection_id",
+        F.lit("amqp-1.0").alias("protocol"),
+        "direction",
+        "channel",
+        "link_name",
         canonical_address(F.when(sending, F.col("target_address")).otherwise(F.col("source_address"))).alias("address"),
-        "ts", F.col("is_new_delivery").cast("int").alias("messages"), F.coalesce(F.col("payload_size"), F.lit(0)).alias("bytes"),
+        "ts",
+        F.col("is_new_delivery").cast("int").alias("messages"),
+        F.coalesce(F.col("payload_size"), F.lit(0)).alias("bytes"),
         F.lit(None).cast("boolean").alias("redelivered"),  # 1.0 says it in the message header, not read here
     )
 
@@ -126,7 +168,8 @@ def throughput_of(message_events: DataFrame) -> DataFrame:
     # the frames) are found once, not once per scope. A column outside a scope's set is null.
     grouped_by = ("capture_id", *_GROUPED, "second")
     sums = messages.groupingSets([("capture_id", *keys, "second") for keys in _SCOPES.values()], *grouped_by).agg(
-        F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"), F.grouping_id().alias("_set"))
+        F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"), F.grouping_id().alias("_set")
+    )
     scope = F.lit(None)
     for name, keys in _SCOPES.items():
         # grouping_id: a bit per grouping column, the first the most significant, set when left out.
@@ -135,5 +178,6 @@ def throughput_of(message_events: DataFrame) -> DataFrame:
         scope = F.when(F.col("_set") == left_out, F.lit(name)).otherwise(scope)
     scoped = sums.withColumn("scope", scope).filter(
         ((F.col("scope") != "link") | F.col("link_name").isNotNull())
-        & ((F.col("scope") != "address") | F.col("address").isNotNull()))
+        & ((F.col("scope") != "address") | F.col("address").isNotNull())
+    )
     return in_schema(scoped, THROUGHPUT_SCHEMA)

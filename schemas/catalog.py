@@ -25,7 +25,17 @@ from amqpscope.schemas import diagnosis, events, flow, frames, lifecycle, messag
 
 # The modules whose ``<TABLE>_SCHEMA`` constants are lake tables, in the order of docs/TABLES.md.
 TABLE_MODULES: tuple[ModuleType, ...] = (
-    frames, tcp, messages, flow, lifecycle, events, verdicts, diagnosis, quality, report, runs,
+    frames,
+    tcp,
+    messages,
+    flow,
+    lifecycle,
+    events,
+    verdicts,
+    diagnosis,
+    quality,
+    report,
+    runs,
 )
 _FIELD_LINE = re.compile(r'StructField\(\s*"(\w+)"')
 # Key columns many tables share, where their own module says nothing more.
@@ -101,18 +111,30 @@ def _module_tables(module: ModuleType) -> tuple[Table, ...]:
         for column, text in COMMON_COLUMNS.items():
             comments.setdefault(column, text)
         description = " ".join(_comment_lines(lines, first)) or docstring
-        tables.append(Table(constant.removesuffix("_SCHEMA").lower(), with_comments(schema, comments),
-                            description, module.__name__.rsplit(".", 1)[-1]))
+        tables.append(
+            Table(
+                constant.removesuffix("_SCHEMA").lower(),
+                with_comments(schema, comments),
+                description,
+                module.__name__.rsplit(".", 1)[-1],
+            )
+        )
     return tuple(tables)
 
 
 def with_comments(schema: StructType, comments: dict[str, str]) -> StructType:
     """``schema`` with ``comments`` in its top-level fields' metadata (other metadata kept)."""
-    return StructType([
-        StructField(f.name, f.dataType, f.nullable,
-                    {**(f.metadata or {}), "comment": comments[f.name]} if f.name in comments else f.metadata)
-        for f in schema.fields
-    ])
+    return StructType(
+        [
+            StructField(
+                f.name,
+                f.dataType,
+                f.nullable,
+                {**(f.metadata or {}), "comment": comments[f.name]} if f.name in comments else f.metadata,
+            )
+            for f in schema.fields
+        ]
+    )
 
 
 @cache
@@ -146,8 +168,16 @@ def markdown() -> str:
         "",
     ]
     for table in tables().values():
-        out += [f"## `{table.name}`", "", table.description or "(no description)", "",
-                f"Declared in `schemas/{table.module}.py`.", "", "| column | type | meaning |", "|---|---|---|"]
+        out += [
+            f"## `{table.name}`",
+            "",
+            table.description or "(no description)",
+            "",
+            f"Declared in `schemas/{table.module}.py`.",
+            "",
+            "| column | type | meaning |",
+            "|---|---|---|",
+        ]
         for f in table.schema.fields:
             meaning = (f.metadata or {}).get("comment", "").replace("|", "\\|")
             out.append(f"| `{f.name}` | `{f.dataType.simpleString()}` | {meaning} |")

@@ -41,9 +41,13 @@ class _Handler(MessagingHandler):  # type: ignore[misc]
     def connect(self, event: Any) -> Any:
         event.container.container_id = self.container_id
         self.connection = event.container.connect(
-            self.url, user=GUEST[0], password=GUEST[1], allowed_mechs="PLAIN",
-            allow_insecure_mechs=True, reconnect=False,
-        )  # fmt: skip
+            self.url,
+            user=GUEST[0],
+            password=GUEST[1],
+            allowed_mechs="PLAIN",
+            allow_insecure_mechs=True,
+            reconnect=False,
+        )
         self.schedule(event.container, SCENARIO_TIMEOUT, lambda: self.fail("timed out"))
         return self.connection
 
@@ -123,15 +127,30 @@ class _Healthy(_Handler):
             receiver.flow(self.credit - receiver.credit)  # top up: credit is set, not added (2.6.7)
 
 
-def healthy_amqp10(host: str, port: int, queue: str, *, messages: int, rate: float, body_size: int) -> list[dict[str, Any]]:
+def healthy_amqp10(
+    host: str, port: int, queue: str, *, messages: int, rate: float, body_size: int
+) -> list[dict[str, Any]]:
     """Send ``messages`` at ``rate`` a second to ``/queue/<queue>`` and receive them on the same connection."""
     handler = _Healthy(host, port, f"/queue/{queue}", messages, rate, body_size)
     _run(handler)
-    common = {"client_port": handler.client_port, "connection_name": handler.container_id, "protocol": PROTOCOL,
-              "address": handler.address, "queue": queue, "body_size": body_size, "persistent": False}  # fmt: skip
+    common = {
+        "client_port": handler.client_port,
+        "connection_name": handler.container_id,
+        "protocol": PROTOCOL,
+        "address": handler.address,
+        "queue": queue,
+        "body_size": body_size,
+        "persistent": False,
+    }
     return [
         {"role": "publisher", "link": "sender", "messages": handler.sent, "rate_per_second": rate, **common},
-        {"role": "consumer", "link": "receiver", "messages": handler.received, "credit_window": handler.credit, **common},
+        {
+            "role": "consumer",
+            "link": "receiver",
+            "messages": handler.received,
+            "credit_window": handler.credit,
+            **common,
+        },
     ]
 
 
@@ -191,12 +210,22 @@ def two_receivers(host: str, port: int, fast: LinkPlan, slow: LinkPlan, seconds:
     handler = _TwoReceivers(host, port, fast, slow, seconds)
     _run(handler)
     return [
-        {"role": "consumer", "client_port": handler.client_port, "connection_name": handler.container_id,
-         "protocol": PROTOCOL, "link": plan.queue, "address": f"/queue/{plan.queue}", "queue": plan.queue,
-         "credit_per_grant": plan.credit, "grant_every_seconds": plan.grant_every, "grants": handler.grants[plan.queue],
-         "received": handler.received[plan.queue], "link_speed": speed}
+        {
+            "role": "consumer",
+            "client_port": handler.client_port,
+            "connection_name": handler.container_id,
+            "protocol": PROTOCOL,
+            "link": plan.queue,
+            "address": f"/queue/{plan.queue}",
+            "queue": plan.queue,
+            "credit_per_grant": plan.credit,
+            "grant_every_seconds": plan.grant_every,
+            "grants": handler.grants[plan.queue],
+            "received": handler.received[plan.queue],
+            "link_speed": speed,
+        }
         for plan, speed in ((fast, "fast"), (slow, "slow"))
-    ]  # fmt: skip
+    ]
 
 
 # -- a sender on a connection of its own: as fast as its link credit allows, or paced ---------------
@@ -210,8 +239,9 @@ class _Sender(_Handler):
     QUEUED_MAX = 256
     PUMP_EVERY = 0.002  # seconds between checks for room while the socket is full
 
-    def __init__(self, host: str, port: int, address: str, seconds: float, body_size: int, name: str,
-                 rate: float | None) -> None:
+    def __init__(
+        self, host: str, port: int, address: str, seconds: float, body_size: int, name: str, rate: float | None
+    ) -> None:
         super().__init__(host, port, name)
         self.address, self.seconds, self.body_size, self.rate = address, seconds, body_size, rate
         self.sent = self.settled = 0
@@ -254,14 +284,25 @@ class _Sender(_Handler):
         self.settled += 1
 
 
-def sender(host: str, port: int, queue: str, *, seconds: float, body_size: int, name: str,
-           rate: float | None = None) -> dict[str, Any]:
+def sender(
+    host: str, port: int, queue: str, *, seconds: float, body_size: int, name: str, rate: float | None = None
+) -> dict[str, Any]:
     """Send to ``/amq/queue/<queue>`` (an existing queue) for ``seconds``, as fast as link credit
     and the socket allow or ``rate`` a second, on a connection of its own (unsettled sends: the
     broker settles each once its queue has it)."""
     handler = _Sender(host, port, f"/amq/queue/{queue}", seconds, body_size, name, rate)
     _run(handler)
-    return {"role": "publisher", "client_port": handler.client_port, "connection_name": name, "protocol": PROTOCOL,
-            "link": "sender", "address": handler.address, "queue": queue, "messages": handler.sent,
-            "settled_by_broker": handler.settled, "body_size": body_size, "persistent": False,
-            "rate_limit_per_second": rate}
+    return {
+        "role": "publisher",
+        "client_port": handler.client_port,
+        "connection_name": name,
+        "protocol": PROTOCOL,
+        "link": "sender",
+        "address": handler.address,
+        "queue": queue,
+        "messages": handler.sent,
+        "settled_by_broker": handler.settled,
+        "body_size": body_size,
+        "persistent": False,
+        "rate_limit_per_second": rate,
+    }

@@ -96,8 +96,15 @@ class _Engine:
         return self.transport.pending() < 0 and self.transport.capacity() < 0
 
 
-def amqp10_credit_tls(host: str, port: int, *, messages: int = 100, credit_window: int = 5, body_size: int = 256,
-                      queue: str = "amqpscope.credit.tls") -> Truth:
+def amqp10_credit_tls(
+    host: str,
+    port: int,
+    *,
+    messages: int = 100,
+    credit_window: int = 5,
+    body_size: int = 256,
+    queue: str = "amqpscope.credit.tls",
+) -> Truth:
     """``amqp10_credit`` over the port's TLS (see the module docstring); the clients' truth."""
     if messages % credit_window:
         raise ValueError("messages must be a multiple of credit_window (no drain at the end)")
@@ -140,8 +147,7 @@ def amqp10_credit_tls(host: str, port: int, *, messages: int = 100, credit_windo
                         receiver.flow(credit_window)
                         counts["grants"] += 1
                         counts["links"] += 1
-                elif kind == Event.DELIVERY and is_receiver and event.delivery.readable \
-                        and not event.delivery.partial:
+                elif kind == Event.DELIVERY and is_receiver and event.delivery.readable and not event.delivery.partial:
                     Message().decode(receiver.recv(event.delivery.pending))
                     receiver.advance()
                     event.delivery.update(Delivery.ACCEPTED)
@@ -153,8 +159,11 @@ def amqp10_credit_tls(host: str, port: int, *, messages: int = 100, credit_windo
                     elif receiver.credit == 0:
                         receiver.flow(credit_window)
                         counts["grants"] += 1
-                elif kind in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH) and is_receiver \
-                        and counts["received"] == messages:
+                elif (
+                    kind in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH)
+                    and is_receiver
+                    and counts["received"] == messages
+                ):
                     session.close()
                 elif kind == Event.SESSION_REMOTE_CLOSE and counts["received"] == messages:
                     connection.close()
@@ -166,12 +175,22 @@ def amqp10_credit_tls(host: str, port: int, *, messages: int = 100, credit_windo
         cipher = sock.cipher()[0] if hasattr(sock, "cipher") and sock.cipher() else None
         sock.close()
     truth = Amqp10CreditTlsTruth(
-        protocol="amqp-1.0", client_library="python-qpid-proton (engine) over Python ssl",
+        protocol="amqp-1.0",
+        client_library="python-qpid-proton (engine) over Python ssl",
         client_version=distribution_version("python-qpid-proton"),
-        transport=(version or "plain").replace("TLSv", "TLS "), cipher_suite=cipher, container_id=CONTAINER_ID,
-        address=address, queue=queue, sasl_mechanism="PLAIN", message_body_size=body_size,
-        messages_sent=counts["sent"], sender_outcomes_accepted=counts["accepted_by_broker"],
-        messages_received=counts["received"], messages_accepted=counts["accepted"], credit_window=credit_window,
-        credit_grants=counts["grants"], links_attached=counts["links"],
-    )  # fmt: skip
+        transport=(version or "plain").replace("TLSv", "TLS "),
+        cipher_suite=cipher,
+        container_id=CONTAINER_ID,
+        address=address,
+        queue=queue,
+        sasl_mechanism="PLAIN",
+        message_body_size=body_size,
+        messages_sent=counts["sent"],
+        sender_outcomes_accepted=counts["accepted_by_broker"],
+        messages_received=counts["received"],
+        messages_accepted=counts["accepted"],
+        credit_window=credit_window,
+        credit_grants=counts["grants"],
+        links_attached=counts["links"],
+    )
     return asdict(truth)

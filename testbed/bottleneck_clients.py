@@ -21,9 +21,12 @@ PUBLISHER_SNDBUF = 64 << 10  # raw publishers' SO_SNDBUF: what is left unread wh
 
 def connect(host: str, port: int, name: str) -> pika.BlockingConnection:
     parameters = pika.ConnectionParameters(
-        host=host, port=port, credentials=pika.PlainCredentials(*GUEST),
-        client_properties={"connection_name": name}, ssl_options=tls.pika_ssl_options(port),
-    )  # fmt: skip
+        host=host,
+        port=port,
+        credentials=pika.PlainCredentials(*GUEST),
+        client_properties={"connection_name": name},
+        ssl_options=tls.pika_ssl_options(port),
+    )
     return pika.BlockingConnection(parameters)
 
 
@@ -32,8 +35,9 @@ def local_port(connection: pika.BlockingConnection) -> int:
     return int(connection._impl._transport._sock.getsockname()[1])
 
 
-def declare(host: str, port: int, queues: tuple[str, ...], fanout: str | None = None,
-            arguments: dict[str, Any] | None = None) -> None:
+def declare(
+    host: str, port: int, queues: tuple[str, ...], fanout: str | None = None, arguments: dict[str, Any] | None = None
+) -> None:
     """Declare (purged) queues, bound to a fanout exchange if one is named: transient classic
     queues, or durable ones of the type ``arguments`` name (``{"x-queue-type": "quorum"}``: a
     quorum queue must be durable)."""
@@ -75,23 +79,42 @@ def fill(host: str, port: int, queue: str, messages: int, body_size: int, name: 
         channel.close()
     finally:
         connection.close()
-    return {"role": "publisher", "client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
-            "channel": 1, "queue": queue, "messages": messages, "body_size": body_size, "persistent": False}  # fmt: skip
+    return {
+        "role": "publisher",
+        "client_port": client_port,
+        "connection_name": name,
+        "protocol": "amqp-0-9-1",
+        "channel": 1,
+        "queue": queue,
+        "messages": messages,
+        "body_size": body_size,
+        "persistent": False,
+    }
 
 
 def paced_publisher(
-    host: str, port: int, queue: str, rate: float, seconds: float, body_size: int, name: str,
-    notices: list[dict[str, Any]] | None = None, stop: threading.Event | None = None,
+    host: str,
+    port: int,
+    queue: str,
+    rate: float,
+    seconds: float,
+    body_size: int,
+    name: str,
+    notices: list[dict[str, Any]] | None = None,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Publish ``int(seconds * rate)`` messages, ``rate`` a second, with pika (no confirms); fewer
     if ``stop`` is set first."""
     connection = connect(host, port, name)
     if notices is not None:
         connection.add_on_connection_blocked_callback(
-            lambda _c, frame: notices.append({"notice": "connection.blocked", "reason": frame.method.reason,
-                                              "client_ts_us": time.time_ns() // 1000}))  # fmt: skip
+            lambda _c, frame: notices.append(
+                {"notice": "connection.blocked", "reason": frame.method.reason, "client_ts_us": time.time_ns() // 1000}
+            )
+        )
         connection.add_on_connection_unblocked_callback(
-            lambda _c, _f: notices.append({"notice": "connection.unblocked", "client_ts_us": time.time_ns() // 1000}))
+            lambda _c, _f: notices.append({"notice": "connection.unblocked", "client_ts_us": time.time_ns() // 1000})
+        )
     sent = 0
     try:
         client_port = local_port(connection)
@@ -108,14 +131,31 @@ def paced_publisher(
     finally:
         if connection.is_open:
             connection.close()
-    return {"role": "publisher", "client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
-            "channel": 1, "queue": queue, "messages": sent, "rate_per_second": rate, "body_size": body_size,
-            "persistent": False, "publisher_confirms": False}  # fmt: skip
+    return {
+        "role": "publisher",
+        "client_port": client_port,
+        "connection_name": name,
+        "protocol": "amqp-0-9-1",
+        "channel": 1,
+        "queue": queue,
+        "messages": sent,
+        "rate_per_second": rate,
+        "body_size": body_size,
+        "persistent": False,
+        "publisher_confirms": False,
+    }
 
 
 def consumer(
-    host: str, port: int, queue: str, messages: int, prefetch_count: int, name: str,
-    *, work_seconds: float = 0.0, stop: threading.Event | None = None,
+    host: str,
+    port: int,
+    queue: str,
+    messages: int,
+    prefetch_count: int,
+    name: str,
+    *,
+    work_seconds: float = 0.0,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Consume ``messages`` (or until ``stop``) with ``basic.qos(prefetch_count)``, acking each singly
     ``work_seconds`` after it arrives."""
@@ -143,9 +183,19 @@ def consumer(
     finally:
         if connection.is_open:
             connection.close()
-    return {"role": "consumer", "client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
-            "channel": 1, "queue": queue, "consumer_tag": consumer_tag, "prefetch_count": prefetch_count,
-            "prefetch_global": False, "acked": len(received), "work_seconds_per_message": work_seconds}  # fmt: skip
+    return {
+        "role": "consumer",
+        "client_port": client_port,
+        "connection_name": name,
+        "protocol": "amqp-0-9-1",
+        "channel": 1,
+        "queue": queue,
+        "consumer_tag": consumer_tag,
+        "prefetch_count": prefetch_count,
+        "prefetch_global": False,
+        "acked": len(received),
+        "work_seconds_per_message": work_seconds,
+    }
 
 
 def in_threads(*calls: Callable[[], Any]) -> list[Any]:
@@ -169,18 +219,45 @@ def in_threads(*calls: Callable[[], Any]) -> list[Any]:
     return results
 
 
-def raw_publisher(host: str, port: int, exchange: str, routing_key: str, seconds: float, max_messages: int,
-                   body_size: int, name: str, persistent: bool = False) -> dict[str, Any]:  # fmt: skip
+def raw_publisher(
+    host: str,
+    port: int,
+    exchange: str,
+    routing_key: str,
+    seconds: float,
+    max_messages: int,
+    body_size: int,
+    name: str,
+    persistent: bool = False,
+) -> dict[str, Any]:
     connection = raw091.RawConnection(host, port, *GUEST, name, sndbuf=PUBLISHER_SNDBUF)
     try:
-        sent = raw091.publish_for(connection, exchange, routing_key, b"x" * body_size, seconds,
-                                  max_messages=max_messages, persistent=persistent)  # fmt: skip
+        sent = raw091.publish_for(
+            connection,
+            exchange,
+            routing_key,
+            b"x" * body_size,
+            seconds,
+            max_messages=max_messages,
+            persistent=persistent,
+        )
         client_port = connection.client_port
     finally:
         connection.close()
-    return {"role": "publisher", "client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
-            "client_library": "amqpscope raw091", "channel": 1, "exchange": exchange, "routing_key": routing_key,
-            "messages": sent, "body_size": body_size, "persistent": persistent, "publisher_confirms": False}  # fmt: skip
+    return {
+        "role": "publisher",
+        "client_port": client_port,
+        "connection_name": name,
+        "protocol": "amqp-0-9-1",
+        "client_library": "amqpscope raw091",
+        "channel": 1,
+        "exchange": exchange,
+        "routing_key": routing_key,
+        "messages": sent,
+        "body_size": body_size,
+        "persistent": persistent,
+        "publisher_confirms": False,
+    }
 
 
 def confirmed_publisher(
@@ -208,7 +285,18 @@ def confirmed_publisher(
     finally:
         if connection.is_open:
             connection.close()
-    return {"role": "publisher", "client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
-            "channel": 1, "queue": queue, "messages": sent, "body_size": body_size, "persistent": False,
-            "publisher_confirms": True, "in_flight_max": 1, "rate_limit_per_second": rate,
-            "rate_per_second": round(sent / elapsed, 1)}
+    return {
+        "role": "publisher",
+        "client_port": client_port,
+        "connection_name": name,
+        "protocol": "amqp-0-9-1",
+        "channel": 1,
+        "queue": queue,
+        "messages": sent,
+        "body_size": body_size,
+        "persistent": False,
+        "publisher_confirms": True,
+        "in_flight_max": 1,
+        "rate_limit_per_second": rate,
+        "rate_per_second": round(sent / elapsed, 1),
+    }

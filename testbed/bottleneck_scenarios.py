@@ -92,8 +92,9 @@ def fast_consumer_at_prefetch(host: str, port: int) -> Truth:
 # -- alarms ----------------------------------------------------------------------------------------
 
 
-def _alarm_scenario(host: str, port: int, resource: str, raise_alarm: Callable[[], None],
-                    clear_alarm: Callable[[], None]) -> Truth:  # fmt: skip
+def _alarm_scenario(
+    host: str, port: int, resource: str, raise_alarm: Callable[[], None], clear_alarm: Callable[[], None]
+) -> Truth:
     """A publisher at 100 msg/s and a slow consumer of a filled queue; after 1 s the ``resource``
     alarm is raised, cleared 2 s after that took effect, and both go on for 1.5 s after the clearing
     took effect (rabbitmqctl takes 2-4 s a call here, so the alarm lasts ~4-8 s)."""
@@ -117,23 +118,32 @@ def _alarm_scenario(host: str, port: int, resource: str, raise_alarm: Callable[[
         stop.set()
 
     publisher, consumer, _ = clients.in_threads(
-        lambda: clients.paced_publisher(host, port, published, 100.0, SCENARIO_TIMEOUT, 64, f"{resource} alarm publisher",
-                                 notices, stop),  # fmt: skip
-        lambda: clients.consumer(host, port, consumed, 300, 10, f"{resource} alarm consumer", work_seconds=0.02, stop=stop),
+        lambda: clients.paced_publisher(
+            host, port, published, 100.0, SCENARIO_TIMEOUT, 64, f"{resource} alarm publisher", notices, stop
+        ),
+        lambda: clients.consumer(
+            host, port, consumed, 300, 10, f"{resource} alarm consumer", work_seconds=0.02, stop=stop
+        ),
         alarm_window,
     )
     clients.delete(host, port, (published, consumed))
-    return _facts(f"{resource}_alarm", [filler, publisher, consumer], alarm={"resource": resource, **alarm},
-                  publisher_notices=notices)  # fmt: skip
+    return _facts(
+        f"{resource}_alarm",
+        [filler, publisher, consumer],
+        alarm={"resource": resource, **alarm},
+        publisher_notices=notices,
+    )
 
 
 def memory_alarm(host: str, port: int) -> Truth:
     broker = _broker(port)
     return _alarm_scenario(
-        host, port, "memory",
+        host,
+        port,
+        "memory",
         lambda: broker.set_vm_memory_high_watermark(ALARM_WATERMARK),
         lambda: broker.set_vm_memory_high_watermark(NORMAL_WATERMARK),
-    )  # fmt: skip
+    )
 
 
 def disk_alarm(host: str, port: int) -> Truth:
@@ -142,10 +152,12 @@ def disk_alarm(host: str, port: int) -> Truth:
     # A limit 1 TB above the free space of the node's data directory raises the disk alarm.
     above_free = shutil.disk_usage(broker.base_dir).free + 10**12
     return _alarm_scenario(
-        host, port, "disk",
+        host,
+        port,
+        "disk",
         lambda: broker.ctl("set_disk_free_limit", str(above_free)),
         lambda: broker.ctl("set_disk_free_limit", NORMAL_DISK_FREE_LIMIT),
-    )  # fmt: skip
+    )
 
 
 # -- slow consumer ---------------------------------------------------------------------------------
@@ -170,10 +182,12 @@ def credit_flow(host: str, port: int) -> Truth:
     fanout = PREFIX + "fanout"
     queues = tuple(PREFIX + f"fanout.{i}" for i in range(1, 5))
     clients.declare(host, port, queues, fanout=fanout)
-    publishers = clients.in_threads(*(
-        (lambda i=i: clients.raw_publisher(host, port, fanout, "", 5.0, 10_000, 16, f"credit flow publisher {i}"))
-        for i in range(1, 5)
-    ))  # fmt: skip
+    publishers = clients.in_threads(
+        *(
+            (lambda i=i: clients.raw_publisher(host, port, fanout, "", 5.0, 10_000, 16, f"credit flow publisher {i}"))
+            for i in range(1, 5)
+        )
+    )
     clients.delete(host, port, queues, fanout=fanout)
     return _facts("credit_flow", publishers, exchange=fanout, exchange_type="fanout", queues=list(queues))
 
@@ -191,14 +205,26 @@ def channel_routing(host: str, port: int) -> Truth:
             channel.queue_bind(sink, topic, routing_key=f"bn.{index}.*.#")
     finally:
         connection.close()
-    publishers = clients.in_threads(*(
-        (lambda i=i: clients.raw_publisher(host, port, topic, "nobody.listens.here", 5.0, 20_000, 16,
-                                    f"channel routing publisher {i}"))
-        for i in range(1, 3)
-    ))  # fmt: skip
+    publishers = clients.in_threads(
+        *(
+            (
+                lambda i=i: clients.raw_publisher(
+                    host, port, topic, "nobody.listens.here", 5.0, 20_000, 16, f"channel routing publisher {i}"
+                )
+            )
+            for i in range(1, 3)
+        )
+    )
     clients.delete(host, port, (sink,), fanout=topic)
-    return _facts("channel_routing", publishers, exchange=topic, exchange_type="topic", bindings=200,
-                  routing_key="nobody.listens.here", queues_routed_to=[])  # fmt: skip
+    return _facts(
+        "channel_routing",
+        publishers,
+        exchange=topic,
+        exchange_type="topic",
+        bindings=200,
+        routing_key="nobody.listens.here",
+        queues_routed_to=[],
+    )
 
 
 # -- head-of-line: one 0-9-1 connection publishing into an overloaded queue and consuming another --
@@ -263,26 +289,51 @@ def _head_of_line_connection(
         connection.close()
     if errors:
         raise errors[0]
-    common = {"client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
-              "client_library": "amqpscope raw091"}  # fmt: skip
+    common = {
+        "client_port": client_port,
+        "connection_name": name,
+        "protocol": "amqp-0-9-1",
+        "client_library": "amqpscope raw091",
+    }
     buckets: dict[int, int] = {}
     for t in acks:
         start_ms = (t - flood_started) // 250_000 * 250
         buckets[start_ms] = buckets.get(start_ms, 0) + 1
     phases = {
-        "publishing_started_us": flood_started, "publishing_written_us": flood_ended,
+        "publishing_started_us": flood_started,
+        "publishing_written_us": flood_ended,
         "acked_before_publishing": sum(1 for t in acks if t < flood_started),
         "acked_after_publishing_started": sum(1 for t in acks if t >= flood_started),
         # [start of a 250 ms interval relative to the first publish (ms), acks sent in it]
         "acks_per_250ms": [[start, buckets.get(start, 0)] for start in range(min(buckets), max(buckets) + 250, 250)],
-    }  # fmt: skip
-    return {"connection": common, "channels": [
-        {"role": "publisher", "channel": 1, "queue": busy, "messages": published, "body_size": 16,
-         "persistent": False, "publisher_confirms": False, **common},
-        {"role": "consumer", "channel": 2, "queue": work, "consumer_tag": consumer, "prefetch_count": 10,
-         "prefetch_global": False, "acked": len(acks), "work_seconds_per_message": HOL_WORK_SECONDS,
-         **phases, **common},
-    ]}  # fmt: skip
+    }
+    return {
+        "connection": common,
+        "channels": [
+            {
+                "role": "publisher",
+                "channel": 1,
+                "queue": busy,
+                "messages": published,
+                "body_size": 16,
+                "persistent": False,
+                "publisher_confirms": False,
+                **common,
+            },
+            {
+                "role": "consumer",
+                "channel": 2,
+                "queue": work,
+                "consumer_tag": consumer,
+                "prefetch_count": 10,
+                "prefetch_global": False,
+                "acked": len(acks),
+                "work_seconds_per_message": HOL_WORK_SECONDS,
+                **phases,
+                **common,
+            },
+        ],
+    }
 
 
 def _flooder(host: str, port: int, queue: str, seconds: float, messages: int, name: str) -> dict[str, Any]:
@@ -299,8 +350,11 @@ def head_of_line(host: str, port: int) -> Truth:
     seconds, messages = 5.0, 9_000
     shared, *flooders = clients.in_threads(
         lambda: _head_of_line_connection(host, port, busy, work, seconds, messages),
-        *((lambda i=i: _flooder(host, port, busy, seconds, messages, f"head-of-line flooder {i}")) for i in range(1, 4)),
-    )  # fmt: skip
+        *(
+            (lambda i=i: _flooder(host, port, busy, seconds, messages, f"head-of-line flooder {i}"))
+            for i in range(1, 4)
+        ),
+    )
     clients.delete(host, port, (busy, work))
     return _facts("head_of_line", [filler, *shared["channels"], *flooders], shared_connection=shared["connection"])
 
@@ -317,8 +371,11 @@ def amqp10_slow_link(host: str, port: int) -> Truth:
     seconds = 5.0
     links, *feeders = clients.in_threads(
         lambda: two_receivers(host, port, LinkPlan(fast, 100, 0.0), LinkPlan(slow, 1, 0.25), seconds),
-        *((lambda q=q: clients.paced_publisher(host, port, q, 50.0, seconds, 64, f"slow link feeder {q}")) for q in (fast, slow)),
-    )  # fmt: skip
+        *(
+            (lambda q=q: clients.paced_publisher(host, port, q, 50.0, seconds, 64, f"slow link feeder {q}"))
+            for q in (fast, slow)
+        ),
+    )
     clients.delete(host, port, (fast, slow))
     return _facts("amqp10_slow_link", [*fillers, *feeders, *links])
 
@@ -341,14 +398,30 @@ def slow_reader(host: str, port: int, *, messages: int = 2, size: int = 1 << 20)
     finally:
         connection.close()
     clients.delete(host, port, (queue,))
-    reader = {"role": "consumer", "client_port": client_port, "connection_name": "slow reader",
-              "protocol": "amqp-0-9-1", "client_library": "amqpscope raw091", "channel": 1, "queue": queue,
-              "prefetch_count": prefetch, "prefetch_global": False, "so_rcvbuf_requested": rcvbuf,
-              "read_size": read_size, "pause_seconds": pause, "deliveries": read.deliveries, "acked": read.acks,
-              "bytes_read": read.bytes_read, "reads": read.reads}  # fmt: skip
-    blind = {"component": "client", "entity": f"{host}:{client_port}",
-             "reason": "the client reads its socket slowly (16 KiB every 50 ms with a 32 KiB receive buffer); "
-                       "inside the broker this shows at most as a consumer whose acks come late"}  # fmt: skip
+    reader = {
+        "role": "consumer",
+        "client_port": client_port,
+        "connection_name": "slow reader",
+        "protocol": "amqp-0-9-1",
+        "client_library": "amqpscope raw091",
+        "channel": 1,
+        "queue": queue,
+        "prefetch_count": prefetch,
+        "prefetch_global": False,
+        "so_rcvbuf_requested": rcvbuf,
+        "read_size": read_size,
+        "pause_seconds": pause,
+        "deliveries": read.deliveries,
+        "acked": read.acks,
+        "bytes_read": read.bytes_read,
+        "reads": read.reads,
+    }
+    blind = {
+        "component": "client",
+        "entity": f"{host}:{client_port}",
+        "reason": "the client reads its socket slowly (16 KiB every 50 ms with a 32 KiB receive buffer); "
+        "inside the broker this shows at most as a consumer whose acks come late",
+    }
     return _facts("slow_reader", [filler, reader], broker_blind=blind)
 
 
@@ -450,12 +523,12 @@ def capture_bottleneck(name: str, out_dir: Path, broker: PrivateBroker, **captur
     samples = [s.to_json() for s in sampler.samples if started <= s.ts_us <= finished]
     truth["broker_states"] = {
         "source": "rabbitmqctl eval: rabbit_networking:connection_info_all/1, rabbit_channel:info_all/1, "
-                  "rabbit_amqqueue:info_all/2, rabbit_amqqueue:consumers_all/1, rabbit_alarm:get_alarms/0",
+        "rabbit_amqqueue:info_all/2, rabbit_amqqueue:consumers_all/1, rabbit_alarm:get_alarms/0",
         "clock": "node wall clock, os:system_time(microsecond), the clock tcpdump stamps packets with",
         "interval_ms": SAMPLE_INTERVAL_MS,
         "sampler_errors": sampler.errors,
         "samples": samples,
-    }  # fmt: skip
+    }
     facts = truth["ground_truth"][name]
     truth["broker_summary"] = broker_summary(samples, facts)
     truth["intended_bottleneck"] = INTENDED[name]
@@ -482,10 +555,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m amqpscope.testbed.bottleneck_scenarios", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--out", type=Path, default=Path("samples/bottlenecks"),
-                        help="output directory (default: samples/bottlenecks)")  # fmt: skip
-    parser.add_argument("--scenario", action="append", choices=sorted(BOTTLENECK_SCENARIOS),
-                        help="repeatable (default: all)")  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, default=Path("samples/bottlenecks"), help="output directory (default: samples/bottlenecks)"
+    )
+    parser.add_argument(
+        "--scenario", action="append", choices=sorted(BOTTLENECK_SCENARIOS), help="repeatable (default: all)"
+    )
     args = parser.parse_args(argv)
     for path in capture_bottlenecks(args.out, tuple(args.scenario or BOTTLENECK_SCENARIOS)):
         print(f"{path} ({path.stat().st_size} bytes) + {truth_path(path).name}")

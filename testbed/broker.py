@@ -217,11 +217,7 @@ class PrivateBroker:
     def _environment(self) -> dict[str, str]:
         assert self.base_dir is not None
         base = self.base_dir
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(_INHERITED_PREFIXES)
-        }
+        env = {key: value for key, value in os.environ.items() if not key.startswith(_INHERITED_PREFIXES)}
         # Bind Erlang distribution to loopback too, and never let erl spawn a daemonised
         # epmd we could not stop by PID: ours is already listening on ERL_EPMD_PORT.
         erl_args = "-start_epmd false -kernel inet_dist_use_interface {127,0,0,1}"
@@ -251,9 +247,7 @@ class PrivateBroker:
         for sub in ("home", "mnesia", "log"):
             (self.base_dir / sub).mkdir()
         settings = {"listeners.tcp.1": f"{LOOPBACK}:{self.port}", **self._tls_settings(), **self.settings}
-        (self.base_dir / "rabbitmq.conf").write_text(
-            "".join(f"{key} = {value}\n" for key, value in settings.items())
-        )
+        (self.base_dir / "rabbitmq.conf").write_text("".join(f"{key} = {value}\n" for key, value in settings.items()))
         (self.base_dir / "enabled_plugins").write_text(f"[{','.join(PLUGINS)}].\n")
         # An empty env file shadows /etc/rabbitmq/rabbitmq-env.conf.
         (self.base_dir / "rabbitmq-env.conf").write_text("")
@@ -288,9 +282,7 @@ class PrivateBroker:
             )
         self._track(self._epmd.pid)
         self._epmd_refs = {ref for ref in self._tracked if ref.pid == self._epmd.pid}
-        self._wait_for(
-            lambda: _accepts_connections(self.epmd_port), 10.0, "epmd did not start listening"
-        )
+        self._wait_for(lambda: _accepts_connections(self.epmd_port), 10.0, "epmd did not start listening")
 
     def _start_server(self) -> None:
         assert self.base_dir is not None
@@ -317,8 +309,11 @@ class PrivateBroker:
         # The CLI's own start (an Erlang VM) comes on top: on a loaded machine it took over 60 s.
         self.ctl("await_startup", "--timeout", str(int(self.start_timeout)), timeout=self.start_timeout + 60)
         if self.tls_port is not None:
-            self._wait_for(lambda: _accepts_connections(self.tls_port), self.start_timeout,
-                           f"RabbitMQ did not listen for TLS on {LOOPBACK}:{self.tls_port}")
+            self._wait_for(
+                lambda: _accepts_connections(self.tls_port),
+                self.start_timeout,
+                f"RabbitMQ did not listen for TLS on {LOOPBACK}:{self.tls_port}",
+            )
         assert self._server is not None
         self._track(self._server.pid)
 
@@ -326,10 +321,7 @@ class PrivateBroker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._server is not None and self._server.poll() is not None:
-                raise BrokerError(
-                    f"{what}: rabbitmq-server exited with {self._server.returncode}\n"
-                    + self.log_tail()
-                )
+                raise BrokerError(f"{what}: rabbitmq-server exited with {self._server.returncode}\n" + self.log_tail())
             if self._epmd is not None and self._epmd.poll() is not None:
                 raise BrokerError(f"{what}: epmd exited with {self._epmd.returncode}")
             if ready():

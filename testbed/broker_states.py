@@ -48,13 +48,26 @@ STOP_TIMEOUT = 10.0
 
 CONNECTION_ITEMS = ("pid", "name", "peer_host", "peer_port", "protocol", "state", "client_properties")
 CHANNEL_ITEMS = (
-    "pid", "connection", "number", "name", "state", "consumer_count",
-    "messages_unacknowledged", "messages_unconfirmed", "prefetch_count", "global_prefetch_count",
-)  # fmt: skip
+    "pid",
+    "connection",
+    "number",
+    "name",
+    "state",
+    "consumer_count",
+    "messages_unacknowledged",
+    "messages_unconfirmed",
+    "prefetch_count",
+    "global_prefetch_count",
+)
 QUEUE_ITEMS = (
-    "name", "state", "messages_ready", "messages_unacknowledged", "consumers",
-    "consumer_utilisation", "durable",
-)  # fmt: skip
+    "name",
+    "state",
+    "messages_ready",
+    "messages_unacknowledged",
+    "consumers",
+    "consumer_utilisation",
+    "durable",
+)
 
 # The sampling loop, evaluated inside the node. Values are reduced to JSON-able terms in Erlang
 # (pids and addresses to text, queue resources to their name); rabbit_json encodes the sample.

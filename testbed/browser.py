@@ -15,12 +15,22 @@ from typing import Any
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 PAGE_TIMEOUT_S = 120
-_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-          "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-dev-shm-usage",
-          "--window-size=1400,1000")
+_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1400,1000",
+)
 # Every chart has its first SVG layer once Plotly has drawn it.
-_CHARTS_DRAWN = ("return Array.from(document.querySelectorAll('div.chart')).every(function (c) {"
-                 " return c.querySelector('.main-svg') !== null; })")
+_CHARTS_DRAWN = (
+    "return Array.from(document.querySelectorAll('div.chart')).every(function (c) {"
+    " return c.querySelector('.main-svg') !== null; })"
+)
 # A capture's charts are drawn when its section opens: every section opened, as a reader would.
 _OPEN_SECTIONS = "document.querySelectorAll('details').forEach(function (d) { d.open = true; });"
 
@@ -69,8 +79,10 @@ def draw_every_chart(driver) -> float:
 def offline(driver, on: bool = True) -> None:
     """Cut the browser's network (DevTools' network emulation): a page must then work from disk."""
     driver.execute_cdp_cmd("Network.enable", {})
-    driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
-        "offline": on, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
+    driver.execute_cdp_cmd(
+        "Network.emulateNetworkConditions",
+        {"offline": on, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
+    )
 
 
 def page_timing(driver) -> dict[str, float]:
@@ -78,4 +90,5 @@ def page_timing(driver) -> dict[str, float]:
     ended and load ended."""
     return driver.execute_script(
         "var t = performance.getEntriesByType('navigation')[0];"
-        "return {dom_content_loaded_ms: t.domContentLoadedEventEnd, load_ms: t.loadEventEnd};")
+        "return {dom_content_loaded_ms: t.domContentLoadedEventEnd, load_ms: t.loadEventEnd};"
+    )

@@ -85,9 +85,16 @@ class Tcpdump:
         # it the kernel packs packets into blocks and hands a block over when full or after
         # the timeout, so the capture must keep running BLOCK_TIMEOUT after the last packet.
         command = [
-            "tcpdump", "-i", self.interface, "-n", "-U",
-            "-B", str(RING_BUFFER_KIB), "-w", str(self.output),
-        ]  # fmt: skip
+            "tcpdump",
+            "-i",
+            self.interface,
+            "-n",
+            "-U",
+            "-B",
+            str(RING_BUFFER_KIB),
+            "-w",
+            str(self.output),
+        ]
         if os.geteuid() == 0:
             # As root tcpdump drops to user "tcpdump", which may not write to the output dir.
             command += ["-Z", "root"]
@@ -107,9 +114,7 @@ class Tcpdump:
         # tcpdump prints "listening on lo ..." once the socket and filter are in place.
         if not self.stats.listening.wait(LISTEN_TIMEOUT):
             self.stop()
-            raise CaptureError(
-                f"tcpdump did not start listening: {' '.join(self.stats.lines[-5:])}"
-            )
+            raise CaptureError(f"tcpdump did not start listening: {' '.join(self.stats.lines[-5:])}")
         return self
 
     def __exit__(
@@ -225,9 +230,7 @@ def capture_scenario(
     return final
 
 
-def _capture_once(
-    scenario: str, broker: PrivateBroker, raw: Path, port: int
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def _capture_once(scenario: str, broker: PrivateBroker, raw: Path, port: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run ``scenario`` under tcpdump once: the clients' ground truth and capture metadata."""
     started = datetime.now(UTC)
     with Tcpdump(raw, port) as tcpdump:
@@ -237,9 +240,7 @@ def _capture_once(
     return truth, _capture_metadata(raw, tcpdump, started, finished)
 
 
-def _capture_metadata(
-    raw: Path, tcpdump: Tcpdump, started: datetime, finished: datetime
-) -> dict[str, Any]:
+def _capture_metadata(raw: Path, tcpdump: Tcpdump, started: datetime, finished: datetime) -> dict[str, Any]:
     magic, snaplen, linktype = _pcap_header(raw)
     return {
         "format": PCAP_MAGICS.get(magic, f"unknown magic {magic:#x}"),
@@ -263,9 +264,7 @@ def _pcap_header(path: Path) -> tuple[int, int, int]:
     if len(header) < 24:
         raise CaptureError(f"{path} has no pcap header ({len(header)} bytes)")
     for order in ("<", ">"):
-        magic, _major, _minor, _zone, _sigfigs, snaplen, linktype = struct.unpack(
-            order + "IHHiIII", header
-        )
+        magic, _major, _minor, _zone, _sigfigs, snaplen, linktype = struct.unpack(order + "IHHiIII", header)
         if magic in PCAP_MAGICS:
             return magic, snaplen, linktype
     raise CaptureError(f"{path} is not a pcap file (magic {header[:4].hex()})")
@@ -316,9 +315,7 @@ def _first_line(command: list[str]) -> str:
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``amqpscope capture``."""
-    parser.add_argument(
-        "--out", type=Path, default=Path("samples"), help="output directory (default: samples)"
-    )
+    parser.add_argument("--out", type=Path, default=Path("samples"), help="output directory (default: samples)")
     parser.add_argument(
         "--scenario",
         action="append",
@@ -331,9 +328,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"broker AMQP port (default: {IANA_AMQP_PORT} if free, else a free port)",
     )
-    parser.add_argument(
-        "--pcapng", action="store_true", help="write pcapng (converted with editcap)"
-    )
+    parser.add_argument("--pcapng", action="store_true", help="write pcapng (converted with editcap)")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -349,9 +344,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m amqpscope.testbed.capture", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m amqpscope.testbed.capture", description=__doc__.splitlines()[0])
     configure_parser(parser)
     return run_from_args(parser.parse_args(argv))
 

@@ -40,10 +40,13 @@ def confirm_bound(host: str, port: int) -> Truth:
     clients.declare(host, port, (queue,))
     publisher = clients.confirmed_publisher(host, port, queue, 2.0, 64, "confirm-bound publisher")
     clients.delete(host, port, (queue,))
-    blind = {"component": "client", "entity": f"{host}:{publisher['client_port']}",
-             "reason": "the publisher waits for each message's confirm before it publishes the next (one in "
-                       "flight): its rate is one message per confirm round trip; inside the broker nothing "
-                       "is in flow and no queue grows faster than it drains"}
+    blind = {
+        "component": "client",
+        "entity": f"{host}:{publisher['client_port']}",
+        "reason": "the publisher waits for each message's confirm before it publishes the next (one in "
+        "flight): its rate is one message per confirm round trip; inside the broker nothing "
+        "is in flow and no queue grows faster than it drains",
+    }
     return _facts("confirm_bound", [publisher], broker_blind=blind)
 
 
@@ -61,10 +64,13 @@ def prefetch_one(host: str, port: int) -> Truth:
     filler = clients.raw_publisher(host, port, "", queue, 5.0, 2000, 64, "prefetch one filler")
     consumer = clients.consumer(host, port, queue, 1000, 1, "prefetch one consumer")
     clients.delete(host, port, (queue,))
-    blind = {"component": "client", "entity": f"{host}:{consumer['client_port']}",
-             "reason": "the consumer acks each delivery as soon as it arrives, with prefetch 1: the broker may "
-                       "send the next message only when the ack arrives, so every message costs a round "
-                       "trip while messages wait in the queue"}
+    blind = {
+        "component": "client",
+        "entity": f"{host}:{consumer['client_port']}",
+        "reason": "the consumer acks each delivery as soon as it arrives, with prefetch 1: the broker may "
+        "send the next message only when the ack arrives, so every message costs a round "
+        "trip while messages wait in the queue",
+    }
     return _facts("prefetch_one", [filler, consumer], broker_blind=blind)
 
 
@@ -88,10 +94,12 @@ def _two_consumers(host: str, port: int, scenario: str, rate: float, fast_work: 
     seconds = 4.0
     publisher, fast, slow = clients.in_threads(
         lambda: clients.paced_publisher(host, port, queue, rate, seconds, 64, f"{scenario} publisher"),
-        lambda: clients.consumer(host, port, queue, 10**6, 10, "fast consumer", work_seconds=fast_work,
-                                 stop=stopped_after(seconds + 1.0)),
-        lambda: clients.consumer(host, port, queue, 10**6, 10, "slow consumer", work_seconds=0.05,
-                                 stop=stopped_after(seconds + 1.0)),
+        lambda: clients.consumer(
+            host, port, queue, 10**6, 10, "fast consumer", work_seconds=fast_work, stop=stopped_after(seconds + 1.0)
+        ),
+        lambda: clients.consumer(
+            host, port, queue, 10**6, 10, "slow consumer", work_seconds=0.05, stop=stopped_after(seconds + 1.0)
+        ),
     )
     clients.delete(host, port, (queue,))
     fast["consumer_speed"], slow["consumer_speed"] = "fast", "slow"

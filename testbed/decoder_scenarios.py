@@ -116,8 +116,12 @@ def amqp091_methods(host: str, port: int, *, messages: int = 8, body_size: int =
     queue, capped, consumed = "amqpscope.dec.get", "amqpscope.dec.capped", "amqpscope.dec.consume"
     parameters = pika.ConnectionParameters(host=host, port=port, credentials=AmqplainCredentials(*GUEST))
     connection = pika.BlockingConnection(parameters)
-    truth: Truth = {"protocol": "amqp-0-9-1", "client_library": "pika", "client_version": pika.__version__,
-                    "sasl_mechanism": AmqplainCredentials.MECHANISM}
+    truth: Truth = {
+        "protocol": "amqp-0-9-1",
+        "client_library": "pika",
+        "client_version": pika.__version__,
+        "sasl_mechanism": AmqplainCredentials.MECHANISM,
+    }
     try:
         admin = connection.channel()  # channel 1: topology
         admin.exchange_declare(exchange, "direct", durable=False, arguments={"x-note": "amqpscope"})
@@ -241,8 +245,9 @@ def _wait(connection: pika.BlockingConnection, done: Callable[[], bool]) -> None
 
 def amqp091_heartbeats(host: str, port: int, *, heartbeat: int = 1, idle_seconds: float = 3.5) -> Truth:
     """Negotiate a 1 s heartbeat and stay idle: heartbeat frames from both peers."""
-    parameters = pika.ConnectionParameters(host=host, port=port, heartbeat=heartbeat,
-                                           credentials=pika.PlainCredentials(*GUEST))
+    parameters = pika.ConnectionParameters(
+        host=host, port=port, heartbeat=heartbeat, credentials=pika.PlainCredentials(*GUEST)
+    )
     connection = pika.BlockingConnection(parameters)
     try:
         connection.channel()
@@ -285,8 +290,12 @@ def amqp091_blocked(host: str, port: int, *, before: int = 3, after: int = 3, bo
     finally:
         if connection.is_open:
             connection.close()
-    return {"protocol": "amqp-0-9-1", "messages_published": before + 1 + after, "events": events,
-            "blocked_reason": events[0].split(":", 1)[1] if events else None}
+    return {
+        "protocol": "amqp-0-9-1",
+        "messages_published": before + 1 + after,
+        "events": events,
+        "blocked_reason": events[0].split(":", 1)[1] if events else None,
+    }
 
 
 FRAME_MAX = 4096  # the smallest frame-max 0-9-1 allows (FRAME-MIN-SIZE)
@@ -297,23 +306,30 @@ def amqp091_frame_max(host: str, port: int, *, messages: int = 6, body_size: int
     (a big headers table) does not fit in one frame: pika sends it whole, RabbitMQ closes the
     connection (501 FRAME_ERROR)."""
     queue = "amqpscope.dec.frame-max"
-    parameters = pika.ConnectionParameters(host=host, port=port, frame_max=FRAME_MAX,
-                                           credentials=pika.PlainCredentials(*GUEST))
+    parameters = pika.ConnectionParameters(
+        host=host, port=port, frame_max=FRAME_MAX, credentials=pika.PlainCredentials(*GUEST)
+    )
     connection = pika.BlockingConnection(parameters)
     try:
         channel = connection.channel()
         channel.queue_declare(queue, auto_delete=True)
         for index in range(1, messages + 1):
             # Bodies larger than a frame: pika splits them into frames of frame-max.
-            channel.basic_publish("", queue, message_body("0-9-1", index, body_size * index * 20), rich_properties(index))
+            channel.basic_publish(
+                "", queue, message_body("0-9-1", index, body_size * index * 20), rich_properties(index)
+            )
         oversized = pika.BasicProperties(headers={"padding": "x" * (2 * FRAME_MAX)})
         channel.basic_publish("", queue, b"too big a header", oversized)
         closed_by = _closed_by_broker(connection)
     finally:
         if connection.is_open:
             connection.close()
-    return {"protocol": "amqp-0-9-1", "frame_max": FRAME_MAX, "messages_published": messages + 1,
-            "closed_by_broker": closed_by}
+    return {
+        "protocol": "amqp-0-9-1",
+        "frame_max": FRAME_MAX,
+        "messages_published": messages + 1,
+        "closed_by_broker": closed_by,
+    }
 
 
 def _closed_by_broker(connection: pika.BlockingConnection) -> tuple[int, str] | None:
@@ -334,7 +350,8 @@ def amqp091_content_cut_short(host: str, port: int, *, messages: int = 4, body_s
     (``Connection._send_frame``). RabbitMQ closes the connection (505 UNEXPECTED_FRAME)."""
     queue = "amqpscope.dec.cut-short"
     connection = pika.BlockingConnection(
-        pika.ConnectionParameters(host=host, port=port, credentials=pika.PlainCredentials(*GUEST)))
+        pika.ConnectionParameters(host=host, port=port, credentials=pika.PlainCredentials(*GUEST))
+    )
     try:
         channel = connection.channel()
         channel.queue_declare(queue, auto_delete=True)
@@ -349,8 +366,12 @@ def amqp091_content_cut_short(host: str, port: int, *, messages: int = 4, body_s
     finally:
         if connection.is_open:
             connection.close()
-    return {"protocol": "amqp-0-9-1", "messages_published": messages + 1, "cut_short_body_size": CUT_SHORT_BODY_SIZE,
-            "closed_by_broker": closed_by}
+    return {
+        "protocol": "amqp-0-9-1",
+        "messages_published": messages + 1,
+        "cut_short_body_size": CUT_SHORT_BODY_SIZE,
+        "closed_by_broker": closed_by,
+    }
 
 
 # -- AMQP 1.0 --------------------------------------------------------------------------------
@@ -369,8 +390,13 @@ class _Amqp10Handler(MessagingHandler):  # type: ignore[misc]
 
     def on_start(self, event: Any) -> None:
         self.connection = event.container.connect(
-            self.url, user=GUEST[0], password=GUEST[1], allowed_mechs="PLAIN", allow_insecure_mechs=True,
-            reconnect=False, **self.connect_options,
+            self.url,
+            user=GUEST[0],
+            password=GUEST[1],
+            allowed_mechs="PLAIN",
+            allow_insecure_mechs=True,
+            reconnect=False,
+            **self.connect_options,
         )
         self.timer = event.container.schedule(SCENARIO_TIMEOUT, _Deadline(self))
         self.started(event)
@@ -564,8 +590,8 @@ class _DrainIdleHandler(_Amqp10Handler):
         self.drained = self.receiver.credit == 0
         self.connection.close()
 
-def amqp10_drain_idle(host: str, port: int, *, messages: int = 3, credit: int = 10,
-                      idle_seconds: float = 3.0) -> Truth:
+
+def amqp10_drain_idle(host: str, port: int, *, messages: int = 3, credit: int = 10, idle_seconds: float = 3.0) -> Truth:
     """A drain the broker must answer by spending the unused credit; then idle-time-out heartbeats.
 
     The queue is a quorum queue declared over 0-9-1 first: RabbitMQ 3.10 crashes the session

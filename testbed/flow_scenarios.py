@@ -37,8 +37,11 @@ def alarm_switch(broker: PrivateBroker) -> contextlib.AbstractContextManager[Non
 
 
 def _connect(host: str, port: int) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.ConnectionParameters(host=host, port=port, credentials=pika.PlainCredentials(*GUEST),
-                                                             ssl_options=tls.pika_ssl_options(port)))
+    return pika.BlockingConnection(
+        pika.ConnectionParameters(
+            host=host, port=port, credentials=pika.PlainCredentials(*GUEST), ssl_options=tls.pika_ssl_options(port)
+        )
+    )
 
 
 def _utc_now() -> str:
@@ -49,7 +52,13 @@ def _utc_now() -> str:
 
 
 def amqp091_slow_consumer(
-    host: str, port: int, *, messages: int = 100, prefetch_count: int = 10, work_seconds: float = 0.02, body_size: int = 64,
+    host: str,
+    port: int,
+    *,
+    messages: int = 100,
+    prefetch_count: int = 10,
+    work_seconds: float = 0.02,
+    body_size: int = 64,
     queue: str = "amqpscope.flow.slow-consumer",
 ) -> Truth:
     """Fill a queue, then consume it with ``basic.qos(prefetch_count)``, acking each message singly
@@ -83,10 +92,19 @@ def amqp091_slow_consumer(
         if connection.is_open:
             connection.close()
     return {
-        "protocol": "amqp-0-9-1", "client_library": "pika", "client_version": pika.__version__, "queue": queue,
-        "messages_published": messages, "message_body_size": body_size, "prefetch_count": prefetch_count,
-        "prefetch_global": False, "deliveries_received": len(received), "acks_sent": len(received), "acks_multiple": 0,
-        "work_seconds_per_message": work_seconds, "consume_seconds": round(consumed_seconds, 3),
+        "protocol": "amqp-0-9-1",
+        "client_library": "pika",
+        "client_version": pika.__version__,
+        "queue": queue,
+        "messages_published": messages,
+        "message_body_size": body_size,
+        "prefetch_count": prefetch_count,
+        "prefetch_global": False,
+        "deliveries_received": len(received),
+        "acks_sent": len(received),
+        "acks_multiple": 0,
+        "work_seconds_per_message": work_seconds,
+        "consume_seconds": round(consumed_seconds, 3),
     }
 
 
@@ -94,8 +112,15 @@ def amqp091_slow_consumer(
 
 
 def amqp091_memory_alarm(
-    host: str, port: int, *, before: int = 5, during: int = 3, after: int = 5, blocked_seconds: float = 1.0,
-    body_size: int = 64, queue: str = "amqpscope.flow.memory-alarm",
+    host: str,
+    port: int,
+    *,
+    before: int = 5,
+    during: int = 3,
+    after: int = 5,
+    blocked_seconds: float = 1.0,
+    body_size: int = 64,
+    queue: str = "amqpscope.flow.memory-alarm",
 ) -> Truth:
     """Publish with confirms, raise the memory alarm and keep publishing: the broker blocks the
     connection at the next publish and stops reading it, so that publish waits for its confirm
@@ -113,7 +138,8 @@ def amqp091_memory_alarm(
 
     # pika hands these over from process_data_events, not while basic_publish waits for a confirm.
     connection.add_on_connection_blocked_callback(
-        lambda _c, frame: notices.append({"notice": "connection.blocked", "reason": frame.method.reason}))
+        lambda _c, frame: notices.append({"notice": "connection.blocked", "reason": frame.method.reason})
+    )
     connection.add_on_connection_unblocked_callback(lambda _c, _f: notices.append({"notice": "connection.unblocked"}))
     clearing = threading.Timer(blocked_seconds, clear_alarm)
     try:
@@ -151,10 +177,18 @@ def amqp091_memory_alarm(
             connection.close()
     blocked = [n for n in notices if n["notice"] == "connection.blocked"]
     return {
-        "protocol": "amqp-0-9-1", "client_library": "pika", "client_version": pika.__version__, "queue": queue,
-        "messages_published": index, "publisher_confirms": True, "confirms_acked": index,
-        "alarm": "memory", "alarm_watermark": ALARM_WATERMARK, "alarm_raised_utc": alarm["raised_utc"],
-        "alarm_cleared_utc": alarm["cleared_utc"], "alarm_cleared_after_seconds": 0.5 + blocked_seconds,
+        "protocol": "amqp-0-9-1",
+        "client_library": "pika",
+        "client_version": pika.__version__,
+        "queue": queue,
+        "messages_published": index,
+        "publisher_confirms": True,
+        "confirms_acked": index,
+        "alarm": "memory",
+        "alarm_watermark": ALARM_WATERMARK,
+        "alarm_raised_utc": alarm["raised_utc"],
+        "alarm_cleared_utc": alarm["cleared_utc"],
+        "alarm_cleared_after_seconds": 0.5 + blocked_seconds,
         "blocked_notifications": len(blocked),
         "unblocked_notifications": sum(1 for n in notices if n["notice"] == "connection.unblocked"),
         "blocked_reason": blocked[0]["reason"] if blocked else None,
@@ -191,9 +225,15 @@ def capture_flow_scenarios(out_dir: Path, names: tuple[str, ...] = tuple(FLOW_CL
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m amqpscope.testbed.flow_scenarios", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("samples/flow"), help="output directory (default: samples/flow)")
-    parser.add_argument("--scenario", action="append", choices=sorted(FLOW_CLIENT_SCENARIOS), help="repeatable (default: all)")
+    parser = argparse.ArgumentParser(
+        prog="python -m amqpscope.testbed.flow_scenarios", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("samples/flow"), help="output directory (default: samples/flow)"
+    )
+    parser.add_argument(
+        "--scenario", action="append", choices=sorted(FLOW_CLIENT_SCENARIOS), help="repeatable (default: all)"
+    )
     args = parser.parse_args(argv)
     for path in capture_flow_scenarios(args.out, tuple(args.scenario or FLOW_CLIENT_SCENARIOS)):
         print(f"{path} ({path.stat().st_size} bytes) + {truth_path(path).name}")

@@ -29,8 +29,9 @@ TCP_RTO_MIN_US = 45  # include/uapi/linux/tcp.h, Linux 6.15
 RTO_MIN_US = 8000
 
 
-def _sparse_publisher(host: str, port: int, queue: str, rate: float, seconds: float, body_size: int,
-                      name: str) -> dict[str, Any]:
+def _sparse_publisher(
+    host: str, port: int, queue: str, rate: float, seconds: float, body_size: int, name: str
+) -> dict[str, Any]:
     """A raw publisher writing one message at a time, ``rate`` a second, its socket's minimum
     retransmission timeout lowered to RTO_MIN_US."""
     connection = raw091.RawConnection(host, port, *GUEST, name)
@@ -45,15 +46,27 @@ def _sparse_publisher(host: str, port: int, queue: str, rate: float, seconds: fl
             if due > time.monotonic():
                 time.sleep(due - time.monotonic())
             sent += 1
-            connection.sock.sendall(raw091.publish_frames(1, "", queue, message_body("0-9-1", sent, body_size),
-                                                          connection.frame_max))
+            connection.sock.sendall(
+                raw091.publish_frames(1, "", queue, message_body("0-9-1", sent, body_size), connection.frame_max)
+            )
         client_port = connection.client_port
     finally:
         connection.close()
-    return {"role": "publisher", "client_port": client_port, "connection_name": name, "protocol": "amqp-0-9-1",
-            "client_library": "amqpscope raw091", "channel": 1, "queue": queue, "messages": sent,
-            "rate_per_second": rate, "body_size": body_size, "persistent": False, "publisher_confirms": False,
-            "tcp_rto_min_us": rto_min}
+    return {
+        "role": "publisher",
+        "client_port": client_port,
+        "connection_name": name,
+        "protocol": "amqp-0-9-1",
+        "client_library": "amqpscope raw091",
+        "channel": 1,
+        "queue": queue,
+        "messages": sent,
+        "rate_per_second": rate,
+        "body_size": body_size,
+        "persistent": False,
+        "publisher_confirms": False,
+        "tcp_rto_min_us": rto_min,
+    }
 
 
 def spurious_retransmission(host: str, port: int) -> Truth:
@@ -72,9 +85,13 @@ def spurious_retransmission(host: str, port: int) -> Truth:
             threading.Timer(1.0, published.set).start()
 
     publisher, consumer = clients.in_threads(
-        publish, lambda: clients.consumer(host, port, queue, 10**6, 50, "consumer of the early retransmitter", stop=published))
+        publish,
+        lambda: clients.consumer(host, port, queue, 10**6, 50, "consumer of the early retransmitter", stop=published),
+    )
     clients.delete(host, port, (queue,))
-    network = {"why": "the publisher's minimum retransmission timeout (TCP_RTO_MIN_US) is below the broker's "
-                      "delayed ACK: it retransmits segments the broker already has, which the broker D-SACKs; "
-                      "nothing is lost"}
+    network = {
+        "why": "the publisher's minimum retransmission timeout (TCP_RTO_MIN_US) is below the broker's "
+        "delayed ACK: it retransmits segments the broker already has, which the broker D-SACKs; "
+        "nothing is lost"
+    }
     return {"scenario": "spurious_retransmission", "clients": [publisher, consumer], "network": network}

@@ -71,7 +71,9 @@ def publish_frames(
     channel: int, exchange: str, routing_key: str, body: bytes, frame_max: int, persistent: bool = False
 ) -> bytes:
     """basic.publish + content header (delivery-mode only) + body frames of one message."""
-    publish = method(channel, BASIC, PUBLISH, struct.pack("!H", 0) + shortstr(exchange) + shortstr(routing_key) + b"\x00")
+    publish = method(
+        channel, BASIC, PUBLISH, struct.pack("!H", 0) + shortstr(exchange) + shortstr(routing_key) + b"\x00"
+    )
     properties = struct.pack("!HB", DELIVERY_MODE_FLAG, 2 if persistent else 1)
     header = frame(FRAME_HEADER, channel, struct.pack("!HHQ", BASIC, 0, len(body)) + properties)
     chunk = frame_max - FRAME_OVERHEAD
@@ -114,8 +116,15 @@ class RawConnection:
     """One AMQP 0-9-1 connection with channel 1 open, on a plain blocking socket."""
 
     def __init__(
-        self, host: str, port: int, user: str, password: str, connection_name: str,
-        *, rcvbuf: int | None = None, sndbuf: int | None = None,
+        self,
+        host: str,
+        port: int,
+        user: str,
+        password: str,
+        connection_name: str,
+        *,
+        rcvbuf: int | None = None,
+        sndbuf: int | None = None,
     ) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if sndbuf is not None:
@@ -141,10 +150,17 @@ class RawConnection:
     def _handshake(self, user: str, password: str, connection_name: str) -> None:
         self.sock.sendall(PROTOCOL_HEADER)
         self.expect(CONNECTION, START)
-        properties = table({"product": "amqpscope raw091", "connection_name": connection_name,
-                            "capabilities": {"connection.blocked": True}})  # fmt: skip
+        properties = table(
+            {
+                "product": "amqpscope raw091",
+                "connection_name": connection_name,
+                "capabilities": {"connection.blocked": True},
+            }
+        )
         response = b"\x00" + user.encode() + b"\x00" + password.encode()
-        self.sock.sendall(method(0, CONNECTION, START_OK, properties + shortstr("PLAIN") + longstr(response) + shortstr("en_US")))
+        self.sock.sendall(
+            method(0, CONNECTION, START_OK, properties + shortstr("PLAIN") + longstr(response) + shortstr("en_US"))
+        )
         tune = self.expect(CONNECTION, TUNE)
         channel_max, frame_max, _heartbeat = struct.unpack_from("!HIH", tune.payload, 4)
         self.frame_max = frame_max
@@ -175,7 +191,11 @@ class RawConnection:
     def close(self) -> None:
         """connection.close, wait for close-ok (frames still in flight are read and dropped)."""
         try:
-            self.sock.sendall(method(0, CONNECTION, CLOSE, struct.pack("!H", REPLY_SUCCESS) + shortstr("bye") + struct.pack("!HH", 0, 0)))
+            self.sock.sendall(
+                method(
+                    0, CONNECTION, CLOSE, struct.pack("!H", REPLY_SUCCESS) + shortstr("bye") + struct.pack("!HH", 0, 0)
+                )
+            )
             self.pending.clear()
             while True:
                 frames = self.read_frames()
@@ -186,8 +206,15 @@ class RawConnection:
 
 
 def publish_for(
-    connection: RawConnection, exchange: str, routing_key: str, body: bytes, seconds: float,
-    *, max_messages: int, batch: int = 50, persistent: bool = False,
+    connection: RawConnection,
+    exchange: str,
+    routing_key: str,
+    body: bytes,
+    seconds: float,
+    *,
+    max_messages: int,
+    batch: int = 50,
+    persistent: bool = False,
 ) -> int:
     """Write publishes on channel 1 as fast as the broker reads them, for ``seconds`` or
     ``max_messages`` (a multiple of ``batch``), whichever comes first; return the count."""
@@ -265,8 +292,14 @@ class SlowReadTruth:
 
 
 def consume_slowly(
-    connection: RawConnection, queue: str, prefetch_count: int, messages: int,
-    *, read_size: int, pause: float, timeout: float = 60.0,
+    connection: RawConnection,
+    queue: str,
+    prefetch_count: int,
+    messages: int,
+    *,
+    read_size: int,
+    pause: float,
+    timeout: float = 60.0,
 ) -> SlowReadTruth:
     """Consume on channel 1 with ``basic.qos(prefetch_count)``, reading ``read_size`` bytes every
     ``pause`` s and acking each delivery once its last body frame is read, until ``messages`` are acked."""

@@ -337,9 +337,7 @@ def amqp10_credit(
 class _CreditHandler(MessagingHandler):  # type: ignore[misc]
     """Sender first, receiver once every transfer is accepted; credit granted by hand."""
 
-    def __init__(
-        self, host: str, port: int, address: str, messages: int, window: int, body_size: int
-    ) -> None:
+    def __init__(self, host: str, port: int, address: str, messages: int, window: int, body_size: int) -> None:
         # prefetch=0: no FlowController, so every credit grant on the wire is one of ours.
         super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
         self.url = f"amqp://{host}:{port}"
@@ -458,8 +456,7 @@ class _Timeout:
 
     def on_timer_task(self, event: Any) -> None:
         self.handler._fail(
-            f"timed out after {SCENARIO_TIMEOUT:.0f} s "
-            f"(sent {self.handler.sent}, received {self.handler.received})"
+            f"timed out after {SCENARIO_TIMEOUT:.0f} s (sent {self.handler.sent}, received {self.handler.received})"
         )
 
 

@@ -49,11 +49,13 @@ class StandaloneCluster:
 
     def _launch(self, name: str, *args: str) -> subprocess.Popen:
         log = self.work_dir / f"{name}.log"
-        env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
-               "SPARK_NO_DAEMONIZE": "1"}
+        env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
         process = subprocess.Popen(
             [str(SPARK_HOME / "bin" / "spark-class"), *args],
-            stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, cwd=self.work_dir,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=self.work_dir,
         )
         self.processes.append(process)
         return process
@@ -62,17 +64,36 @@ class StandaloneCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         port, ui = free_port(), free_port()
         try:
-            master = self._launch("master", "org.apache.spark.deploy.master.Master",
-                                  "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui))
+            master = self._launch(
+                "master",
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui),
+            )
             _wait_for_port(port, master, self.work_dir / "master.log")
             self.master_url = f"spark://127.0.0.1:{port}"
             for n in range(self.workers):
                 worker_port = free_port()
                 worker = self._launch(
-                    f"worker{n}", "org.apache.spark.deploy.worker.Worker", self.master_url,
-                    "--host", "127.0.0.1", "--port", str(worker_port), "--webui-port", str(free_port()),
-                    "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-                    "--work-dir", str(self.work_dir / f"worker{n}"),
+                    f"worker{n}",
+                    "org.apache.spark.deploy.worker.Worker",
+                    self.master_url,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(worker_port),
+                    "--webui-port",
+                    str(free_port()),
+                    "--cores",
+                    str(self.worker_cores),
+                    "--memory",
+                    self.worker_memory,
+                    "--work-dir",
+                    str(self.work_dir / f"worker{n}"),
                 )
                 _wait_for_port(worker_port, worker, self.work_dir / f"worker{n}.log")
             self._wait_registered()

@@ -30,10 +30,12 @@ def fan_in_quorum(host: str, port: int) -> Truth:
     each) to one quorum queue for 4 s."""
     queue = PREFIX + "fan-in.quorum"
     clients.declare(host, port, (queue,), arguments=QUORUM)
-    publishers = clients.in_threads(*(
-        (lambda i=i: clients.raw_publisher(host, port, "", queue, SECONDS, 5_000, 16, f"fan-in publisher {i}"))
-        for i in range(1, PUBLISHERS + 1)
-    ))
+    publishers = clients.in_threads(
+        *(
+            (lambda i=i: clients.raw_publisher(host, port, "", queue, SECONDS, 5_000, 16, f"fan-in publisher {i}"))
+            for i in range(1, PUBLISHERS + 1)
+        )
+    )
     clients.delete(host, port, (queue,))
     return _facts("fan_in_quorum", publishers, queue=queue, queue_arguments=QUORUM)
 
@@ -43,9 +45,11 @@ def fan_in_quorum_paced(host: str, port: int) -> Truth:
     queue for 4 s, a rate the queue takes without credit flow."""
     queue = PREFIX + "fan-in.quorum.paced"
     clients.declare(host, port, (queue,), arguments=QUORUM)
-    publishers = clients.in_threads(*(
-        (lambda i=i: clients.paced_publisher(host, port, queue, 100.0, SECONDS, 64, f"paced fan-in publisher {i}"))
-        for i in range(1, PUBLISHERS + 1)
-    ))
+    publishers = clients.in_threads(
+        *(
+            (lambda i=i: clients.paced_publisher(host, port, queue, 100.0, SECONDS, 64, f"paced fan-in publisher {i}"))
+            for i in range(1, PUBLISHERS + 1)
+        )
+    )
     clients.delete(host, port, (queue,))
     return _facts("fan_in_quorum_paced", publishers, queue=queue, queue_arguments=QUORUM)

@@ -42,18 +42,49 @@ def make_certificates(folder: Path, key_type: str = "ec") -> Certificates:
     server_key, server_csr, server_cert = folder / "server.key", folder / "server.csr", folder / "server.pem"
     extensions = folder / "server.ext"
     extensions.write_text(f"subjectAltName=DNS:{HOSTNAME},IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
-    _openssl("req", "-x509", *key, "-nodes", "-keyout", ca_key, "-out", ca_cert, "-days", "2",
-             "-subj", "/CN=amqpscope throwaway test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign")
+    _openssl(
+        "req",
+        "-x509",
+        *key,
+        "-nodes",
+        "-keyout",
+        ca_key,
+        "-out",
+        ca_cert,
+        "-days",
+        "2",
+        "-subj",
+        "/CN=amqpscope throwaway test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    )
     _openssl("req", *key, "-nodes", "-keyout", server_key, "-out", server_csr, "-subj", f"/CN={HOSTNAME}")
-    _openssl("x509", "-req", "-in", server_csr, "-CA", ca_cert, "-CAkey", ca_key, "-CAcreateserial",
-             "-out", server_cert, "-days", "2", "-extfile", extensions)
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        server_csr,
+        "-CA",
+        ca_cert,
+        "-CAkey",
+        ca_key,
+        "-CAcreateserial",
+        "-out",
+        server_cert,
+        "-days",
+        "2",
+        "-extfile",
+        extensions,
+    )
     return Certificates(ca_cert, server_cert, server_key)
 
 
 def _openssl(*args: object) -> None:
-    result = subprocess.run(["openssl", *map(str, args)], capture_output=True, text=True, timeout=120,
-                            stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        ["openssl", *map(str, args)], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
     if result.returncode != 0:
         raise RuntimeError(f"openssl {args[0]} failed ({result.returncode}): {result.stderr.strip()[-500:]}")
 
@@ -78,8 +109,9 @@ def dh_parameters(folder: Path) -> Path:
     return path
 
 
-def new_server_context(certificates: Certificates, ciphers: str | None = None,
-                       dh_params: Path | None = None) -> ssl.SSLContext:
+def new_server_context(
+    certificates: Certificates, ciphers: str | None = None, dh_params: Path | None = None
+) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(str(certificates.server_certificate), str(certificates.server_key))
     if ciphers is not None:

@@ -54,7 +54,9 @@ class TlsCapture:
 
 
 CAPTURES: Mapping[str, TlsCapture] = {
-    "amqp091-qos-confirms-tls12-ecdhe-aes256gcm": TlsCapture("amqp091_qos_confirms", "1.2", "ECDHE-ECDSA-AES256-GCM-SHA384"),
+    "amqp091-qos-confirms-tls12-ecdhe-aes256gcm": TlsCapture(
+        "amqp091_qos_confirms", "1.2", "ECDHE-ECDSA-AES256-GCM-SHA384"
+    ),
     "amqp091-qos-confirms-tls13-aes256gcm": TlsCapture("amqp091_qos_confirms", "1.3"),
     "amqp10-credit-tls12-ecdhe-chacha20": TlsCapture("amqp10_credit_tls", "1.2", "ECDHE-ECDSA-CHACHA20-POLY1305"),
     "amqp10-credit-tls13-chacha20": TlsCapture("amqp10_credit_tls", "1.3", chacha_broker=True),
@@ -91,9 +93,13 @@ def capture_tls(name: str, out_dir: Path, broker: PrivateBroker) -> Path:
             capture = capture_scenario(spec.scenario, out_dir, broker=broker, **options)
     path = truth_path(capture)
     truth = json.loads(path.read_text())
-    truth["tls"] = {"version": f"TLS {spec.version}", "client_ciphers": spec.ciphers,
-                    "broker_ciphers": CHACHA_BROKER if spec.chacha_broker else "RabbitMQ 3.10's defaults",
-                    "keylog": keylog.name, "ca": "throwaway, made with openssl when the broker started"}
+    truth["tls"] = {
+        "version": f"TLS {spec.version}",
+        "client_ciphers": spec.ciphers,
+        "broker_ciphers": CHACHA_BROKER if spec.chacha_broker else "RabbitMQ 3.10's defaults",
+        "keylog": keylog.name,
+        "ca": "throwaway, made with openssl when the broker started",
+    }
     path.write_text(json.dumps(truth, indent=1) + "\n")
     return capture
 
@@ -113,8 +119,10 @@ def capture_all(out_dir: Path, names: tuple[str, ...] = tuple(CAPTURES)) -> list
                 continue
             # On 5671 when free (as the plain samples are on 5672), so that no --ports is needed to read them.
             tls_port = IANA_AMQPS_PORT if port_is_free(IANA_AMQPS_PORT) else None
-            with PrivateBroker(tls=True, tls_port=tls_port, config=CHACHA_BROKER if chacha else None) as broker, \
-                    bottleneck_scenarios.registered(broker):
+            with (
+                PrivateBroker(tls=True, tls_port=tls_port, config=CHACHA_BROKER if chacha else None) as broker,
+                bottleneck_scenarios.registered(broker),
+            ):
                 paths += [capture_tls(name, out_dir, broker) for name in chosen]
         return paths
     finally:
@@ -125,7 +133,9 @@ def capture_all(out_dir: Path, names: tuple[str, ...] = tuple(CAPTURES)) -> list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m amqpscope.testbed.tls_scenarios", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m amqpscope.testbed.tls_scenarios", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--out", type=Path, default=Path("samples/tls"), help="output directory (default: samples/tls)")
     parser.add_argument("--capture", action="append", choices=sorted(CAPTURES), help="repeatable (default: all)")
     args = parser.parse_args(argv)

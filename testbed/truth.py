@@ -146,31 +146,50 @@ def broker_summary(samples: Sequence[Sample], facts: Mapping[str, Any]) -> dict[
     for sample in samples:
         for connection in sample["connections"]:
             key = _connection_key(connection)
-            entry = connections.setdefault(key, {
-                "name": connection["name"], "connection_name": connection["connection_name"],
-                "protocol": connection["protocol"], "samples": 0,
-                "role": "+".join(sorted(roles.get(connection["peer_port"], ()))) or None,
-            })  # fmt: skip
+            entry = connections.setdefault(
+                key,
+                {
+                    "name": connection["name"],
+                    "connection_name": connection["connection_name"],
+                    "protocol": connection["protocol"],
+                    "samples": 0,
+                    "role": "+".join(sorted(roles.get(connection["peer_port"], ()))) or None,
+                },
+            )
             entry["samples"] += 1
             # Client properties arrive with connection.start-ok: the first samples may not have them.
             entry["connection_name"] = entry["connection_name"] or connection["connection_name"]
             states.setdefault(("connection", key), Counter())[connection["state"]] += 1
         for channel in sample["channels"]:
             key = _channel_key(channel)
-            entry = channels.setdefault(key, {
-                "peer_port": channel["peer_port"], "number": channel["number"], "samples": 0,
-                "max_unacknowledged": 0, "prefetch_count": channel["prefetch_count"], "max_consumers": 0,
-            })  # fmt: skip
+            entry = channels.setdefault(
+                key,
+                {
+                    "peer_port": channel["peer_port"],
+                    "number": channel["number"],
+                    "samples": 0,
+                    "max_unacknowledged": 0,
+                    "prefetch_count": channel["prefetch_count"],
+                    "max_consumers": 0,
+                },
+            )
             entry["samples"] += 1
             entry["max_unacknowledged"] = max(entry["max_unacknowledged"], channel["messages_unacknowledged"])
             entry["max_consumers"] = max(entry["max_consumers"], channel["consumer_count"])
             states.setdefault(("channel", key), Counter())[channel["state"]] += 1
         held = _held_queues(sample)
         for queue in sample["queues"]:
-            entry = queues.setdefault(queue["name"], {
-                "samples": 0, "samples_with_ready": 0, "max_ready": 0, "max_consumers": 0,
-                "samples_consumers_held": 0, "min_consumer_utilisation": None,
-            })  # fmt: skip
+            entry = queues.setdefault(
+                queue["name"],
+                {
+                    "samples": 0,
+                    "samples_with_ready": 0,
+                    "max_ready": 0,
+                    "max_consumers": 0,
+                    "samples_consumers_held": 0,
+                    "min_consumer_utilisation": None,
+                },
+            )
             entry["samples"] += 1
             entry["samples_with_ready"] += queue["messages_ready"] > 0
             entry["max_ready"] = max(entry["max_ready"], queue["messages_ready"])
@@ -191,12 +210,14 @@ def broker_summary(samples: Sequence[Sample], facts: Mapping[str, Any]) -> dict[
     flow_samples = Counter(
         kind
         for sample in samples
-        for kind, rows in (("connection", sample["connections"]), ("channel", sample["channels"]), ("queue", sample["queues"]))
+        for kind, rows in (
+            ("connection", sample["connections"]),
+            ("channel", sample["channels"]),
+            ("queue", sample["queues"]),
+        )
         if any(row["state"] == "flow" for row in rows)
     )
-    blocked_samples = sum(
-        1 for s in samples if any(c["state"] in ("blocked", "blocking") for c in s["connections"])
-    )
+    blocked_samples = sum(1 for s in samples if any(c["state"] in ("blocked", "blocking") for c in s["connections"]))
     total = len(samples)
     return {
         "samples": total,

@@ -47,12 +47,28 @@ def decoded_frames(capture: Path, broker_port: int, keylog: Path | None = None) 
     (``tls.keylog_file``, the port decoded as TLS and the TLS payload as AMQP)."""
     decode_as = ["-d", f"tcp.port=={broker_port},amqp"]
     if keylog is not None:
-        decode_as = ["-o", f"tls.keylog_file:{keylog}", "-d", f"tcp.port=={broker_port},tls",
-                     "-d", f"tls.port=={broker_port},amqp"]
+        decode_as = [
+            "-o",
+            f"tls.keylog_file:{keylog}",
+            "-d",
+            f"tcp.port=={broker_port},tls",
+            "-d",
+            f"tls.port=={broker_port},amqp",
+        ]
     command = [
-        "tshark", "-r", str(capture), *TSHARK_PREFERENCES, *decode_as,
-        "-Y", "amqp", "-T", "json", "--no-duplicate-keys", "-J", "frame tcp amqp",
-    ]  # fmt: skip
+        "tshark",
+        "-r",
+        str(capture),
+        *TSHARK_PREFERENCES,
+        *decode_as,
+        "-Y",
+        "amqp",
+        "-T",
+        "json",
+        "--no-duplicate-keys",
+        "-J",
+        "frame tcp amqp",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
     frames: list[DecodedFrame] = []
     for packet in json.loads(result.stdout or "[]"):
@@ -71,10 +87,17 @@ def decoded_frames(capture: Path, broker_port: int, keylog: Path | None = None) 
 def capture_gaps(capture: Path) -> int:
     """Packets tshark flags as following or acknowledging a segment missing from the capture."""
     command = [
-        "tshark", "-r", str(capture), *TSHARK_PREFERENCES,
-        "-Y", "tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment",
-        "-T", "fields", "-e", "frame.number",
-    ]  # fmt: skip
+        "tshark",
+        "-r",
+        str(capture),
+        *TSHARK_PREFERENCES,
+        "-Y",
+        "tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment",
+        "-T",
+        "fields",
+        "-e",
+        "frame.number",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
     return len(result.stdout.split())
 

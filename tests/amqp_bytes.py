@@ -133,20 +133,46 @@ def frame10(body: bytes, channel: int = 0, frame_type: int = 0, payload: bytes =
     return struct.pack(">IBBH", 8 + len(body) + len(payload), 2, frame_type, channel) + body + payload
 
 
-def flow(handle: int, delivery_count: int, link_credit: int, next_incoming_id: int = 0, incoming_window: int = 100,
-         next_outgoing_id: int = 0, outgoing_window: int = 100, drain: bool = False, channel: int = 0) -> bytes:
-    fields = list8(uint(next_incoming_id), uint(incoming_window), uint(next_outgoing_id), uint(outgoing_window),
-                   uint(handle), uint(delivery_count), uint(link_credit), NULL, boolean(drain))
+def flow(
+    handle: int,
+    delivery_count: int,
+    link_credit: int,
+    next_incoming_id: int = 0,
+    incoming_window: int = 100,
+    next_outgoing_id: int = 0,
+    outgoing_window: int = 100,
+    drain: bool = False,
+    channel: int = 0,
+) -> bytes:
+    fields = list8(
+        uint(next_incoming_id),
+        uint(incoming_window),
+        uint(next_outgoing_id),
+        uint(outgoing_window),
+        uint(handle),
+        uint(delivery_count),
+        uint(link_credit),
+        NULL,
+        boolean(drain),
+    )
     return frame10(described(0x13, fields), channel)
 
 
-def transfer(handle: int, delivery_id: int, tag: bytes, payload: bytes = b"", more: bool = False, channel: int = 0) -> bytes:
+def transfer(
+    handle: int, delivery_id: int, tag: bytes, payload: bytes = b"", more: bool = False, channel: int = 0
+) -> bytes:
     fields = list8(uint(handle), uint(delivery_id), binary(tag), uint(0), boolean(False), boolean(more))
     return frame10(described(0x14, fields), channel, payload=payload)
 
 
-def attach(name: str, handle: int, role_receiver: bool, address: str, initial_delivery_count: int | None = None,
-           channel: int = 0) -> bytes:
+def attach(
+    name: str,
+    handle: int,
+    role_receiver: bool,
+    address: str,
+    initial_delivery_count: int | None = None,
+    channel: int = 0,
+) -> bytes:
     terminus = described(0x29 if not role_receiver else 0x28, list8(string(address)))
     source, target = (terminus, NULL) if role_receiver else (NULL, terminus)
     if role_receiver:
@@ -171,9 +197,15 @@ def transfer_aborted(handle: int, channel: int = 0) -> bytes:
     return frame10(described(0x14, fields), channel)
 
 
-def disposition(receiver: bool, first: int, last: int | None = None, settled: bool = False,
-                state_code: int = 0x24, channel: int = 0) -> bytes:
+def disposition(
+    receiver: bool, first: int, last: int | None = None, settled: bool = False, state_code: int = 0x24, channel: int = 0
+) -> bytes:
     """A disposition (2.7.6) with an outcome, accepted by default (messaging 3.4.2: 0x24)."""
-    fields = list8(boolean(receiver), uint(first), NULL if last is None else uint(last), boolean(settled),
-                   described(state_code, list8()))
+    fields = list8(
+        boolean(receiver),
+        uint(first),
+        NULL if last is None else uint(last),
+        boolean(settled),
+        described(state_code, list8()),
+    )
     return frame10(described(0x15, fields), channel)

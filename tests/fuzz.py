@@ -46,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=30.0, help="how long to run (default 30)")
     parser.add_argument("--seed", type=int, default=12, help="seed of the input generator (default 12)")
     parser.add_argument("--per-input", type=float, default=1.0, help="CPU seconds an input may take (default 1)")
-    parser.add_argument("--memory-mb", type=float, default=512.0,
-                        help="growth of the peak memory an input may cause (default 512)")
+    parser.add_argument(
+        "--memory-mb", type=float, default=512.0, help="growth of the peak memory an input may cause (default 512)"
+    )
     parser.add_argument("--hang", type=float, default=60.0, help="seconds after which the run is stopped as hung")
     parser.add_argument("--crashes", type=Path, default=CRASHES, help="where findings are kept")
     parser.add_argument("--summary", type=Path, help="write the figures of the run to this JSON file")

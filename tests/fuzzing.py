@@ -57,8 +57,15 @@ class Case:
     keylog: str = ""  # NSS key log lines TLS is decrypted with (throwaway test sessions' secrets)
 
     def to_json(self) -> str:
-        return json.dumps({"c2s": self.c2s.hex(), "s2c": self.s2c.hex(), "segment": self.segment,
-                           "handshake": self.handshake, "keylog": self.keylog})
+        return json.dumps(
+            {
+                "c2s": self.c2s.hex(),
+                "s2c": self.s2c.hex(),
+                "segment": self.segment,
+                "handshake": self.handshake,
+                "keylog": self.keylog,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Case:
@@ -129,8 +136,9 @@ def check(case: Case, out: dict[str, list[dict[str, Any]]]) -> None:
                 raise InvariantBroken(f"{d}: {c[f'{d}_bytes']} payload bytes counted, {len(sent)} sent")
             tls = c.get(f"{d}_tls_bytes") or 0  # over TLS: its own bytes are the third part
             if c["protocol"] in ("amqp-0-9-1", "amqp-1.0", "tls") and framed[d] + quarantined[d] + tls != len(sent):
-                raise InvariantBroken(f"{d}: {framed[d]} framed + {quarantined[d]} quarantined + {tls} TLS "
-                                      f"!= {len(sent)} bytes")
+                raise InvariantBroken(
+                    f"{d}: {framed[d]} framed + {quarantined[d]} quarantined + {tls} TLS != {len(sent)} bytes"
+                )
     for kind, rows in out.items():
         if kind in _SCHEMAS and rows:
             try:
@@ -184,12 +192,18 @@ def tls_seeds() -> tuple[Case, ...]:
     cases = []
     with tempfile.TemporaryDirectory(prefix="amqpscope-fuzz-tls-") as folder:
         certificates = make_certificates(Path(folder) / "ca")
-        sessions = [("1.3", None, "amqp091-qos-confirms.pcap"), ("1.2", "ECDHE-ECDSA-AES128-GCM-SHA256", "amqp10-credit.pcap"),
-                    ("1.2", "ECDHE-ECDSA-CHACHA20-POLY1305", "amqp10-credit.pcap")]
+        sessions = [
+            ("1.3", None, "amqp091-qos-confirms.pcap"),
+            ("1.2", "ECDHE-ECDSA-AES128-GCM-SHA256", "amqp10-credit.pcap"),
+            ("1.2", "ECDHE-ECDSA-CHACHA20-POLY1305", "amqp10-credit.pcap"),
+        ]
         for index, (version, ciphers, sample) in enumerate(sessions):
             keylog = Path(folder) / f"{index}.keylog"
-            session = memory_session(new_client_context(certificates.ca_certificate, keylog, version, ciphers),
-                                     new_server_context(certificates), conversation(SAMPLES / sample, limit=40))
+            session = memory_session(
+                new_client_context(certificates.ca_certificate, keylog, version, ciphers),
+                new_server_context(certificates),
+                conversation(SAMPLES / sample, limit=40),
+            )
             c2s = b"".join(data for d, data in session.transcript if d == "c2s")
             s2c = b"".join(data for d, data in session.transcript if d == "s2c")
             cases.append(Case(c2s, s2c, keylog=keylog.read_text()))
@@ -204,8 +218,29 @@ def corpus() -> tuple[Case, ...]:
 
 # --- byte-level mutation --------------------------------------------------------------------------
 
-_INTERESTING_OCTETS = (0x00, 0x01, 0x40, 0x41, 0x45, 0x53, 0x70, 0x7F, 0x80, 0xA0, 0xB0, 0xC0, 0xC1, 0xCE, 0xD0,
-                       0xE0, 0xF0, 0xFF, ord("A"), ord("F"), ord("T"))
+_INTERESTING_OCTETS = (
+    0x00,
+    0x01,
+    0x40,
+    0x41,
+    0x45,
+    0x53,
+    0x70,
+    0x7F,
+    0x80,
+    0xA0,
+    0xB0,
+    0xC0,
+    0xC1,
+    0xCE,
+    0xD0,
+    0xE0,
+    0xF0,
+    0xFF,
+    ord("A"),
+    ord("F"),
+    ord("T"),
+)
 _INTERESTING_WORDS = (0, 1, 7, 8, 0xFF, 0x100, 0x7FFF, 0xFFFF, 0x10000, 0x7FFFFFF0, 0x7FFFFFFF, 0xFFFFFFFF)
 
 
@@ -264,16 +299,47 @@ def _value10(rng: random.Random, depth: int) -> bytes:
     described values (deep on purpose), sizes and counts that lie."""
     roll = rng.random()
     if depth <= 0 or roll < 0.35:
-        return rng.choice((
-            b"\x40", b"\x41", b"\x42", b"\x43", b"\x44", b"\x45", b"\x56\x01", b"\x56\x02", b"\x50\x07",
-            b"\x52\xff", b"\x53\x10", b"\x54\x80", b"\x55\x80", b"\x60\xff\xff", b"\x70\x7f\xff\xff\xff",
-            b"\x71\x80\x00\x00\x00", b"\x72\x7f\x80\x00\x00", b"\x73\x00\x00\xd8\x00", b"\x73\x00\x11\x00\x00",
-            b"\x74\x7f\x80\x00\x00", b"\x80" + bytes(8), b"\x81\x80" + bytes(7), b"\x82" + bytes(8),
-            b"\x83\x00\x06\x0a\x00\x00\x00\x00\x00", b"\x83\x7f\xff\xff\xff\xff\xff\xff\xff",
-            b"\x83\x80\x00\x00\x00\x00\x00\x00\x00", b"\x84\x7f\xff\xff\xff", b"\x94" + bytes(16), b"\x98" + bytes(16),
-            b"\xa0\x03abc", b"\xa1\x02\xc3\x28", b"\xa1\x03abc", b"\xa3\x02\xff\xfe", b"\xa3\x04amqp",
-            b"\xb0\x7f\xff\xff\xff", b"\xb1\x00\x00\x00\x01x", bytes([rng.randrange(256)]),
-        ))  # fmt: skip
+        return rng.choice(
+            (
+                b"\x40",
+                b"\x41",
+                b"\x42",
+                b"\x43",
+                b"\x44",
+                b"\x45",
+                b"\x56\x01",
+                b"\x56\x02",
+                b"\x50\x07",
+                b"\x52\xff",
+                b"\x53\x10",
+                b"\x54\x80",
+                b"\x55\x80",
+                b"\x60\xff\xff",
+                b"\x70\x7f\xff\xff\xff",
+                b"\x71\x80\x00\x00\x00",
+                b"\x72\x7f\x80\x00\x00",
+                b"\x73\x00\x00\xd8\x00",
+                b"\x73\x00\x11\x00\x00",
+                b"\x74\x7f\x80\x00\x00",
+                b"\x80" + bytes(8),
+                b"\x81\x80" + bytes(7),
+                b"\x82" + bytes(8),
+                b"\x83\x00\x06\x0a\x00\x00\x00\x00\x00",
+                b"\x83\x7f\xff\xff\xff\xff\xff\xff\xff",
+                b"\x83\x80\x00\x00\x00\x00\x00\x00\x00",
+                b"\x84\x7f\xff\xff\xff",
+                b"\x94" + bytes(16),
+                b"\x98" + bytes(16),
+                b"\xa0\x03abc",
+                b"\xa1\x02\xc3\x28",
+                b"\xa1\x03abc",
+                b"\xa3\x02\xff\xfe",
+                b"\xa3\x04amqp",
+                b"\xb0\x7f\xff\xff\xff",
+                b"\xb1\x00\x00\x00\x01x",
+                bytes([rng.randrange(256)]),
+            )
+        )
     if roll < 0.5:  # described: a descriptor (sometimes itself described) then a value
         descriptor = rng.choice((b"\x53" + bytes([rng.randrange(0x10, 0x78)]), b"\xa3\x04amqp", b"\x00"))
         return b"\x00" + descriptor + _value10(rng, depth - 1)
@@ -340,23 +406,42 @@ def _frame10(rng: random.Random) -> bytes:
         performative = _value10(rng, 3)  # not a list at all
     payload = b""
     if code == 0x14:  # transfer: message sections, in or out of order, of the right type or not
-        sections = [bytes([0x00, 0x53, rng.randrange(0x70, 0x79)]) + _value10(rng, rng.randint(0, 4))
-                    for _ in range(rng.randint(0, 4))]
+        sections = [
+            bytes([0x00, 0x53, rng.randrange(0x70, 0x79)]) + _value10(rng, rng.randint(0, 4))
+            for _ in range(rng.randint(0, 4))
+        ]
         payload = b"".join(sections)
     frame_type = 1 if code in (0x41, 0x44) else 0
-    return b.frame10(b"\x00\x53" + bytes([code]) + performative, channel=rng.randrange(3), frame_type=frame_type,
-                     payload=payload)
+    return b.frame10(
+        b"\x00\x53" + bytes([code]) + performative, channel=rng.randrange(3), frame_type=frame_type, payload=payload
+    )
 
 
 def _field_value091(rng: random.Random, depth: int) -> bytes:
     roll = rng.random()
     if depth <= 0 or roll < 0.5:
-        return rng.choice((
-            b"t\x01", b"b\x80", b"B\xff", b"s\x80\x00", b"u\xff\xff", b"I\x80\x00\x00\x00", b"i\xff\xff\xff\xff",
-            b"l" + bytes(8), b"f\x7f\x80\x00\x00", b"d\x7f\xf8" + bytes(6), b"D\xff\x7f\xff\xff\xff",
-            b"S\x00\x00\x00\x02\xc3\x28", b"x\x00\x00\x00\x01z", b"T\xff\xff\xff\xff\xff\xff\xff\xff",
-            b"T\x00\x06\x0a\x00\x00\x00\x00\x00", b"V", b"S\xff\xff\xff\xff", bytes([rng.randrange(256)]),
-        ))  # fmt: skip
+        return rng.choice(
+            (
+                b"t\x01",
+                b"b\x80",
+                b"B\xff",
+                b"s\x80\x00",
+                b"u\xff\xff",
+                b"I\x80\x00\x00\x00",
+                b"i\xff\xff\xff\xff",
+                b"l" + bytes(8),
+                b"f\x7f\x80\x00\x00",
+                b"d\x7f\xf8" + bytes(6),
+                b"D\xff\x7f\xff\xff\xff",
+                b"S\x00\x00\x00\x02\xc3\x28",
+                b"x\x00\x00\x00\x01z",
+                b"T\xff\xff\xff\xff\xff\xff\xff\xff",
+                b"T\x00\x06\x0a\x00\x00\x00\x00\x00",
+                b"V",
+                b"S\xff\xff\xff\xff",
+                bytes([rng.randrange(256)]),
+            )
+        )
     items = b"".join(_field_value091(rng, depth - 1) for _ in range(rng.randint(0, 4)))
     if roll < 0.75:
         return b"A" + struct.pack(">I", len(items)) + items
@@ -380,8 +465,19 @@ def _frame091(rng: random.Random) -> bytes:
         flags = rng.choice((0x0040, 0x8000, 0x2000, 0x0001, 0xFFFE, rng.randrange(65536)))
         props = b""
         if flags == 0x0040:
-            props = struct.pack(">Q", rng.choice((1_700_000_000, 1_700_000_000_000, 1_700_000_000_000_000,
-                                                   1_700_000_000_000_000_000, 2**64 - 1, 2**63)))
+            props = struct.pack(
+                ">Q",
+                rng.choice(
+                    (
+                        1_700_000_000,
+                        1_700_000_000_000,
+                        1_700_000_000_000_000,
+                        1_700_000_000_000_000_000,
+                        2**64 - 1,
+                        2**63,
+                    )
+                ),
+            )
         elif flags == 0x2000:
             props = struct.pack(">I", 0) + b"\x01h" + _field_value091(rng, 3)
             props = struct.pack(">I", len(props) - 4) + props[4:]
@@ -390,8 +486,12 @@ def _frame091(rng: random.Random) -> bytes:
         return b.content_header(rng.randrange(10), flags=flags, props=props)
     if roll < 0.85:
         return b.basic_ack(rng.choice((0, 1, 2**63, 2**64 - 1)), rng.random() < 0.5)
-    return b.frame091(rng.randrange(256), rng.randrange(3), bytes(rng.randrange(256) for _ in range(rng.randint(0, 30))),
-                      end=rng.choice((0xCE, 0xCE, 0x00)))
+    return b.frame091(
+        rng.randrange(256),
+        rng.randrange(3),
+        bytes(rng.randrange(256) for _ in range(rng.randint(0, 30))),
+        end=rng.choice((0xCE, 0xCE, 0x00)),
+    )
 
 
 def generated(rng: random.Random) -> Case:
@@ -427,11 +527,20 @@ def _tls_record(rng: random.Random) -> bytes:
     body = bytes(rng.randrange(256) for _ in range(rng.choice((0, 1, 5, 40, 300))))
     if content_type == 22 and rng.random() < 0.7:
         kind = rng.choice((1, 2, 8, 20, 24, 4))
-        extensions = b"".join(struct.pack(">HH", rng.choice((0, 16, 43, 0xFFFF)), n) + bytes(rng.randrange(256) for _ in range(min(n, 40)))
-                              for n in (rng.choice((0, 2, 3, 40, 0xFFFF)) for _ in range(rng.randint(0, 3))))
-        hello = (struct.pack(">H", rng.choice((0x0303, 0x0301, 0xFFFF))) + bytes(32) + bytes([rng.choice((0, 32, 255))])
-                 + struct.pack(">H", rng.choice((0x1301, 0xC02B, 0xCCA8, 0xC013, 0))) + b"\x00"
-                 + struct.pack(">H", len(extensions) if rng.random() < 0.7 else rng.randrange(65536)) + extensions)
+        extensions = b"".join(
+            struct.pack(">HH", rng.choice((0, 16, 43, 0xFFFF)), n)
+            + bytes(rng.randrange(256) for _ in range(min(n, 40)))
+            for n in (rng.choice((0, 2, 3, 40, 0xFFFF)) for _ in range(rng.randint(0, 3)))
+        )
+        hello = (
+            struct.pack(">H", rng.choice((0x0303, 0x0301, 0xFFFF)))
+            + bytes(32)
+            + bytes([rng.choice((0, 32, 255))])
+            + struct.pack(">H", rng.choice((0x1301, 0xC02B, 0xCCA8, 0xC013, 0)))
+            + b"\x00"
+            + struct.pack(">H", len(extensions) if rng.random() < 0.7 else rng.randrange(65536))
+            + extensions
+        )
         length = len(hello) if rng.random() < 0.8 else rng.choice((0, 1 << 20, 0xFFFFFF))
         body = bytes([kind]) + length.to_bytes(3, "big") + hello
     length = len(body) if rng.random() < 0.8 else rng.choice((0, 1, 0x4000, 0x4800, 0x4801, 0xFFFF))
@@ -499,9 +608,17 @@ def generated_tls(rng: random.Random) -> Case:
     if rng.random() < 0.7:
         s2c = _damage_records(rng, s2c)
     joined_c2s, joined_s2c = b"".join(c2s), b"".join(s2c)
-    return Case(joined_c2s, joined_s2c, _segment(rng, len(joined_c2s) + len(joined_s2c)), rng.random() > 0.1,
-                _damage_keylog(rng, seed.keylog))
+    return Case(
+        joined_c2s,
+        joined_s2c,
+        _segment(rng, len(joined_c2s) + len(joined_s2c)),
+        rng.random() > 0.1,
+        _damage_keylog(rng, seed.keylog),
+    )
 
 
-GENERATORS: dict[str, Callable[[random.Random], Case]] = {"mutated": mutated, "generated": generated,
-                                                          "tls": generated_tls}
+GENERATORS: dict[str, Callable[[random.Random], Case]] = {
+    "mutated": mutated,
+    "generated": generated,
+    "tls": generated_tls,
+}

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-SCHEMA = StructType([
-    StructField("capture_id", StringType(), False),
-    StructField("writer", IntegerType(), False),
-    StructField("n", LongType(), False),
-])
+SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("writer", IntegerType(), False),
+        StructField("n", LongType(), False),
+    ]
+)
 ROWS_PER_WRITE = 3
 TABLE = "t"
 

@@ -127,8 +127,12 @@ class SessionMachine:
         return rows
 
     def _row(self, f: Frame, sid: int, endpoints: dict[str, _SessionEndpoint]) -> Row:
-        row: Row = {"connection_id": f["connection_id"], "frame_index": f["frame_index"], "method": f["method"],
-                    "session_id": sid}
+        row: Row = {
+            "connection_id": f["connection_id"],
+            "frame_index": f["frame_index"],
+            "method": f["method"],
+            "session_id": sid,
+        }
         for direction, side in self.SIDES.items():
             me, peer = endpoints[direction], endpoints[flip(direction)]
             row[f"{side}_next_outgoing_id"] = me.next_outgoing_id
@@ -139,9 +143,13 @@ class SessionMachine:
             row[f"{side}_outgoing_window"] = me.outgoing_window
             # remote-incoming-window = next-incoming-id(flow) + incoming-window(flow) - next-outgoing-id,
             # with initial-outgoing-id(endpoint) when the flow carries no next-incoming-id.
-            granted_from = peer.announced_incoming_id if peer.announced_incoming_id is not None else me.initial_outgoing_id
+            granted_from = (
+                peer.announced_incoming_id if peer.announced_incoming_id is not None else me.initial_outgoing_id
+            )
             if peer.announced and None not in (peer.incoming_window, granted_from, me.next_outgoing_id):
-                row[f"{side}_remote_incoming_window"] = peer.incoming_window - serial_diff(me.next_outgoing_id, granted_from)
+                row[f"{side}_remote_incoming_window"] = peer.incoming_window - serial_diff(
+                    me.next_outgoing_id, granted_from
+                )
             else:
                 row[f"{side}_remote_incoming_window"] = None
         return row
@@ -234,7 +242,9 @@ class LinkMachine:
                     link.delivery_count = serial_add(link.delivery_count, 1)
                 link.unsettled.add(link.deliveries)
                 if sid is not None:
-                    self.sent.setdefault((sid, link.sender_direction), []).append((f.get("delivery_id"), link, link.deliveries))
+                    self.sent.setdefault((sid, link.sender_direction), []).append(
+                        (f.get("delivery_id"), link, link.deliveries)
+                    )
             # An aborted transfer ends its delivery (2.7.5).
             link.in_delivery = bool(f.get("more")) and not bool(f.get("aborted"))
             if f.get("settled"):
@@ -430,27 +440,48 @@ class ChannelMachine:
         return settled
 
     def _unacked_row(self, f: Frame, ch: _Channel, settled: int | None = None) -> None:
-        self.unacked_rows.append({
-            "connection_id": f["connection_id"], "channel": f["channel"], "frame_index": f["frame_index"],
-            "method": f["method"], "unacked": len(ch.outstanding),
-            "prefetch_count": ch.prefetch_count, "prefetch_global": ch.prefetch_global,
-            "delivered": ch.delivered if ch.opened else None, "settled": settled,
-        })
+        self.unacked_rows.append(
+            {
+                "connection_id": f["connection_id"],
+                "channel": f["channel"],
+                "frame_index": f["frame_index"],
+                "method": f["method"],
+                "unacked": len(ch.outstanding),
+                "prefetch_count": ch.prefetch_count,
+                "prefetch_global": ch.prefetch_global,
+                "delivered": ch.delivered if ch.opened else None,
+                "settled": settled,
+            }
+        )
 
     def _consumer_row(self, f: Frame, ch: _Channel, consumer_tag: str | None, settled: int) -> None:
         consumer = ch.consumers.get(consumer_tag)
-        self.consumer_rows.append({
-            "connection_id": f["connection_id"], "channel": f["channel"], "frame_index": f["frame_index"],
-            "method": f["method"], "consumer_tag": consumer_tag, "settled": settled,
-            "unacked": sum(1 for c in ch.outstanding.values() if c == consumer_tag),
-            "queue": consumer.queue if consumer else None,
-            "prefetch_count": consumer.prefetch_count if consumer else None,
-            "channel_prefetch_count": ch.channel_prefetch, "channel_unacked": len(ch.outstanding),
-        })
+        self.consumer_rows.append(
+            {
+                "connection_id": f["connection_id"],
+                "channel": f["channel"],
+                "frame_index": f["frame_index"],
+                "method": f["method"],
+                "consumer_tag": consumer_tag,
+                "settled": settled,
+                "unacked": sum(1 for c in ch.outstanding.values() if c == consumer_tag),
+                "queue": consumer.queue if consumer else None,
+                "prefetch_count": consumer.prefetch_count if consumer else None,
+                "channel_prefetch_count": ch.channel_prefetch,
+                "channel_unacked": len(ch.outstanding),
+            }
+        )
 
     def _confirm_row(self, f: Frame, ch: _Channel, confirmed: int, publish_seq: int | None = None) -> None:
-        self.confirm_rows.append({
-            "connection_id": f["connection_id"], "channel": f["channel"], "frame_index": f["frame_index"],
-            "method": f["method"], "publish_seq": publish_seq, "published": ch.published,
-            "confirmed": confirmed, "outstanding": len(ch.unconfirmed),
-        })
+        self.confirm_rows.append(
+            {
+                "connection_id": f["connection_id"],
+                "channel": f["channel"],
+                "frame_index": f["frame_index"],
+                "method": f["method"],
+                "publish_seq": publish_seq,
+                "published": ch.published,
+                "confirmed": confirmed,
+                "outstanding": len(ch.unconfirmed),
+            }
+        )

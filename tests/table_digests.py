@@ -29,8 +29,14 @@ from tests.paths import ROOT, SAMPLES
 
 # The three samples and the decoder and flow scenario captures (the bottleneck scenarios' 21 MB
 # would make this the slowest test of the suite; their diagnosis has its own acceptance test).
-CAPTURES = tuple(sorted(p for folder in (SAMPLES, SAMPLES / "decoders", SAMPLES / "flow")
-                        for p in folder.iterdir() if p.suffix in (".pcap", ".pcapng")))
+CAPTURES = tuple(
+    sorted(
+        p
+        for folder in (SAMPLES, SAMPLES / "decoders", SAMPLES / "flow")
+        for p in folder.iterdir()
+        if p.suffix in (".pcap", ".pcapng")
+    )
+)
 # Every table analyze writes but those whose rows name the run that wrote them (dq_summary, runs).
 TABLES = tuple(t.name for t in lake_tables.TABLES.values() if "run_id" not in t.schema.fieldNames())
 
@@ -73,8 +79,11 @@ def main(out: str) -> None:
             digests = table_digests(spark, Path(tmp) / "lake")
     finally:
         spark.stop()
-    document = {"written_by_commit": _commit(), "captures": [str(c.relative_to(ROOT)) for c in CAPTURES],
-                "tables": digests}
+    document = {
+        "written_by_commit": _commit(),
+        "captures": [str(c.relative_to(ROOT)) for c in CAPTURES],
+        "tables": digests,
+    }
     Path(out).write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 

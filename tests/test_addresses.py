@@ -30,8 +30,12 @@ CASES = [
 def named(spark):
     df = spark.createDataFrame([(c[0],) for c in CASES], "address string")
     address = F.col("address")
-    rows = df.select("address", queue_of_address(address).alias("queue"), exchange_of_address(address).alias("exchange"),
-                     canonical_address(address).alias("canonical")).collect()
+    rows = df.select(
+        "address",
+        queue_of_address(address).alias("queue"),
+        exchange_of_address(address).alias("exchange"),
+        canonical_address(address).alias("canonical"),
+    ).collect()
     return [(r.address, r.queue, r.exchange, r.canonical) for r in rows]
 
 

@@ -29,7 +29,10 @@ def value(raw: bytes):
         (b"\x54\xff", -1),  # smallint
         (b"\x81" + struct.pack(">q", -(2**63)), -(2**63)),
         (b"\x60\xff\xff", 65535),
-        (b"\x41", True), (b"\x42", False), (b"\x56\x01", True), (b"\x40", None),
+        (b"\x41", True),
+        (b"\x42", False),
+        (b"\x56\x01", True),
+        (b"\x40", None),
         (b"\x83" + struct.pack(">q", 1_700_000_000_000), 1_700_000_000_000),  # timestamp, ms
         (b"\x73\x00\x01\xf6\x00", "\U0001f600"),  # char, UTF-32
     ],

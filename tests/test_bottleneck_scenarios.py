@@ -60,7 +60,10 @@ def test_diagnosis_names_the_component_the_broker_states_point_at(lake, capture)
 def test_alarm_samples_from_the_client_side_are_diagnosed_too(lake):
     by_stem = {c.stem: lake["diagnosis"][capture_id(c)] for c in FLOW_SAMPLES}
     # The clients' truth: the memory alarm raised and cleared, the consumer acking 20 ms after each delivery.
-    assert truth_of(SAMPLES / "flow" / "amqp091-memory-alarm.pcap")["ground_truth"]["amqp091_memory_alarm"]["alarm"] == "memory"
+    assert (
+        truth_of(SAMPLES / "flow" / "amqp091-memory-alarm.pcap")["ground_truth"]["amqp091_memory_alarm"]["alarm"]
+        == "memory"
+    )
     assert by_stem["amqp091-memory-alarm"].bottleneck == "memory_alarm"
     assert by_stem["amqp091-slow-consumer"].bottleneck == "consumer"
 
@@ -100,8 +103,11 @@ def test_head_of_line_names_the_consumer_sharing_the_throttled_connection(lake):
     hol = [f for f in findings(lake, capture) if f.effect == "head_of_line"]
     assert [(f.consumer_tag, f.client) for f in hol] == [(shared["consumer_tag"], f"127.0.0.1:{shared['client_port']}")]
     assert hol[0].channel == shared["channel"] and hol[0].queue == shared["queue"]
-    publisher_channels = {c["channel"] for c in clients_of(capture)
-                          if c.get("role") == "publisher" and c.get("client_port") == shared["client_port"]}
+    publisher_channels = {
+        c["channel"]
+        for c in clients_of(capture)
+        if c.get("role") == "publisher" and c.get("client_port") == shared["client_port"]
+    }
     assert hol[0].evidence["publisher_channels"] == ",".join(str(c) for c in sorted(publisher_channels))
 
 
@@ -118,7 +124,9 @@ def test_publishers_throttled_together_into_a_quorum_queue_point_at_the_queue(la
     throttled = [f for f in findings(lake, capture) if f.effect == "publisher_throttled"]
     # Every publisher the broker held back is found, not only the one whose window filled first.
     assert {f.client for f in throttled} == publishers
-    assert {(f.component, f.queue) for f in throttled} == {("queue", truth_of(capture)["ground_truth"]["fan_in_quorum"]["queue"])}
+    assert {(f.component, f.queue) for f in throttled} == {
+        ("queue", truth_of(capture)["ground_truth"]["fan_in_quorum"]["queue"])
+    }
     assert all(f.evidence["queue_types"] == "quorum" for f in throttled)
 
 
@@ -126,19 +134,25 @@ def test_the_slow_one_of_two_consumers_is_named_first(lake):
     capture = SAMPLES / "bottlenecks" / "two-consumers-one-slow.pcap"
     tags = {c["consumer_speed"]: c["consumer_tag"] for c in clients_of(capture) if c.get("role") == "consumer"}
     top = findings(lake, capture)[0]
-    assert (top.component, top.consumer_tag, top.queue) == ("consumer", tags["slow"], "amqpscope.bn.two-consumers-one-slow")
+    assert (top.component, top.consumer_tag, top.queue) == (
+        "consumer",
+        tags["slow"],
+        "amqpscope.bn.two-consumers-one-slow",
+    )
 
 
 def test_client_bound_clients_are_named_with_their_figures(lake):
     confirm = findings(lake, SAMPLES / "bottlenecks" / "confirm-bound.pcap")
     assert [(f.rule_id, f.component, f.channel, f.evidence["in_flight_max"]) for f in confirm] == [
-        ("diagnosis.client.confirm_bound", "client", 1, "1")]
+        ("diagnosis.client.confirm_bound", "client", 1, "1")
+    ]
     (publisher,) = clients_of(SAMPLES / "bottlenecks" / "confirm-bound.pcap")
     assert float(confirm[0].evidence["publishes_per_second"]) == pytest.approx(publisher["rate_per_second"], rel=0.05)
     prefetch = findings(lake, SAMPLES / "bottlenecks" / "prefetch-one.pcap")
     consumer = [c for c in clients_of(SAMPLES / "bottlenecks" / "prefetch-one.pcap") if c["role"] == "consumer"][0]
     assert [(f.rule_id, f.consumer_tag, f.evidence["window"]) for f in prefetch] == [
-        ("diagnosis.client.round_trip_bound", consumer["consumer_tag"], "1")]
+        ("diagnosis.client.round_trip_bound", consumer["consumer_tag"], "1")
+    ]
 
 
 def test_every_finding_names_its_queue_and_its_connection_by_the_clients_name(lake):
@@ -181,7 +195,9 @@ def test_a_bottleneck_is_the_diagnosis_not_a_failed_suite(lake, spark):
     # The suites judge the data and the protocol (docs/DIAGNOSIS.md): the scenarios have findings,
     # their traffic breaks no rule, so every suite passes, and dq_summary keeps the two apart.
     assert lake["bottlenecks"] and lake["result"].suites_passed is True
-    summary = Lake(spark, lake["root"]).read("dq_summary").select("bottleneck", "suites_passed", "suites_failed").collect()
+    summary = (
+        Lake(spark, lake["root"]).read("dq_summary").select("bottleneck", "suites_passed", "suites_failed").collect()
+    )
     assert {r.bottleneck for r in summary} - {"none"}  # bottlenecks found ...
     assert {(r.suites_passed, tuple(r.suites_failed)) for r in summary} == {(True, ())}  # ... and no suite failed
 

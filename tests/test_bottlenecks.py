@@ -53,29 +53,77 @@ class Traffic:
         self.packet += 1
         row = {n: None for n in FRAMES_SCHEMA.fieldNames()}
         index = sum(1 for f in self.frames if f["connection_id"] == conn)
-        row.update(capture_id=self.capture_id, connection_id=conn, direction=direction, frame_index=index, ts=at_ms(ms),
-                   ts_us=us_at_ms(ms), packet_number=self.packet, stream_offset=0, frame_size=8,
-                   protocol=protocol, frame_type="amqp" if protocol == "amqp-1.0" else "method",
-                   channel=1, method=method, arguments={})
+        row.update(
+            capture_id=self.capture_id,
+            connection_id=conn,
+            direction=direction,
+            frame_index=index,
+            ts=at_ms(ms),
+            ts_us=us_at_ms(ms),
+            packet_number=self.packet,
+            stream_offset=0,
+            frame_size=8,
+            protocol=protocol,
+            frame_type="amqp" if protocol == "amqp-1.0" else "method",
+            channel=1,
+            method=method,
+            arguments={},
+        )
         row.update(fields)
         self.frames.append(row)
 
-    def content(self, conn: str, ms: float, direction: str, method: str, body_size: int = 64, delivery_mode=None,
-                **fields) -> None:
+    def content(
+        self, conn: str, ms: float, direction: str, method: str, body_size: int = 64, delivery_mode=None, **fields
+    ) -> None:
         """A content method, its header and one body frame, in one packet's time."""
         self.frame(conn, ms, direction, method, **fields)
-        self.frame(conn, ms, direction, None, frame_type="header", body_size=body_size, delivery_mode=delivery_mode,
-                   channel=fields.get("channel", 1))
-        self.frame(conn, ms, direction, None, frame_type="body", frame_size=body_size + 8, channel=fields.get("channel", 1))
+        self.frame(
+            conn,
+            ms,
+            direction,
+            None,
+            frame_type="header",
+            body_size=body_size,
+            delivery_mode=delivery_mode,
+            channel=fields.get("channel", 1),
+        )
+        self.frame(
+            conn, ms, direction, None, frame_type="body", frame_size=body_size + 8, channel=fields.get("channel", 1)
+        )
 
-    def segment(self, conn: str, ms: float, direction: str, seq: int, ack: int, window: int, payload: int = 0,
-                retransmitted: int = 0, dsack: tuple[int, int] | None = None) -> None:
+    def segment(
+        self,
+        conn: str,
+        ms: float,
+        direction: str,
+        seq: int,
+        ack: int,
+        window: int,
+        payload: int = 0,
+        retransmitted: int = 0,
+        dsack: tuple[int, int] | None = None,
+    ) -> None:
         self.packet += 1
-        self.segments.append(dict(capture_id=self.capture_id, connection_id=conn, direction=direction, packet_number=self.packet,
-                                  ts=at_ms(ms), ts_us=us_at_ms(ms), seq_offset=seq, ack_offset=ack, flags=0x18,
-                                  window=window, window_scale=0, effective_window=window, payload_length=payload,
-                                  retransmitted_bytes=retransmitted, dsack_left_offset=dsack[0] if dsack else None,
-                                  dsack_right_offset=dsack[1] if dsack else None))
+        self.segments.append(
+            dict(
+                capture_id=self.capture_id,
+                connection_id=conn,
+                direction=direction,
+                packet_number=self.packet,
+                ts=at_ms(ms),
+                ts_us=us_at_ms(ms),
+                seq_offset=seq,
+                ack_offset=ack,
+                flags=0x18,
+                window=window,
+                window_scale=0,
+                effective_window=window,
+                payload_length=payload,
+                retransmitted_bytes=retransmitted,
+                dsack_left_offset=dsack[0] if dsack else None,
+                dsack_right_offset=dsack[1] if dsack else None,
+            )
+        )
 
 
 class Diagnosed:
@@ -85,18 +133,43 @@ class Diagnosed:
         frames = spark.createDataFrame([f for t in cases.values() for f in t.frames], FRAMES_SCHEMA)
         segments = spark.createDataFrame([s for t in cases.values() for s in t.segments], TCP_SEGMENTS_SCHEMA)
         connections = spark.createDataFrame(
-            [dict(capture_id=t.capture_id, connection_id=c, client_address="127.0.0.1", client_port=port,
-                  server_address="127.0.0.1", server_port=5672, protocol="amqp-0-9-1", protocol_inferred=False,
-                  first_ts=T0, last_ts=T0, frames=0, c2s_bytes=0, s2c_bytes=0, c2s_missing_bytes=0,
-                  s2c_missing_bytes=0, retransmitted_bytes=0)
-             for t in cases.values() for c, port in t.connections.items()], CONNECTIONS_SCHEMA)
+            [
+                dict(
+                    capture_id=t.capture_id,
+                    connection_id=c,
+                    client_address="127.0.0.1",
+                    client_port=port,
+                    server_address="127.0.0.1",
+                    server_port=5672,
+                    protocol="amqp-0-9-1",
+                    protocol_inferred=False,
+                    first_ts=T0,
+                    last_ts=T0,
+                    frames=0,
+                    c2s_bytes=0,
+                    s2c_bytes=0,
+                    c2s_missing_bytes=0,
+                    s2c_missing_bytes=0,
+                    retransmitted_bytes=0,
+                )
+                for t in cases.values()
+                for c, port in t.connections.items()
+            ],
+            CONNECTIONS_SCHEMA,
+        )
         built = Build({"frames": frames, "tcp_segments": segments}).build(FLOW)
         flow = {name: table.cache() for name, table in built.items()}
         self.inputs = dict(
-            frames=frames.cache(), connections=connections, messages_091=messages_091(frames).cache(),
-            flow_intervals=flow["flow_intervals"], consumer_unacked=flow["consumer_unacked"],
-            link_state=flow["link_state"], connection_blocked=flow["connection_blocked"],
-            channel_confirms=flow["channel_confirms"], tcp_flow=flow["tcp_flow"])
+            frames=frames.cache(),
+            connections=connections,
+            messages_091=messages_091(frames).cache(),
+            flow_intervals=flow["flow_intervals"],
+            consumer_unacked=flow["consumer_unacked"],
+            link_state=flow["link_state"],
+            connection_blocked=flow["connection_blocked"],
+            channel_confirms=flow["channel_confirms"],
+            tcp_flow=flow["tcp_flow"],
+        )
         self.by_limits: dict[DiagnosisThresholds, dict[str, list]] = {}
 
     def __call__(self, capture_id: str, limits: DiagnosisThresholds = DiagnosisThresholds()) -> list:
@@ -133,8 +206,18 @@ def summary(rows) -> list[tuple]:
 # -- consumers ----------------------------------------------------------------------------------
 
 
-def consumer(traffic: Traffic, conn: str, *, prefetch: int, messages: int, ack_after_ms: float,
-             refill_after_ms: float, start_ms: float = 0.0, channel: int = 2, tag: str = "ctag-1") -> float:
+def consumer(
+    traffic: Traffic,
+    conn: str,
+    *,
+    prefetch: int,
+    messages: int,
+    ack_after_ms: float,
+    refill_after_ms: float,
+    start_ms: float = 0.0,
+    channel: int = 2,
+    tag: str = "ctag-1",
+) -> float:
     """A consumer with basic.qos(prefetch) on a queue holding ``messages``: the broker delivers
     ``prefetch`` at once, the consumer acks each ``ack_after_ms`` after the one before (it works on one
     message at a time), and the broker refills each freed slot ``refill_after_ms`` after the ack."""
@@ -147,15 +230,33 @@ def consumer(traffic: Traffic, conn: str, *, prefetch: int, messages: int, ack_a
     delivered = 0
     for _ in range(min(prefetch, messages)):
         delivered += 1
-        traffic.content(conn, t, "s2c", "basic.deliver", channel=channel, consumer_tag=tag, delivery_tag=delivered,
-                        routing_key="orders", exchange="")
+        traffic.content(
+            conn,
+            t,
+            "s2c",
+            "basic.deliver",
+            channel=channel,
+            consumer_tag=tag,
+            delivery_tag=delivered,
+            routing_key="orders",
+            exchange="",
+        )
     for acked in range(1, messages + 1):
         t += ack_after_ms
         traffic.frame(conn, t, "c2s", "basic.ack", channel=channel, delivery_tag=acked, multiple=False)
         if delivered < messages:
             delivered += 1
-            traffic.content(conn, t + refill_after_ms, "s2c", "basic.deliver", channel=channel, consumer_tag=tag,
-                            delivery_tag=delivered, routing_key="orders", exchange="")
+            traffic.content(
+                conn,
+                t + refill_after_ms,
+                "s2c",
+                "basic.deliver",
+                channel=channel,
+                consumer_tag=tag,
+                delivery_tag=delivered,
+                routing_key="orders",
+                exchange="",
+            )
     return t
 
 
@@ -181,8 +282,9 @@ def slow_consumer_empty_queue(traffic: Traffic) -> None:
 
 def test_a_consumer_that_keeps_its_prefetch_full_and_acks_slowly_is_the_bottleneck(findings):
     rows = findings("slow_consumer")
-    assert summary(rows) == [(1, "diagnosis.consumer.prefetch_bound", "consumer", "deliveries_wait_for_acks",
-                              "consumer", "ctag-1")]
+    assert summary(rows) == [
+        (1, "diagnosis.consumer.prefetch_bound", "consumer", "deliveries_wait_for_acks", "consumer", "ctag-1")
+    ]
     evidence = rows[0].evidence
     # Each delivery waits for the 5 before it: 5 x 25 ms on median, 4 x 25 ms for the first ones.
     assert float(evidence["ack_wait_p50_ms"]) == pytest.approx(125.0, abs=0.5)
@@ -217,9 +319,11 @@ def blocked(traffic: Traffic, conn: str, reason: str, start_ms: float, end_ms: f
 
 ALARMS = {"memory_alarm": "low on memory", "disk_alarm": "low on disk", "alarm": "operator said so"}
 for _component, _reason in ALARMS.items():
+
     def _alarm(traffic: Traffic, reason: str = _reason) -> None:
         traffic.connection("conn", 40002)
         blocked(traffic, "conn", reason, 100, 1400)
+
     _alarm.__name__ = f"blocked_{_component}"
     case(_alarm)
 
@@ -233,8 +337,9 @@ def blocked_blip(traffic: Traffic) -> None:
 @pytest.mark.parametrize("component", ALARMS)
 def test_connection_blocked_names_its_alarm(findings, component):
     rows = findings(f"blocked_{component}")
-    assert summary(rows) == [(1, "diagnosis.alarm.connection_blocked", component, "blocked", "connection",
-                              "127.0.0.1:40002")]
+    assert summary(rows) == [
+        (1, "diagnosis.alarm.connection_blocked", component, "blocked", "connection", "127.0.0.1:40002")
+    ]
     assert rows[0].duration_us == 1_300_000
     assert (rows[0].start_packet_number, rows[0].end_packet_number) == (2, 3)
     # Every connection.blocked / unblocked packet of the connection is listed: a field filter names them.
@@ -251,15 +356,33 @@ def test_a_blocked_blip_is_not_a_bottleneck(findings):
 # -- TCP: publishers throttled, clients not reading, head-of-line -----------------------------------
 
 
-def throttled_publisher(traffic: Traffic, conn: str, *, start_ms: float = 0.0, stalls: int = 10,
-                        stall_ms: float = 40.0, body_size: int = 64, delivery_mode=None, routing_key: str = "q",
-                        window: int = 1000) -> float:
+def throttled_publisher(
+    traffic: Traffic,
+    conn: str,
+    *,
+    start_ms: float = 0.0,
+    stalls: int = 10,
+    stall_ms: float = 40.0,
+    body_size: int = 64,
+    delivery_mode=None,
+    routing_key: str = "q",
+    window: int = 1000,
+) -> float:
     """A publisher that fills the broker's 1000-byte receive window ``stalls`` times; the broker acks
     ``stall_ms`` later each time, advertising ``window`` again (its reader blocked by credit flow meanwhile)."""
     t, sent = start_ms, 0
     for _ in range(stalls):
-        traffic.content(conn, t, "c2s", "basic.publish", channel=1, exchange="", routing_key=routing_key,
-                        body_size=body_size, delivery_mode=delivery_mode)
+        traffic.content(
+            conn,
+            t,
+            "c2s",
+            "basic.publish",
+            channel=1,
+            exchange="",
+            routing_key=routing_key,
+            body_size=body_size,
+            delivery_mode=delivery_mode,
+        )
         traffic.segment(conn, t, "c2s", sent, 0, 65535, 1000)  # fills the window the broker advertised
         sent += 1000
         traffic.segment(conn, t + stall_ms, "s2c", 0, sent, window)  # read at last: the window opens again
@@ -311,9 +434,19 @@ def two_throttled_apart(traffic: Traffic) -> None:
 @case
 def to_quorum_queue(traffic: Traffic) -> None:
     traffic.connection("pub", 40016)
-    traffic.frame("pub", 0, "c2s", "queue.declare", channel=1, queue="votes",
-                  arguments={"durable": "true", "passive": "false",
-                             "arguments": '{"x-queue-type":"quorum","x-max-length":100000}'})
+    traffic.frame(
+        "pub",
+        0,
+        "c2s",
+        "queue.declare",
+        channel=1,
+        queue="votes",
+        arguments={
+            "durable": "true",
+            "passive": "false",
+            "arguments": '{"x-queue-type":"quorum","x-max-length":100000}',
+        },
+    )
     traffic.frame("pub", 0.1, "s2c", "queue.declare-ok", channel=1, queue="votes", message_count=0)
     traffic.segment("pub", 0.2, "s2c", 0, 0, 1000)
     throttled_publisher(traffic, "pub", start_ms=1, routing_key="votes")
@@ -348,8 +481,17 @@ def head_of_line(traffic: Traffic) -> None:
     def deliver(ms: float) -> None:
         nonlocal tag
         tag += 1
-        traffic.content("both", ms, "s2c", "basic.deliver", channel=2, consumer_tag="c-other", delivery_tag=tag,
-                        exchange="", routing_key="other")
+        traffic.content(
+            "both",
+            ms,
+            "s2c",
+            "basic.deliver",
+            channel=2,
+            consumer_tag="c-other",
+            delivery_tag=tag,
+            exchange="",
+            routing_key="other",
+        )
 
     deliver(1)
     deliver(1)
@@ -377,8 +519,9 @@ def not_reading(traffic: Traffic) -> None:
 
 def test_a_publisher_filling_the_brokers_window_is_throttled_by_its_channel(findings):
     rows = findings("throttled")
-    assert summary(rows) == [(1, "diagnosis.publisher.credit_flow", "channel", "publisher_throttled", "connection",
-                              "127.0.0.1:40003")]
+    assert summary(rows) == [
+        (1, "diagnosis.publisher.credit_flow", "channel", "publisher_throttled", "connection", "127.0.0.1:40003")
+    ]
     assert rows[0].evidence["window_full_segments"] == "10" and rows[0].evidence["stalls"] == "9"
     # From each full window until the broker's ack made room for the next segment, 40 ms (the
     # millisecond after it is the publisher's own); the last segment has no next one.
@@ -397,7 +540,9 @@ def test_a_publisher_stopping_short_of_a_full_window_is_throttled_too(findings):
 def test_two_publishers_to_one_queue_throttled_together_point_at_the_queue(findings):
     rows = findings("two_throttled_to_one_queue")
     assert {(r.entity, r.component, r.queue) for r in rows} == {
-        ("127.0.0.1:40004", "queue", "shared"), ("127.0.0.1:40005", "queue", "shared")}
+        ("127.0.0.1:40004", "queue", "shared"),
+        ("127.0.0.1:40005", "queue", "shared"),
+    }
     assert {r.evidence["co_throttled_publishers"] for r in rows} == {"1"}
     assert all(float(r.evidence["together_share"]) == 1.0 for r in rows)
 
@@ -443,8 +588,9 @@ def test_head_of_line_blocking_ranks_above_the_throttling_that_causes_it(finding
 
 def test_a_client_closing_its_receive_window_is_not_reading(findings):
     rows = findings("not_reading")
-    assert summary(rows) == [(1, "diagnosis.client.not_reading", "client", "client_not_reading", "connection",
-                              "127.0.0.1:40008")]
+    assert summary(rows) == [
+        (1, "diagnosis.client.not_reading", "client", "client_not_reading", "connection", "127.0.0.1:40008")
+    ]
     assert rows[0].evidence["zero_windows"] == "2"
     assert rows[0].duration_us == 399_000 + 398_000
 
@@ -495,8 +641,9 @@ def test_a_retransmission_the_receiver_dsacks_costs_nothing(findings):
 # -- clients that set the pace -----------------------------------------------------------------------
 
 
-def confirming_publisher(traffic: Traffic, conn: str, *, messages: int, confirm_after_ms: float,
-                         next_after_ms: float) -> None:
+def confirming_publisher(
+    traffic: Traffic, conn: str, *, messages: int, confirm_after_ms: float, next_after_ms: float
+) -> None:
     """A publisher in confirm mode: each publish confirmed ``confirm_after_ms`` later, the next
     publish ``next_after_ms`` after that confirm (one in flight)."""
     traffic.frame(conn, 0, "c2s", "confirm.select", channel=1)
@@ -520,7 +667,9 @@ def confirm_paced(traffic: Traffic) -> None:
     confirming_publisher(traffic, "pub", messages=60, confirm_after_ms=1.0, next_after_ms=9.0)
 
 
-def prefetch_one_consumer(traffic: Traffic, conn: str, *, backlog: int, messages: int, fed_every_ms: float | None) -> None:
+def prefetch_one_consumer(
+    traffic: Traffic, conn: str, *, backlog: int, messages: int, fed_every_ms: float | None
+) -> None:
     """A consumer with prefetch 1 of queue "jobs" acking 0.2 ms after each delivery; the queue holds
     ``backlog`` messages when declared (the broker's declare-ok says so) and, when ``fed_every_ms``,
     a publisher on another connection feeds it that often, each message delivered 0.2 ms later."""
@@ -536,8 +685,17 @@ def prefetch_one_consumer(traffic: Traffic, conn: str, *, backlog: int, messages
             t = max(t, tag * fed_every_ms)
             traffic.content("feeder", t, "c2s", "basic.publish", channel=1, exchange="", routing_key="jobs")
             t += 0.2
-        traffic.content(conn, t, "s2c", "basic.deliver", channel=1, consumer_tag="one-by-one", delivery_tag=tag,
-                        exchange="", routing_key="jobs")
+        traffic.content(
+            conn,
+            t,
+            "s2c",
+            "basic.deliver",
+            channel=1,
+            consumer_tag="one-by-one",
+            delivery_tag=tag,
+            exchange="",
+            routing_key="jobs",
+        )
         traffic.frame(conn, t + 0.2, "c2s", "basic.ack", channel=1, delivery_tag=tag, multiple=False)
         t += 0.3  # the broker sends the next waiting message 0.1 ms after the ack
 
@@ -558,7 +716,11 @@ def prefetch_one_empty_queue(traffic: Traffic) -> None:
 def test_a_publisher_waiting_for_each_confirm_is_bound_by_its_round_trips(findings):
     (row,) = findings("confirm_bound")
     assert (row.rule_id, row.component, row.effect, row.entity_kind) == (
-        "diagnosis.client.confirm_bound", "client", "publisher_waits_for_confirms", "channel")
+        "diagnosis.client.confirm_bound",
+        "client",
+        "publisher_waits_for_confirms",
+        "channel",
+    )
     assert (row.channel, row.queue, row.entity) == (1, "jobs", "127.0.0.1:40019 channel 1")
     assert row.evidence["in_flight_max"] == "1" and row.evidence["confirm_round_trip_ms"] == "1.0"
     # Waiting 1 ms of every 1.2 ms cycle, from the first publish to the last confirm.
@@ -572,7 +734,12 @@ def test_a_publisher_waiting_for_each_confirm_at_a_pace_of_its_own_is_not(findin
 def test_a_prefetch_one_consumer_of_a_backlog_is_bound_by_its_round_trips(findings):
     (row,) = findings("prefetch_one_backlog")
     assert (row.rule_id, row.component, row.effect, row.consumer_tag, row.queue) == (
-        "diagnosis.client.round_trip_bound", "client", "consumer_round_trip_bound", "one-by-one", "jobs")
+        "diagnosis.client.round_trip_bound",
+        "client",
+        "consumer_round_trip_bound",
+        "one-by-one",
+        "jobs",
+    )
     # The queue's ready count is known (its declare-ok): a message waited at every ack.
     assert row.evidence["waiting_share"] == "1.000" and row.evidence["window"] == "1"
     assert row.evidence["round_trip_ms"] == "0.3"
@@ -587,25 +754,78 @@ def test_a_prefetch_one_consumer_of_an_empty_queue_is_not(findings):
 # -- AMQP 1.0 receiving links ------------------------------------------------------------------------
 
 
-def receiving_link(traffic: Traffic, conn: str, name: str, handle: int, *, grants: int, credit: int,
-                   grant_after_ms: float, channel: int = 0) -> None:
+def receiving_link(
+    traffic: Traffic,
+    conn: str,
+    name: str,
+    handle: int,
+    *,
+    grants: int,
+    credit: int,
+    grant_after_ms: float,
+    channel: int = 0,
+) -> None:
     """The client attaches a receiving link and grants ``credit`` ``grant_after_ms`` after the last was
     used; the broker has messages waiting and uses each grant at once (0.2 ms a transfer)."""
     t = 0.0
-    traffic.frame(conn, t, "c2s", "attach", "amqp-1.0", channel=channel, name=name, handle=handle, role="receiver",
-                  source_address=f"/queues/{name}")
-    traffic.frame(conn, t, "s2c", "attach", "amqp-1.0", channel=channel, name=name, handle=handle, role="sender",
-                  source_address=f"/queues/{name}", initial_delivery_count=0)
+    traffic.frame(
+        conn,
+        t,
+        "c2s",
+        "attach",
+        "amqp-1.0",
+        channel=channel,
+        name=name,
+        handle=handle,
+        role="receiver",
+        source_address=f"/queues/{name}",
+    )
+    traffic.frame(
+        conn,
+        t,
+        "s2c",
+        "attach",
+        "amqp-1.0",
+        channel=channel,
+        name=name,
+        handle=handle,
+        role="sender",
+        source_address=f"/queues/{name}",
+        initial_delivery_count=0,
+    )
     delivery = 0
     for _ in range(grants):
         t += grant_after_ms
-        traffic.frame(conn, t, "c2s", "flow", "amqp-1.0", channel=channel, handle=handle, delivery_count=delivery,
-                      link_credit=credit, next_incoming_id=0, incoming_window=1000, next_outgoing_id=0,
-                      outgoing_window=1000)
+        traffic.frame(
+            conn,
+            t,
+            "c2s",
+            "flow",
+            "amqp-1.0",
+            channel=channel,
+            handle=handle,
+            delivery_count=delivery,
+            link_credit=credit,
+            next_incoming_id=0,
+            incoming_window=1000,
+            next_outgoing_id=0,
+            outgoing_window=1000,
+        )
         for _ in range(credit):
             t += 0.2
-            traffic.frame(conn, t, "s2c", "transfer", "amqp-1.0", channel=channel, handle=handle,
-                          delivery_id=delivery, delivery_tag_bytes=bytes([delivery % 256]), more=False, settled=False)
+            traffic.frame(
+                conn,
+                t,
+                "s2c",
+                "transfer",
+                "amqp-1.0",
+                channel=channel,
+                handle=handle,
+                delivery_id=delivery,
+                delivery_tag_bytes=bytes([delivery % 256]),
+                more=False,
+                settled=False,
+            )
             delivery += 1
 
 
@@ -637,17 +857,27 @@ def alarm_and_slow_consumer(traffic: Traffic) -> None:
 def test_diagnosis_heads_with_the_alarm_and_says_none_for_a_quiet_capture(spark, findings):
     found = spark.createDataFrame(findings("alarm_and_slow_consumer"), BOTTLENECKS_SCHEMA)
     captures = spark.createDataFrame(
-        [dict({n: None for n in CAPTURES_SCHEMA.fieldNames()}, capture_id=c, file_name=f"{c}.pcap", file_size=1,
-              packets=1) for c in ("alarm_and_slow_consumer", "quiet")], CAPTURES_SCHEMA)
+        [
+            dict(
+                {n: None for n in CAPTURES_SCHEMA.fieldNames()},
+                capture_id=c,
+                file_name=f"{c}.pcap",
+                file_size=1,
+                packets=1,
+            )
+            for c in ("alarm_and_slow_consumer", "quiet")
+        ],
+        CAPTURES_SCHEMA,
+    )
     rows = {r.capture_id: r for r in diagnosis(found, captures).collect()}
     cap = rows["alarm_and_slow_consumer"]
     assert cap.bottleneck == "memory_alarm" and cap.findings_count == 2
     assert [f.component for f in cap.findings] == ["memory_alarm", "consumer"]
-    assert cap.headline.startswith("Bottleneck: memory alarm (blocked) on connection 127.0.0.1:40002 (queue q), "
-                                   "from 00:00:00.100 UTC (packet ")
+    assert cap.headline.startswith(
+        "Bottleneck: memory alarm (blocked) on connection 127.0.0.1:40002 (queue q), from 00:00:00.100 UTC (packet "
+    )
     assert rows["quiet"].bottleneck == "none" and rows["quiet"].findings == []
     assert rows["quiet"].headline.startswith("No bottleneck")
-
 
 
 def test_encrypted_connections_are_named_in_the_headline_and_alone_are_encrypted(spark, findings):
@@ -655,34 +885,66 @@ def test_encrypted_connections_are_named_in_the_headline_and_alone_are_encrypted
     found = spark.createDataFrame(findings("alarm_and_slow_consumer"), BOTTLENECKS_SCHEMA)
     ids = ("alarm_and_slow_consumer", "mixed", "only_tls", "plain")
     captures = spark.createDataFrame(
-        [dict({n: None for n in CAPTURES_SCHEMA.fieldNames()}, capture_id=c, file_name=f"{c}.pcap", file_size=1,
-              packets=1) for c in ids], CAPTURES_SCHEMA)
+        [
+            dict(
+                {n: None for n in CAPTURES_SCHEMA.fieldNames()},
+                capture_id=c,
+                file_name=f"{c}.pcap",
+                file_size=1,
+                packets=1,
+            )
+            for c in ids
+        ],
+        CAPTURES_SCHEMA,
+    )
 
     def connection(capture: str, port: int, protocol: str, version: str | None) -> dict:
         row = {f.name: 0 for f in CONNECTIONS_SCHEMA.fields}
-        row.update(capture_id=capture, connection_id=f"{capture}-{port}", client_address="127.0.0.1", client_port=port,
-                   server_address="127.0.0.1", server_port=5671, protocol=protocol, protocol_inferred=False,
-                   first_ts=None, last_ts=None, tls_alpn_offered=None, tls_version=version)
+        row.update(
+            capture_id=capture,
+            connection_id=f"{capture}-{port}",
+            client_address="127.0.0.1",
+            client_port=port,
+            server_address="127.0.0.1",
+            server_port=5671,
+            protocol=protocol,
+            protocol_inferred=False,
+            first_ts=None,
+            last_ts=None,
+            tls_alpn_offered=None,
+            tls_version=version,
+        )
         return row
 
-    connections = spark.createDataFrame([
-        connection("alarm_and_slow_consumer", 1, "amqp-0-9-1", None), connection("alarm_and_slow_consumer", 2, "tls", "TLS 1.3"),
-        connection("mixed", 1, "amqp-1.0", "TLS 1.2"), connection("mixed", 2, "tls", "TLS 1.2"),
-        connection("only_tls", 1, "tls", "TLS 1.3"), connection("only_tls", 2, "tls", "TLS 1.3"),
-        connection("plain", 1, "amqp-0-9-1", None),
-    ], CONNECTIONS_SCHEMA)
+    connections = spark.createDataFrame(
+        [
+            connection("alarm_and_slow_consumer", 1, "amqp-0-9-1", None),
+            connection("alarm_and_slow_consumer", 2, "tls", "TLS 1.3"),
+            connection("mixed", 1, "amqp-1.0", "TLS 1.2"),
+            connection("mixed", 2, "tls", "TLS 1.2"),
+            connection("only_tls", 1, "tls", "TLS 1.3"),
+            connection("only_tls", 2, "tls", "TLS 1.3"),
+            connection("plain", 1, "amqp-0-9-1", None),
+        ],
+        CONNECTIONS_SCHEMA,
+    )
     rows = {r.capture_id: r for r in diagnosis(found, captures, connections).collect()}
     assert rows["alarm_and_slow_consumer"].bottleneck == "memory_alarm"
     assert rows["alarm_and_slow_consumer"].headline.startswith("Bottleneck: memory alarm (blocked)")
     assert rows["alarm_and_slow_consumer"].headline.endswith(
-        " 1 connection is encrypted (TLS 1.3) and was not decoded: give --tls-keylog.")
+        " 1 connection is encrypted (TLS 1.3) and was not decoded: give --tls-keylog."
+    )
     assert rows["mixed"].bottleneck == "none"
     assert rows["mixed"].headline.startswith("No bottleneck in the decoded traffic")
-    assert rows["mixed"].headline.endswith("1 connection is encrypted (TLS 1.2) and was not decoded: give --tls-keylog.")
+    assert rows["mixed"].headline.endswith(
+        "1 connection is encrypted (TLS 1.2) and was not decoded: give --tls-keylog."
+    )
     assert (rows["only_tls"].bottleneck, rows["only_tls"].encrypted_connections) == ("encrypted", 2)
-    assert rows["only_tls"].headline == ("2 connections are encrypted (TLS 1.3) and were not decoded: give "
-                                         "--tls-keylog. No AMQP was decoded, and TCP showed no finding: nothing "
-                                         "else could be judged.")
+    assert rows["only_tls"].headline == (
+        "2 connections are encrypted (TLS 1.3) and were not decoded: give "
+        "--tls-keylog. No AMQP was decoded, and TCP showed no finding: nothing "
+        "else could be judged."
+    )
     assert (rows["plain"].bottleneck, rows["plain"].encrypted_connections) == ("none", 0)
     assert rows["plain"].headline.startswith("No bottleneck: ")
 
@@ -706,5 +968,9 @@ def test_evidence_numbers_are_plain_decimals(findings):
             if value is None or unit in (None, "text"):
                 continue
             checked += 1
-            assert value in ("true", "false") if unit == "flag" else float(value) == float(value), (row.rule_id, key, value)
+            assert value in ("true", "false") if unit == "flag" else float(value) == float(value), (
+                row.rule_id,
+                key,
+                value,
+            )
     assert checked > 50

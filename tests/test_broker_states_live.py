@@ -42,9 +42,14 @@ def samples_files_open(broker: PrivateBroker) -> list[str]:
 
 def test_sampler_sees_the_memory_alarm_and_the_blocked_publisher() -> None:
     with PrivateBroker() as broker:
-        connection = pika.BlockingConnection(pika.ConnectionParameters(
-            host=broker.host, port=broker.port, credentials=pika.PlainCredentials(*GUEST),
-            client_properties={"connection_name": "sampler test publisher"}))  # fmt: skip
+        connection = pika.BlockingConnection(
+            pika.ConnectionParameters(
+                host=broker.host,
+                port=broker.port,
+                credentials=pika.PlainCredentials(*GUEST),
+                client_properties={"connection_name": "sampler test publisher"},
+            )
+        )
         client_port = connection._impl._transport._sock.getsockname()[1]
         channel = connection.channel()
         channel.queue_declare("amqpscope.sampler-test")
@@ -93,8 +98,11 @@ def test_sampler_sees_the_memory_alarm_and_the_blocked_publisher() -> None:
     def publisher_state(sample):
         return next(c.state for c in sample.connections if c.peer_port == client_port)
 
-    blocked = [s for s in sampler.samples if any(c.peer_port == client_port for c in s.connections)
-               and publisher_state(s) == "blocked"]  # fmt: skip
+    blocked = [
+        s
+        for s in sampler.samples
+        if any(c.peer_port == client_port for c in s.connections) and publisher_state(s) == "blocked"
+    ]
     assert blocked, "the publishing connection was never seen blocked"
     assert all(before_raise_us <= s.ts_us <= after_clear_us for s in blocked)
     names = {c.connection_name for s in sampler.samples for c in s.connections}

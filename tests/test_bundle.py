@@ -83,8 +83,12 @@ def strings(node) -> list[str]:
 
 def test_every_file_of_the_bundle_is_valid_against_the_published_schema():
     files = bundle_files()
-    assert set(files) == {"databricks.yml", "resources/amqpscope_job.yml", "resources/amqpscope_catalog.yml",
-                          "resources/amqpscope_dashboard.yml"}
+    assert set(files) == {
+        "databricks.yml",
+        "resources/amqpscope_job.yml",
+        "resources/amqpscope_catalog.yml",
+        "resources/amqpscope_dashboard.yml",
+    }
     for name, config in files.items():
         assert schema_errors(config) == [], name
 
@@ -122,8 +126,12 @@ def test_the_job_declares_its_access_mode_trigger_parameters_retries_and_timeout
     assert job["trigger"]["file_arrival"]["min_time_between_triggers_seconds"] >= 60
     assert "schedule" not in job  # the landing volume's new files start it
     assert {p["name"]: p["default"] for p in job["parameters"]} == {
-        "landing": landing, "lake": f"/Volumes/${{var.catalog}}/{schema}/${{resources.volumes.lake.name}}",
-        "config": "${var.config_path}", "catalog": "${var.catalog}", "schema": schema}
+        "landing": landing,
+        "lake": f"/Volumes/${{var.catalog}}/{schema}/${{resources.volumes.lake.name}}",
+        "config": "${var.config_path}",
+        "catalog": "${var.catalog}",
+        "schema": schema,
+    }
     for task in job["tasks"]:
         assert task["max_retries"] >= 1 and task["timeout_seconds"] > 0, task["task_key"]
         assert task["python_wheel_task"]["parameters"]
@@ -131,7 +139,8 @@ def test_the_job_declares_its_access_mode_trigger_parameters_retries_and_timeout
     assert job["tags"]["project"] == "amqpscope"
     prod = top["targets"]["prod"]
     assert prod["resources"]["jobs"]["amqpscope"]["permissions"] == [
-        {"level": "CAN_MANAGE_RUN", "group_name": "${var.operators_group}"}]
+        {"level": "CAN_MANAGE_RUN", "group_name": "${var.operators_group}"}
+    ]
     assert prod["resources"]["jobs"]["amqpscope"]["tags"] == {"environment": "prod"}
     assert prod["permissions"] and prod["run_as"]["service_principal_name"] == "${var.service_principal}"
     assert top["targets"]["dev"]["resources"]["jobs"]["amqpscope"]["trigger"]["pause_status"] == "PAUSED"
@@ -148,8 +157,9 @@ def test_the_landing_and_lake_paths_are_the_volumes_the_bundle_declares():
     for key, volume in volumes.items():
         assert volume["catalog_name"] == schema["catalog_name"]
         assert volume["schema_name"] == "${resources.schemas.amqpscope.name}"
-        assert parameters[key].rstrip("/") == (f"/Volumes/{volume['catalog_name']}/{volume['schema_name']}"
-                                              f"/${{resources.volumes.{key}.name}}")
+        assert parameters[key].rstrip("/") == (
+            f"/Volumes/{volume['catalog_name']}/{volume['schema_name']}/${{resources.volumes.{key}.name}}"
+        )
 
 
 def test_references_between_the_files_resolve():
@@ -172,7 +182,9 @@ def test_references_between_the_files_resolve():
     job_file = ROOT / "resources" / "amqpscope_job.yml"
     entry_points = configparser.ConfigParser()
     entry_points.read(ROOT / "setup.cfg")
-    task_functions = dict(line.split(" = ") for line in entry_points["options.entry_points"]["amqpscope.tasks"].split("\n") if line)
+    task_functions = dict(
+        line.split(" = ") for line in entry_points["options.entry_points"]["amqpscope.tasks"].split("\n") if line
+    )
     job = found["jobs"]["amqpscope"]
     parameters = {p["name"] for p in job["parameters"]}
     keys = [t["task_key"] for t in job["tasks"]]
@@ -196,8 +208,10 @@ def test_references_between_the_files_resolve():
         for item in page["layout"]:
             for query in item["widget"]["queries"]:
                 assert query["query"]["datasetName"] in datasets, item["widget"]["name"]
-    assert (dashboard["dataset_catalog"], dashboard["dataset_schema"]) == ("${var.catalog}",
-                                                                        "${resources.schemas.amqpscope.name}")
+    assert (dashboard["dataset_catalog"], dashboard["dataset_schema"]) == (
+        "${var.catalog}",
+        "${resources.schemas.amqpscope.name}",
+    )
     alert = found["alerts"]["new_bottlenecks"]
     assert alert["evaluation"]["source"]["name"] in alert["query_text"]
 
@@ -227,18 +241,27 @@ def lake_views(spark, samples_lake):
     is_derive = F.col("stage") == "derive"
     lake.read("runs").select(
         *[c for c in lake.read("runs").columns if c not in ("outcome", "ended")],
-        F.when(is_derive & (F.col("capture_id") == incomplete), F.lit("running")).otherwise(F.col("outcome")).alias("outcome"),
+        F.when(is_derive & (F.col("capture_id") == incomplete), F.lit("running"))
+        .otherwise(F.col("outcome"))
+        .alias("outcome"),
         F.when(is_derive, F.lit(datetime.now(UTC))).otherwise(F.col("ended")).alias("ended"),
     ).createOrReplaceTempView("runs")
     lake.read("diagnosis").withColumn(
         "bottleneck", F.when(F.col("capture_id") == complete[0], F.lit(COMPONENTS[2])).otherwise(F.col("bottleneck"))
     ).createOrReplaceTempView("diagnosis")
     # Violations of two rules: a complete capture's (shown) and the incomplete one's (not shown).
-    found = [(cid, rule, "error", "made up", None, None, None, None, None, None, None)
-             for cid, rule in ((complete[0], "amqp091.x"), (complete[0], "amqp091.x"), (complete[-1], "amqp10.y"),
-                               (incomplete, "amqp10.y"))]
-    lake.read("violations").unionByName(spark.createDataFrame(found, lake.read("violations").schema)) \
-        .createOrReplaceTempView("violations")
+    found = [
+        (cid, rule, "error", "made up", None, None, None, None, None, None, None)
+        for cid, rule in (
+            (complete[0], "amqp091.x"),
+            (complete[0], "amqp091.x"),
+            (complete[-1], "amqp10.y"),
+            (incomplete, "amqp10.y"),
+        )
+    ]
+    lake.read("violations").unionByName(
+        spark.createDataFrame(found, lake.read("violations").schema)
+    ).createOrReplaceTempView("violations")
     yield lake, complete, incomplete
     for name in names:
         spark.catalog.dropTempView(name)
@@ -255,8 +278,9 @@ def test_every_widget_field_is_a_column_of_its_dataset(spark, lake_views):
             for field in query["query"]["fields"]:
                 assert set(re.findall(r"`(\w+)`", field["expression"])) <= columns[dataset], widget["name"]
             encoded = widget["spec"]["encodings"]
-            used = [c["fieldName"] for c in encoded.get("columns", [])] + \
-                [e["fieldName"] for k, e in encoded.items() if k != "columns"]
+            used = [c["fieldName"] for c in encoded.get("columns", [])] + [
+                e["fieldName"] for k, e in encoded.items() if k != "columns"
+            ]
             assert set(used) <= names, widget["name"]
 
 
@@ -268,14 +292,26 @@ def test_the_datasets_show_the_complete_captures_as_the_tables_have_them(spark, 
     quality = {r.capture_id: r for r in lake.read("dq_summary").collect()}
     for cid, row in verdicts.items():
         assert (row.bottleneck, row.headline, row.findings_count) == (
-            diagnosis[cid].bottleneck, diagnosis[cid].headline, diagnosis[cid].findings_count)
+            diagnosis[cid].bottleneck,
+            diagnosis[cid].headline,
+            diagnosis[cid].findings_count,
+        )
         assert (row.violations_error, row.suites_passed) == (quality[cid].violations_error, quality[cid].suites_passed)
         assert row.fails_a_suite == (0 if quality[cid].suites_passed else 1)
-    assert {cid: row.has_bottleneck for cid, row in verdicts.items()} == {cid: int(cid == complete[0]) for cid in complete}
+    assert {cid: row.has_bottleneck for cid, row in verdicts.items()} == {
+        cid: int(cid == complete[0]) for cid in complete
+    }
     violations = spark.table("violations").filter(F.col("capture_id").isin(*complete))
-    expected = {(r.rule_id, r.severity): (r["count"], r.captures) for r in violations.groupBy("rule_id", "severity")
-                .agg(F.count("*").alias("count"), F.countDistinct("capture_id").alias("captures")).collect()}
-    by_rule = {(r.rule_id, r.severity): (r.violations, r.captures) for r in spark.sql(dataset_sql("violations_by_rule")).collect()}
+    expected = {
+        (r.rule_id, r.severity): (r["count"], r.captures)
+        for r in violations.groupBy("rule_id", "severity")
+        .agg(F.count("*").alias("count"), F.countDistinct("capture_id").alias("captures"))
+        .collect()
+    }
+    by_rule = {
+        (r.rule_id, r.severity): (r.violations, r.captures)
+        for r in spark.sql(dataset_sql("violations_by_rule")).collect()
+    }
     assert by_rule == expected
     assert by_rule[("amqp091.x", "error")] == (2, 1) and by_rule[("amqp10.y", "error")] == (1, 1)
     findings = lake.read("bottlenecks").filter(F.col("capture_id").isin(*complete)).count()
@@ -295,8 +331,11 @@ def test_the_alert_counts_the_captures_with_a_bottleneck(spark, lake_views):
     alert = resources()["alerts"]["new_bottlenecks"]
     query = alert["query_text"].replace("${var.catalog}.${resources.schemas.amqpscope.name}.", "")
     assert "${" not in query
-    expected = spark.table("diagnosis").filter(F.col("capture_id").isin(*complete)
-                                               & ~F.col("bottleneck").isin(*NOT_A_BOTTLENECK)).count()
+    expected = (
+        spark.table("diagnosis")
+        .filter(F.col("capture_id").isin(*complete) & ~F.col("bottleneck").isin(*NOT_A_BOTTLENECK))
+        .count()
+    )
     assert expected == 1  # the first capture's, as lake_views made it
     [row] = spark.sql(query).collect()
     assert row.new_bottlenecks == expected
@@ -309,7 +348,10 @@ def test_the_wheel_task_entry_points_are_in_the_wheel_metadata():
     """What setup.cfg declares is what the installed distribution offers the runtime."""
     import importlib.metadata
 
-    group = {e.name: e.value for e in importlib.metadata.distribution("amqpscope").entry_points
-             if e.group == "amqpscope.tasks"}
+    group = {
+        e.name: e.value
+        for e in importlib.metadata.distribution("amqpscope").entry_points
+        if e.group == "amqpscope.tasks"
+    }
     assert group == {f"{stage}_task": f"amqpscope.jobs.entry:{stage}_task" for stage in TASK_ORDER}
     assert Path(ROOT / "resources" / "amqpscope.lvdash.json").is_file()

@@ -117,15 +117,23 @@ def test_reordered_and_duplicated_segments_give_the_same_frames(tmp_path):
 def test_sequence_numbers_wrap_around(tmp_path):
     clean = decode(tmp_path, packets(segments(C2S_091, 5), segments(S2C_091, 5)))
     wrapped = decode(tmp_path, packets(segments(C2S_091, 5), segments(S2C_091, 5), isn_c=2**32 - 20, isn_s=2**32 - 3))
-    assert [(f["stream_offset"], f["method"]) for f in wrapped["frames"]] == [(f["stream_offset"], f["method"]) for f in clean["frames"]]
+    assert [(f["stream_offset"], f["method"]) for f in wrapped["frames"]] == [
+        (f["stream_offset"], f["method"]) for f in clean["frames"]
+    ]
 
 
 def test_unwrap_picks_the_nearest_offset():
     rng = random.Random(3)
     nears = [0, 1, SEQ_MOD // 2, SEQ_MOD - 1, SEQ_MOD, 3 * SEQ_MOD + 5, *(rng.randrange(1 << 40) for _ in range(300))]
     for near in nears:
-        for relative in [0, 1, (near + SEQ_MOD // 2) % SEQ_MOD, (near - SEQ_MOD // 2) % SEQ_MOD, SEQ_MOD - 1,
-                         *(rng.randrange(SEQ_MOD) for _ in range(20))]:
+        for relative in [
+            0,
+            1,
+            (near + SEQ_MOD // 2) % SEQ_MOD,
+            (near - SEQ_MOD // 2) % SEQ_MOD,
+            SEQ_MOD - 1,
+            *(rng.randrange(SEQ_MOD) for _ in range(20)),
+        ]:
             # By definition: of the non-negative offsets with these low 32 bits, the nearest (the lower on a tie).
             base = near - near % SEQ_MOD
             candidates = [c for c in (base + relative - SEQ_MOD, base + relative, base + relative + SEQ_MOD) if c >= 0]
@@ -149,16 +157,29 @@ def test_lost_segment_is_a_gap_and_decoding_resumes(tmp_path):
 
 
 def test_amqp10_connection_with_sasl(tmp_path):
-    c2s = b.HEADER_10_SASL + b.sasl_init("PLAIN", b"\x00guest\x00s3cret") + b.HEADER_10 + b.attach("l", 0, False, "/queue/q", 0) + b.transfer(0, 0, b"t", b"x")
+    c2s = (
+        b.HEADER_10_SASL
+        + b.sasl_init("PLAIN", b"\x00guest\x00s3cret")
+        + b.HEADER_10
+        + b.attach("l", 0, False, "/queue/q", 0)
+        + b.transfer(0, 0, b"t", b"x")
+    )
     s2c = b.HEADER_10_SASL + b.HEADER_10 + b.flow(0, 0, 5) + b.EMPTY_10
     out = decode(tmp_path, packets(segments(c2s, 16), segments(s2c, 16)))
     kinds = Counter((f["direction"], f["frame_type"], f["method"]) for f in out["frames"])
-    assert kinds == Counter({
-        ("c2s", "protocol-header", "sasl"): 1, ("c2s", "sasl", "sasl-init"): 1, ("c2s", "protocol-header", "amqp"): 1,
-        ("c2s", "amqp", "attach"): 1, ("c2s", "amqp", "transfer"): 1,
-        ("s2c", "protocol-header", "sasl"): 1, ("s2c", "protocol-header", "amqp"): 1, ("s2c", "amqp", "flow"): 1,
-        ("s2c", "empty", None): 1,
-    })
+    assert kinds == Counter(
+        {
+            ("c2s", "protocol-header", "sasl"): 1,
+            ("c2s", "sasl", "sasl-init"): 1,
+            ("c2s", "protocol-header", "amqp"): 1,
+            ("c2s", "amqp", "attach"): 1,
+            ("c2s", "amqp", "transfer"): 1,
+            ("s2c", "protocol-header", "sasl"): 1,
+            ("s2c", "protocol-header", "amqp"): 1,
+            ("s2c", "amqp", "flow"): 1,
+            ("s2c", "empty", None): 1,
+        }
+    )
     assert all("s3cret" not in repr(f) for f in out["frames"])
     [init] = [f for f in out["frames"] if f["method"] == "sasl-init"]
     assert init["mechanism"] == "PLAIN"
@@ -215,8 +236,9 @@ def test_concatenated_pcapng_sections_are_read_through(tmp_path):
 
 # Over TLS a frame's offsets count decrypted bytes, not the TCP stream's this test cuts frames from
 # (tests/test_tls.py checks TLS frames against the plain frames they carry).
-@pytest.mark.parametrize("sample", sorted(p for p in SAMPLES.rglob("*.pcap*") if p.parent.name != "tls"),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "sample", sorted(p for p in SAMPLES.rglob("*.pcap*") if p.parent.name != "tls"), ids=lambda p: p.name
+)
 def test_frames_rows_are_frame_row_of_the_decoded_frames(sample):
     """``CaptureDecoder`` builds rows inline for speed; they must be ``rows.frame_row`` of the decoders' output."""
 
@@ -234,8 +256,20 @@ def test_frames_rows_are_frame_row_of_the_decoded_frames(sample):
         for row, raw in zip(direction_rows, splitter.feed(stream, 0, 0), strict=True):
             if raw.is_protocol_header:
                 continue
-            key = {k: row[k] for k in ("capture_id", "connection_id", "direction", "frame_index", "ts", "ts_us",
-                                       "packet_number", "stream_offset", "frame_size")}
+            key = {
+                k: row[k]
+                for k in (
+                    "capture_id",
+                    "connection_id",
+                    "direction",
+                    "frame_index",
+                    "ts",
+                    "ts_us",
+                    "packet_number",
+                    "stream_offset",
+                    "frame_size",
+                )
+            }
             assert frame_row(protocol, decode(raw.data), key) == row
             checked += 1
     assert checked > 0

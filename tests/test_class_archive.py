@@ -87,13 +87,16 @@ def test_prune_keeps_what_is_used_or_being_written(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([kept.name, recent.name, live.name])
 
 
-@pytest.mark.parametrize("own, options, collector", [
-    ("", "-XX:+UseParallelGC", ["-XX:+UseParallelGC"]),
-    ("  -Xshare:on ", "-Xshare:on -XX:+UseParallelGC", ["-XX:+UseParallelGC"]),
-    ("-XX:+UseGCOverheadLimit", "-XX:+UseGCOverheadLimit -XX:+UseParallelGC", ["-XX:+UseParallelGC"]),
-    ("-XX:+UseSerialGC -Dx=1", "-XX:+UseSerialGC -Dx=1", ["-XX:+UseSerialGC"]),
-    ("-XX:+UseG1GC", "-XX:+UseG1GC", ["-XX:+UseG1GC"]),
-])
+@pytest.mark.parametrize(
+    "own, options, collector",
+    [
+        ("", "-XX:+UseParallelGC", ["-XX:+UseParallelGC"]),
+        ("  -Xshare:on ", "-Xshare:on -XX:+UseParallelGC", ["-XX:+UseParallelGC"]),
+        ("-XX:+UseGCOverheadLimit", "-XX:+UseGCOverheadLimit -XX:+UseParallelGC", ["-XX:+UseParallelGC"]),
+        ("-XX:+UseSerialGC -Dx=1", "-XX:+UseSerialGC -Dx=1", ["-XX:+UseSerialGC"]),
+        ("-XX:+UseG1GC", "-XX:+UseG1GC", ["-XX:+UseG1GC"]),
+    ],
+)
 def test_the_parallel_collector_unless_the_user_chooses_one(own, options, collector):
     assert driver_java_options(own) == options
     assert driver_java_options(own, "-XX:SharedArchiveFile=/a.jsa") == f"{options} -XX:SharedArchiveFile=/a.jsa"
@@ -121,9 +124,14 @@ _JOB = textwrap.dedent("""
 
 def _job(directory: Path, lake: Path, spark_conf: dict[str, str]) -> tuple[str, str, str]:
     """The job's answer (4950), its JVM's class path and its collectors' names."""
-    done = subprocess.run([sys.executable, "-c", _JOB, str(lake), json.dumps(spark_conf)],
-                          env={**os.environ, ENVIRONMENT: str(directory)}, capture_output=True, text=True,
-                          timeout=600, cwd=lake.parent)  # where a crashing JVM leaves its hs_err file
+    done = subprocess.run(
+        [sys.executable, "-c", _JOB, str(lake), json.dumps(spark_conf)],
+        env={**os.environ, ENVIRONMENT: str(directory)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=lake.parent,
+    )  # where a crashing JVM leaves its hs_err file
     assert done.returncode == 0, done.stderr[-3000:]
     answer, class_path, collectors = done.stdout.splitlines()[-3:]
     return answer, class_path, collectors

@@ -53,7 +53,9 @@ def test_http_on_the_amqp_port_is_quarantined_not_decoded(tmp_path):
     assert (conn["protocol"], conn["c2s_bytes"], conn["s2c_bytes"]) == ("not-amqp", len(request), 19)
     # Every byte accounted: one quarantined run a direction, with the classification as reason.
     assert sorted((q["direction"], q["byte_count"], q["reason"]) for q in out["quarantine"]) == [
-        ("c2s", len(request), "not decoded: not AMQP"), ("s2c", 19, "not decoded: not AMQP")]
+        ("c2s", len(request), "not decoded: not AMQP"),
+        ("s2c", 19, "not decoded: not AMQP"),
+    ]
 
 
 def test_tls_is_recorded_with_its_handshake_bytes_as_tls(tmp_path):
@@ -62,12 +64,21 @@ def test_tls_is_recorded_with_its_handshake_bytes_as_tls(tmp_path):
     out = decode(tmp_path, conversation(hello, bytes([0x16, 0x03, 0x03, 0x00, 0x02, 0, 0]), dport=5671), ports=(5671,))
     assert out["frames"] == [] and out["quarantine"] == []
     [conn] = out["connections"]
-    assert (conn["protocol"], conn["tls_status"], conn["c2s_tls_bytes"], conn["s2c_tls_bytes"]) == ("tls", "handshake", 69, 7)
+    assert (conn["protocol"], conn["tls_status"], conn["c2s_tls_bytes"], conn["s2c_tls_bytes"]) == (
+        "tls",
+        "handshake",
+        69,
+        7,
+    )
 
 
 def test_amqp_over_tls_header_starts_tls_on_any_port(tmp_path):
-    out = decode(tmp_path, conversation(b"AMQP\x02\x01\x00\x00" + bytes([0x16, 3, 1, 0, 4, 1, 2, 3, 4]),
-                                        b"AMQP\x02\x01\x00\x00", dport=15671))
+    out = decode(
+        tmp_path,
+        conversation(
+            b"AMQP\x02\x01\x00\x00" + bytes([0x16, 3, 1, 0, 4, 1, 2, 3, 4]), b"AMQP\x02\x01\x00\x00", dport=15671
+        ),
+    )
     assert out["frames"] == [] and out["quarantine"] == []
     [conn] = out["connections"]
     assert (conn["protocol"], conn["c2s_tls_bytes"], conn["s2c_tls_bytes"]) == ("tls", 17, 8)

@@ -23,16 +23,25 @@ from amqpscope.testbed.spark_cluster import StandaloneCluster
 from tests.paths import SAMPLE_CAPTURES
 from tests.test_jobs import TABLES, TASK_ORDER, bundle, same_input, substituted
 
-COMPARED = ("captures", "connections", "frames", "quarantine", "link_credit", "channel_unacked", "violations",
-            "bottlenecks", "diagnosis", "dq_summary")
+COMPARED = (
+    "captures",
+    "connections",
+    "frames",
+    "quarantine",
+    "link_credit",
+    "channel_unacked",
+    "violations",
+    "bottlenecks",
+    "diagnosis",
+    "dq_summary",
+)
 SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")
 
 
 def submit(master: str, entry_point: str, parameters: list[str], log: Path) -> dict:
     """One task as spark-submit runs it: jobs/entry.py with the stage first, then the task's
     parameters; its JSON answer. Its own process: a SparkContext per process."""
-    command = [str(SPARK_SUBMIT), "--master", master, entry.__file__,
-               entry_point.removesuffix("_task"), *parameters]
+    command = [str(SPARK_SUBMIT), "--master", master, entry.__file__, entry_point.removesuffix("_task"), *parameters]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     out = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
     log.write_text(out.stderr)
@@ -58,9 +67,12 @@ def test_bundle_tasks_on_a_standalone_cluster_match_local_mode(spark, samples_la
         outputs = {}
         for task in tasks:
             wheel = task["python_wheel_task"]
-            outputs[task["task_key"]] = submit(cluster.master_url, wheel["entry_point"],
-                                               substituted(wheel["parameters"], values),
-                                               tmp_path / f"{task['task_key']}.log")
+            outputs[task["task_key"]] = submit(
+                cluster.master_url,
+                wheel["entry_point"],
+                substituted(wheel["parameters"], values),
+                tmp_path / f"{task['task_key']}.log",
+            )
         master_log = (tmp_path / "cluster-work" / "master.log").read_text()
     assert cluster.alive() == []
     # Every task really ran on the cluster: its application registered with the master.

@@ -30,15 +30,26 @@ def _cases():
         "uses the one before": [("x", F.col("i") + 1), ("y", F.col("x") * 2), ("z", F.col("y") - F.col("x"))],
         "replaces, then uses": [("v", F.coalesce("v", F.lit(0))), ("x", F.col("v") + 1), ("v", F.col("v") * 10)],
         "uses the old one, then replaces": [("x", F.col("v") + 1), ("v", F.lit(7)), ("y", F.col("v"))],
-        "windows": [("s", F.sum("v").over(so_far)), ("n", F.count("v").over(so_far)),
-                    ("m", F.max("s").over(so_far)), ("d", F.col("m") - F.col("n"))],
+        "windows": [
+            ("s", F.sum("v").over(so_far)),
+            ("n", F.count("v").over(so_far)),
+            ("m", F.max("s").over(so_far)),
+            ("d", F.col("m") - F.col("n")),
+        ],
         "star": [("x", F.lit(1)), ("all", F.struct("*"))],
         "quoted": [("a b", F.col("i") + 1), ("c", F.col("`a b`") * 3)],
     }
 
 
-CASES = ["independent", "uses the one before", "replaces, then uses", "uses the old one, then replaces", "windows",
-         "star", "quoted"]
+CASES = [
+    "independent",
+    "uses the one before",
+    "replaces, then uses",
+    "uses the old one, then replaces",
+    "windows",
+    "star",
+    "quoted",
+]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -56,18 +67,22 @@ def test_columns_that_do_not_use_each_other_are_one_plan(spark, rows, monkeypatc
     calls = []
     original = type(rows).withColumns
     monkeypatch.setattr(type(rows), "withColumns", lambda df, group: calls.append(list(group)) or original(df, group))
-    with_columns(rows, [("x", F.col("i") + 1), ("y", F.col("v") * 2), ("z", F.col("x") + F.col("y")),
-                        ("w", F.col("k"))])
+    with_columns(
+        rows, [("x", F.col("i") + 1), ("y", F.col("v") * 2), ("z", F.col("x") + F.col("y")), ("w", F.col("k"))]
+    )
     assert calls == [["x", "y"], ["z", "w"]]
 
 
-@pytest.mark.parametrize("column, names, used", [
-    (lambda: F.col("_prev_more"), ["_prev"], False),
-    (lambda: F.col("_prev_more"), ["_prev_more"], True),
-    (lambda: F.lit(2) * F.col("i"), ["x"], False),
-    (lambda: F.count("*"), ["x"], True),
-    (lambda: F.col("`a b`") + 1, ["a b"], True),
-])
+@pytest.mark.parametrize(
+    "column, names, used",
+    [
+        (lambda: F.col("_prev_more"), ["_prev"], False),
+        (lambda: F.col("_prev_more"), ["_prev_more"], True),
+        (lambda: F.lit(2) * F.col("i"), ["x"], False),
+        (lambda: F.count("*"), ["x"], True),
+        (lambda: F.col("`a b`") + 1, ["a b"], True),
+    ],
+)
 def test_uses(spark, column, names, used):
     # Built in the test: a Column needs the session's JVM.
     assert columns._uses(column(), names) is used

@@ -49,12 +49,19 @@ def test_the_build_runs_the_decoders_compiled():
 @pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: p.name)
 def test_compiled_and_python_decode_every_row_alike(capture):
     child = subprocess.run(
-        [sys.executable, "-c",
-         "import sys, json; from tests.test_compiled import rows_digest; from amqpscope.ingest import compiled; "
-         "print(json.dumps([compiled.running(), *rows_digest(sys.argv[1])]))", str(capture)],
-        env={**os.environ, compiled.PURE_PYTHON_VARIABLE: "1"}, cwd=SAMPLES.parent,
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, json; from tests.test_compiled import rows_digest; from amqpscope.ingest import compiled; "
+            "print(json.dumps([compiled.running(), *rows_digest(sys.argv[1])]))",
+            str(capture),
+        ],
+        env={**os.environ, compiled.PURE_PYTHON_VARIABLE: "1"},
+        cwd=SAMPLES.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     running, count, digest = json.loads(child.stdout)
     assert running == f"python ({compiled.PURE_PYTHON_VARIABLE}=1)"
     assert (count, digest) == rows_digest(capture)

@@ -37,8 +37,20 @@ def decode(path: Path) -> dict[str, list[dict]]:
 
 def essence(frames: list[dict]) -> set[tuple]:
     """What a frame is, independent of which packet carried it."""
-    return {(f["connection_id"], f["direction"], f["stream_offset"], f["frame_size"], f.get("method"), f["frame_type"],
-             f.get("delivery_tag"), f.get("delivery_id"), f.get("link_credit")) for f in frames}
+    return {
+        (
+            f["connection_id"],
+            f["direction"],
+            f["stream_offset"],
+            f["frame_size"],
+            f.get("method"),
+            f["frame_type"],
+            f.get("delivery_tag"),
+            f.get("delivery_id"),
+            f.get("link_credit"),
+        )
+        for f in frames
+    }
 
 
 def assert_accounted(out: dict[str, list[dict]]) -> None:
@@ -98,8 +110,11 @@ def test_dropped_packet_becomes_a_gap(tmp_path, sample):
     assert gap["byte_count"] == len(lost.payload)
     # Every frame that did not touch the lost bytes is decoded as before.
     lost_range = (gap["stream_offset"], gap["stream_offset"] + gap["byte_count"])
-    untouched = {f for f in essence(clean["frames"])
-                 if not (f[1] == gap["direction"] and f[2] < lost_range[1] and f[2] + f[3] > lost_range[0])}
+    untouched = {
+        f
+        for f in essence(clean["frames"])
+        if not (f[1] == gap["direction"] and f[2] < lost_range[1] and f[2] + f[3] > lost_range[0])
+    }
     assert untouched <= essence(out["frames"])
     assert len(untouched) >= len(clean["frames"]) - 30
     assert_accounted(out)
@@ -112,9 +127,14 @@ def test_capture_started_mid_connection(tmp_path, sample):
     [conn] = out["connections"]
     assert conn["protocol_inferred"] is True
     assert conn["protocol"] == clean["connections"][0]["protocol"]
+
     # Offsets restart at the first byte seen: compare frames by what they are and carry.
     def shape(frames):
-        return [(f["direction"], f["frame_size"], f.get("method"), f.get("delivery_tag"), f.get("delivery_id")) for f in frames]
+        return [
+            (f["direction"], f["frame_size"], f.get("method"), f.get("delivery_tag"), f.get("delivery_id"))
+            for f in frames
+        ]
+
     late, full = shape(out["frames"]), shape(clean["frames"])
     # After resynchronising, every later frame of the conversation is decoded, in order.
     assert late == full[-len(late) :]

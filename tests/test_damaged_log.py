@@ -40,9 +40,11 @@ def commit_file(lake: Lake, version: int) -> str:
 def test_an_empty_last_commit_is_reported_not_taken_for_a_commit_of_nothing(tmp_path):
     lake = lake_with_commits(tmp_path)
     open(commit_file(lake, 2), "wb").close()  # cut short: capture c's commit
-    expected = (r"^table t: Delta log damaged: commit 2 \(_delta_log/00000000000000000002\.json\) is empty "
-                r"\(0 bytes\): the commit was cut short \(a crash or a full disk\); a reader would take it as a "
-                r"commit of nothing$")
+    expected = (
+        r"^table t: Delta log damaged: commit 2 \(_delta_log/00000000000000000002\.json\) is empty "
+        r"\(0 bytes\): the commit was cut short \(a crash or a full disk\); a reader would take it as a "
+        r"commit of nothing$"
+    )
     with pytest.raises(DamagedLog, match=expected) as read:
         lake.read_rows("t", SCHEMA)
     assert (read.value.table, read.value.version) == ("t", 2)
@@ -60,8 +62,10 @@ def test_a_commit_of_bad_bytes_is_named_with_the_bytes_escaped(tmp_path):
     with pytest.raises(StageFailed) as failed, clock.stage("ingest"):
         lake.write_rows(rows("d", 1), SCHEMA, "t", replace_capture_ids=["d"])
     message = str(failed.value)
-    assert message.startswith("stage ingest, table t: DamagedLog: Delta log damaged: commit 1 "
-                              "(_delta_log/00000000000000000001.json) is not JSON at line 1: ")
+    assert message.startswith(
+        "stage ingest, table t: DamagedLog: Delta log damaged: commit 1 "
+        "(_delta_log/00000000000000000001.json) is not JSON at line 1: "
+    )
     assert "\\x00" in message and "\\x1b" in message  # escaped: no raw control byte reaches a terminal
     assert not any(ord(c) < 0x20 for c in message)
     assert "\n" not in message
@@ -72,10 +76,16 @@ def test_a_capture_whose_rows_the_lake_does_not_hold_as_written_is_not_marked_ok
     runs.mark(lake, "r1", "ingest", ["a"], "running")
     lake.write_rows(rows("a", 5), SCHEMA, "t", replace_capture_ids=["a"])
     # Another writer, blind to the runs table, adds rows of the same capture after this run's commit.
-    write_deltalake(lake.table_path("t"), pa.table({"capture_id": ["a"], "writer": pa.array([9], pa.int32()),
-                                                    "n": pa.array([0], pa.int64())}), mode="append")
-    with pytest.raises(StoredRowsMismatch, match=r"^table t: capture a has 6 rows in the lake, but this run "
-                                                 r"wrote 5: the lake does not hold what was decoded$"):
+    write_deltalake(
+        lake.table_path("t"),
+        pa.table({"capture_id": ["a"], "writer": pa.array([9], pa.int32()), "n": pa.array([0], pa.int64())}),
+        mode="append",
+    )
+    with pytest.raises(
+        StoredRowsMismatch,
+        match=r"^table t: capture a has 6 rows in the lake, but this run "
+        r"wrote 5: the lake does not hold what was decoded$",
+    ):
         runs.mark(lake, "r1", "ingest", ["a"], "ok")
     row = runs.stage_runs(lake)[("a", "ingest")]
     assert row.outcome == "running"  # still incomplete: the next run decodes it again
@@ -96,10 +106,13 @@ def test_the_rows_a_run_wrote_are_checked_once_and_pass(tmp_path):
 
 def test_a_delta_rs_error_is_one_line_with_its_causes():
     # How deltalake 1.6.6 words a commit that a full disk refused: its causes on lines of their own.
-    error = OSError("Generic LocalFileSystem error\n          \x1b[31m\u21b3\x1b[0m Unable to copy data to file\n"
-                    "           \x1b[31m\u21b3\x1b[0m No space left on device (os error 28)\n")
-    assert one_line(error) == ("OSError: Generic LocalFileSystem error: Unable to copy data to file: "
-                               "No space left on device (os error 28)")
+    error = OSError(
+        "Generic LocalFileSystem error\n          \x1b[31m\u21b3\x1b[0m Unable to copy data to file\n"
+        "           \x1b[31m\u21b3\x1b[0m No space left on device (os error 28)\n"
+    )
+    assert one_line(error) == (
+        "OSError: Generic LocalFileSystem error: Unable to copy data to file: No space left on device (os error 28)"
+    )
 
 
 class _Throwable:
@@ -130,8 +143,12 @@ class _Throwable:
 def test_a_spark_write_a_full_disk_refused_is_named_by_its_root_cause():
     class Py4JJavaError(Exception):
         java_exception = _Throwable(
-            "SparkException", "[TASK_WRITE_FAILED] Task failed while writing rows to file:/lake/frames/_staging/x.\n\tat ...",
-            _Throwable("TaskFailed", "wrapped", _Throwable("IOException", "No space left on device")))
+            "SparkException",
+            "[TASK_WRITE_FAILED] Task failed while writing rows to file:/lake/frames/_staging/x.\n\tat ...",
+            _Throwable("TaskFailed", "wrapped", _Throwable("IOException", "No space left on device")),
+        )
 
-    assert one_line(Py4JJavaError()) == ("Py4JJavaError: [TASK_WRITE_FAILED] Task failed while writing rows to "
-                                         "file:/lake/frames/_staging/x. (IOException: No space left on device)")
+    assert one_line(Py4JJavaError()) == (
+        "Py4JJavaError: [TASK_WRITE_FAILED] Task failed while writing rows to "
+        "file:/lake/frames/_staging/x. (IOException: No space left on device)"
+    )

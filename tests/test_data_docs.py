@@ -28,9 +28,12 @@ def site(tmp_path, integrity: str):
         f'<script src="https://stackpath.bootstrapcdn.com/bootstrap/4.3.1/js/bootstrap.min.js" integrity="{integrity}" '
         'crossorigin="anonymous"></script>\n'
         '<img src="https://great-expectations-web-assets.s3.us-east-2.amazonaws.com/logo-long.png?d=1&dataContextId=x">\n'
-        '<a href="https://greatexpectations.io">GX</a>\n', encoding="utf-8")
+        '<a href="https://greatexpectations.io">GX</a>\n',
+        encoding="utf-8",
+    )
     (root / "static" / "styles" / "default.css").write_text(
-        ".brand{background:url('https://great-expectations-web-assets.s3.us-east-2.amazonaws.com/full_logo_dark.png')}")
+        ".brand{background:url('https://great-expectations-web-assets.s3.us-east-2.amazonaws.com/full_logo_dark.png')}"
+    )
     return root, page
 
 
@@ -42,11 +45,16 @@ def test_pages_load_the_same_files_from_the_site(tmp_path):
         '<link rel="stylesheet" href="../../../static/vendor/@fortawesome/fontawesome-free/css/all.min.css">\n'
         '<script src="../../../static/vendor/bootstrap/dist/js/bootstrap.min.js"></script>\n'
         '<img src="../../../static/images/logo-long.png">\n'
-        '<a href="https://greatexpectations.io">GX</a>\n')  # a link is no request: left as it is
-    assert (root / "static" / "styles" / "default.css").read_text() == ".brand{background:url('../images/logo-long.png')}"
+        '<a href="https://greatexpectations.io">GX</a>\n'
+    )  # a link is no request: left as it is
+    assert (
+        root / "static" / "styles" / "default.css"
+    ).read_text() == ".brand{background:url('../images/logo-long.png')}"
     copied = root / VENDOR / "bootstrap" / "dist" / "js" / "bootstrap.min.js"
     assert copied.read_bytes() == BOOTSTRAP_JS.read_bytes()
-    assert (root / VENDOR / "bootstrap" / "LICENSE").is_file() and (root / VENDOR / "bootstrap" / "package.json").is_file()
+    assert (root / VENDOR / "bootstrap" / "LICENSE").is_file() and (
+        root / VENDOR / "bootstrap" / "package.json"
+    ).is_file()
     # Font Awesome's style sheet finds its fonts beside it, as on the CDN.
     assert (root / VENDOR / "@fortawesome" / "fontawesome-free" / "webfonts" / "fa-solid-900.woff2").is_file()
     assert localise(root) == 0 and page.read_text(encoding="utf-8") == text  # again: nothing changes

@@ -29,8 +29,12 @@ FIRST, SECOND = SAMPLES / "amqp10-credit.pcap", SAMPLES / "amqp091-qos-confirms.
 def reference(spark, table: str, *captures: Path):
     """The plain-Python decode of each whole file (what the parallel ingest is checked against)."""
     schema = BRONZE_SCHEMAS[table]
-    rows = [as_python(row, schema) for c in captures
-            for kind, row in decode_capture(c, capture_id(c), segments=True) if kind == table]
+    rows = [
+        as_python(row, schema)
+        for c in captures
+        for kind, row in decode_capture(c, capture_id(c), segments=True)
+        if kind == table
+    ]
     return spark.createDataFrame(rows, schema)
 
 
@@ -58,8 +62,13 @@ def test_tls_keylog_option_decrypts_where_the_tasks_run(amqp):
     want = [row for kind, row in decode_capture(capture, capture_id(capture), tls_keylog=[keylog]) if kind == "frames"]
     assert frames.count() == len(want) > 1000
     assert frames.filter(F.col("tls_record_number").isNull()).count() == 0
-    connections = amqp.read.format("amqp").option("table", "connections").option("tls_keylog", f'["{keylog}"]').load(
-        str(capture)).collect()
+    connections = (
+        amqp.read.format("amqp")
+        .option("table", "connections")
+        .option("tls_keylog", f'["{keylog}"]')
+        .load(str(capture))
+        .collect()
+    )
     assert [(c.protocol, c.tls_status) for c in connections] == [("amqp-0-9-1", "decrypted")]
     without = amqp.read.format("amqp").option("table", "connections").load(str(capture)).collect()
     assert [(c.protocol, c.tls_status) for c in without] == [("tls", "tls.no_key")]
@@ -83,8 +92,14 @@ def test_stream_ingests_each_new_capture_once(amqp, tmp_path):
             lake.write(df, "frames", replace_capture_ids=ids)
 
     def run() -> None:
-        query = (amqp.readStream.format("amqp").load(str(landing)).writeStream.foreachBatch(store)
-                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        query = (
+            amqp.readStream.format("amqp")
+            .load(str(landing))
+            .writeStream.foreachBatch(store)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination()
         assert query.exception() is None
 
@@ -93,19 +108,28 @@ def test_stream_ingests_each_new_capture_once(amqp, tmp_path):
     assertDataFrameEqual(lake.read("frames"), reference(amqp, "frames", FIRST))
     seen = list(batches)
     run()  # nothing new: no batch with rows, the table as it was
-    assert [b for b in batches[len(seen):] if b] == []
+    assert [b for b in batches[len(seen) :] if b] == []
     assertDataFrameEqual(lake.read("frames"), reference(amqp, "frames", FIRST))
     shutil.copy(SECOND, landing / SECOND.name)
     run()
     assert [b for b in batches if b] == [[capture_id(FIRST)], [capture_id(SECOND)]]
-    assert lake.read("frames").filter(F.col("capture_id") == capture_id(SECOND)).count() == \
-        reference(amqp, "frames", SECOND).count()
+    assert (
+        lake.read("frames").filter(F.col("capture_id") == capture_id(SECOND)).count()
+        == reference(amqp, "frames", SECOND).count()
+    )
 
 
 def run_stream(spark, landing: Path, checkpoint: Path, table: str, store) -> None:
     """One availableNow run of ``table``'s stream over ``landing``; it must end without an error."""
-    query = (spark.readStream.format("amqp").option("table", table).load(str(landing)).writeStream
-             .foreachBatch(store).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query = (
+        spark.readStream.format("amqp")
+        .option("table", table)
+        .load(str(landing))
+        .writeStream.foreachBatch(store)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     assert query.exception() is None
 
@@ -125,6 +149,7 @@ def test_stream_records_a_file_that_is_not_a_capture_and_goes_on(amqp, tmp_path)
             read[table].append(ids)
             if ids:
                 lake.write(df, table, replace_capture_ids=ids)
+
         return store
 
     for _ in range(2):  # the second run, on the same checkpoints, reads nothing again and fails on nothing
@@ -141,8 +166,10 @@ def test_stream_records_a_file_that_is_not_a_capture_and_goes_on(amqp, tmp_path)
     assert captures[bad].status == "failed: not a pcap or pcapng file"
     assert (captures[bad].file_name, captures[bad].file_size) == ("notes.txt", junk.stat().st_size)
     [quarantined] = lake.read("quarantine").filter(F.col("capture_id") == bad).collect()
-    assert (quarantined.byte_count, quarantined.reason) == (junk.stat().st_size,
-                                                            "capture unreadable: not a pcap or pcapng file")
+    assert (quarantined.byte_count, quarantined.reason) == (
+        junk.stat().st_size,
+        "capture unreadable: not a pcap or pcapng file",
+    )
     assertDataFrameEqual(lake.read("frames"), reference(amqp, "frames", FIRST))
 
 
@@ -171,7 +198,12 @@ def test_stream_offset_names_only_the_files_of_its_window(tmp_path):
     first = reader.latestOffset()
     assert first == {"newest": 2_000_000_000 * 10**9, "recent": [str(landing / "new.pcap")]}
     assert names(reader.partitions(reader.initialOffset(), first)) == [
-        "new.pcap", "old-10h.pcap", "old-20h.pcap", "old-2h.pcap", "old-30h.pcap"]
+        "new.pcap",
+        "old-10h.pcap",
+        "old-20h.pcap",
+        "old-2h.pcap",
+        "old-30h.pcap",
+    ]
     assert reader.latestOffset() == first  # nothing new: the same offset, no batch
 
     land("late.pcap", 600)  # older than the newest, inside the window
@@ -228,8 +260,12 @@ def test_register_gives_the_workers_the_drivers_python_unless_one_was_chosen(mon
 def test_the_source_reads_from_the_venvs_python_without_activating_it(tmp_path):
     """The venv's interpreter run by its path, with a PATH whose ``python3`` cannot import amqpscope
     and no PYSPARK_PYTHON: PySpark alone would start the workers with that ``python3``."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8",
-           **{k: v for k, v in os.environ.items() if k in ("JAVA_HOME", "AMQPSCOPE_PURE_PYTHON")}}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        **{k: v for k, v in os.environ.items() if k in ("JAVA_HOME", "AMQPSCOPE_PURE_PYTHON")},
+    }
     path_python = subprocess.run(["python3", "-c", "import amqpscope"], env=env, capture_output=True, check=False)
     assert path_python.returncode != 0, "the PATH's python3 imports amqpscope: the test would prove nothing"
     script = (
@@ -242,8 +278,9 @@ def test_the_source_reads_from_the_venvs_python_without_activating_it(tmp_path):
         "print('frames', spark.read.format('amqp').load(sys.argv[1]).count())\n"
         "spark.stop()\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(FIRST)], env=env, capture_output=True, text=True,
-                          timeout=900, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(FIRST)], env=env, capture_output=True, text=True, timeout=900, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     expected = sum(1 for kind, _ in decode_capture(FIRST, capture_id(FIRST)) if kind == "frames")
     assert done.stdout.splitlines()[-1] == f"frames {expected}"

@@ -90,8 +90,17 @@ def test_every_field_matches_tshark(scenario: str, captures: dict[str, Path], br
 def test_amqp091_methods(captures: dict[str, Path], rows: dict[str, list[dict]]) -> None:
     gt, frames = truth(captures["amqp091_methods"]), rows["amqp091_methods"]
     seen = counts(frames)
-    for method in ("exchange.bind", "exchange.unbind", "queue.unbind", "queue.purge", "basic.recover", "tx.commit",
-                   "connection.update-secret", "confirm.select", "basic.get"):
+    for method in (
+        "exchange.bind",
+        "exchange.unbind",
+        "queue.unbind",
+        "queue.purge",
+        "basic.recover",
+        "tx.commit",
+        "connection.update-secret",
+        "confirm.select",
+        "basic.get",
+    ):
         assert seen["c2s", method] >= 1, method
     assert seen["s2c", "basic.get-empty"] == gt["gets_empty"]
     assert seen["s2c", "basic.get-ok"] == gt["gets_ok"]
@@ -131,8 +140,10 @@ def test_amqp091_ack_of_a_settled_tag_is_flagged_and_rabbitmq_closes_the_channel
     assert (close.direction, close.reply_code) == ("s2c", 406) and "unknown delivery tag" in close.reply_text
     timeline = channel_unacked_timeline(frames)
     rules = {r.id: r for r in load_rules()}
-    found = {rule: [r.frame_index for r in violations(timeline, rules[rule]).collect()]
-             for rule in ("amqp091.ack.already_settled", "amqp091.ack.unknown_delivery_tag")}
+    found = {
+        rule: [r.frame_index for r in violations(timeline, rules[rule]).collect()]
+        for rule in ("amqp091.ack.already_settled", "amqp091.ack.unknown_delivery_tag")
+    }
     assert found == {"amqp091.ack.already_settled": [acks[1].frame_index], "amqp091.ack.unknown_delivery_tag": []}
 
 
@@ -148,11 +159,17 @@ def test_amqp091_frame_above_frame_max_is_flagged_and_rabbitmq_closes_the_connec
     bodies = frames.filter("frame_type = 'body'").collect()
     assert len(bodies) > gt["messages_published"] and max(r.frame_size for r in bodies) == 4096
     timeline = frame_limits_timeline(frames)
-    found = {rule.id: [(r.frame_index, r.evidence["method"], int(r.evidence["frame_size_limit"]))
-                       for r in violations(timeline, rule).collect()] for rule in rules_for("frame_limits")}
+    found = {
+        rule.id: [
+            (r.frame_index, r.evidence["method"], int(r.evidence["frame_size_limit"]))
+            for r in violations(timeline, rule).collect()
+        ]
+        for rule in rules_for("frame_limits")
+    }
     [header] = frames.filter("frame_type = 'header' AND frame_size > 4096").collect()
     assert found == {rule.id: [] for rule in rules_for("frame_limits")} | {
-        "amqp091.frame.larger_than_frame_max": [(header.frame_index, "basic.header", 4096)]}
+        "amqp091.frame.larger_than_frame_max": [(header.frame_index, "basic.header", 4096)]
+    }
 
 
 def test_amqp091_content_cut_short_is_flagged_and_rabbitmq_closes_the_connection(
@@ -203,8 +220,9 @@ def late_frames(rows: list) -> dict[tuple[str, int], tuple[int, int]]:
 
 
 @pytest.mark.parametrize("scenario", ["amqp091_heartbeats", "amqp10_drain_idle"])
-def test_idle_connections_keep_their_heartbeats(spark, captures: dict[str, Path], broker: PrivateBroker,
-                                                scenario: str) -> None:
+def test_idle_connections_keep_their_heartbeats(
+    spark, captures: dict[str, Path], broker: PrivateBroker, scenario: str
+) -> None:
     frames = live_frames(spark, captures[scenario], broker)
     late = late_frames(frames.orderBy("connection_id", "frame_index").collect())
     timeline = idle_gaps_timeline(frames).collect()
@@ -218,7 +236,9 @@ def test_idle_connections_keep_their_heartbeats(spark, captures: dict[str, Path]
 def test_amqp091_blocked(captures: dict[str, Path], rows: dict[str, list[dict]]) -> None:
     gt, frames = truth(captures["amqp091_blocked"]), rows["amqp091_blocked"]
     assert gt["events"] == [f"blocked:{gt['blocked_reason']}", "unblocked"]
-    alarms = [(r["method"], r.get("reason")) for r in frames if r["method"] in ("connection.blocked", "connection.unblocked")]
+    alarms = [
+        (r["method"], r.get("reason")) for r in frames if r["method"] in ("connection.blocked", "connection.unblocked")
+    ]
     assert alarms == [("connection.blocked", gt["blocked_reason"]), ("connection.unblocked", None)]
     assert counts(frames)["c2s", "basic.publish"] == gt["messages_published"]
 
@@ -247,8 +267,15 @@ def test_amqp10_drain_and_idle_empty_frames(captures: dict[str, Path], rows: dic
     [drain] = [r for r in frames if r["method"] == "flow" and r["direction"] == "c2s" and r["drain"]]
     assert drain["link_credit"] == gt["drain_credit"]
     # The broker answers by spending the credit it could not use: credit 0, delivery-count advanced.
-    answers = [r for r in frames if r["method"] == "flow" and r["direction"] == "s2c" and r["handle"] == drain["handle"]
-               and r["frame_index"] > drain["frame_index"] and r["link_credit"] == 0]
+    answers = [
+        r
+        for r in frames
+        if r["method"] == "flow"
+        and r["direction"] == "s2c"
+        and r["handle"] == drain["handle"]
+        and r["frame_index"] > drain["frame_index"]
+        and r["link_credit"] == 0
+    ]
     assert answers and answers[-1]["delivery_count"] >= gt["messages_received"]
     empty = Counter(r["direction"] for r in frames if r["frame_type"] == "empty")
     assert empty["c2s"] >= gt["idle_seconds"] - 1 and empty["s2c"] >= gt["idle_seconds"] - 1

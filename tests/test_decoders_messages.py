@@ -36,8 +36,7 @@ def test_multi_frame_delivery_is_decoded_on_its_last_frame():
     parts = [whole[:300], whole[300:700], whole[700:]]
     deliveries = Amqp10Deliveries()
     decoded = [
-        deliveries.add(amqp10.decode_frame(b.transfer(0, 5, b"t", part, more=i < 2)))
-        for i, part in enumerate(parts)
+        deliveries.add(amqp10.decode_frame(b.transfer(0, 5, b"t", part, more=i < 2))) for i, part in enumerate(parts)
     ]
     assert ["message" in d for d in decoded] == [False, False, True]
     done = decoded[-1]["message"]
@@ -51,8 +50,13 @@ def test_aborted_delivery_has_no_sections_and_the_next_starts_fresh():
     deliveries = Amqp10Deliveries()
     deliveries.add(amqp10.decode_frame(b.transfer(0, 1, b"a", b"\x00\x53\x75\xb0\x00\x00\x10\x00", more=True)))
     aborted = amqp10.decode_frame(b.transfer_aborted(0))
-    assert deliveries.add(aborted)["message"] == {"frames": 2, "size": 8, "aborted": True, "sections": None,
-                                                  "error": None}
+    assert deliveries.add(aborted)["message"] == {
+        "frames": 2,
+        "size": 8,
+        "aborted": True,
+        "sections": None,
+        "error": None,
+    }
     single = deliveries.add(amqp10.decode_frame(b.transfer(0, 2, b"b", message(PROPERTIES))))
     assert single["message"]["frames"] == 1 and single["message"]["sections"][0].name == "properties"
 
@@ -100,9 +104,20 @@ def built_frames(spark, protocol: str, frames: list[tuple[str, bytes]]):
     """Hand-built (direction, frame bytes) of one connection, decoded in order per direction."""
     decoders = {"c2s": stream_decoder(protocol), "s2c": stream_decoder(protocol)}
     rows = [
-        frame_row(protocol, decoders[direction](data), {
-            "capture_id": "c", "connection_id": "x", "direction": direction, "frame_index": index, "ts_us": index,
-            "packet_number": index + 1, "stream_offset": 0, "frame_size": len(data)})
+        frame_row(
+            protocol,
+            decoders[direction](data),
+            {
+                "capture_id": "c",
+                "connection_id": "x",
+                "direction": direction,
+                "frame_index": index,
+                "ts_us": index,
+                "packet_number": index + 1,
+                "stream_offset": 0,
+                "frame_size": len(data),
+            },
+        )
         for index, (direction, data) in enumerate(frames)
     ]
     return frames_df(spark, rows)
@@ -163,14 +178,19 @@ def test_deliveries_10_with_dispositions(spark):
 def test_deliveries_10_multi_frame_and_aborted(spark):
     whole = message(PROPERTIES, DATA)
     frames = [
-        ("c2s", b.transfer(0, 0, b"a", whole[:400], more=True)), ("c2s", b.transfer(0, 0, b"a", whole[400:])),
-        ("c2s", b.transfer(0, 1, b"b", whole[:100], more=True)), ("c2s", b.transfer_aborted(0)),
+        ("c2s", b.transfer(0, 0, b"a", whole[:400], more=True)),
+        ("c2s", b.transfer(0, 0, b"a", whole[400:])),
+        ("c2s", b.transfer(0, 1, b"b", whole[:100], more=True)),
+        ("c2s", b.transfer_aborted(0)),
         ("c2s", b.transfer(0, 2, b"c", whole)),
         ("s2c", b.disposition(receiver=True, first=0, last=2, settled=True)),
     ]
     got = deliveries_10(built_frames(spark, amqp10.PROTOCOL, frames)).orderBy("frame_index").collect()
     assert [(r.delivery_id, r.transfers, r.aborted, r.complete, r.payload_bytes) for r in got] == [
-        (0, 2, False, True, len(whole)), (1, 2, True, False, 100), (2, 1, False, True, len(whole))]
+        (0, 2, False, True, len(whole)),
+        (1, 2, True, False, 100),
+        (2, 1, False, True, len(whole)),
+    ]
     assert [r.subject for r in got] == ["hello", None, "hello"]
     assert [(r.disposition_frame_index, r.state) for r in got] == [(5, "accepted")] * 3
 
@@ -178,14 +198,23 @@ def test_deliveries_10_multi_frame_and_aborted(spark):
 def test_tag_zero_multiple_settles_everything_delivered(spark):
     frames = [
         ("c2s", b.method091(20, 10, b.shortstr(""), channel=1)),  # channel.open
-        ("s2c", b.basic_deliver(1)), ("s2c", b.content_header(1)), ("s2c", b.frame091(3, 1, b"x")),
-        ("s2c", b.basic_deliver(2)), ("s2c", b.content_header(1)), ("s2c", b.frame091(3, 1, b"y")),
+        ("s2c", b.basic_deliver(1)),
+        ("s2c", b.content_header(1)),
+        ("s2c", b.frame091(3, 1, b"x")),
+        ("s2c", b.basic_deliver(2)),
+        ("s2c", b.content_header(1)),
+        ("s2c", b.frame091(3, 1, b"y")),
         ("c2s", b.basic_ack(0, multiple=True)),
-        ("s2c", b.basic_deliver(3)), ("s2c", b.content_header(2)), ("s2c", b.frame091(3, 1, b"z")),
+        ("s2c", b.basic_deliver(3)),
+        ("s2c", b.content_header(2)),
+        ("s2c", b.frame091(3, 1, b"z")),
     ]
     got = messages_091(built_frames(spark, amqp091.PROTOCOL, frames)).orderBy("frame_index").collect()
     assert [(r.delivery_tag, r.settled_frame_index, r.settled_multiple, r.complete) for r in got] == [
-        (1, 7, True, True), (2, 7, True, True), (3, None, None, False)]
+        (1, 7, True, True),
+        (2, 7, True, True),
+        (3, None, None, False),
+    ]
 
 
 def consume(queue: str, tag: str, no_ack: bool) -> bytes:
@@ -206,19 +235,30 @@ def test_no_ack_deliveries_are_never_outstanding(spark):
     # an ack naming a no-ack delivery (5, from a no-ack get) is refused whole (RabbitMQ's collect_acks).
     frames = [
         ("c2s", b.method091(20, 10, b.shortstr(""))),  # channel.open
-        ("c2s", consume("q", "a", no_ack=True)), ("s2c", b.method091(60, 21, b.shortstr("a"))),
-        ("c2s", consume("q", "b", no_ack=False)), ("s2c", b.method091(60, 21, b.shortstr("b"))),
-        ("s2c", b.basic_deliver(1, "a")), ("s2c", b.basic_deliver(2, "b")),
-        ("s2c", b.basic_deliver(3, "a")), ("s2c", b.basic_deliver(4, "b")),
+        ("c2s", consume("q", "a", no_ack=True)),
+        ("s2c", b.method091(60, 21, b.shortstr("a"))),
+        ("c2s", consume("q", "b", no_ack=False)),
+        ("s2c", b.method091(60, 21, b.shortstr("b"))),
+        ("s2c", b.basic_deliver(1, "a")),
+        ("s2c", b.basic_deliver(2, "b")),
+        ("s2c", b.basic_deliver(3, "a")),
+        ("s2c", b.basic_deliver(4, "b")),
         ("c2s", b.basic_ack(4, multiple=True)),
-        ("c2s", get("q", no_ack=True)), ("s2c", get_ok(5)),
-        ("c2s", get("q", no_ack=False)), ("s2c", get_ok(6)),
-        ("c2s", b.basic_ack(6, multiple=True)), ("c2s", b.basic_ack(5)),
+        ("c2s", get("q", no_ack=True)),
+        ("s2c", get_ok(5)),
+        ("c2s", get("q", no_ack=False)),
+        ("s2c", get_ok(6)),
+        ("c2s", b.basic_ack(6, multiple=True)),
+        ("c2s", b.basic_ack(5)),
     ]
     got = messages_091(built_frames(spark, amqp091.PROTOCOL, frames)).orderBy("frame_index").collect()
-    assert [(r.method, r.delivery_tag, r.consumer_tag, r.no_ack, r.settled_frame_index, r.settled_multiple)
-            for r in got] == [
-        ("basic.deliver", 1, "a", True, None, None), ("basic.deliver", 2, "b", False, 9, True),
-        ("basic.deliver", 3, "a", True, None, None), ("basic.deliver", 4, "b", False, 9, True),
-        ("basic.get-ok", 5, None, True, None, None), ("basic.get-ok", 6, None, False, 14, True),
+    assert [
+        (r.method, r.delivery_tag, r.consumer_tag, r.no_ack, r.settled_frame_index, r.settled_multiple) for r in got
+    ] == [
+        ("basic.deliver", 1, "a", True, None, None),
+        ("basic.deliver", 2, "b", False, 9, True),
+        ("basic.deliver", 3, "a", True, None, None),
+        ("basic.deliver", 4, "b", False, 9, True),
+        ("basic.get-ok", 5, None, True, None, None),
+        ("basic.get-ok", 6, None, False, 14, True),
     ]

@@ -29,7 +29,11 @@ SPEC_10 = amqp10_spec()
 
 # -- AMQP 0-9-1: every method, every argument at a boundary ----------------------------------------
 
-NESTED_TABLE = {"empty": ("F", {}), "inner": ("F", {"deep": ("F", {"n": ("I", -1)})}), "list": ("A", [("t", True), ("S", "x")])}
+NESTED_TABLE = {
+    "empty": ("F", {}),
+    "inner": ("F", {"deep": ("F", {"n": ("I", -1)})}),
+    "list": ("A", [("t", True), ("S", "x")]),
+}
 # (encoded bytes, decoded value) per domain type: the largest value each can carry.
 BOUNDARY_091: dict[str, tuple[bytes, Any]] = {
     "octet": (b"\xff", 255),
@@ -69,8 +73,9 @@ def arguments_091(arguments: tuple[tuple[str, str], ...]) -> tuple[bytes, dict[s
     return out, expected
 
 
-@pytest.mark.parametrize("spec", sorted(SPEC_091.methods.values(), key=lambda m: (m.class_id, m.method_id)),
-                         ids=lambda m: m.name)
+@pytest.mark.parametrize(
+    "spec", sorted(SPEC_091.methods.values(), key=lambda m: (m.class_id, m.method_id)), ids=lambda m: m.name
+)
 def test_every_091_method_decodes_every_argument(spec):
     raw, expected = arguments_091(spec.arguments)
     decoded = amqp091.decode_frame(b.method091(spec.class_id, spec.method_id, raw, channel=65535))
@@ -89,18 +94,33 @@ def test_091_empty_strings_and_empty_table():
     # queue.bind: ticket, queue, exchange, routing-key (all empty), nowait, arguments (empty table).
     args = b"\x00\x00" + b.shortstr("") + b.shortstr("") + b.shortstr("") + b"\x00" + b.table({})
     decoded = amqp091.decode_frame(b.method091(50, 20, args))
-    assert decoded["arguments"] == {"ticket": 0, "queue": "", "exchange": "", "routing-key": "", "nowait": False,
-                                    "arguments": {}}
+    assert decoded["arguments"] == {
+        "ticket": 0,
+        "queue": "",
+        "exchange": "",
+        "routing-key": "",
+        "nowait": False,
+        "arguments": {},
+    }
 
 
 @pytest.mark.parametrize(
     ("letter", "raw", "value"),
     [
-        ("t", b"\x01", True), ("b", b"\x80", -128), ("B", b"\xff", 255), ("s", b"\x80\x00", -32768),
-        ("u", b"\xff\xff", 65535), ("I", b"\x80\x00\x00\x00", -(2**31)), ("i", b"\xff\xff\xff\xff", 2**32 - 1),
-        ("l", b"\x80" + bytes(7), -(2**63)), ("f", struct.pack(">f", 1.5), 1.5), ("d", struct.pack(">d", -2.25), -2.25),
-        ("D", b"\x02" + struct.pack(">i", 314), Decimal("3.14")), ("S", b.longstr(b""), ""),
-        ("x", b.longstr(b"\x00\xff"), b"\x00\xff"), ("V", b"", None),
+        ("t", b"\x01", True),
+        ("b", b"\x80", -128),
+        ("B", b"\xff", 255),
+        ("s", b"\x80\x00", -32768),
+        ("u", b"\xff\xff", 65535),
+        ("I", b"\x80\x00\x00\x00", -(2**31)),
+        ("i", b"\xff\xff\xff\xff", 2**32 - 1),
+        ("l", b"\x80" + bytes(7), -(2**63)),
+        ("f", struct.pack(">f", 1.5), 1.5),
+        ("d", struct.pack(">d", -2.25), -2.25),
+        ("D", b"\x02" + struct.pack(">i", 314), Decimal("3.14")),
+        ("S", b.longstr(b""), ""),
+        ("x", b.longstr(b"\x00\xff"), b"\x00\xff"),
+        ("V", b"", None),
         ("T", struct.pack(">Q", 0), datetime(1970, 1, 1, tzinfo=UTC)),
         ("A", struct.pack(">I", 0), []),
     ],
@@ -115,13 +135,17 @@ def test_091_content_header_every_property_and_two_flag_words():
     values = b"".join(BOUNDARY_091[kind][0] for _name, kind in SPEC_091.basic_properties)
     header = b.frame091(2, 1, struct.pack(">HHQH", 60, 0, 2**64 - 1, 0xFFFC) + values)
     decoded = amqp091.decode_frame(header)
-    assert decoded["arguments"] == {"body-size": 2**64 - 1,
-                                    **{name: BOUNDARY_091[kind][1] for name, kind in SPEC_091.basic_properties}}
+    assert decoded["arguments"] == {
+        "body-size": 2**64 - 1,
+        **{name: BOUNDARY_091[kind][1] for name, kind in SPEC_091.basic_properties},
+    }
     # A continuation flag word (bit 0 set) followed by an empty one decodes the same.
     continued = b.frame091(2, 1, struct.pack(">HHQHH", 60, 0, 5, 0x8001, 0x0000) + b.shortstr("text/plain"))
     assert amqp091.decode_frame(continued)["arguments"] == {"body-size": 5, "content-type": "text/plain"}
     row = frame_row(amqp091.PROTOCOL, decoded, {})
-    assert row.get("body_size") is None and row["arguments"]["body-size"] == str(2**64 - 1)  # beyond a signed 64-bit column
+    assert row.get("body_size") is None and row["arguments"]["body-size"] == str(
+        2**64 - 1
+    )  # beyond a signed 64-bit column
 
 
 @pytest.mark.parametrize(
@@ -131,9 +155,21 @@ def test_091_content_header_every_property_and_two_flag_words():
         (b.method091(60, 80, b"\x00" * 10), "1 bytes after the arguments of basic.ack", 20),
         (b.method091(60, 99), "unknown method 60.99", 7),
         (b.method091(50, 10, b"\x00\x00" + b"\x05ab"), "value needs 5 bytes, 2 left", 14),
-        (b.method091(50, 10, b"\x00\x00\x00\x00" + struct.pack(">I", 3) + b"\x01kZ"), "unknown field value type 'Z'", 21),
-        (b.method091(50, 10, b"\x00\x00\x00\x00" + struct.pack(">I", 99)), "field table of 99 bytes overruns the frame", 15),
-        (b.frame091(2, 1, struct.pack(">HHQH", 60, 0, 1, 0x0002)), "property flags name a property basic does not have", 19),
+        (
+            b.method091(50, 10, b"\x00\x00\x00\x00" + struct.pack(">I", 3) + b"\x01kZ"),
+            "unknown field value type 'Z'",
+            21,
+        ),
+        (
+            b.method091(50, 10, b"\x00\x00\x00\x00" + struct.pack(">I", 99)),
+            "field table of 99 bytes overruns the frame",
+            15,
+        ),
+        (
+            b.frame091(2, 1, struct.pack(">HHQH", 60, 0, 1, 0x0002)),
+            "property flags name a property basic does not have",
+            19,
+        ),
         (b.frame091(8, 0, b"\x00"), "heartbeat frame with a 1-byte payload", 7),
         (b.frame091(2, 1, struct.pack(">HHQ", 60, 1, 1) + b"\x00\x00"), "content header weight is 1, not 0", 9),
     ],
@@ -167,8 +203,9 @@ BOUNDARY_10: dict[str, tuple[bytes, Any]] = {
     "map": (b.map8(b.symbol("k"), b.string("v")), {"k": "v"}),
 }
 SECRET_10 = {(m, f) for m, f in amqp10.SECRET_FIELDS}
-FRAMES_10 = sorted((c for c in SPEC_10.described.values() if {"frame", "sasl-frame"} & set(c.provides)),
-                   key=lambda c: c.code)
+FRAMES_10 = sorted(
+    (c for c in SPEC_10.described.values() if {"frame", "sasl-frame"} & set(c.provides)), key=lambda c: c.code
+)
 
 
 def fields_10(composite) -> tuple[bytes, dict[str, Any]]:
@@ -210,10 +247,14 @@ def test_every_10_performative_and_sasl_frame_decodes_every_field(composite):
 
 
 def test_10_error_conditions_on_detach_end_close():
-    error = b.described(0x1D, b.list8(b.symbol("amqp:resource-limit-exceeded"), b.string("too many"),
-                                      b.map8(b.symbol("k"), b.uint(1))))
-    for code, name, fields in ((0x16, "detach", [b.uint(3), b.boolean(True), error]), (0x17, "end", [error]),
-                               (0x18, "close", [error])):
+    error = b.described(
+        0x1D, b.list8(b.symbol("amqp:resource-limit-exceeded"), b.string("too many"), b.map8(b.symbol("k"), b.uint(1)))
+    )
+    for code, name, fields in (
+        (0x16, "detach", [b.uint(3), b.boolean(True), error]),
+        (0x17, "end", [error]),
+        (0x18, "close", [error]),
+    ):
         decoded = amqp10.decode_frame(b.frame10(b.described(code, b.list8(*fields))))
         row = frame_row(amqp10.PROTOCOL, decoded, {})
         assert decoded["method"] == name
@@ -224,8 +265,12 @@ def test_10_error_conditions_on_detach_end_close():
 def test_10_disposition_states_and_their_fields():
     rejected = b.described(0x25, b.list8(b.described(0x1D, b.list8(b.symbol("amqp:decode-error")))))
     modified = b.described(0x27, b.list8(b.boolean(True), b.boolean(False), b.map8()))
-    for state, name in ((rejected, "rejected"), (modified, "modified"), (b.described(0x26, b.list8()), "released"),
-                        (b.described(0x23, b.list8(b.uint(0), b.ulong_small(0))), "received")):
+    for state, name in (
+        (rejected, "rejected"),
+        (modified, "modified"),
+        (b.described(0x26, b.list8()), "released"),
+        (b.described(0x23, b.list8(b.uint(0), b.ulong_small(0))), "received"),
+    ):
         fields = b.list8(b.boolean(True), b.uint(0), b.uint(2**32 - 1), b.boolean(True), state)
         row = frame_row(amqp10.PROTOCOL, amqp10.decode_frame(b.frame10(b.described(0x15, fields))), {})
         assert (row["state"], row["role"], row["first"], row["last"]) == (name, "receiver", 0, 2**32 - 1)

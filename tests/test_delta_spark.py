@@ -72,14 +72,20 @@ def test_quoting_keeps_names_and_texts_whole(spark):
 
 
 def test_writes_replace_their_captures_rows_and_widen_only_when_asked():
-    assert delta_spark.write_options(["a", "b'c"], merge_schema=False) == {"replaceWhere": "`capture_id` IN ('a', 'b\\'c')"}
-    assert delta_spark.write_options(["a"], merge_schema=True) == {"replaceWhere": "`capture_id` IN ('a')",
-                                                                    "mergeSchema": "true"}
+    assert delta_spark.write_options(["a", "b'c"], merge_schema=False) == {
+        "replaceWhere": "`capture_id` IN ('a', 'b\\'c')"
+    }
+    assert delta_spark.write_options(["a"], merge_schema=True) == {
+        "replaceWhere": "`capture_id` IN ('a')",
+        "mergeSchema": "true",
+    }
 
 
 def test_maintenance_statements(spark):
     assert delta_spark.optimize_sql(UC) == "OPTIMIZE `main`.`amqpscope`.`captures`"
-    assert delta_spark.vacuum_sql(BY_PATH, 168) == "VACUUM delta.`/Volumes/main/amqpscope/lake/captures` RETAIN 168 HOURS"
+    assert (
+        delta_spark.vacuum_sql(BY_PATH, 168) == "VACUUM delta.`/Volumes/main/amqpscope/lake/captures` RETAIN 168 HOURS"
+    )
     with pytest.raises(ValueError):
         delta_spark.vacuum_sql(UC, -1)
     wanted = documented("captures", tables()["captures"].schema)
@@ -88,7 +94,10 @@ def test_maintenance_statements(spark):
     assert len(statements) == len([f for f in wanted.fields if f.metadata.get("comment")]) + 1
     for statement in statements:
         parsed(spark, statement)
-    assert statements[-1] == f"COMMENT ON TABLE `main`.`amqpscope`.`captures` IS {delta_spark.sql_string(description('captures'))}"
+    assert (
+        statements[-1]
+        == f"COMMENT ON TABLE `main`.`amqpscope`.`captures` IS {delta_spark.sql_string(description('captures'))}"
+    )
     assert delta_spark.comment_sql(UC, wanted, wanted, description("captures"), description("captures")) == []
 
 
@@ -104,16 +113,18 @@ class Recorder:
     def install(self, monkeypatch) -> None:
         monkeypatch.setattr(lake_module, "jvm_has_delta", lambda spark: True)
         monkeypatch.setattr(delta_spark, "table_exists", lambda spark, ref: str(ref) in self.created)
-        monkeypatch.setattr(delta_spark, "read_table",
-                            lambda spark, ref: self.spark.createDataFrame([], self.created[str(ref)]))
+        monkeypatch.setattr(
+            delta_spark, "read_table", lambda spark, ref: self.spark.createDataFrame([], self.created[str(ref)])
+        )
 
         def create(spark, ref, schema, text, cluster_by):
             self.statements.append(delta_spark.create_table_sql(ref, schema, text, cluster_by))
             self.created[str(ref)] = schema
 
         def write(df, ref, capture_ids, merge_schema, user_metadata=None):
-            self.writes.append((str(ref), delta_spark.write_options(capture_ids, merge_schema, user_metadata),
-                                df.columns))
+            self.writes.append(
+                (str(ref), delta_spark.write_options(capture_ids, merge_schema, user_metadata), df.columns)
+            )
             if merge_schema:
                 self.created[str(ref)] = df.schema
 
@@ -129,11 +140,14 @@ def test_a_unity_catalog_lake_creates_then_replaces_then_widens(spark, monkeypat
     rows = spark.createDataFrame([], RUNS_SCHEMA)
     lake.write(rows, "runs", replace_capture_ids=["b", "a"])
     [statement] = recorder.statements
-    assert statement == delta_spark.create_table_sql(lake.table_ref("runs"), documented("runs", RUNS_SCHEMA),
-                                                     description("runs"), ["capture_id"])
+    assert statement == delta_spark.create_table_sql(
+        lake.table_ref("runs"), documented("runs", RUNS_SCHEMA), description("runs"), ["capture_id"]
+    )
     plan = parsed(spark, statement)
     assert option_value(plan.tableSpec().comment()).startswith("The ``runs`` table")
-    assert recorder.writes == [("main.amqpscope.runs", {"replaceWhere": "`capture_id` IN ('a', 'b')"}, RUNS_SCHEMA.fieldNames())]
+    assert recorder.writes == [
+        ("main.amqpscope.runs", {"replaceWhere": "`capture_id` IN ('a', 'b')"}, RUNS_SCHEMA.fieldNames())
+    ]
     lake.write(rows, "runs", replace_capture_ids=["a"])  # the table exists: no second CREATE
     assert len(recorder.statements) == 1 and recorder.writes[-1][1] == {"replaceWhere": "`capture_id` IN ('a')"}
     lake.write(rows.withColumn("note", F.lit("x")), "runs", replace_capture_ids=["a"])  # a column added at the end
@@ -166,8 +180,13 @@ def test_maintain_on_delta_spark_optimizes_vacuums_and_documents(spark, monkeypa
             sent.append(statement)
 
     session = Session()
-    monkeypatch.setattr(maintain.Lake, "of", classmethod(
-        lambda cls, _spark, config: Lake(session, config.lake, "delta-spark", config.catalog, config.schema)))
+    monkeypatch.setattr(
+        maintain.Lake,
+        "of",
+        classmethod(
+            lambda cls, _spark, config: Lake(session, config.lake, "delta-spark", config.catalog, config.schema)
+        ),
+    )
     config = AnalyzeConfig(lake=tmp_path, storage="delta-spark", catalog="main", schema="amqpscope")
     result = maintain.maintain_lake(spark, config, retain_hours=200)
     [done] = result.tables
@@ -180,11 +199,13 @@ def test_maintain_on_delta_spark_optimizes_vacuums_and_documents(spark, monkeypa
 
 # What Delta says when a replaceWhere loses to another run's commit of the same capture (the message of
 # DeltaErrors.concurrentAppendException: the winning commit's commitInfo as JSON, its userMetadata ours).
-APPEND_LOST = ('Files were added to partition [capture_id=abc] by a concurrent update. Please try the operation '
-               'again.\nConflicting commit: {"timestamp":1764160000000,"userMetadata":"amqpscope.runId=run-7f3a",'
-               '"operation":"WRITE","operationParameters":{"mode":"Overwrite"},"readVersion":3,'
-               '"isolationLevel":"Serializable","isBlindAppend":false,"version":4}\n'
-               'Refer to https://docs.delta.io/latest/concurrency-control.html for more details.')
+APPEND_LOST = (
+    "Files were added to partition [capture_id=abc] by a concurrent update. Please try the operation "
+    'again.\nConflicting commit: {"timestamp":1764160000000,"userMetadata":"amqpscope.runId=run-7f3a",'
+    '"operation":"WRITE","operationParameters":{"mode":"Overwrite"},"readVersion":3,'
+    '"isolationLevel":"Serializable","isBlindAppend":false,"version":4}\n'
+    "Refer to https://docs.delta.io/latest/concurrency-control.html for more details."
+)
 
 
 def delta_python_exception(kind: str, message: str) -> Exception:
@@ -221,29 +242,43 @@ class Py4JLikeError(Exception):
 
 def test_every_commit_names_its_run():
     assert delta_spark.write_options(["a"], merge_schema=False, user_metadata="amqpscope.runId=r1") == {
-        "replaceWhere": "`capture_id` IN ('a')", "userMetadata": "amqpscope.runId=r1"}
+        "replaceWhere": "`capture_id` IN ('a')",
+        "userMetadata": "amqpscope.runId=r1",
+    }
 
 
-@pytest.mark.parametrize("raised", [
-    delta_python_exception("ConcurrentAppendException", APPEND_LOST),
-    Py4JLikeError("io.delta.exceptions.ConcurrentAppendException", APPEND_LOST),
-], ids=["delta's Python class", "the Java exception"])
+@pytest.mark.parametrize(
+    "raised",
+    [
+        delta_python_exception("ConcurrentAppendException", APPEND_LOST),
+        Py4JLikeError("io.delta.exceptions.ConcurrentAppendException", APPEND_LOST),
+    ],
+    ids=["delta's Python class", "the Java exception"],
+)
 def test_a_conflict_delta_raises_names_the_run_that_won(raised):
     conflict = delta_spark.commit_conflict(raised)
     assert conflict is not None
     assert (conflict.kind, conflict.version, conflict.user_metadata("amqpscope.runId")) == (
-        "ConcurrentAppendException", 4, "run-7f3a")
+        "ConcurrentAppendException",
+        4,
+        "run-7f3a",
+    )
     lost = lake_module._delta_spark_conflict(raised, "frames", ["abc" + "0" * 61])
-    assert str(lost) == ("table frames: capture abc000000000 was written by run run-7f3a (version 4) after this "
-                         "run read the table; not written twice")
+    assert str(lost) == (
+        "table frames: capture abc000000000 was written by run run-7f3a (version 4) after this "
+        "run read the table; not written twice"
+    )
 
 
-@pytest.mark.parametrize("raised", [
-    ValueError("Conflicting commit: version 4"),
-    type("ConcurrentAppendException", (Exception,), {"__module__": "someone.else"})("x"),
-    Py4JLikeError("org.apache.spark.SparkException", APPEND_LOST),
-    Py4JLikeError("io.delta.exceptions.DeltaAnalysisException", "no conflict"),
-])
+@pytest.mark.parametrize(
+    "raised",
+    [
+        ValueError("Conflicting commit: version 4"),
+        type("ConcurrentAppendException", (Exception,), {"__module__": "someone.else"})("x"),
+        Py4JLikeError("org.apache.spark.SparkException", APPEND_LOST),
+        Py4JLikeError("io.delta.exceptions.DeltaAnalysisException", "no conflict"),
+    ],
+)
 def test_other_errors_are_not_conflicts(raised):
     assert delta_spark.commit_conflict(raised) is None
     assert lake_module._delta_spark_conflict(raised, "frames", ["abc"]) is None
@@ -251,12 +286,17 @@ def test_other_errors_are_not_conflicts(raised):
 
 def test_a_conflict_without_our_metadata_names_its_kind():
     # Two writers creating one table at once: Delta refuses one (ProtocolChangedException), no run named.
-    raised = delta_python_exception("ProtocolChangedException", "The protocol version of the Delta table has been "
-                                    "changed by a concurrent update. This happens when multiple writers are writing "
-                                    "to an empty directory.")
+    raised = delta_python_exception(
+        "ProtocolChangedException",
+        "The protocol version of the Delta table has been "
+        "changed by a concurrent update. This happens when multiple writers are writing "
+        "to an empty directory.",
+    )
     lost = lake_module._delta_spark_conflict(raised, "runs", ["abc"])
-    assert str(lost) == ("table runs: capture abc was written by another writer (ProtocolChangedException) after "
-                         "this run read the table; not written twice")
+    assert str(lost) == (
+        "table runs: capture abc was written by another writer (ProtocolChangedException) after "
+        "this run read the table; not written twice"
+    )
 
 
 def test_a_lost_write_is_one_line_naming_the_table_and_the_winner(spark, monkeypatch, tmp_path):
@@ -271,7 +311,9 @@ def test_a_lost_write_is_one_line_naming_the_table_and_the_winner(spark, monkeyp
         raise Py4JLikeError("io.delta.exceptions.ConcurrentDeleteReadException", APPEND_LOST)
 
     monkeypatch.setattr(delta_spark, "write_rows", lose)
-    with pytest.raises(WriteConflict, match=r"^table runs: capture a was written by run run-7f3a \(version 4\)") as lost:
+    with pytest.raises(
+        WriteConflict, match=r"^table runs: capture a was written by run run-7f3a \(version 4\)"
+    ) as lost:
         lake.write(rows, "runs", replace_capture_ids=["a"])
     assert isinstance(lost.value.__cause__, Py4JLikeError)
 
@@ -289,7 +331,8 @@ def test_a_table_two_runs_create_at_once_is_written_by_both(spark, monkeypatch, 
     rows = spark.createDataFrame([], RUNS_SCHEMA)
     lake.write(rows, "runs", replace_capture_ids=["a"])
     assert [(ref, options["replaceWhere"]) for ref, options, _ in recorder.writes] == [
-        (str(lake.table_ref("runs")), "`capture_id` IN ('a')")]
+        (str(lake.table_ref("runs")), "`capture_id` IN ('a')")
+    ]
 
     def refused(spark_, ref, schema, text, cluster_by):  # a conflict, yet no table: not ours to hide
         raise delta_python_exception("ProtocolChangedException", "refused")

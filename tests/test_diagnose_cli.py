@@ -24,8 +24,14 @@ SAMPLE = SAMPLES / "flow" / "amqp091-memory-alarm.pcap"
 
 
 def diagnose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "amqpscope.jobs.cli", "diagnose", *args], capture_output=True,
-                          text=True, timeout=1800, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "amqpscope.jobs.cli", "diagnose", *args],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +48,7 @@ def test_the_answer_names_the_alarm_the_connection_and_where_to_look(lake):
     lines = answer.stdout.splitlines()
     assert lines[0] == f"{SAMPLE} (capture {capture_id(SAMPLE)[:12]})"
     assert lines[1].startswith("  Bottleneck: memory alarm (blocked) on connection ")
-    assert "connection.blocked(\"low on memory\")" in answer.stdout
+    assert 'connection.blocked("low on memory")' in answer.stdout
     assert lines[2].startswith("  1. memory_alarm / blocked: connection ")
     assert any(line.strip().startswith("Wireshark: tcp.port == ") for line in lines)
 
@@ -53,7 +59,11 @@ def test_a_stored_answer_needs_no_spark(lake):
     answer = diagnose(str(SAMPLE), "--lake", str(lake), "--json", env=env)
     assert answer.returncode == ExitCode.BOTTLENECK, answer.stderr[-3000:]
     (capture,) = json.loads(answer.stdout)["captures"]
-    assert (capture["capture_id"], capture["bottleneck"], capture["findings_count"]) == (capture_id(SAMPLE), "memory_alarm", 1)
+    assert (capture["capture_id"], capture["bottleneck"], capture["findings_count"]) == (
+        capture_id(SAMPLE),
+        "memory_alarm",
+        1,
+    )
     (finding,) = capture["findings"]
     assert finding["rule_id"] == "diagnosis.alarm.connection_blocked"
     # Numbers as numbers, flags as booleans, text as text: typed by the catalogue's units.
@@ -73,24 +83,48 @@ def test_a_usage_error_exits_2_and_help_gives_the_exit_statuses():
     assert diagnose("--no-such-flag", "x.pcap").returncode == 2
     shown = diagnose("--help")
     assert shown.returncode == 0
-    assert "0 no bottleneck" in " ".join(shown.stdout.split()) and "3 a bottleneck found" in " ".join(shown.stdout.split())
+    assert "0 no bottleneck" in " ".join(shown.stdout.split()) and "3 a bottleneck found" in " ".join(
+        shown.stdout.split()
+    )
 
 
-@pytest.mark.parametrize("verdicts, status", [
-    (["none"], ExitCode.OK), (["none", "none"], ExitCode.OK), (["none", "consumer"], ExitCode.BOTTLENECK),
-    (["client"], ExitCode.BOTTLENECK), (["network", "none"], ExitCode.BOTTLENECK),
-    (["encrypted"], ExitCode.NOTHING_TO_JUDGE), (["no_amqp", "encrypted"], ExitCode.NOTHING_TO_JUDGE),
-    (["encrypted", "none"], ExitCode.OK), (["encrypted", "queue"], ExitCode.BOTTLENECK), ([], ExitCode.OK),
-])
+@pytest.mark.parametrize(
+    "verdicts, status",
+    [
+        (["none"], ExitCode.OK),
+        (["none", "none"], ExitCode.OK),
+        (["none", "consumer"], ExitCode.BOTTLENECK),
+        (["client"], ExitCode.BOTTLENECK),
+        (["network", "none"], ExitCode.BOTTLENECK),
+        (["encrypted"], ExitCode.NOTHING_TO_JUDGE),
+        (["no_amqp", "encrypted"], ExitCode.NOTHING_TO_JUDGE),
+        (["encrypted", "none"], ExitCode.OK),
+        (["encrypted", "queue"], ExitCode.BOTTLENECK),
+        ([], ExitCode.OK),
+    ],
+)
 def test_the_exit_code_says_whether_any_capture_has_a_bottleneck(verdicts, status):
     assert exit_code([{"bottleneck": v} for v in verdicts]) == status
 
 
 def test_evidence_is_typed_by_its_rules_units_and_other_text_is_kept():
-    typed = typed_evidence("diagnosis.publisher.credit_flow", {
-        "publishes": "120", "held_share": "0.250", "queues": "q1,q2", "client_product": "Pika", "zero_window_seconds": None})
-    assert typed == {"publishes": 120, "held_share": 0.25, "queues": "q1,q2", "client_product": "Pika",
-                     "zero_window_seconds": None}
+    typed = typed_evidence(
+        "diagnosis.publisher.credit_flow",
+        {
+            "publishes": "120",
+            "held_share": "0.250",
+            "queues": "q1,q2",
+            "client_product": "Pika",
+            "zero_window_seconds": None,
+        },
+    )
+    assert typed == {
+        "publishes": 120,
+        "held_share": 0.25,
+        "queues": "q1,q2",
+        "client_product": "Pika",
+        "zero_window_seconds": None,
+    }
     assert typed_evidence("tls.unknown_rule", {"n": "3"}) == {"n": "3"}
 
 

@@ -29,12 +29,17 @@ def findings(spark, capture: Path, keys: bool = False) -> list:
     for kind, row in decode_capture(capture, "c", segments=True, tls_keylog=keylog):
         if kind in rows:
             rows[kind].append(row)
-    segments = spark.createDataFrame([as_python(r, TCP_SEGMENTS_SCHEMA) for r in rows["tcp_segments"]], TCP_SEGMENTS_SCHEMA)
-    connections = spark.createDataFrame([as_python(r, CONNECTIONS_SCHEMA) for r in rows["connections"]], CONNECTIONS_SCHEMA)
+    segments = spark.createDataFrame(
+        [as_python(r, TCP_SEGMENTS_SCHEMA) for r in rows["tcp_segments"]], TCP_SEGMENTS_SCHEMA
+    )
+    connections = spark.createDataFrame(
+        [as_python(r, CONNECTIONS_SCHEMA) for r in rows["connections"]], CONNECTIONS_SCHEMA
+    )
     # The encrypted rules read the TCP segments and the connections alone.
     unread = {name: None for name in Tables.__dataclass_fields__}
-    measures = Measures(Tables(**{**unread, "tcp_flow": tcp_flow_timeline(segments), "connections": connections}),
-                        DiagnosisThresholds())
+    measures = Measures(
+        Tables(**{**unread, "tcp_flow": tcp_flow_timeline(segments), "connections": connections}), DiagnosisThresholds()
+    )
     rules = [r for r in load_bottleneck_rules() if r.id.startswith("diagnosis.encrypted.")]
     assert len(rules) == 2
     return [row for rule in rules for row in rule_findings(rule, measures).collect()]
@@ -46,7 +51,8 @@ def test_the_slow_reader_is_found_not_reading_from_tcp_alone(spark):
     (reader,) = [c for c in truth["ground_truth"]["slow_reader_small"]["clients"] if c["role"] == "consumer"]
     found = findings(spark, capture)
     assert [(f.rule_id, f.component, f.effect) for f in found] == [
-        ("diagnosis.encrypted.client_not_reading", "client", "client_not_reading")]
+        ("diagnosis.encrypted.client_not_reading", "client", "client_not_reading")
+    ]
     (finding,) = found
     assert finding.connection_id.startswith(f"127.0.0.1:{reader['client_port']}-")
     assert finding.duration_us >= DiagnosisThresholds().min_held_ms * 1000

@@ -23,12 +23,19 @@ def task_parameters(tmp_path: Path, lake: Path) -> dict[str, tuple[dict, list[st
     """Each task of the bundle's job: its python_wheel_task and its parameters on ``lake``."""
     landing = tmp_path / "landing"
     landing.mkdir(exist_ok=True)
-    values = {"landing": str(landing), "lake": str(lake), "config": str(tmp_path / "analyze.yml"),
-              "catalog": "", "schema": ""}
+    values = {
+        "landing": str(landing),
+        "lake": str(lake),
+        "config": str(tmp_path / "analyze.yml"),
+        "catalog": "",
+        "schema": "",
+    }
     (tmp_path / "analyze.yml").write_text("storage: delta-rs\n")
     _, jobs = bundle()
-    return {t["task_key"]: (t["python_wheel_task"], substituted(t["python_wheel_task"]["parameters"], values))
-            for t in jobs["amqpscope"]["tasks"]}
+    return {
+        t["task_key"]: (t["python_wheel_task"], substituted(t["python_wheel_task"]["parameters"], values))
+        for t in jobs["amqpscope"]["tasks"]
+    }
 
 
 def test_every_task_raises_on_an_unusable_lake(tmp_path, capsys):
@@ -81,8 +88,9 @@ def test_console_scripts_exit_non_zero(tmp_path):
     for stage in TASK_ORDER:
         script = Path(sys.executable).with_name(f"amqpscope-{stage}")
         arguments = [str(tmp_path)] if stage == "ingest" else []
-        done = subprocess.run([str(script), *arguments, "--lake", str(lake)], capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run(
+            [str(script), *arguments, "--lake", str(lake)], capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 2, (stage, done.stderr)
         assert done.stderr.strip() == f"amqpscope {stage}: error: lake {lake} is not writable: File exists"
 
@@ -91,8 +99,13 @@ def test_spark_submit_of_the_entry_file_exits_non_zero(tmp_path):
     lake = tmp_path / "lake"
     lake.write_text("not a directory")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    done = subprocess.run([str(SPARK_SUBMIT), "--master", "local[1]", entry.__file__, "derive", "--lake", str(lake)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [str(SPARK_SUBMIT), "--master", "local[1]", entry.__file__, "derive", "--lake", str(lake)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     # spark-submit's PythonRunner passes the Python process's stderr on with its stdout.
     assert f"amqpscope derive: error: lake {lake} is not writable" in done.stdout

@@ -87,7 +87,9 @@ def test_every_exit_code_is_in_help_and_in_the_readme():
     assert set(EXIT_MEANINGS) | set(DIAGNOSE_EXIT_MEANINGS) == set(ExitCode)
     for code, meaning in DIAGNOSE_EXIT_MEANINGS.items():
         assert f"{int(code)} {' '.join(meaning.split())}" in diagnose_help
-        expected = f"{EXIT_MEANINGS[code]} (`diagnose`: {meaning})" if code in EXIT_MEANINGS else f"`diagnose` only: {meaning}"
+        expected = (
+            f"{EXIT_MEANINGS[code]} (`diagnose`: {meaning})" if code in EXIT_MEANINGS else f"`diagnose` only: {meaning}"
+        )
         assert table[str(int(code))] == expected
 
 

@@ -88,13 +88,28 @@ def amqp10_connections(draw: st.DrawFn) -> list[Frame]:
     sessions = []
     for n in range(draw(st.integers(1, 2))):
         client_channel, server_channel = n, draw(st.sampled_from([n, n + 5]))
-        session = _SimSession({"c2s": client_channel, "s2c": server_channel},
-                              {"c2s": draw(serial_numbers), "s2c": draw(serial_numbers)},
-                              {"c2s": draw(serial_numbers), "s2c": draw(serial_numbers)})
-        out.add("c2s", "begin", client_channel, next_outgoing_id=session.next_outgoing_id["c2s"],
-                incoming_window=draw(windows), outgoing_window=draw(windows))
-        out.add("s2c", "begin", server_channel, remote_channel=client_channel,
-                next_outgoing_id=session.next_outgoing_id["s2c"], incoming_window=draw(windows), outgoing_window=draw(windows))
+        session = _SimSession(
+            {"c2s": client_channel, "s2c": server_channel},
+            {"c2s": draw(serial_numbers), "s2c": draw(serial_numbers)},
+            {"c2s": draw(serial_numbers), "s2c": draw(serial_numbers)},
+        )
+        out.add(
+            "c2s",
+            "begin",
+            client_channel,
+            next_outgoing_id=session.next_outgoing_id["c2s"],
+            incoming_window=draw(windows),
+            outgoing_window=draw(windows),
+        )
+        out.add(
+            "s2c",
+            "begin",
+            server_channel,
+            remote_channel=client_channel,
+            next_outgoing_id=session.next_outgoing_id["s2c"],
+            incoming_window=draw(windows),
+            outgoing_window=draw(windows),
+        )
         sessions.append(session)
     links = []
     for n in range(draw(st.integers(1, 3))):
@@ -107,8 +122,16 @@ def amqp10_connections(draw: st.DrawFn) -> list[Frame]:
             (_flip(sender), dict(role="receiver")),
         ]
         for direction, fields in draw(st.permutations(attaches)):
-            out.add(direction, "attach", session.channels[direction], handle=link.handles[direction], name=link.name,
-                    source_address=f"/queues/q{n}", target_address=f"/queues/q{n}", **fields)
+            out.add(
+                direction,
+                "attach",
+                session.channels[direction],
+                handle=link.handles[direction],
+                name=link.name,
+                source_address=f"/queues/q{n}",
+                target_address=f"/queues/q{n}",
+                **fields,
+            )
         links.append(link)
 
     def session_fields(session: _SimSession, direction: str) -> dict[str, Any]:
@@ -118,11 +141,20 @@ def amqp10_connections(draw: st.DrawFn) -> list[Frame]:
         outgoing = session.next_outgoing_id[direction]
         if draw(st.integers(0, 9)) == 0:
             outgoing = draw(serial_numbers)  # a restated next-outgoing-id that disagrees (capture gap)
-        return dict(next_incoming_id=incoming, incoming_window=draw(windows), next_outgoing_id=outgoing,
-                    outgoing_window=draw(windows))
+        return dict(
+            next_incoming_id=incoming,
+            incoming_window=draw(windows),
+            next_outgoing_id=outgoing,
+            outgoing_window=draw(windows),
+        )
 
-    for op in draw(st.lists(st.sampled_from(["grant", "send", "send", "drain_reply", "echo_reply", "disposition",
-                                             "session_flow"]), min_size=20, max_size=50)):
+    for op in draw(
+        st.lists(
+            st.sampled_from(["grant", "send", "send", "drain_reply", "echo_reply", "disposition", "session_flow"]),
+            min_size=20,
+            max_size=50,
+        )
+    ):
         link = draw(st.sampled_from(links))
         session, sender, receiver = link.session, link.sender, _flip(link.sender)
         if op == "grant":
@@ -132,9 +164,17 @@ def amqp10_connections(draw: st.DrawFn) -> list[Frame]:
             link.credit = draw(st.one_of(st.integers(0, 5), st.just(2**20)))
             link.sent_since_flow = 0
             count = None if draw(st.integers(0, 9)) == 0 else link.receiver_count
-            out.add(receiver, "flow", session.channels[receiver], handle=link.handles[receiver], delivery_count=count,
-                    link_credit=link.credit, drain=draw(st.booleans()), echo=draw(st.booleans()),
-                    **session_fields(session, receiver))
+            out.add(
+                receiver,
+                "flow",
+                session.channels[receiver],
+                handle=link.handles[receiver],
+                delivery_count=count,
+                link_credit=link.credit,
+                drain=draw(st.booleans()),
+                echo=draw(st.booleans()),
+                **session_fields(session, receiver),
+            )
         elif op == "send":
             frames = draw(st.integers(1, 3))
             for k in range(frames):
@@ -149,9 +189,17 @@ def amqp10_connections(draw: st.DrawFn) -> list[Frame]:
                 more = k < frames - 1 or draw(st.integers(0, 4)) == 0  # sometimes left open for a later send
                 # An aborted transfer ends the delivery whatever its more flag says.
                 aborted = k == frames - 1 and draw(st.integers(0, 7)) == 0
-                out.add(sender, "transfer", session.channels[sender], handle=link.handles[sender], delivery_id=delivery_id,
-                        more=more, aborted=aborted or None, settled=draw(st.sampled_from([None, False, True])),
-                        payload_size=draw(st.integers(0, 300)))
+                out.add(
+                    sender,
+                    "transfer",
+                    session.channels[sender],
+                    handle=link.handles[sender],
+                    delivery_id=delivery_id,
+                    more=more,
+                    aborted=aborted or None,
+                    settled=draw(st.sampled_from([None, False, True])),
+                    payload_size=draw(st.integers(0, 300)),
+                )
                 session.next_outgoing_id[sender] = serial_add(session.next_outgoing_id[sender], 1)
                 link.in_delivery = more and not aborted
         elif op in ("drain_reply", "echo_reply"):
@@ -160,9 +208,18 @@ def amqp10_connections(draw: st.DrawFn) -> list[Frame]:
                 # Drain: the sender uses up its credit by advancing delivery-count and reports credit 0.
                 link.delivery_count = serial_add(link.delivery_count, max(credit, 0))
                 credit = 0
-            out.add(sender, "flow", session.channels[sender], handle=link.handles[sender], delivery_count=link.delivery_count,
-                    link_credit=credit, available=draw(st.one_of(st.none(), st.integers(0, 9))), drain=False, echo=False,
-                    **session_fields(session, sender))
+            out.add(
+                sender,
+                "flow",
+                session.channels[sender],
+                handle=link.handles[sender],
+                delivery_count=link.delivery_count,
+                link_credit=credit,
+                available=draw(st.one_of(st.none(), st.integers(0, 9))),
+                drain=False,
+                echo=False,
+                **session_fields(session, sender),
+            )
         elif op == "disposition":
             by = draw(st.sampled_from(["c2s", "s2c"]))
             role = draw(st.sampled_from(["receiver", "sender"]))
@@ -173,14 +230,24 @@ def amqp10_connections(draw: st.DrawFn) -> list[Frame]:
                 last = serial_add(first, draw(st.integers(0, 3)))
             else:
                 first, last = draw(serial_numbers), draw(st.one_of(st.none(), serial_numbers))  # never sent: invalid
-            out.add(by, "disposition", session.channels[by], role=role, first=first, last=last,
-                    settled=draw(st.sampled_from([True, True, False])), state="accepted")
+            out.add(
+                by,
+                "disposition",
+                session.channels[by],
+                role=role,
+                first=first,
+                last=last,
+                settled=draw(st.sampled_from([True, True, False])),
+                state="accepted",
+            )
         else:
             side = draw(st.sampled_from(["c2s", "s2c"]))
             out.add(side, "flow", session.channels[side], **session_fields(session, side))
     for link in links:
         if draw(st.booleans()):
-            out.add(link.sender, "detach", link.session.channels[link.sender], handle=link.handles[link.sender], closed=True)
+            out.add(
+                link.sender, "detach", link.session.channels[link.sender], handle=link.handles[link.sender], closed=True
+            )
     return out.rows
 
 
@@ -206,15 +273,34 @@ def amqp091_connections(draw: st.DrawFn) -> list[Frame]:
     for ch in channels:
         out.add("c2s", "channel.open", ch.number)
         out.add("s2c", "channel.open-ok", ch.number)
-    ops = ["qos", "consume", *["deliver"] * 6, "get", *["ack"] * 3, "nack", "reject", "cancel", "reopen", "select",
-           *["publish"] * 3, *["confirm"] * 2]
+    ops = [
+        "qos",
+        "consume",
+        *["deliver"] * 6,
+        "get",
+        *["ack"] * 3,
+        "nack",
+        "reject",
+        "cancel",
+        "reopen",
+        "select",
+        *["publish"] * 3,
+        *["confirm"] * 2,
+    ]
     # Most connections start consuming at once, as clients do.
     prologue = draw(st.sampled_from([[], ["qos", "consume"], ["consume"], ["select"]]))
     for op in prologue + draw(st.lists(st.sampled_from(ops), min_size=20, max_size=60)):
         ch = draw(st.sampled_from(channels))
         n = ch.number
         if op == "qos":
-            out.add("c2s", "basic.qos", n, prefetch_count=draw(st.integers(0, 4)), prefetch_size=0, **{"global": draw(st.booleans())})
+            out.add(
+                "c2s",
+                "basic.qos",
+                n,
+                prefetch_count=draw(st.integers(0, 4)),
+                prefetch_size=0,
+                **{"global": draw(st.booleans())},
+            )
         elif op == "consume":
             tag = f"ctag-{next(consumer_serial)}"
             out.add("c2s", "basic.consume", n, queue=f"q{n}", consumer_tag="", no_ack=draw(st.booleans()))
@@ -224,8 +310,15 @@ def amqp091_connections(draw: st.DrawFn) -> list[Frame]:
             tag = ch.next_tag
             ch.next_tag += 1
             ch.outstanding.append(tag)
-            out.add("s2c", "basic.deliver", n, consumer_tag=draw(st.sampled_from(ch.consumers)), delivery_tag=tag,
-                    exchange="", routing_key=f"q{n}")
+            out.add(
+                "s2c",
+                "basic.deliver",
+                n,
+                consumer_tag=draw(st.sampled_from(ch.consumers)),
+                delivery_tag=tag,
+                exchange="",
+                routing_key=f"q{n}",
+            )
         elif op == "get":
             out.add("c2s", "basic.get", n, queue=f"q{n}", no_ack=draw(st.booleans()))
             if draw(st.booleans()):
@@ -268,10 +361,21 @@ def amqp091_connections(draw: st.DrawFn) -> list[Frame]:
                 ch.published += 1
         elif op == "confirm":
             # A published sequence number, 0, or one beyond what was published.
-            tag = draw(st.one_of(st.integers(1, max(ch.published, 1)), st.just(max(ch.published, 1)), st.just(0),
-                                 st.integers(ch.published + 1, ch.published + 3)))
-            out.add("s2c", draw(st.sampled_from(["basic.ack", "basic.ack", "basic.nack"])), n, delivery_tag=tag,
-                    multiple=draw(st.booleans()))
+            tag = draw(
+                st.one_of(
+                    st.integers(1, max(ch.published, 1)),
+                    st.just(max(ch.published, 1)),
+                    st.just(0),
+                    st.integers(ch.published + 1, ch.published + 3),
+                )
+            )
+            out.add(
+                "s2c",
+                draw(st.sampled_from(["basic.ack", "basic.ack", "basic.nack"])),
+                n,
+                delivery_tag=tag,
+                multiple=draw(st.booleans()),
+            )
     return out.rows
 
 
@@ -287,8 +391,14 @@ def generated(strategy: st.SearchStrategy, n: int = EXAMPLES) -> list[list[Frame
     """
     found: list[list[Frame]] = []
 
-    @settings(max_examples=n, deadline=None, database=None, phases=[Phase.generate], derandomize=True,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(strategy)
     def collect(example: list[Frame]) -> None:
         found.append(example)
@@ -305,8 +415,18 @@ def frames_table(spark, protocol: str, connections: list[list[Frame]]):
     for i, frames in enumerate(connections):
         for index, frame in enumerate(frames):
             row = {name: None for name in FRAMES_SCHEMA.fieldNames()}
-            row.update(capture_id="cap", connection_id=f"conn-{i}", frame_index=index, ts=T0 + timedelta(microseconds=index),
-                       ts_us=index, packet_number=index + 1, stream_offset=0, frame_size=8, protocol=protocol, arguments={})
+            row.update(
+                capture_id="cap",
+                connection_id=f"conn-{i}",
+                frame_index=index,
+                ts=T0 + timedelta(microseconds=index),
+                ts_us=index,
+                packet_number=index + 1,
+                stream_offset=0,
+                frame_size=8,
+                protocol=protocol,
+                arguments={},
+            )
             row.update(frame)
             rows.append(row)
     return spark.createDataFrame(rows, FRAMES_SCHEMA)
@@ -314,13 +434,20 @@ def frames_table(spark, protocol: str, connections: list[list[Frame]]):
 
 def with_keys(connections: list[list[Frame]], protocol: str) -> list[list[Frame]]:
     """The generated frames with the key columns the reference reads."""
-    return [[{**f, "connection_id": f"conn-{i}", "frame_index": index, "protocol": protocol} for index, f in enumerate(frames)]
-            for i, frames in enumerate(connections)]
+    return [
+        [
+            {**f, "connection_id": f"conn-{i}", "frame_index": index, "protocol": protocol}
+            for index, f in enumerate(frames)
+        ]
+        for i, frames in enumerate(connections)
+    ]
 
 
-def assert_same_rows(actual, expected: list[dict], keys: tuple[str, ...], columns: tuple[str, ...],
-                     connections: list[list[Frame]]) -> None:
+def assert_same_rows(
+    actual, expected: list[dict], keys: tuple[str, ...], columns: tuple[str, ...], connections: list[list[Frame]]
+) -> None:
     """Spark rows equal reference rows, compared per connection so a failure shows a small case."""
+
     def key(row: dict) -> tuple:
         return tuple("" if row[k] is None else row[k] for k in keys)
 
@@ -337,24 +464,74 @@ def assert_same_rows(actual, expected: list[dict], keys: tuple[str, ...], column
             frames = connections[int(connection.split("-")[1])]
             diff = [(s, r) for s, r in zip(spark_rows, reference_rows) if s != r][:3]
             listing = "\n".join(f"  {i}: {f}" for i, f in enumerate(frames))
-            pytest.fail(f"{connection}: {len(spark_rows)} Spark rows vs {len(reference_rows)} reference rows; first "
-                        f"differences (spark, reference):\n{diff}\nframes:\n{listing}")
+            pytest.fail(
+                f"{connection}: {len(spark_rows)} Spark rows vs {len(reference_rows)} reference rows; first "
+                f"differences (spark, reference):\n{diff}\nframes:\n{listing}"
+            )
 
 
-def check(spark, protocol: str, connections: list[list[Frame]], pipeline: Callable, reference_rows: list[dict],
-          keys: tuple[str, ...], columns: tuple[str, ...]) -> None:
+def check(
+    spark,
+    protocol: str,
+    connections: list[list[Frame]],
+    pipeline: Callable,
+    reference_rows: list[dict],
+    keys: tuple[str, ...],
+    columns: tuple[str, ...],
+) -> None:
     actual = pipeline(frames_table(spark, protocol, connections))
     assert_same_rows(actual, reference_rows, keys, columns, connections)
 
 
-LINK_COLUMNS = ("method", "link_name", "role", "sender_side", "source_address", "target_address", "is_new_delivery",
-                "delivery_count_snd", "link_credit_snd", "link_credit_snd_before", "delivery_count_rcv", "link_credit_rcv",
-                "available", "drain", "echo", "deliveries_in_flight", "unsettled")
-LINK_CREDIT_COLUMNS = ("method", "link_name", "sender_side", "is_new_delivery", "delivery_count_snd", "link_credit_snd",
-                       "link_credit_snd_before", "link_credit_rcv", "drain", "available")
-SESSION_COLUMNS = ("method", "session_id", "client_channel", "server_channel", "remote_incoming_window", *(
-    f"{side}_{name}" for side in ("client", "server")
-    for name in ("next_incoming_id", "incoming_window", "next_outgoing_id", "outgoing_window", "remote_incoming_window")))
+LINK_COLUMNS = (
+    "method",
+    "link_name",
+    "role",
+    "sender_side",
+    "source_address",
+    "target_address",
+    "is_new_delivery",
+    "delivery_count_snd",
+    "link_credit_snd",
+    "link_credit_snd_before",
+    "delivery_count_rcv",
+    "link_credit_rcv",
+    "available",
+    "drain",
+    "echo",
+    "deliveries_in_flight",
+    "unsettled",
+)
+LINK_CREDIT_COLUMNS = (
+    "method",
+    "link_name",
+    "sender_side",
+    "is_new_delivery",
+    "delivery_count_snd",
+    "link_credit_snd",
+    "link_credit_snd_before",
+    "link_credit_rcv",
+    "drain",
+    "available",
+)
+SESSION_COLUMNS = (
+    "method",
+    "session_id",
+    "client_channel",
+    "server_channel",
+    "remote_incoming_window",
+    *(
+        f"{side}_{name}"
+        for side in ("client", "server")
+        for name in (
+            "next_incoming_id",
+            "incoming_window",
+            "next_outgoing_id",
+            "outgoing_window",
+            "remote_incoming_window",
+        )
+    ),
+)
 
 
 @pytest.fixture(scope="module")
@@ -371,21 +548,46 @@ def test_link_state_equals_the_reference(spark, amqp10_examples):
     reference = [row for frames in with_keys(amqp10_examples, "amqp-1.0") for row in LinkMachine().feed(frames)]
     assert any(r["link_credit_snd"] is not None and r["link_credit_snd"] < 0 for r in reference)  # invalid traffic too
     assert any(r["method"] == "disposition" for r in reference)
-    check(spark, "amqp-1.0", amqp10_examples, link_state_timeline, reference,
-          ("connection_id", "frame_index", "link_name", "sender_side"), LINK_COLUMNS)
+    check(
+        spark,
+        "amqp-1.0",
+        amqp10_examples,
+        link_state_timeline,
+        reference,
+        ("connection_id", "frame_index", "link_name", "sender_side"),
+        LINK_COLUMNS,
+    )
 
 
 def test_link_credit_equals_the_reference(spark, amqp10_examples):
-    reference = [row for frames in with_keys(amqp10_examples, "amqp-1.0") for row in LinkMachine().feed(frames)
-                 if row["method"] not in ("detach", "disposition")]
-    check(spark, "amqp-1.0", amqp10_examples, link_credit_timeline, reference, ("connection_id", "frame_index"),
-          LINK_CREDIT_COLUMNS)
+    reference = [
+        row
+        for frames in with_keys(amqp10_examples, "amqp-1.0")
+        for row in LinkMachine().feed(frames)
+        if row["method"] not in ("detach", "disposition")
+    ]
+    check(
+        spark,
+        "amqp-1.0",
+        amqp10_examples,
+        link_credit_timeline,
+        reference,
+        ("connection_id", "frame_index"),
+        LINK_CREDIT_COLUMNS,
+    )
 
 
 def test_session_window_equals_the_reference(spark, amqp10_examples):
     reference = [row for frames in with_keys(amqp10_examples, "amqp-1.0") for row in SessionMachine().feed(frames)]
-    check(spark, "amqp-1.0", amqp10_examples, session_window_timeline, reference, ("connection_id", "frame_index"),
-          SESSION_COLUMNS)
+    check(
+        spark,
+        "amqp-1.0",
+        amqp10_examples,
+        session_window_timeline,
+        reference,
+        ("connection_id", "frame_index"),
+        SESSION_COLUMNS,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -395,19 +597,48 @@ def amqp091_reference(amqp091_examples) -> list[ChannelMachine]:
 
 def test_channel_unacked_equals_the_reference(spark, amqp091_examples, amqp091_reference):
     reference = [row for machine in amqp091_reference for row in machine.unacked_rows]
-    check(spark, "amqp-0-9-1", amqp091_examples, channel_unacked_timeline, reference, ("connection_id", "frame_index"),
-          ("channel", "method", "unacked", "prefetch_count", "prefetch_global", "delivered", "settled"))
+    check(
+        spark,
+        "amqp-0-9-1",
+        amqp091_examples,
+        channel_unacked_timeline,
+        reference,
+        ("connection_id", "frame_index"),
+        ("channel", "method", "unacked", "prefetch_count", "prefetch_global", "delivered", "settled"),
+    )
 
 
 def test_consumer_unacked_equals_the_reference(spark, amqp091_examples, amqp091_reference):
     reference = [row for machine in amqp091_reference for row in machine.consumer_rows]
     assert any(r["settled"] > 1 for r in reference)  # multiple acks reached several deliveries
-    check(spark, "amqp-0-9-1", amqp091_examples, consumer_unacked_timeline, reference,
-          ("connection_id", "frame_index", "consumer_tag"),
-          ("channel", "method", "settled", "unacked", "queue", "prefetch_count", "channel_prefetch_count", "channel_unacked"))
+    check(
+        spark,
+        "amqp-0-9-1",
+        amqp091_examples,
+        consumer_unacked_timeline,
+        reference,
+        ("connection_id", "frame_index", "consumer_tag"),
+        (
+            "channel",
+            "method",
+            "settled",
+            "unacked",
+            "queue",
+            "prefetch_count",
+            "channel_prefetch_count",
+            "channel_unacked",
+        ),
+    )
 
 
 def test_channel_confirms_equals_the_reference(spark, amqp091_examples, amqp091_reference):
     reference = [row for machine in amqp091_reference for row in machine.confirm_rows]
-    check(spark, "amqp-0-9-1", amqp091_examples, channel_confirms_timeline, reference, ("connection_id", "frame_index"),
-          ("channel", "method", "publish_seq", "published", "confirmed", "outstanding"))
+    check(
+        spark,
+        "amqp-0-9-1",
+        amqp091_examples,
+        channel_confirms_timeline,
+        reference,
+        ("connection_id", "frame_index"),
+        ("channel", "method", "publish_seq", "published", "confirmed", "outstanding"),
+    )

@@ -23,13 +23,37 @@ S2C = b.basic_deliver(1) + b.content_header(5) + b.frame091(3, 1, b"hello")
 
 
 def c2s(flags: str, seq: int, ack: int = 0, window: int = 100, payload: bytes = b"", options=()):
-    return Ether() / IP(src=CLIENT[0], dst=SERVER[0]) / TCP(
-        sport=CLIENT[1], dport=SERVER[1], flags=flags, seq=seq % 2**32, ack=ack % 2**32, window=window, options=list(options)) / payload
+    return (
+        Ether()
+        / IP(src=CLIENT[0], dst=SERVER[0])
+        / TCP(
+            sport=CLIENT[1],
+            dport=SERVER[1],
+            flags=flags,
+            seq=seq % 2**32,
+            ack=ack % 2**32,
+            window=window,
+            options=list(options),
+        )
+        / payload
+    )
 
 
 def s2c(flags: str, seq: int, ack: int = 0, window: int = 100, payload: bytes = b"", options=()):
-    return Ether() / IP(src=SERVER[0], dst=CLIENT[0]) / TCP(
-        sport=SERVER[1], dport=CLIENT[1], flags=flags, seq=seq % 2**32, ack=ack % 2**32, window=window, options=list(options)) / payload
+    return (
+        Ether()
+        / IP(src=SERVER[0], dst=CLIENT[0])
+        / TCP(
+            sport=SERVER[1],
+            dport=CLIENT[1],
+            flags=flags,
+            seq=seq % 2**32,
+            ack=ack % 2**32,
+            window=window,
+            options=list(options),
+        )
+        / payload
+    )
 
 
 def segment_rows(tmp_path: Path, packets, name: str = "t.pcap") -> list[dict]:
@@ -57,8 +81,21 @@ def conversation(client_scale: int | None = 7, server_scale: int | None = 2) -> 
 
 def test_segments_carry_offsets_scaled_windows_and_retransmitted_bytes(tmp_path):
     rows = segment_rows(tmp_path, conversation())
-    essence = [(r["direction"], r["packet_number"], r["seq_offset"], r["ack_offset"], r["flags"], r["window"],
-                r["window_scale"], r["effective_window"], r["payload_length"], r["retransmitted_bytes"]) for r in rows]
+    essence = [
+        (
+            r["direction"],
+            r["packet_number"],
+            r["seq_offset"],
+            r["ack_offset"],
+            r["flags"],
+            r["window"],
+            r["window_scale"],
+            r["effective_window"],
+            r["payload_length"],
+            r["retransmitted_bytes"],
+        )
+        for r in rows
+    ]
     assert essence == [
         ("c2s", 1, 0, None, 0x02, 64240, 0, 64240, 0, 0),  # a SYN's window is never scaled
         ("s2c", 2, 0, 0, 0x12, 65160, 0, 65160, 0, 0),
@@ -85,14 +122,23 @@ def test_without_the_handshake_the_scale_is_unknown_and_offsets_start_at_the_fir
     assert [r["effective_window"] for r in rows] == [r["window"] for r in rows]  # a lower bound, unscaled
     # Each stream's origin is its first payload byte; until then offsets in it are unknown.
     assert [(r["seq_offset"], r["ack_offset"]) for r in rows] == [
-        (None, None), (0, None), (None, 10), (0, None), (0, 10), (6, len(S2C))]
+        (None, None),
+        (0, None),
+        (None, 10),
+        (0, None),
+        (0, 10),
+        (6, len(S2C)),
+    ]
 
 
 def test_segments_are_held_until_the_connection_is_amqp_and_dropped_otherwise(tmp_path):
     amqp = conversation()
     other = [  # a TLS-looking stream on the AMQP port: not decoded, so no segments either
         Ether() / IP(src="10.0.0.3", dst=SERVER[0]) / TCP(sport=41000, dport=SERVER[1], flags="S", seq=1),
-        Ether() / IP(src="10.0.0.3", dst=SERVER[0]) / TCP(sport=41000, dport=SERVER[1], flags="PA", seq=2) / (b"\x16\x03\x01" + bytes(80)),
+        Ether()
+        / IP(src="10.0.0.3", dst=SERVER[0])
+        / TCP(sport=41000, dport=SERVER[1], flags="PA", seq=2)
+        / (b"\x16\x03\x01" + bytes(80)),
     ]
     rows = segment_rows(tmp_path, [*amqp[:3], *other, *amqp[3:]])
     assert [r["packet_number"] for r in rows] == [1, 2, 3, 6, 7, 8, 9, 10]  # the first three were held
@@ -124,15 +170,42 @@ def test_a_dsack_is_read_as_stream_offsets_of_the_range_received_twice(tmp_path)
         c2s("A", c, ack=s, window=502),
         c2s("PA", c, ack=s, window=502, payload=C2S[:10]),
         c2s("PA", c, ack=s, window=502, payload=C2S[:10]),  # sent again: the server had it
-        s2c("A", s, ack=c + 10, window=300, options=[("NOP", None), ("NOP", None), ("SAck", ((c + 0) % 2**32, (c + 10) % 2**32))]),
-        s2c("A", s, ack=c + 10, window=300, options=[("NOP", None), ("NOP", None), ("SAck", ((c + 20) % 2**32, (c + 30) % 2**32))]),
+        s2c(
+            "A",
+            s,
+            ack=c + 10,
+            window=300,
+            options=[("NOP", None), ("NOP", None), ("SAck", ((c + 0) % 2**32, (c + 10) % 2**32))],
+        ),
+        s2c(
+            "A",
+            s,
+            ack=c + 10,
+            window=300,
+            options=[("NOP", None), ("NOP", None), ("SAck", ((c + 20) % 2**32, (c + 30) % 2**32))],
+        ),
         # First block inside the second: also a D-SACK.
-        s2c("A", s, ack=c + 10, window=300, options=[("NOP", None), ("NOP", None),
-                                                     ("SAck", ((c + 22) % 2**32, (c + 24) % 2**32, (c + 20) % 2**32, (c + 30) % 2**32))]),
+        s2c(
+            "A",
+            s,
+            ack=c + 10,
+            window=300,
+            options=[
+                ("NOP", None),
+                ("NOP", None),
+                ("SAck", ((c + 22) % 2**32, (c + 24) % 2**32, (c + 20) % 2**32, (c + 30) % 2**32)),
+            ],
+        ),
     ]
     rows = segment_rows(tmp_path, packets)
     assert [(r["dsack_left_offset"], r["dsack_right_offset"]) for r in rows if r["direction"] == "s2c"] == [
-        (None, None), (0, 10), (None, None), (22, 24)]
-    assert {(r["dsack_left_offset"], r["dsack_right_offset"]) for r in rows if r["direction"] == "c2s"} == {(None, None)}
+        (None, None),
+        (0, 10),
+        (None, None),
+        (22, 24),
+    ]
+    assert {(r["dsack_left_offset"], r["dsack_right_offset"]) for r in rows if r["direction"] == "c2s"} == {
+        (None, None)
+    }
     raw = bytes(packets[5])
     assert parse_tcp(1, raw, len(raw)).dsack == (c % 2**32, (c + 10) % 2**32)

@@ -20,7 +20,14 @@ def split(fmt, chunks: list[bytes]) -> list[RawFrame | Unframed]:
 
 
 def test_091_frames_split_at_every_chunk_boundary():
-    stream = b.HEADER_091 + b.basic_qos(10) + b.basic_deliver(1) + b.content_header(3) + b.frame091(3, 1, b"abc") + b.HEARTBEAT_091
+    stream = (
+        b.HEADER_091
+        + b.basic_qos(10)
+        + b.basic_deliver(1)
+        + b.content_header(3)
+        + b.frame091(3, 1, b"abc")
+        + b.HEARTBEAT_091
+    )
     expected_sizes = [8, len(b.basic_qos(10)), len(b.basic_deliver(1)), len(b.content_header(3)), 11, 8]
     # Every way of cutting the stream in two gives the same frames; each completes in the second
     # chunk exactly when its last byte is there.
@@ -75,7 +82,7 @@ def test_091_content_header_and_heartbeat():
 
 
 def test_091_start_ok_response_never_decoded():
-    args = (b"\x00\x00\x00\x00" + b.shortstr("PLAIN") + b.longstr(b"\x00guest\x00s3cret") + b.shortstr("en_US"))
+    args = b"\x00\x00\x00\x00" + b.shortstr("PLAIN") + b.longstr(b"\x00guest\x00s3cret") + b.shortstr("en_US")
     decoded = amqp091.decode_frame(b.method091(10, 11, args, channel=0))
     assert decoded["arguments"]["mechanism"] == "PLAIN"
     assert "response" not in decoded["arguments"]
@@ -90,8 +97,14 @@ def test_091_truncated_arguments_raise_decode_error_with_offset():
 
 
 def test_10_frames_split_across_sasl_and_amqp_headers():
-    stream = (b.HEADER_10_SASL + b.sasl_init("PLAIN", b"\x00guest\x00guest") + b.HEADER_10
-              + b.flow(0, 0, 5) + b.transfer(0, 0, b"t0", b"payload") + b.EMPTY_10)
+    stream = (
+        b.HEADER_10_SASL
+        + b.sasl_init("PLAIN", b"\x00guest\x00guest")
+        + b.HEADER_10
+        + b.flow(0, 0, 5)
+        + b.transfer(0, 0, b"t0", b"payload")
+        + b.EMPTY_10
+    )
     for cut in range(len(stream) + 1):
         frames = split(amqp10.Amqp10Format(), [stream[:cut], stream[cut:]])
         assert [f.is_protocol_header for f in frames] == [True, False, True, False, False, False]

@@ -42,8 +42,12 @@ def grow(path: Path, size: str) -> None:
 
 
 def analyze(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "amqpscope", "analyze", str(SMALL), *args, "--progress", "never"],
-                          capture_output=True, text=True, timeout=3600)
+    return subprocess.run(
+        [sys.executable, "-m", "amqpscope", "analyze", str(SMALL), *args, "--progress", "never"],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
 
 
 def assert_one_error_line(run: subprocess.CompletedProcess) -> str:

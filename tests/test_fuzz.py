@@ -21,15 +21,17 @@ from tests.fuzzing import CRASHES, ISSUE_CASES, Case, corpus, generated, generat
 # Derandomized (the same examples every run), no per-example deadline (never a timing assertion in
 # a unit test: ``make fuzz`` measures time per input), about a minute in all.
 BOUNDED = settings(
-    derandomize=True, deadline=None, database=None, max_examples=250,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    max_examples=250,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
-)  # fmt: skip
+)
 HEADERS = [b.HEADER_091, b.HEADER_10, b.HEADER_10_SASL, b"AMQP\x00\x00\x09", b""]
 
 
 @BOUNDED
-@given(st.sampled_from(HEADERS), st.binary(max_size=4000), st.binary(max_size=600), st.integers(1, 1460),
-       st.booleans())  # fmt: skip
+@given(st.sampled_from(HEADERS), st.binary(max_size=4000), st.binary(max_size=600), st.integers(1, 1460), st.booleans())
 def test_any_bytes_after_a_protocol_header(header, c2s, s2c, segment, handshake):
     run(Case(header + c2s, s2c, segment, handshake))
 

@@ -47,8 +47,9 @@ def test_every_store_and_the_data_docs_write_atomically(tmp_path):
     backends = [s["store_backend"] for s in config["stores"].values() if "store_backend" in s]
     backends += [s["store_backend"] for s in config["data_docs_sites"].values()]
     assert len(backends) == 5  # expectations, validation results, checkpoints, validation definitions; the site
-    assert all(b["class_name"] == "AtomicFilesystemStoreBackend" and b["module_name"] == gx_files.__name__
-               for b in backends)
+    assert all(
+        b["class_name"] == "AtomicFilesystemStoreBackend" and b["module_name"] == gx_files.__name__ for b in backends
+    )
 
 
 def test_a_write_that_fails_part_way_leaves_the_old_file_and_the_next_run_completes(tmp_path, monkeypatch):
@@ -82,8 +83,9 @@ def test_damaged_files_of_an_earlier_run_are_rebuilt(tmp_path, caplog):
     gx = tmp_path / "gx"
     suite = gx / "expectations" / "amqpscope" / "frames.json"
     result = next((gx / "uncommitted" / "validations" / "amqpscope" / "frames").rglob("*.json"))
-    page = next((gx / "uncommitted" / "data_docs" / "local_site" / "validations" / "amqpscope" / "link_credit")
-                .rglob("*.html"))
+    page = next(
+        (gx / "uncommitted" / "data_docs" / "local_site" / "validations" / "amqpscope" / "link_credit").rglob("*.html")
+    )
     suite.write_bytes(b"")  # the case: a suite file left empty by a full disk
     result.write_bytes(b'{"success": tr\x00\x00')
     page.write_bytes(page.read_bytes()[:1000])

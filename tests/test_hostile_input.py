@@ -48,12 +48,15 @@ def test_a_header_section_that_is_no_list_is_a_message_error_and_the_stream_goes
     assert frames[3]["section_sizes"] == {"data": len(DATA)} and frames[3]["body_kind"] == "data"
 
 
-@pytest.mark.parametrize("section, value, source", [
-    (0x74, b.list8(), "map"),  # application-properties (3.2.5)
-    (0x75, b.list8(), "binary"),  # data (3.2.6)
-    (0x76, b.binary(b"x"), "list"),  # amqp-sequence (3.2.7)
-    (0x71, b.string("x"), "map"),  # delivery-annotations: annotations, a map (3.2.2)
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "section, value, source",
+    [
+        (0x74, b.list8(), "map"),  # application-properties (3.2.5)
+        (0x75, b.list8(), "binary"),  # data (3.2.6)
+        (0x76, b.binary(b"x"), "list"),  # amqp-sequence (3.2.7)
+        (0x71, b.string("x"), "map"),  # delivery-annotations: annotations, a map (3.2.2)
+    ],
+)
 def test_a_section_of_the_wrong_type_is_a_message_error(section, value, source):
     names = {0x71: "delivery-annotations", 0x74: "application-properties", 0x75: "data", 0x76: "amqp-sequence"}
     transfer = b.transfer(0, 0, b"t", payload=bytes([0x00, 0x53, section]) + value)
@@ -207,7 +210,10 @@ def test_arrays_of_nulls_within_the_allowance_decode():
     fields = b.list32(b.string("c"), *[b.NULL] * 8, _arrays_of_nulls(2, MAX_OBJECTS // 4))
     frames, quarantine = frames_and_quarantine(Case(b.HEADER_10 + b.frame10(b.described(0x10, fields))))
     assert quarantine == []
-    assert frames[1]["arguments"]["properties"] == "[" + ",".join(["[" + ",".join(["null"] * (MAX_OBJECTS // 4)) + "]"] * 2) + "]"
+    assert (
+        frames[1]["arguments"]["properties"]
+        == "[" + ",".join(["[" + ",".join(["null"] * (MAX_OBJECTS // 4)) + "]"] * 2) + "]"
+    )
 
 
 # --- resynchronisation ----------------------------------------------------------------------------
@@ -251,7 +257,9 @@ def test_resynchronisation_looks_at_each_byte_once(fmt):
     assert counting.asked <= len(garbage) + number
     assert all(isinstance(u, Unframed) for u in out)
     assert [u.size for u in out] == [RESYNC_WINDOW, 300_000]
-    expected = "unknown 0-9-1 frame type 255" if isinstance(fmt, amqp091.Amqp091Format) else "unknown 1.0 frame type 255"
+    expected = (
+        "unknown 0-9-1 frame type 255" if isinstance(fmt, amqp091.Amqp091Format) else "unknown 1.0 frame type 255"
+    )
     assert all(u.reason.startswith(expected) for u in out)
 
 
@@ -287,13 +295,16 @@ def test_the_issue_megabyte_of_ff_is_quarantined_as_unframeable():
 TIMESTAMP_FLAG = 1 << 6  # basic properties in flag order: timestamp is the 10th (0-9-1 spec 4.2.6.1)
 
 
-@pytest.mark.parametrize("value, text", [
-    (1_700_000_000, "2023-11-14T22:13:20+00:00"),  # seconds, as the spec says
-    (1_700_000_000_123, "1700000000123 (likely milliseconds: 2023-11-14T22:13:20.123000+00:00)"),
-    (1_700_000_000_123_456, "1700000000123456 (likely microseconds: 2023-11-14T22:13:20.123456+00:00)"),
-    (1_700_000_000_123_456_789, "1700000000123456789 (likely nanoseconds: 2023-11-14T22:13:20.123456+00:00)"),
-    (2**64 - 1, "18446744073709551615"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (1_700_000_000, "2023-11-14T22:13:20+00:00"),  # seconds, as the spec says
+        (1_700_000_000_123, "1700000000123 (likely milliseconds: 2023-11-14T22:13:20.123000+00:00)"),
+        (1_700_000_000_123_456, "1700000000123456 (likely microseconds: 2023-11-14T22:13:20.123456+00:00)"),
+        (1_700_000_000_123_456_789, "1700000000123456789 (likely nanoseconds: 2023-11-14T22:13:20.123456+00:00)"),
+        (2**64 - 1, "18446744073709551615"),
+    ],
+)
 def test_091_timestamps_in_other_units_keep_the_content_header(value, text):
     publish = b.method091(60, 40, struct.pack(">H", 0) + b.shortstr("") + b.shortstr("q") + b"\x00")
     header = b.content_header(3, flags=TIMESTAMP_FLAG, props=struct.pack(">Q", value))
@@ -353,7 +364,9 @@ def test_a_record_of_impossible_length_is_skipped_and_the_rest_read(tmp_path):
     assert essence(out["frames"]) == essence(clean["frames"])
     assert_accounted(out)
     [damage] = [q for q in out["quarantine"] if q["connection_id"] is None]
-    reason = f"record at byte {at}: impossible captured length {0x7FFFFFF0}; {len(bogus)} bytes skipped to the next record"
+    reason = (
+        f"record at byte {at}: impossible captured length {0x7FFFFFF0}; {len(bogus)} bytes skipped to the next record"
+    )
     assert (damage["stream_offset"], damage["byte_count"]) == (at, len(bogus))
     assert damage["reason"] == f"capture file damaged: {reason}"
     [capture] = out["captures"]

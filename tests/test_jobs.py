@@ -106,14 +106,25 @@ def clean(spark, tmp_path_factory):
     def answered(found: tuple) -> None:
         answers.append((found, list(timings), [t for t in DERIVED if store.exists(t)]))
 
-    result = analyze(spark, [str(FIRST)], AnalyzeConfig(lake=root / "lake", storage="delta-rs"), timings,
-                     answered=answered)
+    result = analyze(
+        spark, [str(FIRST)], AnalyzeConfig(lake=root / "lake", storage="delta-rs"), timings, answered=answered
+    )
     return root / "lake", result, answers
 
 
 # What the diagnosis reads (pipelines.bottlenecks: the findings' inputs and flow_intervals' own).
-DIAGNOSIS_INPUTS = {"messages_091", "link_state", "session_window", "consumer_unacked", "channel_unacked",
-                    "channel_confirms", "connection_blocked", "channel_flow", "tcp_flow", "flow_intervals"}
+DIAGNOSIS_INPUTS = {
+    "messages_091",
+    "link_state",
+    "session_window",
+    "consumer_unacked",
+    "channel_unacked",
+    "channel_confirms",
+    "connection_blocked",
+    "channel_flow",
+    "tcp_flow",
+    "flow_intervals",
+}
 
 
 def test_analyze_hands_the_diagnoses_over_before_the_verdicts_and_the_report(spark, clean):
@@ -158,7 +169,9 @@ def test_bundle_tasks_run_locally_and_equal_analyze(spark, tmp_path, clean, caps
     assert Path(out["report"]["report"]).parent == lake / "reports"
     # Every table compacted, nothing vacuumed yet (the files replaced are younger than the retention).
     assert set(out["maintain"]["tables"]) == set(TABLES) | {"runs"}
-    assert all(t["files_vacuumed"] == 0 and t["files_after"] <= t["files_before"] for t in out["maintain"]["tables"].values())
+    assert all(
+        t["files_vacuumed"] == 0 and t["files_after"] <= t["files_before"] for t in out["maintain"]["tables"].values()
+    )
     assert Path(out["report"]["report"]).read_text().count(first) >= 1
 
     # ingest + derive gives the tables analyze gives.
@@ -183,7 +196,9 @@ def test_bundle_tasks_run_locally_and_equal_analyze(spark, tmp_path, clean, caps
     assert {runs.completeness(state, c) for c in (first, second)} == {runs.COMPLETE}
     assert state[(first, "derive")].run_id != state[(second, "derive")].run_id
     for table in TABLES:
-        assertDataFrameEqual(same_input(store, table).filter(F.col("capture_id") == first), same_input(reference, table))
+        assertDataFrameEqual(
+            same_input(store, table).filter(F.col("capture_id") == first), same_input(reference, table)
+        )
 
 
 def test_report_of_a_lake_with_no_complete_capture_says_so(spark, tmp_path, clean):

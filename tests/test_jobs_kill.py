@@ -48,7 +48,10 @@ def kill_at(lake: Path, stage: str) -> None:
     enters ``stage``; for ingest, once its first bronze table is committed."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "amqpscope", "-v", "analyze", str(SAMPLE), "--lake", str(lake), "--progress", "never"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         for line in proc.stderr:
@@ -77,7 +80,9 @@ def kill_at(lake: Path, stage: str) -> None:
 def run_to_end(lake: Path) -> dict:
     out = subprocess.run(
         [sys.executable, "-m", "amqpscope", "analyze", str(SAMPLE), "--lake", str(lake), "--progress", "never"],
-        capture_output=True, text=True, timeout=3600,
+        capture_output=True,
+        text=True,
+        timeout=3600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
@@ -92,8 +97,11 @@ def tables(lake: Path, cid: str | None = None) -> dict[str, list[str]]:
     found = {}
     # A table whose first commit never happened (a killed or refused create) may leave an empty log: no table.
     for path in sorted(p for p in lake.iterdir() if p.is_dir() and is_delta_table(p)):
-        rows = [{k: v for k, v in r.items() if k not in RUN_COLUMNS}
-                for r in read_table(str(path)).to_pylist() if cid is None or r["capture_id"] == cid]
+        rows = [
+            {k: v for k, v in r.items() if k not in RUN_COLUMNS}
+            for r in read_table(str(path)).to_pylist()
+            if cid is None or r["capture_id"] == cid
+        ]
         found[path.name] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
     return found
 

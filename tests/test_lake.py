@@ -80,8 +80,14 @@ def test_write_then_read_roundtrip(spark, lake):
     assert arrow_schema.field("ts").type == pa.timestamp("us", tz="UTC")
     assert arrow_schema.field("b").type == pa.binary()
     assert table_rows(lake, "frames") == [
-        {"capture_id": "cap-a", "n": 1, "ts": TS, "m": [("k", "v")], "b": b"\x00\x01",
-         "s": {"x": 7, "tags": ["x", "y"]}},
+        {
+            "capture_id": "cap-a",
+            "n": 1,
+            "ts": TS,
+            "m": [("k", "v")],
+            "b": b"\x00\x01",
+            "s": {"x": 7, "tags": ["x", "y"]},
+        },
         {"capture_id": "cap-a", "n": 2, "ts": TS2, "m": None, "b": None, "s": None},
         {"capture_id": "cap-b", "n": 10, "ts": TS, "m": [], "b": b"", "s": {"x": None, "tags": []}},
     ]
@@ -162,24 +168,40 @@ def test_columns_added_at_the_end_widen_the_table_and_earlier_rows_read_them_as_
     assert table.version() == 1
     assert [f.name for f in table.schema().fields][-2:] == ["extra", "count"]
     assert [(r["capture_id"], r["n"], r["extra"], r["count"]) for r in table_rows(lake, "frames")] == [
-        ("cap-a", 1, None, None), ("cap-a", 2, None, None), ("cap-b", 10, "x", 3)]
+        ("cap-a", 1, None, None),
+        ("cap-a", 2, None, None),
+        ("cap-b", 10, "x", 3),
+    ]
     read = lake.read("frames").select("capture_id", "n", "extra", "count")
-    assertDataFrameEqual(read, spark.createDataFrame(
-        [("cap-a", 1, None, None), ("cap-a", 2, None, None), ("cap-b", 10, "x", 3)],
-        "capture_id string, n long, extra string, count long"))
+    assertDataFrameEqual(
+        read,
+        spark.createDataFrame(
+            [("cap-a", 1, None, None), ("cap-a", 2, None, None), ("cap-b", 10, "x", 3)],
+            "capture_id string, n long, extra string, count long",
+        ),
+    )
 
 
 @pytest.mark.parametrize(
     ("schema", "message"),
     [
-        ("capture_id string, n int, ts timestamp, m map<string,string>, b binary, s struct<x:int,tags:array<string>>",
-         "column 'n' has type \"integer\", not \"long\""),
-        ("capture_id string, n long, m map<string,string>, b binary, s struct<x:int,tags:array<string>>",
-         "column 'ts' is missing"),
-        ("capture_id string, ts timestamp, n long, m map<string,string>, b binary, s struct<x:int,tags:array<string>>",
-         "column 'n' is not in place 2"),
-        ("extra string, capture_id string, n long, ts timestamp, m map<string,string>, b binary, "
-         "s struct<x:int,tags:array<string>>", "column 'capture_id' is not in place 1"),
+        (
+            "capture_id string, n int, ts timestamp, m map<string,string>, b binary, s struct<x:int,tags:array<string>>",
+            'column \'n\' has type "integer", not "long"',
+        ),
+        (
+            "capture_id string, n long, m map<string,string>, b binary, s struct<x:int,tags:array<string>>",
+            "column 'ts' is missing",
+        ),
+        (
+            "capture_id string, ts timestamp, n long, m map<string,string>, b binary, s struct<x:int,tags:array<string>>",
+            "column 'n' is not in place 2",
+        ),
+        (
+            "extra string, capture_id string, n long, ts timestamp, m map<string,string>, b binary, "
+            "s struct<x:int,tags:array<string>>",
+            "column 'capture_id' is not in place 1",
+        ),
     ],
     ids=["retyped", "dropped", "moved", "added-first"],
 )
@@ -204,8 +226,12 @@ def test_other_schema_changes_are_rejected_naming_the_column(spark, lake, schema
 )
 def test_bad_write_arguments_are_rejected(spark, lake, replace_capture_ids, partition_by, error):
     with pytest.raises(error):
-        lake.write(spark.createDataFrame(rows_a(), SCHEMA), "frames",
-                   replace_capture_ids=replace_capture_ids, partition_by=partition_by)
+        lake.write(
+            spark.createDataFrame(rows_a(), SCHEMA),
+            "frames",
+            replace_capture_ids=replace_capture_ids,
+            partition_by=partition_by,
+        )
     assert not lake.exists("frames")
 
 
@@ -282,8 +308,11 @@ SMALL = "capture_id string, stage string, started timestamp, ended timestamp, n 
 
 
 def small_rows(capture_ids) -> list[dict]:
-    return [{"capture_id": cid, "stage": stage, "started": TS, "ended": TS2 if stage == "ingest" else None, "n": i}
-            for i, cid in enumerate(capture_ids) for stage in ("ingest", "derive")]
+    return [
+        {"capture_id": cid, "stage": stage, "started": TS, "ended": TS2 if stage == "ingest" else None, "n": i}
+        for i, cid in enumerate(capture_ids)
+        for stage in ("ingest", "derive")
+    ]
 
 
 def executions(spark) -> int:
@@ -301,13 +330,16 @@ def test_rows_written_on_the_driver_read_as_spark_wrote_them(spark, lake):
     assertDataFrameEqual(lake.read("small"), lake.read("by_spark"))
     assert lake.read("small").schema == lake.read("by_spark").schema
     # The same directories and Delta schema (columns' comments included) as Spark's write.
-    directories = {t: sorted(os.path.dirname(f).rsplit("/", 1)[1] for f in log_files(lake, t)) for t in ("small", "by_spark")}
+    directories = {
+        t: sorted(os.path.dirname(f).rsplit("/", 1)[1] for f in log_files(lake, t)) for t in ("small", "by_spark")
+    }
     assert directories["small"] == directories["by_spark"]
     assert DeltaTable(lake.table_path("small")).schema() == DeltaTable(lake.table_path("by_spark")).schema()
     # Statistics for file skipping, as for Spark's files.
     small = pa.table(DeltaTable(lake.table_path("small")).get_add_actions(flatten=True)).to_pylist()
     assert {(r["partition.capture_id"], r["num_records"], r["min.started"], r["null_count.ended"]) for r in small} == {
-        (cid, 2, TS, 1) for cid in ids}
+        (cid, 2, TS, 1) for cid in ids
+    }
 
 
 def test_read_rows_gives_the_rows_of_the_chosen_captures(spark, lake):
@@ -319,7 +351,8 @@ def test_read_rows_gives_the_rows_of_the_chosen_captures(spark, lake):
 
     written = small_rows(["cap-a", "cap-b"])
     assert sorted(lake.read_rows("small", schema, ["cap-b"]), key=key) == sorted(
-        [r for r in written if r["capture_id"] == "cap-b"], key=key)
+        [r for r in written if r["capture_id"] == "cap-b"], key=key
+    )
     assert sorted(lake.read_rows("small", schema), key=key) == sorted(written, key=key)
     assert lake.read_rows("small", schema, []) == []
 
@@ -333,7 +366,10 @@ def test_write_rows_replaces_only_its_captures_and_runs_no_spark_job(spark, lake
     lake.write_rows([], schema, "small", replace_capture_ids=["cap-a"])  # cap-a's rows go
     found = lake.read_rows("small", schema)
     assert executions(spark) == before
-    assert sorted((r["capture_id"], r["stage"], r["n"]) for r in found) == [("cap-b", "derive", 9), ("cap-b", "ingest", 9)]
+    assert sorted((r["capture_id"], r["stage"], r["n"]) for r in found) == [
+        ("cap-b", "derive", 9),
+        ("cap-b", "ingest", 9),
+    ]
 
 
 def test_write_rows_refuses_rows_of_other_captures_and_commits_nothing(spark, lake):
@@ -351,5 +387,6 @@ def test_read_rows_gives_null_for_a_column_the_table_does_not_have_yet(spark, la
     lake.write_rows([{"capture_id": "cap-a", "stage": "ingest"}], older, "small", replace_capture_ids=["cap-a"])
     newer = spark.createDataFrame([], SMALL).schema
     assert lake.read_rows("small", newer) == [
-        {"capture_id": "cap-a", "stage": "ingest", "started": None, "ended": None, "n": None}]
+        {"capture_id": "cap-a", "stage": "ingest", "started": None, "ended": None, "n": None}
+    ]
     assert [r.asDict() for r in lake.read("small", newer).collect()] == lake.read_rows("small", newer)

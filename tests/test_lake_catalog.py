@@ -29,7 +29,9 @@ def test_catalog_has_every_table_with_its_declared_columns():
     tables = catalog.tables()
     assert lake_tables.TABLES.keys() <= tables.keys()
     for name, schema in lake_tables.schemas("bronze").items():
-        assert [(f.name, f.dataType) for f in tables[name].schema.fields] == [(f.name, f.dataType) for f in schema.fields]
+        assert [(f.name, f.dataType) for f in tables[name].schema.fields] == [
+            (f.name, f.dataType) for f in schema.fields
+        ]
     # Comments as written next to the columns in schemas/frames.py and schemas/runs.py.
     connections = tables["connections"].schema
     assert connections["c2s_bytes"].metadata["comment"] == "TCP payload bytes client to server (each once)"

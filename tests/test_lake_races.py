@@ -39,9 +39,11 @@ def stored(root: str) -> dict[str, list[int]]:
 
 def seed(root: str, capture: str) -> None:
     """The table made beforehand with a row of ``capture`` (writer -1), as an earlier run left it."""
-    write_deltalake(os.path.join(root, TABLE), pa.table({"capture_id": [capture], "writer": pa.array([-1], pa.int32()),
-                                                         "n": pa.array([0], pa.int64())}),
-                    partition_by=["capture_id"])
+    write_deltalake(
+        os.path.join(root, TABLE),
+        pa.table({"capture_id": [capture], "writer": pa.array([-1], pa.int32()), "n": pa.array([0], pa.int64())}),
+        partition_by=["capture_id"],
+    )
 
 
 # (name, captures the racers write, capture already in the table beforehand or None, no table at all)
@@ -81,9 +83,11 @@ def test_overlapping_writes_store_each_capture_once(tmp_path, name, captures, be
                 # One line: the table, the captures and the run that committed first.
                 message = results[loser]
                 assert "\n" not in message
-                assert re.fullmatch(r"conflict: table t: capture \w+ was written by run racer-\d \(pid \d+ on .+\) "
-                                    r"\(version \d+\) after this run read (version \d+|no table yet); not written twice",
-                                    message), message
+                assert re.fullmatch(
+                    r"conflict: table t: capture \w+ was written by run racer-\d \(pid \d+ on .+\) "
+                    r"\(version \d+\) after this run read (version \d+|no table yet); not written twice",
+                    message,
+                ), message
             if trial.read_first:
                 assert sum(results[i] == "ok" for i in racing) == 1, (name, number, results)
             tally.update(results[i].split(":")[0] for i in racing)
@@ -113,8 +117,17 @@ def test_leases_let_one_run_claim_a_capture(tmp_path):
 
 def runs_row(run_id: str, owner: str, lease_until: datetime, outcome: str = "running") -> dict:
     now = datetime.now(UTC)
-    return {"capture_id": "c", "stage": "derive", "run_id": run_id, "started": now - timedelta(minutes=5),
-            "ended": None, "outcome": outcome, "source_run": None, "owner": owner, "lease_until": lease_until}
+    return {
+        "capture_id": "c",
+        "stage": "derive",
+        "run_id": run_id,
+        "started": now - timedelta(minutes=5),
+        "ended": None,
+        "outcome": outcome,
+        "source_run": None,
+        "owner": owner,
+        "lease_until": lease_until,
+    }
 
 
 def test_a_lease_expires_with_its_run(tmp_path):
@@ -132,11 +145,13 @@ def test_a_lease_expires_with_its_run(tmp_path):
     for owner, until, waits in cases:
         lake.write_rows([runs_row("earlier", owner, until)], RUNS_SCHEMA, runs.RUNS_TABLE, replace_capture_ids=["c"])
         if waits:
-            with pytest.raises(CaptureBusy, match=r"table runs: capture c is being written by run earlier \("
-                               + re.escape(owner)):
+            with pytest.raises(
+                CaptureBusy, match=r"table runs: capture c is being written by run earlier \(" + re.escape(owner)
+            ):
                 runs.mark(lake, "later", "ingest", ["c"], "running")
-            assert runs.busy(lake, "later", ["c"]) == [("c", runs.stage_runs(lake)[("c", "derive")].holder(
-                datetime.now(UTC)))]
+            assert runs.busy(lake, "later", ["c"]) == [
+                ("c", runs.stage_runs(lake)[("c", "derive")].holder(datetime.now(UTC)))
+            ]
         else:
             runs.mark(lake, "later", "ingest", ["c"], "running")
             assert runs.stage_runs(lake)[("c", "ingest")].run_id == "later"

@@ -33,9 +33,14 @@ def table(tmp_path_factory) -> Path:
     """Many files in many partitions (each may be released on a pool thread), a few appends deep."""
     path = tmp_path_factory.mktemp("lake-read") / "t"
     for round_ in range(5):
-        write_deltalake(str(path), pa.table({"capture_id": [f"c{i % 20}" for i in range(200)],
-                                             "x": list(range(round_ * 200, round_ * 200 + 200))}),
-                        mode="append", partition_by=["capture_id"])
+        write_deltalake(
+            str(path),
+            pa.table(
+                {"capture_id": [f"c{i % 20}" for i in range(200)], "x": list(range(round_ * 200, round_ * 200 + 200))}
+            ),
+            mode="append",
+            partition_by=["capture_id"],
+        )
     return path
 
 
@@ -53,8 +58,9 @@ def test_a_read_then_exit_never_aborts(table):
     expected = f"1000 {sum(range(1000))}"
 
     def child(_: int) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", CHILD, str(table)], capture_output=True, text=True, timeout=300,
-                              check=False)
+        return subprocess.run(
+            [sys.executable, "-c", CHILD, str(table)], capture_output=True, text=True, timeout=300, check=False
+        )
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         runs = list(pool.map(child, range(RUNS)))

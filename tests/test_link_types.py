@@ -29,8 +29,10 @@ S2C = b.basic_deliver(1) + b.content_header(4) + b.frame091(3, 1, b"body") + b.H
 def conversation(ip_c2s, ip_s2c, chunk: int = 9):
     """SYN, SYN-ACK, then both streams in small segments, alternating."""
     sport, dport, isn_c, isn_s = 41000, 5672, 100, 900
-    out = [ip_c2s / TCP(sport=sport, dport=dport, flags="S", seq=isn_c),
-           ip_s2c / TCP(sport=dport, dport=sport, flags="SA", seq=isn_s, ack=isn_c + 1)]
+    out = [
+        ip_c2s / TCP(sport=sport, dport=dport, flags="S", seq=isn_c),
+        ip_s2c / TCP(sport=dport, dport=sport, flags="SA", seq=isn_s, ack=isn_c + 1),
+    ]
     for i in range(0, max(len(C2S), len(S2C)), chunk):
         if i < len(C2S):
             out.append(ip_c2s / TCP(sport=sport, dport=dport, flags="PA", seq=isn_c + 1 + i) / C2S[i : i + chunk])
@@ -61,8 +63,17 @@ def essence(path: Path) -> tuple[list[tuple], list[dict]]:
     frames, conns = [], []
     for kind, row in decode_capture(path, "c"):
         if kind == "frames":
-            frames.append((row["direction"], row["stream_offset"], row["frame_size"], row["frame_type"], row["method"],
-                           row["ts_us"], row["packet_number"]))
+            frames.append(
+                (
+                    row["direction"],
+                    row["stream_offset"],
+                    row["frame_size"],
+                    row["frame_type"],
+                    row["method"],
+                    row["ts_us"],
+                    row["packet_number"],
+                )
+            )
         elif kind == "connections":
             conns.append(row)
     return frames, conns

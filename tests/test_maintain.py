@@ -23,8 +23,11 @@ def files(lake: Lake, table: str) -> int:
 def test_maintain_compacts_and_vacuums_without_changing_rows(spark, tmp_path):
     config = AnalyzeConfig(lake=tmp_path / "lake", storage="delta-rs")
     lake = Lake.of(spark, config)
-    rows = [(cid, stage, f"r-{stage}", T, T, "ok", None) for cid in ("cap-a", "cap-b")
-            for stage in ("ingest", "derive", "report")]
+    rows = [
+        (cid, stage, f"r-{stage}", T, T, "ok", None)
+        for cid in ("cap-a", "cap-b")
+        for stage in ("ingest", "derive", "report")
+    ]
     first = spark.createDataFrame(rows, RUNS_SCHEMA)
     lake.write(first.repartition(3), "runs", replace_capture_ids=["cap-a", "cap-b"])
     # cap-b written again: its files of the first write are referenced by the first version only.
@@ -41,7 +44,8 @@ def test_maintain_compacts_and_vacuums_without_changing_rows(spark, tmp_path):
 
     # With a table that keeps removed files for no time, a zero retention removes them.
     DeltaTable(lake.table_path("runs")).alter.set_table_properties(
-        {"delta.deletedFileRetentionDuration": "interval 0 hours"})
+        {"delta.deletedFileRetentionDuration": "interval 0 hours"}
+    )
     [runs] = maintain_lake(spark, config, retain_hours=0).tables
     assert (runs.files_before, runs.files_after) == (2, 2)
     assert runs.files_vacuumed > 0

@@ -57,7 +57,9 @@ def test_a_capture_cut_inside_a_busy_connection_is_decoded(tmp_path, capture, co
         [conn] = [r for kind, r in rows if kind == "connections"]
         frames = [r for kind, r in rows if kind == "frames"]
         assert (conn["protocol"], conn["protocol_inferred"]) == (
-            "amqp-0-9-1" if "091" in capture.name else "amqp-1.0", True), first
+            "amqp-0-9-1" if "091" in capture.name else "amqp-1.0",
+            True,
+        ), first
 
         reference = Counter((f.frame_number, f.sender, f.name) for f in decoded_frames(late, 5672))
         found = Counter(ours(f) for f in frames)

@@ -18,8 +18,10 @@ COLUMNS = "frame_index long, method string, frame_size long, frame_size_limit lo
 
 def found(timeline: DataFrame) -> dict[str, list[int]]:
     """The frames each frame_limits rule flags, by rule."""
-    return {rule.id: sorted(r.frame_index for r in violations(timeline, rule).collect())
-            for rule in rules_for("frame_limits")}
+    return {
+        rule.id: sorted(r.frame_index for r in violations(timeline, rule).collect())
+        for rule in rules_for("frame_limits")
+    }
 
 
 def flagged(**by_rule: list[int]) -> dict[str, list[int]]:
@@ -40,15 +42,20 @@ def test_amqp091_frames_and_channels_within_the_tuned_limits(spark):
         dict(direction="s2c", frame_type="body", method=None, channel=5, frame_size=4000),  # below 4096: no row
     ]
     timeline = frame_limits_timeline(frames_df(spark, "amqp-0-9-1", events))
-    assertDataFrameEqual(timeline.select("frame_index", "method", "frame_size", "frame_size_limit", "channel_limit"),
-                         spark.createDataFrame([
-                             (1, "connection.start", 5000, 4096, None),
-                             (3, "connection.tune-ok", 8, 4096, None),
-                             (4, "channel.open", 8, 131072, 2047),
-                             (5, "channel.open", 8, 131072, 2047),
-                             (6, None, 131072, 131072, 2047),
-                             (7, None, 131073, 131072, 2047),
-                         ], COLUMNS))
+    assertDataFrameEqual(
+        timeline.select("frame_index", "method", "frame_size", "frame_size_limit", "channel_limit"),
+        spark.createDataFrame(
+            [
+                (1, "connection.start", 5000, 4096, None),
+                (3, "connection.tune-ok", 8, 4096, None),
+                (4, "channel.open", 8, 131072, 2047),
+                (5, "channel.open", 8, 131072, 2047),
+                (6, None, 131072, 131072, 2047),
+                (7, None, 131073, 131072, 2047),
+            ],
+            COLUMNS,
+        ),
+    )
     assert found(timeline) == flagged(amqp091_frame_larger_than_frame_max=[1, 7], amqp091_channel_above_channel_max=[5])
 
 
@@ -75,10 +82,18 @@ def test_amqp091_tune_ok_outside_the_offer(spark):
     timeline = frame_limits_timeline(frames)
     rule = next(r for r in load_rules() if r.id == "amqp091.connection.tune_ok_outside_offer")
     assert sorted(r.connection_id for r in violations(timeline, rule).collect()) == [
-        "above", "below-frame-min-size", "channels-above", "unlimited-against-a-limit"]
+        "above",
+        "below-frame-min-size",
+        "channels-above",
+        "unlimited-against-a-limit",
+    ]
     [row] = timeline.filter("connection_id = 'within'").collect()
     assert (row.offered_frame_max, row.tuned_frame_max, row.offered_channel_max, row.tuned_channel_max) == (
-        131072, 65536, 2047, 2047)
+        131072,
+        65536,
+        2047,
+        2047,
+    )
 
 
 def test_a_connection_picked_up_mid_stream_has_no_known_limits(spark):
@@ -88,7 +103,9 @@ def test_a_connection_picked_up_mid_stream_has_no_known_limits(spark):
     ]
     timeline = frame_limits_timeline(frames_df(spark, "amqp-0-9-1", events))
     assert [(r.frame_size_limit, r.channel_limit) for r in timeline.orderBy("frame_index").collect()] == [
-        (None, None), (None, None)]
+        (None, None),
+        (None, None),
+    ]
     assert found(timeline) == flagged()
 
 
@@ -105,21 +122,28 @@ def test_amqp10_frames_sent_under_the_other_peers_open(spark):
         dict(direction="c2s", method="begin", channel=7),
     ]
     timeline = frame_limits_timeline(frames_df(spark, "amqp-1.0", events))
-    assertDataFrameEqual(timeline.select("frame_index", "method", "frame_size", "frame_size_limit", "channel_limit"),
-                         spark.createDataFrame([
-                             (1, "open", 600, None, None),
-                             (2, "begin", 8, None, None),
-                             (3, "open", 60, 1000, 3),
-                             (4, "begin", 8, 1000, 3),
-                             (5, "transfer", 1000, 1000, 3),
-                             (6, "transfer", 1001, 1000, 3),
-                             (7, "transfer", 10**6, None, 65535),
-                             (8, "begin", 8, None, 65535),
-                         ], COLUMNS))
+    assertDataFrameEqual(
+        timeline.select("frame_index", "method", "frame_size", "frame_size_limit", "channel_limit"),
+        spark.createDataFrame(
+            [
+                (1, "open", 600, None, None),
+                (2, "begin", 8, None, None),
+                (3, "open", 60, 1000, 3),
+                (4, "begin", 8, 1000, 3),
+                (5, "transfer", 1000, 1000, 3),
+                (6, "transfer", 1001, 1000, 3),
+                (7, "transfer", 10**6, None, 65535),
+                (8, "begin", 8, None, 65535),
+            ],
+            COLUMNS,
+        ),
+    )
     assert [r.peer_opened for r in timeline.orderBy("frame_index").collect()] == [False, False] + [True] * 6
-    assert found(timeline) == flagged(amqp10_frame_larger_than_max_frame_size=[6],
-                                      amqp10_session_channel_above_channel_max=[4],
-                                      amqp10_frame_pipelined_above_min_max_frame_size=[1])
+    assert found(timeline) == flagged(
+        amqp10_frame_larger_than_max_frame_size=[6],
+        amqp10_session_channel_above_channel_max=[4],
+        amqp10_frame_pipelined_above_min_max_frame_size=[1],
+    )
 
 
 def test_amqp10_pipelined_open_and_begin_are_not_flagged(spark):
@@ -136,9 +160,15 @@ def test_amqp10_pipelined_open_and_begin_are_not_flagged(spark):
         dict(direction="c2s", method="begin", channel=2, frame_size=40),
     ]
     timeline = frame_limits_timeline(frames_df(spark, "amqp-1.0", events))
-    assert [(r.method, r.channel, r.channel_limit, r.peer_opened) for r in timeline.orderBy("frame_index").collect()] == [
-        ("open", 0, None, False), ("begin", 1, None, False), ("open", 0, 32767, True),
-        ("begin", 0, 32767, True), ("begin", 2, 32767, True)]
+    assert [
+        (r.method, r.channel, r.channel_limit, r.peer_opened) for r in timeline.orderBy("frame_index").collect()
+    ] == [
+        ("open", 0, None, False),
+        ("begin", 1, None, False),
+        ("open", 0, 32767, True),
+        ("begin", 0, 32767, True),
+        ("begin", 2, 32767, True),
+    ]
     assert found(timeline) == flagged()
 
 
@@ -149,61 +179,89 @@ def gaps(spark, protocol: str, events: list[tuple[int, dict]]) -> DataFrame:
     """idle_gaps of one connection whose frames are given as (ms since the first, frame fields)."""
     frames = frames_df(spark, protocol, [event for _ms, event in events])
     times = {index: ms for index, (ms, _event) in enumerate(events)}
-    timed = frames.withColumn("ts_us", F.element_at(F.create_map(*[
-        x for index, ms in times.items() for x in (F.lit(index), F.lit(ms * 1000))]), F.col("frame_index")))
+    timed = frames.withColumn(
+        "ts_us",
+        F.element_at(
+            F.create_map(*[x for index, ms in times.items() for x in (F.lit(index), F.lit(ms * 1000))]),
+            F.col("frame_index"),
+        ),
+    )
     return idle_gaps_timeline(timed.withColumn("ts", F.timestamp_micros("ts_us")))
 
 
 def test_amqp091_silence_of_two_heartbeats_is_flagged(spark):
     beat = dict(frame_type="heartbeat", method=None, channel=0)
-    timeline = gaps(spark, "amqp-0-9-1", [
-        (0, HEADER),
-        (10, dict(direction="s2c", method="connection.tune", heartbeat=5)),
-        (20, dict(direction="c2s", method="connection.tune-ok", heartbeat=2)),  # 2 s, both directions
-        (1000, dict(direction="c2s", **beat)),
-        (2500, dict(direction="s2c", **beat)),  # 2.49 s after the tune: late, not yet missed
-        (3500, dict(direction="c2s", **beat)),  # 2.5 s: late
-        (5600, dict(direction="c2s", **beat)),  # 2.1 s: late
-        (9600, dict(direction="c2s", **beat)),  # 4 s: two intervals, missed
-        (9700, dict(direction="s2c", **beat)),  # 7.2 s: missed
-    ])
-    assertDataFrameEqual(timeline.select("frame_index", "direction", "gap_us", "interval_us", "allowed_us"),
-                         spark.createDataFrame([
-                             (4, "s2c", 2_490_000, 2_000_000, 4_000_000),
-                             (5, "c2s", 2_500_000, 2_000_000, 4_000_000),
-                             (6, "c2s", 2_100_000, 2_000_000, 4_000_000),
-                             (7, "c2s", 4_000_000, 2_000_000, 4_000_000),
-                             (8, "s2c", 7_200_000, 2_000_000, 4_000_000),
-                         ], "frame_index long, direction string, gap_us long, interval_us long, allowed_us long"))
+    timeline = gaps(
+        spark,
+        "amqp-0-9-1",
+        [
+            (0, HEADER),
+            (10, dict(direction="s2c", method="connection.tune", heartbeat=5)),
+            (20, dict(direction="c2s", method="connection.tune-ok", heartbeat=2)),  # 2 s, both directions
+            (1000, dict(direction="c2s", **beat)),
+            (2500, dict(direction="s2c", **beat)),  # 2.49 s after the tune: late, not yet missed
+            (3500, dict(direction="c2s", **beat)),  # 2.5 s: late
+            (5600, dict(direction="c2s", **beat)),  # 2.1 s: late
+            (9600, dict(direction="c2s", **beat)),  # 4 s: two intervals, missed
+            (9700, dict(direction="s2c", **beat)),  # 7.2 s: missed
+        ],
+    )
+    assertDataFrameEqual(
+        timeline.select("frame_index", "direction", "gap_us", "interval_us", "allowed_us"),
+        spark.createDataFrame(
+            [
+                (4, "s2c", 2_490_000, 2_000_000, 4_000_000),
+                (5, "c2s", 2_500_000, 2_000_000, 4_000_000),
+                (6, "c2s", 2_100_000, 2_000_000, 4_000_000),
+                (7, "c2s", 4_000_000, 2_000_000, 4_000_000),
+                (8, "s2c", 7_200_000, 2_000_000, 4_000_000),
+            ],
+            "frame_index long, direction string, gap_us long, interval_us long, allowed_us long",
+        ),
+    )
     rule = next(r for r in load_rules() if r.id == "amqp091.connection.heartbeats_missed")
     assert sorted(r.frame_index for r in violations(timeline, rule).collect()) == [7, 8]
 
 
 def test_no_heartbeat_or_no_negotiation_means_no_gap(spark):
-    silent = [(0, HEADER), (20, dict(direction="c2s", method="connection.tune-ok", heartbeat=0)),
-              (60_000, dict(direction="c2s", method="channel.open", channel=1))]
-    picked_up = [(0, dict(direction="c2s", method="basic.ack", channel=1)),
-                 (60_000, dict(direction="c2s", method="basic.ack", channel=1))]
+    silent = [
+        (0, HEADER),
+        (20, dict(direction="c2s", method="connection.tune-ok", heartbeat=0)),
+        (60_000, dict(direction="c2s", method="channel.open", channel=1)),
+    ]
+    picked_up = [
+        (0, dict(direction="c2s", method="basic.ack", channel=1)),
+        (60_000, dict(direction="c2s", method="basic.ack", channel=1)),
+    ]
     assert gaps(spark, "amqp-0-9-1", silent).count() == 0
     assert gaps(spark, "amqp-0-9-1", picked_up).count() == 0
 
 
 def test_amqp10_frames_are_held_to_the_receivers_idle_time_out(spark):
     empty = dict(frame_type="amqp", method=None, channel=0)
-    timeline = gaps(spark, "amqp-1.0", [
-        (0, dict(direction="c2s", frame_type="protocol-header", method="amqp", frame_size=8)),
-        (5, dict(direction="c2s", method="open", idle_time_out=1000)),  # a frame from the server every 1 s
-        (10, dict(direction="s2c", method="open", idle_time_out=30000)),  # from the client every 30 s
-        (900, dict(direction="s2c", **empty)),  # 0.89 s: in time
-        (2100, dict(direction="s2c", **empty)),  # 1.2 s: late
-        (4100, dict(direction="s2c", **empty)),  # 2 s: the client's threshold, twice its idle-time-out
-        (40_000, dict(direction="c2s", **empty)),  # 39.995 s: late for the server, within its 60 s
-    ])
-    assertDataFrameEqual(timeline.select("frame_index", "direction", "gap_us", "interval_us", "allowed_us"),
-                         spark.createDataFrame([
-                             (4, "s2c", 1_200_000, 1_000_000, 2_000_000),
-                             (5, "s2c", 2_000_000, 1_000_000, 2_000_000),
-                             (6, "c2s", 39_995_000, 30_000_000, 60_000_000),
-                         ], "frame_index long, direction string, gap_us long, interval_us long, allowed_us long"))
+    timeline = gaps(
+        spark,
+        "amqp-1.0",
+        [
+            (0, dict(direction="c2s", frame_type="protocol-header", method="amqp", frame_size=8)),
+            (5, dict(direction="c2s", method="open", idle_time_out=1000)),  # a frame from the server every 1 s
+            (10, dict(direction="s2c", method="open", idle_time_out=30000)),  # from the client every 30 s
+            (900, dict(direction="s2c", **empty)),  # 0.89 s: in time
+            (2100, dict(direction="s2c", **empty)),  # 1.2 s: late
+            (4100, dict(direction="s2c", **empty)),  # 2 s: the client's threshold, twice its idle-time-out
+            (40_000, dict(direction="c2s", **empty)),  # 39.995 s: late for the server, within its 60 s
+        ],
+    )
+    assertDataFrameEqual(
+        timeline.select("frame_index", "direction", "gap_us", "interval_us", "allowed_us"),
+        spark.createDataFrame(
+            [
+                (4, "s2c", 1_200_000, 1_000_000, 2_000_000),
+                (5, "s2c", 2_000_000, 1_000_000, 2_000_000),
+                (6, "c2s", 39_995_000, 30_000_000, 60_000_000),
+            ],
+            "frame_index long, direction string, gap_us long, interval_us long, allowed_us long",
+        ),
+    )
     rule = next(r for r in load_rules() if r.id == "amqp10.connection.idle_time_out_exceeded")
     assert [r.frame_index for r in violations(timeline, rule).collect()] == [5]

@@ -50,8 +50,9 @@ def without_java() -> dict[str, str]:
 
 
 def amqpscope(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "amqpscope", *args], capture_output=True, text=True,
-                          env=without_java(), timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "amqpscope", *args], capture_output=True, text=True, env=without_java(), timeout=300
+    )
 
 
 @pytest.mark.parametrize("make", [empty_pcap, empty_pcapng], ids=["pcap", "pcapng"])
@@ -79,9 +80,11 @@ def http_connection(port: int, client_port: int, exchanges: int) -> list:
     c, s = ETHER / IP(src="10.1.0.1", dst="10.1.0.2"), ETHER / IP(src="10.1.0.2", dst="10.1.0.1")
     request, response = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
     seq_c, seq_s = 1, 1
-    out = [c / TCP(sport=client_port, dport=port, flags="S", seq=0),
-           s / TCP(sport=port, dport=client_port, flags="SA", seq=0, ack=1),
-           c / TCP(sport=client_port, dport=port, flags="A", seq=1, ack=1)]
+    out = [
+        c / TCP(sport=client_port, dport=port, flags="S", seq=0),
+        s / TCP(sport=port, dport=client_port, flags="SA", seq=0, ack=1),
+        c / TCP(sport=client_port, dport=port, flags="A", seq=1, ack=1),
+    ]
     for _ in range(exchanges):
         out.append(c / TCP(sport=client_port, dport=port, flags="PA", seq=seq_c, ack=seq_s) / request)
         seq_c += len(request)
@@ -89,20 +92,24 @@ def http_connection(port: int, client_port: int, exchanges: int) -> list:
         out.append(s / TCP(sport=port, dport=client_port, flags="PA", seq=seq_s, ack=seq_c) / response)
         seq_s += len(response)
         out.append(c / TCP(sport=client_port, dport=port, flags="A", seq=seq_c, ack=seq_s))
-    out += [c / TCP(sport=client_port, dport=port, flags="FA", seq=seq_c, ack=seq_s),
-            s / TCP(sport=port, dport=client_port, flags="A", seq=seq_s, ack=seq_c + 1),
-            s / TCP(sport=port, dport=client_port, flags="FA", seq=seq_s, ack=seq_c + 1),
-            c / TCP(sport=client_port, dport=port, flags="A", seq=seq_c + 1, ack=seq_s + 1)]
+    out += [
+        c / TCP(sport=client_port, dport=port, flags="FA", seq=seq_c, ack=seq_s),
+        s / TCP(sport=port, dport=client_port, flags="A", seq=seq_s, ack=seq_c + 1),
+        s / TCP(sport=port, dport=client_port, flags="FA", seq=seq_s, ack=seq_c + 1),
+        c / TCP(sport=client_port, dport=port, flags="A", seq=seq_c + 1, ack=seq_s + 1),
+    ]
     return out
 
 
 def dns(n: int) -> list:
-    return [ETHER / IP(src="10.1.0.1", dst="10.1.0.53") / UDP(sport=40000 + i, dport=53) / (b"\x00" * 12)
-            for i in range(n)]
+    return [
+        ETHER / IP(src="10.1.0.1", dst="10.1.0.53") / UDP(sport=40000 + i, dport=53) / (b"\x00" * 12) for i in range(n)
+    ]
 
 
 def tshark_counts(capture: Path) -> tuple[int, int, int]:
     """(packets, TCP conversations, AMQP frames with port 5672 decoded as AMQP) as tshark counts them."""
+
     def run(*args: str) -> str:
         return subprocess.run(["tshark", "-r", str(capture), *args], capture_output=True, text=True, check=True).stdout
 
@@ -116,11 +123,19 @@ def tshark_counts(capture: Path) -> tuple[int, int, int]:
 @pytest.mark.skipif(not tshark_available(), reason="needs tshark")
 def test_a_capture_without_amqp_gets_no_verdict(spark, tmp_path):
     web = tmp_path / "web.pcap"  # 200 packets: 3 HTTP connections on port 80, 3 DNS queries
-    wrpcap(str(web), http_connection(80, 50001, 10) + http_connection(80, 50002, 14) + http_connection(8080, 50003, 20)
-           + dns(3))
+    wrpcap(
+        str(web),
+        http_connection(80, 50001, 10) + http_connection(80, 50002, 14) + http_connection(8080, 50003, 20) + dns(3),
+    )
     misplaced = tmp_path / "misplaced.pcap"  # the same, and HTTP on the AMQP port
-    wrpcap(str(misplaced), http_connection(80, 50001, 10) + http_connection(80, 50002, 14)
-           + http_connection(8080, 50003, 20) + http_connection(5672, 50004, 2) + dns(3))
+    wrpcap(
+        str(misplaced),
+        http_connection(80, 50001, 10)
+        + http_connection(80, 50002, 14)
+        + http_connection(8080, 50003, 20)
+        + http_connection(5672, 50004, 2)
+        + dns(3),
+    )
     assert tshark_counts(web) == (200, 3, 0)
     assert tshark_counts(misplaced) == (215, 4, 0)
 
@@ -128,10 +143,17 @@ def test_a_capture_without_amqp_gets_no_verdict(spark, tmp_path):
     result = analyze(spark, [str(web), str(misplaced)], AnalyzeConfig(lake=root, report=root / "r.html"))
     answers = {a["capture_id"]: a for a in result.diagnoses}
     assert {cid: (a["bottleneck"], a["headline"], a["findings"]) for cid, a in answers.items()} == {
-        capture_id(web): ("no_amqp", "No AMQP traffic found: 200 packets, 3 TCP connections on other ports; "
-                                     "try --ports.", []),
-        capture_id(misplaced): ("no_amqp", "No AMQP traffic found: 215 packets, 3 TCP connections on other ports, "
-                                           "1 connection on the AMQP ports not AMQP (see connections.protocol); "
-                                           "try --ports.", []),
+        capture_id(web): (
+            "no_amqp",
+            "No AMQP traffic found: 200 packets, 3 TCP connections on other ports; try --ports.",
+            [],
+        ),
+        capture_id(misplaced): (
+            "no_amqp",
+            "No AMQP traffic found: 215 packets, 3 TCP connections on other ports, "
+            "1 connection on the AMQP ports not AMQP (see connections.protocol); "
+            "try --ports.",
+            [],
+        ),
     }
     assert exit_code(result.diagnoses) == ExitCode.NOTHING_TO_JUDGE

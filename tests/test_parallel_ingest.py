@@ -112,7 +112,11 @@ def test_a_record_of_impossible_length_is_read_past_as_by_the_one_pass_decoder(s
         reason = f"record at byte {at}: impossible captured length {0x7FFFFFF0}; {len(bogus)} bytes skipped to the next record"
         assert capture.status == reference["captures"][0]["status"] == f"damaged: {reason}"
         [damage] = tables["quarantine"].filter("reason LIKE 'capture file damaged%'").collect()
-        assert (damage.stream_offset, damage.byte_count, damage.reason) == (at, len(bogus), f"capture file damaged: {reason}")
+        assert (damage.stream_offset, damage.byte_count, damage.reason) == (
+            at,
+            len(bogus),
+            f"capture file damaged: {reason}",
+        )
         # Every record after the damage is read: the frames of the undamaged file, all of them.
         clean_frames = sum(1 for kind, _row in decode_capture(whole, "w") if kind == "frames")
         assert tables["frames"].count() == len(reference["frames"]) == clean_frames

@@ -35,8 +35,10 @@ CHANNEL_NUMBER_ORDER = ("capture_id", "connection_id", "channel", "frame_index")
 def sorts(df) -> list[tuple[str, ...]]:
     """The sort orders in ``df``'s physical plan, one per Sort operator: column names in order."""
     plan = df._jdf.queryExecution().executedPlan().toString()
-    return [tuple(re.sub(r"#\d+L?", "", key).split()[0] for key in keys.split(", "))
-            for keys in re.findall(r"Sort \[([^\]]*)\]", plan)]
+    return [
+        tuple(re.sub(r"#\d+L?", "", key).split()[0] for key in keys.split(", "))
+        for keys in re.findall(r"Sort \[([^\]]*)\]", plan)
+    ]
 
 
 def shuffles(df) -> list[str]:
@@ -71,11 +73,13 @@ def test_sorts_reads_a_plans_sort_orders(spark):
 def test_lifecycle_091_sorts_its_rows_once_per_window_key(spark):
     # The connection's windows, the channel number's and the incarnation's: three keys, three sorts.
     found = sorts(lifecycle_091_timeline(frames(spark)))
-    assert sorted(found) == sorted([
-        ("capture_id", "connection_id", "frame_index"),
-        CHANNEL_NUMBER_ORDER,
-        ("capture_id", "connection_id", "channel", "incarnation", "frame_index"),
-    ])
+    assert sorted(found) == sorted(
+        [
+            ("capture_id", "connection_id", "frame_index"),
+            CHANNEL_NUMBER_ORDER,
+            ("capture_id", "connection_id", "channel", "incarnation", "frame_index"),
+        ]
+    )
 
 
 def test_messages_091_evaluates_its_channel_windows_once(spark):
@@ -100,7 +104,8 @@ def test_the_unacked_tables_share_one_ledger(spark):
         assert len(shared) < len(alone), table
     # Its three consumer windows share one sort: the one ordered by (frame_index, delivery_tag) first.
     assert [keys[:6] for keys in sorts(timelines["consumer_unacked"])] == [
-        ("capture_id", "connection_id", "channel", "incarnation", "consumer_tag", "frame_index")]
+        ("capture_id", "connection_id", "channel", "incarnation", "consumer_tag", "frame_index")
+    ]
 
 
 def test_a_settlement_sorts_its_numbering_by_number_named_once(spark):
@@ -142,8 +147,9 @@ def test_ingest_hands_frames_and_segments_over_partitioned_by_connection(spark, 
     # The decoded rows are persisted hash-partitioned by connection and split by kind keeping that
     # partitioning: the frames' and the segments' pipelines, and joins of tables derived from them
     # on the connection and more, shuffle nothing (jobs.session: requireAllClusterKeysForCoPartition).
-    tables, persisted = decode_tables(spark, resolve_captures([SAMPLES / "mixed.pcapng"]), (5672,),
-                                      range_bytes=range_bytes)
+    tables, persisted = decode_tables(
+        spark, resolve_captures([SAMPLES / "mixed.pcapng"]), (5672,), range_bytes=range_bytes
+    )
     try:
         tables["connections"].count()  # decoded and persisted, as the bronze tables' writes do
         assert shuffles(tcp_flow_timeline(tables["tcp_segments"])) == []

@@ -41,7 +41,9 @@ def test_progress_reports_steps_and_task_counts(spark):
         progress.step("messages")
     lines = out.getvalue().splitlines()
     counts = [
-        tuple(map(int, m.groups())) for m in (re.search(r"ingest > writing frames: stage (\d+)/(\d+) tasks", x) for x in lines) if m
+        tuple(map(int, m.groups()))
+        for m in (re.search(r"ingest > writing frames: stage (\d+)/(\d+) tasks", x) for x in lines)
+        if m
     ]
     assert counts, lines
     assert {total for _, total in counts} == {6}
@@ -102,11 +104,13 @@ def test_decode_line_counts_packets_of_the_total_and_the_time_left():
     # work and a quarter of those 1,000 are decoded: 37.5 % done in 30 s, 50 s to go at that pace.
     half = {"read_bytes": 50_000_000, "read_packets": 500, "decoded_packets": 250}
     assert decode_line(half, 100_000_000, elapsed=30.0) == (
-        "500 of ~1,000 packets read (50 of 100 MB), 250 decoded (38%), about 0:00:50 left")
+        "500 of ~1,000 packets read (50 of 100 MB), 250 decoded (38%), about 0:00:50 left"
+    )
     # Everything read: the total is known, not estimated.
     read = {"read_bytes": 100_000_000, "read_packets": 1_234, "decoded_packets": 0}
     assert decode_line(read, 100_000_000, elapsed=60.0) == (
-        "1,234 of 1,234 packets read (100 of 100 MB), 0 decoded (50%), about 0:01:00 left")
+        "1,234 of 1,234 packets read (100 of 100 MB), 0 decoded (50%), about 0:01:00 left"
+    )
     assert decode_line({}, 100_000_000, elapsed=1.0) == "reading the capture"
 
 
@@ -115,7 +119,9 @@ def test_task_counters_sum_the_tasks_files(tmp_path):
     try:
         TaskCounters.report(counters.directory, "read-x-0", {"read_packets": 10, "read_bytes": 100})
         TaskCounters.report(counters.directory, "read-x-1", {"read_packets": 5, "read_bytes": 50})
-        TaskCounters.report(counters.directory, "read-x-1", {"read_packets": 7, "read_bytes": 70})  # the same task, later
+        TaskCounters.report(
+            counters.directory, "read-x-1", {"read_packets": 7, "read_bytes": 70}
+        )  # the same task, later
         TaskCounters.report(None, "read-x-2", {"read_packets": 1})  # progress off: nothing written
         TaskCounters.report(str(tmp_path / "elsewhere"), "read-x-3", {"read_packets": 1})  # another host's path
         assert counters.totals() == {"read_packets": 17, "read_bytes": 170}
@@ -127,8 +133,11 @@ def test_task_counters_sum_the_tasks_files(tmp_path):
 
 
 def _tshark_packets(capture: Path, display_filter: str) -> int:
-    out = subprocess.run(["tshark", "-r", str(capture), "-Y", display_filter, "-T", "fields", "-e", "frame.number"],
-                         capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["tshark", "-r", str(capture), "-Y", display_filter, "-T", "fields", "-e", "frame.number"],
+        capture_output=True,
+        check=True,
+    ).stdout
     return len(out.splitlines())
 
 
@@ -137,8 +146,9 @@ def _tshark_packets(capture: Path, display_filter: str) -> int:
 def test_decode_tasks_count_every_packet_of_the_capture(spark, range_bytes):
     counters = TaskCounters()
     try:
-        tables, persisted = decode_tables(spark, resolve_captures([SAMPLE]), (5672,), range_bytes=range_bytes,
-                                          counters=counters.directory)
+        tables, persisted = decode_tables(
+            spark, resolve_captures([SAMPLE]), (5672,), range_bytes=range_bytes, counters=counters.directory
+        )
         tables["frames"].count()
         totals = counters.totals()
         for df in persisted:

@@ -18,28 +18,43 @@ def split(data: bytes) -> list[bytes]:
 
 
 def decoded(data: bytes) -> list[dict]:
-    return [{k: v for k, v in amqp091.decode_frame(f).items() if k in ("method", "channel", "arguments", "frame_type")}
-            for f in split(data)]  # fmt: skip
+    return [
+        {k: v for k, v in amqp091.decode_frame(f).items() if k in ("method", "channel", "arguments", "frame_type")}
+        for f in split(data)
+    ]
 
 
 def test_a_persistent_publish_split_into_body_frames_of_frame_max() -> None:
     frames = decoded(raw091.publish_frames(3, "ex", "rk", b"y" * 10_000, 4096, persistent=True))
     assert frames == [
-        {"frame_type": "method", "channel": 3, "method": "basic.publish",
-         "arguments": {"ticket": 0, "exchange": "ex", "routing-key": "rk", "mandatory": False, "immediate": False}},
-        {"frame_type": "header", "channel": 3, "method": "basic.header",
-         "arguments": {"body-size": 10_000, "delivery-mode": 2}},
+        {
+            "frame_type": "method",
+            "channel": 3,
+            "method": "basic.publish",
+            "arguments": {"ticket": 0, "exchange": "ex", "routing-key": "rk", "mandatory": False, "immediate": False},
+        },
+        {
+            "frame_type": "header",
+            "channel": 3,
+            "method": "basic.header",
+            "arguments": {"body-size": 10_000, "delivery-mode": 2},
+        },
         {"frame_type": "body", "channel": 3, "arguments": {"body-length": 4088}},
         {"frame_type": "body", "channel": 3, "arguments": {"body-length": 4088}},
         {"frame_type": "body", "channel": 3, "arguments": {"body-length": 10_000 - 2 * 4088}},
-    ]  # fmt: skip
+    ]
 
 
 def test_transient_publish_and_ack() -> None:
     header = decoded(raw091.publish_frames(1, "", "q", b"x" * 16, 131072))[1]
     assert header["arguments"] == {"body-size": 16, "delivery-mode": 1}
     assert decoded(raw091.ack(2, 7)) == [
-        {"frame_type": "method", "channel": 2, "method": "basic.ack", "arguments": {"delivery-tag": 7, "multiple": False}}
+        {
+            "frame_type": "method",
+            "channel": 2,
+            "method": "basic.ack",
+            "arguments": {"delivery-tag": 7, "multiple": False},
+        }
     ]
 
 

@@ -30,8 +30,15 @@ def _given_ids() -> set[str]:
     """Every reason id the ingest code gives: ``reason_id=...`` (an argument or an assignment), a
     ``Reason``'s first argument, a constant (``NO_KEY = "tls.no_key"``), a ``DecodeError``'s or ``FrameError``'s third, a ``Damage``'s
     fifth, ..., or an id paired with its sentence (``("connection.tls", "not decoded: TLS handshake")``)."""
-    positions = {"Reason": 0, "DecodeError": 2, "FrameError": 2, "Damage": 4, "_skip_damage": 6,
-                 "quarantine_row": 7, "Unframed": 4}
+    positions = {
+        "Reason": 0,
+        "DecodeError": 2,
+        "FrameError": 2,
+        "Damage": 4,
+        "_skip_damage": 6,
+        "quarantine_row": 7,
+        "Unframed": 4,
+    }
     found: set[str] = set()
     for path in [*INGEST.glob("*.py"), *JOBS.glob("*.py")]:
         if path.name == "reasons.py":
@@ -66,7 +73,7 @@ def test_every_reason_the_decoders_give_is_in_the_catalogue_and_every_one_is_giv
 
 def test_the_quarantine_schema_declares_the_details():
     names = BRONZE_SCHEMAS["quarantine"].fieldNames()
-    assert names[-len(DETAIL_COLUMNS):] == list(DETAIL_COLUMNS)  # added at the end: older lakes widen
+    assert names[-len(DETAIL_COLUMNS) :] == list(DETAIL_COLUMNS)  # added at the end: older lakes widen
     assert {"reason", "stream_offset", "byte_count"} <= set(names)
 
 
@@ -137,14 +144,19 @@ def test_every_path_gives_a_damaged_capture_the_same_status_and_damage_rows(spar
     try:
         [capture] = tables["captures"].collect()
         first = reference["quarantine"][-2]["reason"].removeprefix("capture file damaged: ")
-        assert capture.status == reference["captures"][0]["status"] == (
-            f"damaged: {first} (and 1 more places: {sum(n for _, n in bogus)} bytes skipped in all)")
+        assert (
+            capture.status
+            == reference["captures"][0]["status"]
+            == (f"damaged: {first} (and 1 more places: {sum(n for _, n in bogus)} bytes skipped in all)")
+        )
         want = [{**r, "capture_id": capture.capture_id} for r in reference["quarantine"] if r["connection_id"] is None]
-        got = [r.asDict() for r in tables["quarantine"].filter("connection_id IS NULL").orderBy("stream_offset")
-               .collect()]
+        got = [
+            r.asDict() for r in tables["quarantine"].filter("connection_id IS NULL").orderBy("stream_offset").collect()
+        ]
         assert got == want
         assert [(r["stream_offset"], r["byte_count"], r["reason_id"], r["found"]) for r in got] == [
-            (at, n, "capture.record_length_impossible", str(0x7FFFFFF0)) for at, n in bogus]
+            (at, n, "capture.record_length_impossible", str(0x7FFFFFF0)) for at, n in bogus
+        ]
     finally:
         for df in persisted:
             df.unpersist()
@@ -166,11 +178,13 @@ def test_a_rotations_status_names_its_first_damage_in_file_order(spark, tmp_path
         [capture] = tables["captures"].collect()
         assert capture.status == (
             f"damaged: {first.name}: record at byte {at1}: impossible captured length {0x7FFFFFF0}; {n1} bytes skipped "
-            f"to the next record (and 1 more places: {n1 + n2} bytes skipped in all)")
+            f"to the next record (and 1 more places: {n1 + n2} bytes skipped in all)"
+        )
         damage = tables["quarantine"].filter("connection_id IS NULL").collect()
         assert sorted((r.reason.split(": ")[1], r.stream_offset, r.byte_count, r.reason_id) for r in damage) == [
             (first.name, at1, n1, "capture.record_length_impossible"),
-            (second.name, at2, n2, "capture.record_length_impossible")]
+            (second.name, at2, n2, "capture.record_length_impossible"),
+        ]
     finally:
         for df in persisted:
             df.unpersist()

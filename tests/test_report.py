@@ -33,9 +33,19 @@ def frames(spark: SparkSession, rows: list[tuple[str, str, str, str, str | None,
     for i, (capture, connection, protocol, frame_type, method, size) in enumerate(rows):
         row = {name: None for name in FRAMES_SCHEMA.fieldNames()}
         row.update(
-            capture_id=capture, connection_id=connection, direction="c2s", frame_index=i,
-            ts=T0 + timedelta(milliseconds=i), ts_us=0, packet_number=i + 1, stream_offset=0,
-            frame_size=size, protocol=protocol, frame_type=frame_type, method=method, channel=1,
+            capture_id=capture,
+            connection_id=connection,
+            direction="c2s",
+            frame_index=i,
+            ts=T0 + timedelta(milliseconds=i),
+            ts_us=0,
+            packet_number=i + 1,
+            stream_offset=0,
+            frame_size=size,
+            protocol=protocol,
+            frame_type=frame_type,
+            method=method,
+            channel=1,
         )
         filled.append(row)
     return spark.createDataFrame(filled, FRAMES_SCHEMA)
@@ -52,10 +62,22 @@ def connections(spark: SparkSession) -> DataFrame:
     for capture, connection, client, port, server, protocol, count, c2s, s2c, missing in listed:
         row = {name: None for name in CONNECTIONS_SCHEMA.fieldNames()}
         row.update(
-            capture_id=capture, connection_id=connection, client_address=client, client_port=port,
-            server_address=server, server_port=5672, protocol=protocol, protocol_inferred=False,
-            first_ts=T0, last_ts=T0, frames=count, c2s_bytes=c2s, s2c_bytes=s2c,
-            c2s_missing_bytes=missing, s2c_missing_bytes=0, retransmitted_bytes=0,
+            capture_id=capture,
+            connection_id=connection,
+            client_address=client,
+            client_port=port,
+            server_address=server,
+            server_port=5672,
+            protocol=protocol,
+            protocol_inferred=False,
+            first_ts=T0,
+            last_ts=T0,
+            frames=count,
+            c2s_bytes=c2s,
+            s2c_bytes=s2c,
+            c2s_missing_bytes=missing,
+            s2c_missing_bytes=0,
+            retransmitted_bytes=0,
         )
         rows.append(row)
     return spark.createDataFrame(rows, CONNECTIONS_SCHEMA)
@@ -64,12 +86,33 @@ def connections(spark: SparkSession) -> DataFrame:
 def violations(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame(
         [
-            ("cap-a", "amqp091.channel.unacked_above_prefetch", "error", "above prefetch", "a1", 1,
-             None, 7, T0 + timedelta(seconds=2), {"unacked": "3", "prefetch_count": "2"}, None),
-            ("cap-a", "amqp091.channel.unacked_above_prefetch", "error", "above prefetch", "a1", 1,
-             None, 3, T0 + timedelta(seconds=1), {"unacked": "3", "prefetch_count": "2"}, None),
-            ("cap-a", "amqp10.test.warned", "warning", "a heuristic", "a2", 0, 0, 5, T0,
-             {"note": HOSTILE}, 6),
+            (
+                "cap-a",
+                "amqp091.channel.unacked_above_prefetch",
+                "error",
+                "above prefetch",
+                "a1",
+                1,
+                None,
+                7,
+                T0 + timedelta(seconds=2),
+                {"unacked": "3", "prefetch_count": "2"},
+                None,
+            ),
+            (
+                "cap-a",
+                "amqp091.channel.unacked_above_prefetch",
+                "error",
+                "above prefetch",
+                "a1",
+                1,
+                None,
+                3,
+                T0 + timedelta(seconds=1),
+                {"unacked": "3", "prefetch_count": "2"},
+                None,
+            ),
+            ("cap-a", "amqp10.test.warned", "warning", "a heuristic", "a2", 0, 0, 5, T0, {"note": HOSTILE}, 6),
         ],
         VIOLATIONS_SCHEMA,
     )
@@ -143,8 +186,7 @@ def test_frame_counts_per_protocol_type_and_method(spark):
                 ("cap-a", "amqp-1.0", "amqp", HOSTILE, 1, 30),
                 ("cap-b", "amqp-0-9-1", "heartbeat", None, 2, 16),
             ],
-            "capture_id string, protocol string, frame_type string, method string, frames long, "
-            "bytes long",
+            "capture_id string, protocol string, frame_type string, method string, frames long, bytes long",
         ),
     )
 
@@ -152,8 +194,11 @@ def test_frame_counts_per_protocol_type_and_method(spark):
 def test_connection_summary_brackets_ipv6_endpoints(spark):
     assertDataFrameEqual(
         connection_summary(connections(spark)).select("connection_id", "client", "server"),
-        [("a1", "10.0.0.1:40000", "10.0.0.9:5672"), ("a2", "[::1]:40001", "[::1]:5672"),
-         ("b1", "10.0.0.2:40002", "10.0.0.9:5672")],
+        [
+            ("a1", "10.0.0.1:40000", "10.0.0.9:5672"),
+            ("a2", "[::1]:40001", "[::1]:5672"),
+            ("b1", "10.0.0.2:40002", "10.0.0.9:5672"),
+        ],
     )
 
 
@@ -183,10 +228,15 @@ def verdicts(spark, tmp_path) -> VerdictRun:
     return VerdictRun(
         violations=violations(spark),
         suites=(
-            SuiteResult("amqpscope.channel_unacked", "channel_unacked", False,
-                        {"amqp091.channel.unacked_above_prefetch": 2}, 0.5, index),
-            SuiteResult("amqpscope.link_credit", "link_credit", True,
-                        {"amqp10.link.credit_exceeded": 0}, 0.25, index),
+            SuiteResult(
+                "amqpscope.channel_unacked",
+                "channel_unacked",
+                False,
+                {"amqp091.channel.unacked_above_prefetch": 2},
+                0.5,
+                index,
+            ),
+            SuiteResult("amqpscope.link_credit", "link_credit", True, {"amqp10.link.credit_exceeded": 0}, 0.25, index),
         ),
         data_docs_index=index,
         data_docs_seconds=0.1,
@@ -213,14 +263,41 @@ def test_report_shows_the_counts_per_capture(spark, tmp_path):
     found = rows(parsed)
     assert ["amqp-0-9-1", "method", "basic.deliver", "3", "320"] in found
     assert ["amqp-0-9-1", "heartbeat", "—", "2", "16"] in found
-    assert ["10.0.0.1:40000", "10.0.0.9:5672", "amqp-0-9-1", "4", "900", "100", "0",
-            "2024-05-01 12:00:00.000000", "2024-05-01 12:00:00.000000"] in found
-    assert ["[::1]:40001", "[::1]:5672", "amqp-1.0", "1", "20", "10", "64",
-            "2024-05-01 12:00:00.000000", "2024-05-01 12:00:00.000000"] in found
+    assert [
+        "10.0.0.1:40000",
+        "10.0.0.9:5672",
+        "amqp-0-9-1",
+        "4",
+        "900",
+        "100",
+        "0",
+        "2024-05-01 12:00:00.000000",
+        "2024-05-01 12:00:00.000000",
+    ] in found
+    assert [
+        "[::1]:40001",
+        "[::1]:5672",
+        "amqp-1.0",
+        "1",
+        "20",
+        "10",
+        "64",
+        "2024-05-01 12:00:00.000000",
+        "2024-05-01 12:00:00.000000",
+    ] in found
     assert ["amqp091.channel.unacked_above_prefetch", "error", "2", "above prefetch"] in found
     # No packet number in these rows: the filter names the connection's client endpoint instead.
-    assert ["amqp091.channel.unacked_above_prefetch", "a1", "1", "—", "3", "—", "2024-05-01 12:00:01.000000",
-            "prefetch_count=2, unacked=3", "ip.addr == 10.0.0.1 && tcp.port == 40000"] in found
+    assert [
+        "amqp091.channel.unacked_above_prefetch",
+        "a1",
+        "1",
+        "—",
+        "3",
+        "—",
+        "2024-05-01 12:00:01.000000",
+        "prefetch_count=2, unacked=3",
+        "ip.addr == 10.0.0.1 && tcp.port == 40000",
+    ] in found
     assert ["amqp10.test.warned", "warning", "1", "a heuristic"] in found
 
 
@@ -241,8 +318,13 @@ def test_report_is_self_contained(spark, tmp_path, verdicts):
 def test_report_lists_suites_and_links_data_docs(spark, tmp_path, verdicts):
     parsed = parse(write(spark, tmp_path, verdicts=verdicts))
     found = rows(parsed)
-    assert ["amqpscope.channel_unacked", "channel_unacked", "failed",
-            "amqp091.channel.unacked_above_prefetch: 2", "0.50"] in found
+    assert [
+        "amqpscope.channel_unacked",
+        "channel_unacked",
+        "failed",
+        "amqp091.channel.unacked_above_prefetch: 2",
+        "0.50",
+    ] in found
     assert ["amqpscope.link_credit", "link_credit", "passed", "amqp10.link.credit_exceeded: 0", "0.25"] in found
     assert outside(parsed.links) == ["../docs/gx/uncommitted/data_docs/local_site/index.html"]
     assert (tmp_path / "out" / outside(parsed.links)[0]).resolve() == verdicts.data_docs_index.resolve()
@@ -256,11 +338,13 @@ def test_explicit_data_docs_index_wins(spark, tmp_path, verdicts):
 
 def test_report_uses_the_captures_table(spark, tmp_path):
     captures = spark.createDataFrame(
-        [("cap-a", "a.pcap", 2048, [("a.pcap", 2048, "cap-a")], 12, T0, T0 + timedelta(seconds=3), "EN10MB", "ok")], CAPTURES_SCHEMA
+        [("cap-a", "a.pcap", 2048, [("a.pcap", 2048, "cap-a")], 12, T0, T0 + timedelta(seconds=3), "EN10MB", "ok")],
+        CAPTURES_SCHEMA,
     )
     page = write(spark, tmp_path, captures=captures)
-    assert ["a.pcap", "2,048", "12", "2024-05-01 12:00:00.000000", "2024-05-01 12:00:03.000000",
-            "3.000 s"] in rows(parse(page))
+    assert ["a.pcap", "2,048", "12", "2024-05-01 12:00:00.000000", "2024-05-01 12:00:03.000000", "3.000 s"] in rows(
+        parse(page)
+    )
     assert "cap-b" not in page  # only the captures listed are reported
     assert "capture cap-a" in page
 
@@ -293,17 +377,43 @@ def test_overview_puts_the_worst_capture_first(spark, tmp_path):
     from amqpscope.schemas.diagnosis import DIAGNOSIS_SCHEMA
 
     # cap-a: no bottleneck but two protocol errors (violations); cap-b: a slow consumer, no violation.
-    diagnosis = spark.createDataFrame([
-        {"capture_id": "cap-a", "bottleneck": "none", "headline": "Every connection kept up.", "findings_count": 0,
-         "findings": []},
-        {"capture_id": "cap-b", "bottleneck": "consumer", "effect": "deliveries_wait_for_acks", "entity_kind": "consumer",
-         "entity": HOSTILE, "headline": f"Bottleneck: a slow consumer, {HOSTILE}.", "findings_count": 1, "findings": []},
-    ], DIAGNOSIS_SCHEMA)
+    diagnosis = spark.createDataFrame(
+        [
+            {
+                "capture_id": "cap-a",
+                "bottleneck": "none",
+                "headline": "Every connection kept up.",
+                "findings_count": 0,
+                "findings": [],
+            },
+            {
+                "capture_id": "cap-b",
+                "bottleneck": "consumer",
+                "effect": "deliveries_wait_for_acks",
+                "entity_kind": "consumer",
+                "entity": HOSTILE,
+                "headline": f"Bottleneck: a slow consumer, {HOSTILE}.",
+                "findings_count": 1,
+                "findings": [],
+            },
+        ],
+        DIAGNOSIS_SCHEMA,
+    )
     page = write(spark, tmp_path, diagnosis=diagnosis)
     rows = overview(page)
     assert [r[0] for r in rows] == ["cap-b", "cap-a"]  # no captures table: named by id
-    assert rows[0][2].split() == ["bottleneck", "consumer", "·", "consumer", *HOSTILE.split(),
-                                  "Bottleneck:", "a", "slow", "consumer,", *f"{HOSTILE}.".split()]
+    assert rows[0][2].split() == [
+        "bottleneck",
+        "consumer",
+        "·",
+        "consumer",
+        *HOSTILE.split(),
+        "Bottleneck:",
+        "a",
+        "slow",
+        "consumer,",
+        *f"{HOSTILE}.".split(),
+    ]
     assert rows[1][2].split() == ["error", "No", "bottleneck", "found;", "2", "protocol", "errors."]
     assert rows[1][3:] == ["5", "2", "3"]  # cap-a: frames, connections, violations (2 errors, 1 warning)
     assert "<script>alert" not in page  # the entity and headline from the wire stay text
@@ -314,8 +424,15 @@ def test_overview_puts_the_worst_capture_first(spark, tmp_path):
 
 def test_a_page_without_complete_captures_lists_the_ones_left_out(tmp_path):
     left_out = [{"capture_id": "a" * 64, "file_name": HOSTILE, "why": "derive failed: StageFailed: disk full"}]
-    page = report.render_page(tmp_path / "r.html", captures=[], capture_total=0, left_out=left_out, suites=None,
-                              data_docs_index=None, time_zone="UTC").read_text(encoding="utf-8")
+    page = report.render_page(
+        tmp_path / "r.html",
+        captures=[],
+        capture_total=0,
+        left_out=left_out,
+        suites=None,
+        data_docs_index=None,
+        time_zone="UTC",
+    ).read_text(encoding="utf-8")
     assert "No capture is complete in this lake" in page
     assert ["a" * 16, HOSTILE, "derive failed: StageFailed: disk full"] in rows(parse(page))
     assert "<script>alert" not in page and "<details" not in page

@@ -82,33 +82,94 @@ def alarm_diagnosis(lake: Lake, capture_ids: list[str]):
     blocked = lake.read("connection_blocked").where(F.col("capture_id").isin(capture_ids)).collect()
     assert len(blocked) == 1  # truth: one connection.blocked, one connection.unblocked
     b = blocked[0]
-    connection = lake.read("connections").where(
-        (F.col("capture_id") == b["capture_id"]) & (F.col("connection_id") == b["connection_id"])).collect()[0]
+    connection = (
+        lake.read("connections")
+        .where((F.col("capture_id") == b["capture_id"]) & (F.col("connection_id") == b["connection_id"]))
+        .collect()[0]
+    )
     client = f"{connection['client_address']}:{connection['client_port']}"
     reason = truth(SAMPLES[1])["ground_truth"]["amqp091_memory_alarm"]["blocked_reason"]
     explanation = f"RabbitMQ's memory alarm blocked publishing on {client} ({reason})."
     finding = dict(
-        capture_id=b["capture_id"], rank=1, finding_id="alarm-1", rule_id="diagnosis.alarm.blocked",
-        connection_id=b["connection_id"], entity_kind="connection", entity=client, connection_name=None,
-        client=client, channel=None, consumer_tag=None, link_name=None, queue=None, component="memory_alarm",
-        effect="blocked", severity="warning", start_ts=b["start_ts"], end_ts=b["end_ts"],
-        start_packet_number=b["start_packet_number"], end_packet_number=b["end_packet_number"],
-        duration_us=b["duration_us"], lifetime_share=0.5, confidence=0.9, evidence={"reason": reason},
+        capture_id=b["capture_id"],
+        rank=1,
+        finding_id="alarm-1",
+        rule_id="diagnosis.alarm.blocked",
+        connection_id=b["connection_id"],
+        entity_kind="connection",
+        entity=client,
+        connection_name=None,
+        client=client,
+        channel=None,
+        consumer_tag=None,
+        link_name=None,
+        queue=None,
+        component="memory_alarm",
+        effect="blocked",
+        severity="warning",
+        start_ts=b["start_ts"],
+        end_ts=b["end_ts"],
+        start_packet_number=b["start_packet_number"],
+        end_packet_number=b["end_packet_number"],
+        duration_us=b["duration_us"],
+        lifetime_share=0.5,
+        confidence=0.9,
+        evidence={"reason": reason},
         packet_numbers=[b["start_packet_number"], b["end_packet_number"]],
         wireshark_filter=f"frame.number in {{{b['start_packet_number']} {b['end_packet_number']}}}",
         explanation=explanation,
     )
-    summary = {k: finding[k] for k in ("rank", "component", "effect", "entity_kind", "entity", "connection_id",
-                                       "start_ts", "end_ts", "start_packet_number", "confidence", "explanation")}
-    diagnosis = [dict(capture_id=b["capture_id"], bottleneck="memory_alarm", effect="blocked",
-                      entity_kind="connection", entity=client, connection_id=b["connection_id"],
-                      start_packet_number=b["start_packet_number"], headline=explanation, findings_count=1,
-                      findings=[summary])]
-    healthy = [dict(capture_id=c, bottleneck="none", effect=None, entity_kind=None, entity=None, connection_id=None,
-                    start_packet_number=None, headline="Every connection kept up with its traffic.",
-                    findings_count=0, findings=[]) for c in capture_ids if c != b["capture_id"]]
-    return (spark.createDataFrame(diagnosis + healthy, DIAGNOSIS_SCHEMA),
-            spark.createDataFrame([finding], BOTTLENECKS_SCHEMA), explanation)
+    summary = {
+        k: finding[k]
+        for k in (
+            "rank",
+            "component",
+            "effect",
+            "entity_kind",
+            "entity",
+            "connection_id",
+            "start_ts",
+            "end_ts",
+            "start_packet_number",
+            "confidence",
+            "explanation",
+        )
+    }
+    diagnosis = [
+        dict(
+            capture_id=b["capture_id"],
+            bottleneck="memory_alarm",
+            effect="blocked",
+            entity_kind="connection",
+            entity=client,
+            connection_id=b["connection_id"],
+            start_packet_number=b["start_packet_number"],
+            headline=explanation,
+            findings_count=1,
+            findings=[summary],
+        )
+    ]
+    healthy = [
+        dict(
+            capture_id=c,
+            bottleneck="none",
+            effect=None,
+            entity_kind=None,
+            entity=None,
+            connection_id=None,
+            start_packet_number=None,
+            headline="Every connection kept up with its traffic.",
+            findings_count=0,
+            findings=[],
+        )
+        for c in capture_ids
+        if c != b["capture_id"]
+    ]
+    return (
+        spark.createDataFrame(diagnosis + healthy, DIAGNOSIS_SCHEMA),
+        spark.createDataFrame([finding], BOTTLENECKS_SCHEMA),
+        explanation,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -190,9 +251,12 @@ def test_first_screen_shows_every_capture_and_its_verdict(lake, browser):
     viewport = browser.execute_script("return [window.innerWidth, window.innerHeight, window.scrollY]")
     # Every capture, its file name and its verdict, within the first screen, nothing scrolled.
     assert sorted(r["file"] for r in rows) == sorted(s.name for s in SAMPLES)
-    assert viewport[2] == 0 and all(0 <= r["top"] and r["bottom"] <= viewport[1] and r["right"] <= viewport[0]
-                                    for r in rows), (rows, viewport)
-    diagnoses = {d["capture_id"]: d for d in store.read("diagnosis").where(F.col("capture_id").isin(capture_ids)).collect()}
+    assert viewport[2] == 0 and all(
+        0 <= r["top"] and r["bottom"] <= viewport[1] and r["right"] <= viewport[0] for r in rows
+    ), (rows, viewport)
+    diagnoses = {
+        d["capture_id"]: d for d in store.read("diagnosis").where(F.col("capture_id").isin(capture_ids)).collect()
+    }
     names = {r["capture_id"]: r["file_name"] for r in store.read("captures").collect()}
     for capture_id, d in diagnoses.items():
         row = next(r for r in rows if r["file"] == names[capture_id])
@@ -200,14 +264,17 @@ def test_first_screen_shows_every_capture_and_its_verdict(lake, browser):
         assert words in row["verdict"], (row, d["headline"])
     # Worst first: a bottleneck before a healthy capture.
     levels = [r["level"] for r in rows]
-    assert levels == sorted(levels, key=lambda c: ["level-bottleneck", "level-error", "level-warning",
-                                                   "level-unknown", "level-healthy"].index(c))
+    assert levels == sorted(
+        levels,
+        key=lambda c: ["level-bottleneck", "level-error", "level-warning", "level-unknown", "level-healthy"].index(c),
+    )
     assert requests(browser, report.resolve().as_uri()) == [report.resolve().as_uri()]
     assert report.stat().st_size <= MAX_PAGE_BYTES
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "report-first-screen.png"))
-    (ARTIFACTS / "report-first-screen.json").write_text(json.dumps(
-        {"bytes": report.stat().st_size, **page_timing(browser), "rows": rows}) + "\n")
+    (ARTIFACTS / "report-first-screen.json").write_text(
+        json.dumps({"bytes": report.stat().st_size, **page_timing(browser), "rows": rows}) + "\n"
+    )
     browser.set_window_size(1400, 1000)
 
 
@@ -215,9 +282,28 @@ def tshark_counts(capture: Path, display_filter: str, field: str, width: float) 
     """Occurrences of ``field`` in the frames ``display_filter`` keeps, per bucket of ``width``
     seconds since the capture's first packet (frame.time_relative): several AMQP frames can share
     a packet, each an occurrence."""
-    out = subprocess.run(["tshark", "-r", str(capture), "-Y", display_filter, "-T", "fields",
-                          "-e", "frame.time_relative", "-e", field, "-E", "occurrence=a", "-E", "aggregator=|"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(capture),
+            "-Y",
+            display_filter,
+            "-T",
+            "fields",
+            "-e",
+            "frame.time_relative",
+            "-e",
+            field,
+            "-E",
+            "occurrence=a",
+            "-E",
+            "aggregator=|",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     counts: Counter = Counter()
     for line in out.splitlines():
         time_relative, values = line.split("\t")
@@ -234,13 +320,18 @@ def test_a_queue_chart_counts_the_publishes_tshark_counts(lake, browser):
         "var name = arguments[0], found = null;"
         "document.querySelectorAll('div.chart').forEach(function (d) { (d.data || []).forEach(function (t) {"
         " if (t.name === name) found = {x: t.x, y: t.y, counts: t.customdata}; }); });"
-        "return found;", f"/queues/{queue} publish")
+        "return found;",
+        f"/queues/{queue} publish",
+    )
     assert trace is not None
     width = round(trace["x"][1] - trace["x"][0], 9)
     drawn = {round(x / width): n for x, n in zip(trace["x"], trace["counts"]) if n}
-    expected = tshark_counts(SAMPLES[0], f"amqp.method.class == 60 && amqp.method.method == 40 && "
-                                         f'amqp.method.arguments.routing_key == "{queue}"',
-                             "amqp.method.arguments.routing_key", width)
+    expected = tshark_counts(
+        SAMPLES[0],
+        f'amqp.method.class == 60 && amqp.method.method == 40 && amqp.method.arguments.routing_key == "{queue}"',
+        "amqp.method.arguments.routing_key",
+        width,
+    )
     assert sum(expected.values()) == 200 and drawn == dict(expected)
     # The line drawn is the bucket's mean rate: its count over the width.
     assert all(abs(y - n / width) < 1e-6 * max(1.0, y) for y, n in zip(trace["y"], trace["counts"]))
@@ -259,9 +350,13 @@ def test_data_docs_open_offline_styled_and_make_no_request(lake, browser):
             "return {navbar: getComputedStyle(document.querySelector('.navbar')).display,"
             " icons: fa ? getComputedStyle(fa, '::before').fontFamily : null,"
             " rows: document.querySelectorAll('table[id$=\"-body-table\"] tbody tr').length,"
-            " jquery: typeof window.jQuery, vega: typeof window.vegaEmbed};")
-        sent = [entry for entry in browser.get_log("performance")
-                if json.loads(entry["message"])["message"]["method"] == "Network.requestWillBeSent"]
+            " jquery: typeof window.jQuery, vega: typeof window.vegaEmbed};"
+        )
+        sent = [
+            entry
+            for entry in browser.get_log("performance")
+            if json.loads(entry["message"])["message"]["method"] == "Network.requestWillBeSent"
+        ]
         urls = [json.loads(e["message"])["message"]["params"]["request"]["url"] for e in sent]
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(ARTIFACTS / "data-docs-offline.png"))
@@ -283,17 +378,27 @@ def test_analyze_report_opens_offline_with_every_chart_drawn(lake, browser):
     titles = [m["title"] for m in marks]
     # Ground truth: mixed.pcapng has a prefetch-10 consumer (0-9-1), 1.0 links and confirms;
     # the memory-alarm capture has publisher confirms. Each kind of chart is there for them.
-    for title in ("Unacked deliveries and prefetch per consumer", "AMQP 1.0 link credit",
-                  "Publisher confirms outstanding per channel", "TCP receive window advertised",
-                  "Messages and bytes per second per connection", "Timeline", "Message rates per queue",
-                  "Ready messages per queue", "Consumer utilisation", "Unacked deliveries per channel",
-                  "AMQP 1.0 deliveries per link", "Connection and channel churn"):
+    for title in (
+        "Unacked deliveries and prefetch per consumer",
+        "AMQP 1.0 link credit",
+        "Publisher confirms outstanding per channel",
+        "TCP receive window advertised",
+        "Messages and bytes per second per connection",
+        "Timeline",
+        "Message rates per queue",
+        "Ready messages per queue",
+        "Consumer utilisation",
+        "Unacked deliveries per channel",
+        "AMQP 1.0 deliveries per link",
+        "Connection and channel churn",
+    ):
         assert any(t.startswith(title) for t in titles), (title, titles)
     prefetch = browser.execute_script(
         "var d = Array.from(document.querySelectorAll('div.chart')).find(function (x) {"
         " return x.data && x.data.some(function (t) { return / prefetch$/.test(t.name); }); });"
         "return d.data.filter(function (t) { return / prefetch$/.test(t.name); })"
-        ".map(function (t) { return Math.max.apply(null, t.y); });")
+        ".map(function (t) { return Math.max.apply(null, t.y); });"
+    )
     assert prefetch == [10]  # truth: basic.qos(prefetch_count=10, global=false)
     screenshot(browser, "analyze", report)
 
@@ -301,17 +406,40 @@ def test_analyze_report_opens_offline_with_every_chart_drawn(lake, browser):
 def test_dashboard_answers_first_and_drills_down(lake, browser, tmp_path):
     store, _, capture_ids = lake
     diagnosis, bottlenecks, explanation = alarm_diagnosis(store, capture_ids)
-    tables = {name: store.read(name).where(F.col("capture_id").isin(capture_ids))
-              for name in ("frames", "connections", "violations", "captures", "quarantine", "flow_intervals",
-                           "consumer_unacked", "link_state", "channel_confirms", "tcp_flow", "throughput",
-                           "dq_summary")}
+    tables = {
+        name: store.read(name).where(F.col("capture_id").isin(capture_ids))
+        for name in (
+            "frames",
+            "connections",
+            "violations",
+            "captures",
+            "quarantine",
+            "flow_intervals",
+            "consumer_unacked",
+            "link_state",
+            "channel_confirms",
+            "tcp_flow",
+            "throughput",
+            "dq_summary",
+        )
+    }
     page = write_report(
-        tmp_path / "report.html", frames=tables["frames"], connections=tables["connections"],
-        violations=tables["violations"], captures=tables["captures"], verdicts=None, data_docs_index=None,
-        flow={k: tables[k] for k in ("flow_intervals", "consumer_unacked", "link_state", "channel_confirms",
-                                     "tcp_flow", "throughput")},
-        quarantine=tables["quarantine"], diagnosis=diagnosis, bottlenecks=bottlenecks,
-        dq_summary=tables["dq_summary"], chart_series=store.read_rows("chart_series", CHART_SERIES_SCHEMA, capture_ids),
+        tmp_path / "report.html",
+        frames=tables["frames"],
+        connections=tables["connections"],
+        violations=tables["violations"],
+        captures=tables["captures"],
+        verdicts=None,
+        data_docs_index=None,
+        flow={
+            k: tables[k]
+            for k in ("flow_intervals", "consumer_unacked", "link_state", "channel_confirms", "tcp_flow", "throughput")
+        },
+        quarantine=tables["quarantine"],
+        diagnosis=diagnosis,
+        bottlenecks=bottlenecks,
+        dq_summary=tables["dq_summary"],
+        chart_series=store.read_rows("chart_series", CHART_SERIES_SCHEMA, capture_ids),
     )
     check_page(browser, page)
     body = browser.find_element(By.TAG_NAME, "body").text
@@ -325,7 +453,8 @@ def test_dashboard_answers_first_and_drills_down(lake, browser, tmp_path):
     blocked = browser.execute_script(
         "return Array.from(document.querySelectorAll('div.chart')).flatMap(function (d) {"
         " return (d.data || []).filter(function (t) { return t.name === 'connection_blocked'; })"
-        ".map(function (t) { return t.x; }); });")
+        ".map(function (t) { return t.x; }); });"
+    )
     assert len(blocked) == 1 and len(blocked[0]) == 1
     assert 0.5 < blocked[0][0] <= alarm["ground_truth"]["amqp091_memory_alarm"]["alarm_cleared_after_seconds"] + 0.4
 
@@ -334,8 +463,9 @@ def test_dashboard_answers_first_and_drills_down(lake, browser, tmp_path):
     link.click()
     WebDriverWait(browser, 10).until(lambda d: d.execute_script("return location.hash") == f"#{target}")
     landed = browser.execute_script(
-        "var r = document.getElementById(arguments[0]).getBoundingClientRect();"
-        "return [r.top, window.innerHeight];", target)
+        "var r = document.getElementById(arguments[0]).getBoundingClientRect();return [r.top, window.innerHeight];",
+        target,
+    )
     assert -1 <= landed[0] < landed[1]  # the target is in view (at the top: within a pixel's rounding)
     assert browser.find_element(By.ID, target).text.startswith("Connection ")
     browser.execute_script("window.scrollTo(0, 0)")
@@ -354,13 +484,17 @@ def test_hostile_names_stay_inert_in_the_browser(spark, browser, tmp_path):
         if marks:
             browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", marks[0])
             ActionChains(browser).move_to_element(marks[0]).perform()
-            tooltips.append(browser.execute_script(
-                "return Array.from(document.querySelectorAll('.hoverlayer')).map(function (h) {"
-                " return h.textContent; }).join(' ');"))
+            tooltips.append(
+                browser.execute_script(
+                    "return Array.from(document.querySelectorAll('.hoverlayer')).map(function (h) {"
+                    " return h.textContent; }).join(' ');"
+                )
+            )
     state = browser.execute_script(
         "return {pwned: window.pwned === undefined ? null : window.pwned,"
         " images: document.querySelectorAll('img').length,"
-        " scripts: document.querySelectorAll('script:not([type])').length};")
+        " scripts: document.querySelectorAll('script:not([type])').length};"
+    )
     assert state["pwned"] is None and state["images"] == 0 and state["scripts"] == 2  # the library and the loader
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert.text  # noqa: B018 (reading it is the check)

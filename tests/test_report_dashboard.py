@@ -49,134 +49,386 @@ def table(spark: SparkSession, schema: StructType, rows: list[dict[str, Any]]) -
 
 
 def frame(i: int, connection: str, direction: str, method: str | None, **extra: Any) -> dict[str, Any]:
-    return dict(capture_id="cap", connection_id=connection, direction=direction, frame_index=i,
-                ts=T0 + timedelta(milliseconds=10 * i), ts_us=0, packet_number=i + 1, stream_offset=0,
-                frame_size=extra.pop("frame_size", 20), protocol=extra.pop("protocol", "amqp-0-9-1"),
-                frame_type=extra.pop("frame_type", "method"), method=method, channel=extra.pop("channel", 0), **extra)
+    return dict(
+        capture_id="cap",
+        connection_id=connection,
+        direction=direction,
+        frame_index=i,
+        ts=T0 + timedelta(milliseconds=10 * i),
+        ts_us=0,
+        packet_number=i + 1,
+        stream_offset=0,
+        frame_size=extra.pop("frame_size", 20),
+        protocol=extra.pop("protocol", "amqp-0-9-1"),
+        frame_type=extra.pop("frame_type", "method"),
+        method=method,
+        channel=extra.pop("channel", 0),
+        **extra,
+    )
 
 
 FRAMES = [
-    frame(0, "c1", "s2c", "connection.start",
-          arguments={"server-properties": '{"product":"RabbitMQ","version":"3.10.8","cluster_name":"rabbit@h"}'}),
-    frame(1, "c1", "c2s", "connection.start-ok", mechanism="PLAIN",
-          arguments={"client-properties": json.dumps({"product": "pika", "version": "1.3.2",
-                                                      "connection_name": HOSTILE})}),
+    frame(
+        0,
+        "c1",
+        "s2c",
+        "connection.start",
+        arguments={"server-properties": '{"product":"RabbitMQ","version":"3.10.8","cluster_name":"rabbit@h"}'},
+    ),
+    frame(
+        1,
+        "c1",
+        "c2s",
+        "connection.start-ok",
+        mechanism="PLAIN",
+        arguments={
+            "client-properties": json.dumps({"product": "pika", "version": "1.3.2", "connection_name": HOSTILE})
+        },
+    ),
     frame(2, "c1", "c2s", "connection.tune-ok", frame_max=131072, channel_max=2047, heartbeat=60),
     frame(3, "c1", "c2s", "connection.open", arguments={"virtual-host": "/prod"}),
     frame(4, "c1", "s2c", "basic.deliver", channel=1, consumer_tag=HOSTILE, delivery_tag=1),
     frame(5, "c1", "s2c", None, channel=1, frame_type="header", body_size=64),
-    frame(6, "c2", "c2s", "open", protocol="amqp-1.0", frame_type="amqp", container_id="orders-app",
-          hostname="vhost:/", max_frame_size=4096, channel_max=255, idle_time_out=30000,
-          arguments={"properties": '{"product":"QpidProton","version":"0.39.0"}'}),
-    frame(7, "c2", "s2c", "open", protocol="amqp-1.0", frame_type="amqp", container_id="rabbit@h",
-          max_frame_size=131072, channel_max=65535, idle_time_out=60000,
-          arguments={"properties": '{"product":"RabbitMQ","version":"3.10.8"}'}),
+    frame(
+        6,
+        "c2",
+        "c2s",
+        "open",
+        protocol="amqp-1.0",
+        frame_type="amqp",
+        container_id="orders-app",
+        hostname="vhost:/",
+        max_frame_size=4096,
+        channel_max=255,
+        idle_time_out=30000,
+        arguments={"properties": '{"product":"QpidProton","version":"0.39.0"}'},
+    ),
+    frame(
+        7,
+        "c2",
+        "s2c",
+        "open",
+        protocol="amqp-1.0",
+        frame_type="amqp",
+        container_id="rabbit@h",
+        max_frame_size=131072,
+        channel_max=65535,
+        idle_time_out=60000,
+        arguments={"properties": '{"product":"RabbitMQ","version":"3.10.8"}'},
+    ),
 ]
 
 CONNECTIONS = [
-    dict(capture_id="cap", connection_id="c1", client_address="10.0.0.1", client_port=40000,
-         server_address="10.0.0.9", server_port=5672, protocol="amqp-0-9-1", protocol_inferred=False,
-         first_ts=T0, last_ts=T0 + timedelta(seconds=2), frames=6, c2s_bytes=60, s2c_bytes=60,
-         c2s_missing_bytes=0, s2c_missing_bytes=0, retransmitted_bytes=0),
-    dict(capture_id="cap", connection_id="c2", client_address="10.0.0.2", client_port=40001,
-         server_address="10.0.0.9", server_port=5672, protocol="amqp-1.0", protocol_inferred=False,
-         first_ts=T0, last_ts=T0 + timedelta(seconds=1), frames=2, c2s_bytes=20, s2c_bytes=20 + 7,
-         c2s_missing_bytes=5, s2c_missing_bytes=0, retransmitted_bytes=0),
-    dict(capture_id="cap", connection_id="t1", client_address="10.0.0.3", client_port=40002,
-         server_address="10.0.0.9", server_port=5671, protocol="tls", protocol_inferred=False,
-         first_ts=T0, last_ts=T0, frames=0, c2s_bytes=300, s2c_bytes=900,
-         c2s_missing_bytes=0, s2c_missing_bytes=0, retransmitted_bytes=0),
+    dict(
+        capture_id="cap",
+        connection_id="c1",
+        client_address="10.0.0.1",
+        client_port=40000,
+        server_address="10.0.0.9",
+        server_port=5672,
+        protocol="amqp-0-9-1",
+        protocol_inferred=False,
+        first_ts=T0,
+        last_ts=T0 + timedelta(seconds=2),
+        frames=6,
+        c2s_bytes=60,
+        s2c_bytes=60,
+        c2s_missing_bytes=0,
+        s2c_missing_bytes=0,
+        retransmitted_bytes=0,
+    ),
+    dict(
+        capture_id="cap",
+        connection_id="c2",
+        client_address="10.0.0.2",
+        client_port=40001,
+        server_address="10.0.0.9",
+        server_port=5672,
+        protocol="amqp-1.0",
+        protocol_inferred=False,
+        first_ts=T0,
+        last_ts=T0 + timedelta(seconds=1),
+        frames=2,
+        c2s_bytes=20,
+        s2c_bytes=20 + 7,
+        c2s_missing_bytes=5,
+        s2c_missing_bytes=0,
+        retransmitted_bytes=0,
+    ),
+    dict(
+        capture_id="cap",
+        connection_id="t1",
+        client_address="10.0.0.3",
+        client_port=40002,
+        server_address="10.0.0.9",
+        server_port=5671,
+        protocol="tls",
+        protocol_inferred=False,
+        first_ts=T0,
+        last_ts=T0,
+        frames=0,
+        c2s_bytes=300,
+        s2c_bytes=900,
+        c2s_missing_bytes=0,
+        s2c_missing_bytes=0,
+        retransmitted_bytes=0,
+    ),
 ]
 
 QUARANTINE = [
-    dict(capture_id="cap", connection_id="c2", direction="s2c", stream_offset=20, byte_count=7, packet_number=8,
-         missing=False, reason="unframeable bytes: frame size 3 is below the 8-byte minimum",
-         reason_id="amqp10.frame.size_below_minimum", found="3"),
-    dict(capture_id="cap", connection_id="c2", direction="c2s", stream_offset=20, byte_count=5, packet_number=7,
-         missing=True, reason="capture gap: bytes missing from the capture", reason_id="tcp.gap"),
+    dict(
+        capture_id="cap",
+        connection_id="c2",
+        direction="s2c",
+        stream_offset=20,
+        byte_count=7,
+        packet_number=8,
+        missing=False,
+        reason="unframeable bytes: frame size 3 is below the 8-byte minimum",
+        reason_id="amqp10.frame.size_below_minimum",
+        found="3",
+    ),
+    dict(
+        capture_id="cap",
+        connection_id="c2",
+        direction="c2s",
+        stream_offset=20,
+        byte_count=5,
+        packet_number=7,
+        missing=True,
+        reason="capture gap: bytes missing from the capture",
+        reason_id="tcp.gap",
+    ),
     # One cause, two sentences: the report groups by the reason's id.
-    dict(capture_id="cap", connection_id="t1", direction="c2s", stream_offset=0, byte_count=300, packet_number=9,
-         missing=False, reason="not decoded: TLS handshake", reason_id="connection.tls"),
-    dict(capture_id="cap", connection_id="t1", direction="s2c", stream_offset=0, byte_count=900, packet_number=9,
-         missing=False, reason="not decoded: TLS handshake (server hello)", reason_id="connection.tls"),
+    dict(
+        capture_id="cap",
+        connection_id="t1",
+        direction="c2s",
+        stream_offset=0,
+        byte_count=300,
+        packet_number=9,
+        missing=False,
+        reason="not decoded: TLS handshake",
+        reason_id="connection.tls",
+    ),
+    dict(
+        capture_id="cap",
+        connection_id="t1",
+        direction="s2c",
+        stream_offset=0,
+        byte_count=900,
+        packet_number=9,
+        missing=False,
+        reason="not decoded: TLS handshake (server hello)",
+        reason_id="connection.tls",
+    ),
 ]
 
 VIOLATIONS = [
-    dict(capture_id="cap", rule_id="amqp091.consumer.unacked_above_prefetch", severity="error",
-         description="above prefetch", connection_id="c1", channel=1, frame_index=4, ts=T0 + timedelta(milliseconds=40),
-         evidence={"unacked": "3", "note": HOSTILE}),
-    dict(capture_id="cap", rule_id="amqp10.frames.after_close", severity="warning", description="late",
-         connection_id="c2", channel=0, frame_index=7, ts=T0 + timedelta(milliseconds=70), evidence={}),
+    dict(
+        capture_id="cap",
+        rule_id="amqp091.consumer.unacked_above_prefetch",
+        severity="error",
+        description="above prefetch",
+        connection_id="c1",
+        channel=1,
+        frame_index=4,
+        ts=T0 + timedelta(milliseconds=40),
+        evidence={"unacked": "3", "note": HOSTILE},
+    ),
+    dict(
+        capture_id="cap",
+        rule_id="amqp10.frames.after_close",
+        severity="warning",
+        description="late",
+        connection_id="c2",
+        channel=0,
+        frame_index=7,
+        ts=T0 + timedelta(milliseconds=70),
+        evidence={},
+    ),
 ]
 
 
 def captures(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame(
         [("cap", "cap.pcap", 4096, [("cap.pcap", 4096, "cap")], 10, T0, T0 + timedelta(seconds=2), "EN10MB", "ok")],
-        CAPTURES_SCHEMA)
+        CAPTURES_SCHEMA,
+    )
 
 
 def finding(rank: int, **extra: Any) -> dict[str, Any]:
     return {
-        **dict(capture_id="cap", rank=rank, finding_id=f"f{rank}", rule_id="diagnosis.alarm.blocked",
-               connection_id="c1", entity_kind="connection", entity="10.0.0.1:40000", connection_name=None,
-               client="10.0.0.1:40000", component="memory_alarm", effect="blocked", severity="warning",
-               start_ts=T0 + timedelta(milliseconds=10), end_ts=T0 + timedelta(milliseconds=1410),
-               start_packet_number=2, end_packet_number=3, duration_us=1_400_000, lifetime_share=0.7,
-               confidence=0.95, evidence={"reason": "low on memory", "notifications": "1"},
-               packet_numbers=[2, 3], wireshark_filter="frame.number in {2 3}",
-               explanation="The broker blocked publishing on this connection: memory alarm."),
+        **dict(
+            capture_id="cap",
+            rank=rank,
+            finding_id=f"f{rank}",
+            rule_id="diagnosis.alarm.blocked",
+            connection_id="c1",
+            entity_kind="connection",
+            entity="10.0.0.1:40000",
+            connection_name=None,
+            client="10.0.0.1:40000",
+            component="memory_alarm",
+            effect="blocked",
+            severity="warning",
+            start_ts=T0 + timedelta(milliseconds=10),
+            end_ts=T0 + timedelta(milliseconds=1410),
+            start_packet_number=2,
+            end_packet_number=3,
+            duration_us=1_400_000,
+            lifetime_share=0.7,
+            confidence=0.95,
+            evidence={"reason": "low on memory", "notifications": "1"},
+            packet_numbers=[2, 3],
+            wireshark_filter="frame.number in {2 3}",
+            explanation="The broker blocked publishing on this connection: memory alarm.",
+        ),
         **extra,
     }
 
 
 def diagnosis_row(bottleneck: str, headline: str, findings: list[dict[str, Any]]) -> dict[str, Any]:
-    summaries = [{k: f[k] for k in ("rank", "component", "effect", "entity_kind", "entity", "connection_id",
-                                     "start_ts", "end_ts", "start_packet_number", "confidence", "explanation")}
-                 for f in findings]
+    summaries = [
+        {
+            k: f[k]
+            for k in (
+                "rank",
+                "component",
+                "effect",
+                "entity_kind",
+                "entity",
+                "connection_id",
+                "start_ts",
+                "end_ts",
+                "start_packet_number",
+                "confidence",
+                "explanation",
+            )
+        }
+        for f in findings
+    ]
     top = findings[0] if findings else {}
-    return dict(capture_id="cap", bottleneck=bottleneck, effect=top.get("effect"), entity_kind=top.get("entity_kind"),
-                entity=top.get("entity"), connection_id=top.get("connection_id"),
-                start_packet_number=top.get("start_packet_number"), headline=headline,
-                findings_count=len(findings), findings=summaries)
+    return dict(
+        capture_id="cap",
+        bottleneck=bottleneck,
+        effect=top.get("effect"),
+        entity_kind=top.get("entity_kind"),
+        entity=top.get("entity"),
+        connection_id=top.get("connection_id"),
+        start_packet_number=top.get("start_packet_number"),
+        headline=headline,
+        findings_count=len(findings),
+        findings=summaries,
+    )
 
 
 def flow_tables(spark: SparkSession) -> dict[str, DataFrame]:
     """One consumer (hostile tag), one link (hostile name), one confirming channel, TCP segments, intervals."""
     key = dict(capture_id="cap", connection_id="c1", channel=1, direction="s2c")
     unacked = [
-        dict(key, frame_index=10 + i, ts=T0 + timedelta(milliseconds=100 * i), method="basic.deliver",
-             packet_number=20 + i, consumer_tag=HOSTILE, queue=HOSTILE, delivery_tag=i + 1, settled=0,
-             unacked=n, prefetch_count=2, channel_unacked=n)
+        dict(
+            key,
+            frame_index=10 + i,
+            ts=T0 + timedelta(milliseconds=100 * i),
+            method="basic.deliver",
+            packet_number=20 + i,
+            consumer_tag=HOSTILE,
+            queue=HOSTILE,
+            delivery_tag=i + 1,
+            settled=0,
+            unacked=n,
+            prefetch_count=2,
+            channel_unacked=n,
+        )
         for i, n in enumerate([1, 2, 1, 2])
     ]
     link = [
-        dict(capture_id="cap", connection_id="c2", channel=0, frame_index=20 + i, ts=T0 + timedelta(milliseconds=50 * i),
-             direction="c2s", method="transfer", packet_number=30 + i, handle=0, link_name=HOSTILE_IMG, role="sender",
-             sender_side="client", target_address=HOSTILE, is_new_delivery=True, payload_size=10,
-             delivery_count_snd=i + 1, link_credit_snd=4 - i, unsettled=0)
+        dict(
+            capture_id="cap",
+            connection_id="c2",
+            channel=0,
+            frame_index=20 + i,
+            ts=T0 + timedelta(milliseconds=50 * i),
+            direction="c2s",
+            method="transfer",
+            packet_number=30 + i,
+            handle=0,
+            link_name=HOSTILE_IMG,
+            role="sender",
+            sender_side="client",
+            target_address=HOSTILE,
+            is_new_delivery=True,
+            payload_size=10,
+            delivery_count_snd=i + 1,
+            link_credit_snd=4 - i,
+            unsettled=0,
+        )
         for i in range(3)
     ]
     confirms = [
-        dict(key, direction="c2s", frame_index=30 + i, ts=T0 + timedelta(milliseconds=20 * i), method="basic.publish",
-             packet_number=40 + i, publish_seq=i + 1, published=i + 1, confirmed=0, outstanding=i + 1)
+        dict(
+            key,
+            direction="c2s",
+            frame_index=30 + i,
+            ts=T0 + timedelta(milliseconds=20 * i),
+            method="basic.publish",
+            packet_number=40 + i,
+            publish_seq=i + 1,
+            published=i + 1,
+            confirmed=0,
+            outstanding=i + 1,
+        )
         for i in range(3)
     ]
     tcp = [
-        dict(capture_id="cap", connection_id="c1", direction="s2c", packet_number=50 + i,
-             ts=T0 + timedelta(milliseconds=30 * i), ts_us=0, payload_length=100, effective_window=w,
-             is_zero_window=w == 0, is_window_update=False, is_window_full=False, is_retransmission=False,
-             retransmitted_bytes=0, is_zero_window_probe=False, is_keep_alive=False)
+        dict(
+            capture_id="cap",
+            connection_id="c1",
+            direction="s2c",
+            packet_number=50 + i,
+            ts=T0 + timedelta(milliseconds=30 * i),
+            ts_us=0,
+            payload_length=100,
+            effective_window=w,
+            is_zero_window=w == 0,
+            is_window_update=False,
+            is_window_full=False,
+            is_retransmission=False,
+            retransmitted_bytes=0,
+            is_zero_window_probe=False,
+            is_keep_alive=False,
+        )
         for i, w in enumerate([65535, 0, 65535])
     ]
     intervals = [
-        dict(capture_id="cap", connection_id="c1", entity="consumer", cause="prefetch_full", channel=1,
-             consumer_tag=HOSTILE, direction="s2c", start_ts=T0 + timedelta(milliseconds=100),
-             end_ts=T0 + timedelta(milliseconds=200), duration_us=100_000, start_packet_number=21,
-             end_packet_number=22, detail=HOSTILE),
-        dict(capture_id="cap", connection_id="c1", entity="connection", cause="connection_blocked",
-             direction="c2s", start_ts=T0 + timedelta(milliseconds=10), end_ts=None, duration_us=None,
-             start_packet_number=2, detail="low on memory"),
+        dict(
+            capture_id="cap",
+            connection_id="c1",
+            entity="consumer",
+            cause="prefetch_full",
+            channel=1,
+            consumer_tag=HOSTILE,
+            direction="s2c",
+            start_ts=T0 + timedelta(milliseconds=100),
+            end_ts=T0 + timedelta(milliseconds=200),
+            duration_us=100_000,
+            start_packet_number=21,
+            end_packet_number=22,
+            detail=HOSTILE,
+        ),
+        dict(
+            capture_id="cap",
+            connection_id="c1",
+            entity="connection",
+            cause="connection_blocked",
+            direction="c2s",
+            start_ts=T0 + timedelta(milliseconds=10),
+            end_ts=None,
+            duration_us=None,
+            start_packet_number=2,
+            detail="low on memory",
+        ),
     ]
     return {
         "consumer_unacked": table(spark, CONSUMER_UNACKED_SCHEMA, unacked),
@@ -224,11 +476,24 @@ HEADLINE = "Publishing on 10.0.0.1:40000 was blocked by a memory alarm for 1.4 s
 @pytest.fixture(scope="module")
 def full(spark, tmp_path_factory) -> tuple[str, Page]:
     """The page with every table: flow state, a diagnosis with two findings (the second one's entity hostile)."""
-    findings = [finding(1), finding(2, finding_id="f2", entity=HOSTILE, component="consumer",
-                                       effect="deliveries_wait_for_acks", entity_kind="consumer",
-                                       consumer_tag=HOSTILE, channel=1, packet_numbers=[])]
+    findings = [
+        finding(1),
+        finding(
+            2,
+            finding_id="f2",
+            entity=HOSTILE,
+            component="consumer",
+            effect="deliveries_wait_for_acks",
+            entity_kind="consumer",
+            consumer_tag=HOSTILE,
+            channel=1,
+            packet_numbers=[],
+        ),
+    ]
     return render(
-        spark, tmp_path_factory.mktemp("full"), flow=flow_tables(spark),
+        spark,
+        tmp_path_factory.mktemp("full"),
+        flow=flow_tables(spark),
         diagnosis=table(spark, DIAGNOSIS_SCHEMA, [diagnosis_row("memory_alarm", HEADLINE, findings)]),
         bottlenecks=table(spark, BOTTLENECKS_SCHEMA, findings),
     )
@@ -237,14 +502,23 @@ def full(spark, tmp_path_factory) -> tuple[str, Page]:
 def series_rows(spark: SparkSession, flow: dict[str, DataFrame]) -> list[dict[str, Any]]:
     """The chart_series rows derive would store for these tables (pipelines.chart_series)."""
     unacked = flow["consumer_unacked"]
-    channel = unacked.select(*[F.col(c) if c in unacked.columns else F.lit(None).cast(f.dataType).alias(c)
-                               for c, f in ((f.name, f) for f in CHANNEL_UNACKED_SCHEMA.fields)])
+    channel = unacked.select(
+        *[
+            F.col(c) if c in unacked.columns else F.lit(None).cast(f.dataType).alias(c)
+            for c, f in ((f.name, f) for f in CHANNEL_UNACKED_SCHEMA.fields)
+        ]
+    )
     frames = table(spark, FRAMES_SCHEMA, FRAMES)
     rows = chart_series(
-        captures=captures(spark), frames=frames, message_events=message_events(frames, flow["link_state"]),
+        captures=captures(spark),
+        frames=frames,
+        message_events=message_events(frames, flow["link_state"]),
         link_state=flow["link_state"],
-        consumer_unacked=unacked, channel_unacked=channel, channel_confirms=flow["channel_confirms"],
-        tcp_flow=flow["tcp_flow"], flow_intervals=flow["flow_intervals"],
+        consumer_unacked=unacked,
+        channel_unacked=channel,
+        channel_confirms=flow["channel_confirms"],
+        tcp_flow=flow["tcp_flow"],
+        flow_intervals=flow["flow_intervals"],
         violations=table(spark, VIOLATIONS_SCHEMA, VIOLATIONS),
     ).collect()
     return [r.asDict() for r in rows]
@@ -252,9 +526,13 @@ def series_rows(spark: SparkSession, flow: dict[str, DataFrame]) -> list[dict[st
 
 def render(spark: SparkSession, tmp_path, **extra: Any) -> tuple[str, Page]:
     arguments: dict[str, Any] = dict(
-        frames=table(spark, FRAMES_SCHEMA, FRAMES), connections=table(spark, CONNECTIONS_SCHEMA, CONNECTIONS),
-        violations=table(spark, VIOLATIONS_SCHEMA, VIOLATIONS), captures=captures(spark), verdicts=None,
-        data_docs_index=None, quarantine=table(spark, QUARANTINE_SCHEMA, QUARANTINE),
+        frames=table(spark, FRAMES_SCHEMA, FRAMES),
+        connections=table(spark, CONNECTIONS_SCHEMA, CONNECTIONS),
+        violations=table(spark, VIOLATIONS_SCHEMA, VIOLATIONS),
+        captures=captures(spark),
+        verdicts=None,
+        data_docs_index=None,
+        quarantine=table(spark, QUARANTINE_SCHEMA, QUARANTINE),
     )
     arguments.update(extra)
     if "flow" in extra and "chart_series" not in extra:
@@ -295,7 +573,9 @@ def test_the_diagnosis_comes_first_with_findings_filters_and_drill_down(full):
 def test_no_bottleneck_is_said_plainly(spark, tmp_path):
     headline = "No bottleneck: every entity kept up with its traffic."
     page, parsed = render(
-        spark, tmp_path, diagnosis=table(spark, DIAGNOSIS_SCHEMA, [diagnosis_row("none", headline, [])]),
+        spark,
+        tmp_path,
+        diagnosis=table(spark, DIAGNOSIS_SCHEMA, [diagnosis_row("none", headline, [])]),
         bottlenecks=table(spark, BOTTLENECKS_SCHEMA, []),
     )
     assert f"No bottleneck found. {headline}" in words(parsed)
@@ -309,16 +589,34 @@ def test_no_bottleneck_is_said_plainly(spark, tmp_path):
 def test_connection_context_reads_products_names_and_limits(spark):
     context = connection_context(table(spark, FRAMES_SCHEMA, FRAMES), table(spark, CONNECTIONS_SCHEMA, CONNECTIONS))
     assertDataFrameEqual(
-        context.select("connection_id", "broker_product", "broker_version", "client_product", "client_version",
-                       "connection_name", "vhost", "sasl_mechanism", "frame_max", "channel_max", "heartbeat_s"),
-        [("c1", "RabbitMQ", "3.10.8", "pika", "1.3.2", HOSTILE, "/prod", "PLAIN", 131072, 2047, 60),
-         ("c2", "RabbitMQ", "3.10.8", "QpidProton", "0.39.0", "orders-app", "vhost:/", None, None, None, None),
-         ("t1", None, None, None, None, None, None, None, None, None, None)],
+        context.select(
+            "connection_id",
+            "broker_product",
+            "broker_version",
+            "client_product",
+            "client_version",
+            "connection_name",
+            "vhost",
+            "sasl_mechanism",
+            "frame_max",
+            "channel_max",
+            "heartbeat_s",
+        ),
+        [
+            ("c1", "RabbitMQ", "3.10.8", "pika", "1.3.2", HOSTILE, "/prod", "PLAIN", 131072, 2047, 60),
+            ("c2", "RabbitMQ", "3.10.8", "QpidProton", "0.39.0", "orders-app", "vhost:/", None, None, None, None),
+            ("t1", None, None, None, None, None, None, None, None, None, None),
+        ],
     )
     assertDataFrameEqual(
         context.where("connection_id = 'c2'").select(
-            "client_max_frame_size", "broker_max_frame_size", "client_channel_max", "broker_channel_max",
-            "client_idle_time_out_ms", "broker_idle_time_out_ms"),
+            "client_max_frame_size",
+            "broker_max_frame_size",
+            "client_channel_max",
+            "broker_channel_max",
+            "client_idle_time_out_ms",
+            "broker_idle_time_out_ms",
+        ),
         [(4096, 131072, 255, 65535, 30000, 60000)],
     )
 
@@ -343,8 +641,11 @@ def test_report_shows_context_tls_and_data_quality(full):
 def test_report_shows_the_accounting_it_is_given(spark, tmp_path):
     # analyze hands over the accounting derive checked: the report sums it instead of its own. One
     # byte more per connection row (three connections) shows which one it summed.
-    given = byte_accounting(table(spark, CONNECTIONS_SCHEMA, CONNECTIONS), table(spark, FRAMES_SCHEMA, FRAMES),
-                            table(spark, QUARANTINE_SCHEMA, QUARANTINE))
+    given = byte_accounting(
+        table(spark, CONNECTIONS_SCHEMA, CONNECTIONS),
+        table(spark, FRAMES_SCHEMA, FRAMES),
+        table(spark, QUARANTINE_SCHEMA, QUARANTINE),
+    )
     _, parsed = render(spark, tmp_path, accounting=given.withColumn("payload_bytes", F.col("payload_bytes") + 1))
     text = words(parsed)
     assert "c2s 383 80 300 5 0" in text and "s2c 990 80 907 0 0" in text
@@ -360,22 +661,47 @@ def test_dq_summary_one_row_per_capture(spark, accounting_given):
     # derive hands over the accounting it checked, computed once and kept (jobs/derive.py).
     accounting = byte_accounting(connections, frames, quarantine).localCheckpoint() if accounting_given else None
     summary = dq_summary(
-        captures=captures(spark), connections=connections, frames=frames, quarantine=quarantine, accounting=accounting,
+        captures=captures(spark),
+        connections=connections,
+        frames=frames,
+        quarantine=quarantine,
+        accounting=accounting,
         violations=table(spark, VIOLATIONS_SCHEMA, VIOLATIONS),
         diagnosis=table(spark, DIAGNOSIS_SCHEMA, [diagnosis_row("memory_alarm", "h", findings)]),
-        suite_of_rule={"amqp091.consumer.unacked_above_prefetch": "amqpscope.consumer_unacked",
-                       "amqp10.frames.after_close": "amqpscope.frames"},
+        suite_of_rule={
+            "amqp091.consumer.unacked_above_prefetch": "amqpscope.consumer_unacked",
+            "amqp10.frames.after_close": "amqpscope.frames",
+        },
         suites_run=["amqpscope.consumer_unacked", "amqpscope.frames", "amqpscope.link_credit"],
-        run_id="run-1", run_ts=run_ts,
+        run_id="run-1",
+        run_ts=run_ts,
     )
     # c2s/s2c sums as in test_report_shows_context_tls_and_data_quality; c1 balances, c2 and t1 too.
     assert summary.collect()[0].asDict() == dict(
-        capture_id="cap", run_id="run-1", run_ts=run_ts, file_name="cap.pcap", packets=10,
-        amqp_connections=2, tls_connections=1, other_connections=0, frames=8,
-        payload_bytes=380 + 987, framed_bytes=160, quarantined_bytes=1207, missing_bytes=5, bytes_accounted=True,
-        gaps=1, violations_error=1, violations_warning=1, violations_capture=0,
-        bottleneck="memory_alarm", bottleneck_entity="10.0.0.1:40000", findings=1, suites_run=3,
-        suites_failed=["amqpscope.consumer_unacked", "amqpscope.frames"], suites_passed=False,
+        capture_id="cap",
+        run_id="run-1",
+        run_ts=run_ts,
+        file_name="cap.pcap",
+        packets=10,
+        amqp_connections=2,
+        tls_connections=1,
+        other_connections=0,
+        frames=8,
+        payload_bytes=380 + 987,
+        framed_bytes=160,
+        quarantined_bytes=1207,
+        missing_bytes=5,
+        bytes_accounted=True,
+        gaps=1,
+        violations_error=1,
+        violations_warning=1,
+        violations_capture=0,
+        bottleneck="memory_alarm",
+        bottleneck_entity="10.0.0.1:40000",
+        findings=1,
+        suites_run=3,
+        suites_failed=["amqpscope.consumer_unacked", "amqpscope.frames"],
+        suites_passed=False,
     )
 
 
@@ -452,7 +778,7 @@ def test_every_chart_is_drawn_from_the_flow_tables(full):
 def test_hostile_names_stay_text_in_charts_and_tooltips(full):
     page, parsed = full
     ours = page.replace(_plotly_js(), "")  # the page without the inlined library
-    for hostile in (HOSTILE, HOSTILE_IMG, "<img", "<script>alert", "onerror=\""):
+    for hostile in (HOSTILE, HOSTILE_IMG, "<img", "<script>alert", 'onerror="'):
         assert hostile not in ours
     # No script element but the library, the chart loader and the charts' JSON blocks.
     tags = re.findall(r"<script[^>]*>", ours)
@@ -466,7 +792,7 @@ def test_hostile_names_stay_text_in_charts_and_tooltips(full):
     names = [t["name"] for t in drawn["Unacked deliveries and prefetch per consumer"]["data"]]
     assert names[0].endswith("ch 1 · &lt;script&gt;alert('x')&lt;/script&gt; unacked")
     links = [t["name"] for t in drawn["AMQP 1.0 link credit per link (the sender's view)"]["data"]]
-    assert "&lt;img src=x onerror=\"window.pwned=1\"&gt;" in links[0]
+    assert '&lt;img src=x onerror="window.pwned=1"&gt;' in links[0]
     lanes = drawn["Timeline: entities, the intervals they were held back, findings and violations"]["layout"]
     assert any("&lt;script&gt;" in label for label in lanes["yaxis"]["categoryarray"])
     assert HOSTILE in words(parsed)  # the HTML text reads as sent too
@@ -476,15 +802,20 @@ def test_hostile_names_stay_text_in_charts_and_tooltips(full):
 
 
 def grid(spark: SparkSession, seconds: float) -> DataFrame:
-    return S.bucket_grid(spark.createDataFrame([("cap", T0, T0 + timedelta(seconds=seconds))],
-                                               "capture_id string, first_ts timestamp, last_ts timestamp"))
+    return S.bucket_grid(
+        spark.createDataFrame(
+            [("cap", T0, T0 + timedelta(seconds=seconds))], "capture_id string, first_ts timestamp, last_ts timestamp"
+        )
+    )
 
 
 def test_downsampling_bounds_points_and_keeps_the_extremes(spark):
     # 1,000 rows one millisecond apart; unacked cycles 0..9 with one spike of 99 at row 500.
     rows = [("cap", "c1", T0 + timedelta(milliseconds=i), i, 99 if i == 500 else i % 10) for i in range(1000)]
     short = [("cap", "c2", T0 + timedelta(milliseconds=i), i, i) for i in range(5)]
-    df = spark.createDataFrame(rows + short, "capture_id string, connection_id string, ts timestamp, _order long, unacked long")
+    df = spark.createDataFrame(
+        rows + short, "capture_id string, connection_id string, ts timestamp, _order long, unacked long"
+    )
     chart = S.StateChart("test", S.keyed(df, connection_id="connection_id"), {"unacked": ("unacked", "max")})
     points = S.states([chart], grid(spark, 0.999), points=100).collect()
     long = sorted((r.x, r.value) for r in points if r.connection_id == "c1")
@@ -498,8 +829,11 @@ def test_counts_fill_every_bucket_and_hold_nothing(spark):
     # Three events in 2 s (10 ms buckets): every bucket is there, zero but in the three.
     events = spark.createDataFrame(
         [("cap", "q", "publish", T0 + timedelta(milliseconds=ms), 1) for ms in (0, 5, 1500)],
-        "capture_id string, name string, metric string, ts timestamp, n long")
-    rows = S.counts([S.CountChart("test", S.keyed(events, name="name"), ("publish", "ack"))], grid(spark, 2.0)).collect()
+        "capture_id string, name string, metric string, ts timestamp, n long",
+    )
+    rows = S.counts(
+        [S.CountChart("test", S.keyed(events, name="name"), ("publish", "ack"))], grid(spark, 2.0)
+    ).collect()
     publish = sorted((round(r.x, 6), r.value) for r in rows if r.metric == "publish")
     assert len(publish) == 201 and len([r for r in rows if r.metric == "ack"]) == 201
     assert [(x, v) for x, v in publish if v] == [(0.0, 2.0), (1.5, 1.0)]
@@ -513,9 +847,11 @@ def test_busiest_keeps_the_heaviest_series_of_each_capture(spark):
     df = spark.createDataFrame(rows, "capture_id string, key string, weight long")
     kept = S.busiest(df, S.F.col("weight"), limit=3, keys=["key"])
     expected = spark.createDataFrame(
-        [("one", "c", w, 1, 4) for w in (4, 4, 1)] + [("one", "a", w, 2, 4) for w in (2, 3)]
+        [("one", "c", w, 1, 4) for w in (4, 4, 1)]
+        + [("one", "a", w, 2, 4) for w in (2, 3)]
         + [("one", "b", 5, 3, 4), ("two", "z", 1, 1, 1), ("two", "z", 1, 1, 1)],
-        "capture_id string, key string, weight long, series_rank int, series_total int")
+        "capture_id string, key string, weight long, series_rank int, series_total int",
+    )
     assertDataFrameEqual(kept, expected)
 
 
@@ -526,12 +862,18 @@ def test_a_null_key_is_a_series_of_its_own_and_points_at_one_time_stay_apart(spa
     rows = [("one", None, 5), ("one", None, 1), ("one", "a", 4), ("one", "b", 1)]
     df = spark.createDataFrame(rows, "capture_id string, key string, weight long")
     kept = S.busiest(df, S.F.col("weight"), limit=2, keys=["key"])
-    assertDataFrameEqual(kept, spark.createDataFrame(
-        [("one", None, 5, 1, 3), ("one", None, 1, 1, 3), ("one", "a", 4, 2, 3)],
-        "capture_id string, key string, weight long, series_rank int, series_total int"))
+    assertDataFrameEqual(
+        kept,
+        spark.createDataFrame(
+            [("one", None, 5, 1, 3), ("one", None, 1, 1, 3), ("one", "a", 4, 2, 3)],
+            "capture_id string, key string, weight long, series_rank int, series_total int",
+        ),
+    )
     at = T0 + timedelta(milliseconds=3)
-    points = spark.createDataFrame([("cap", None, at, 7, 1), ("cap", None, at, 8, 2), ("cap", "c1", at, 7, 5)],
-                                   "capture_id string, connection_id string, ts timestamp, _order long, unacked long")
+    points = spark.createDataFrame(
+        [("cap", None, at, 7, 1), ("cap", None, at, 8, 2), ("cap", "c1", at, 7, 5)],
+        "capture_id string, connection_id string, ts timestamp, _order long, unacked long",
+    )
     chart = S.StateChart("test", S.keyed(points, connection_id="connection_id"), {"unacked": ("unacked", "max")})
     found = sorted((r.connection_id or "", r.x, r.value) for r in S.states([chart], grid(spark, 0.999)).collect())
     assert found == [("", 0.003, 1.0), ("", 0.003, 2.0), ("c1", 0.003, 5.0)]

@@ -50,8 +50,11 @@ def editcap_split(capture: Path, out: Path, packets: int) -> list[Path]:
 def tcpdump_rotate(capture: Path, out: Path, megabytes: int = 1) -> list[Path]:
     """tcpdump's own rotation: ``tcpdump -r CAPTURE -w cap.pcap -C N`` writes cap.pcap, cap.pcap1, ...
     (-Z root: tcpdump would otherwise write as its own user, who cannot write in the test's folder)."""
-    subprocess.run(["tcpdump", "-r", str(capture), "-w", str(out / "cap.pcap"), "-C", str(megabytes), "-Z", "root"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["tcpdump", "-r", str(capture), "-w", str(out / "cap.pcap"), "-C", str(megabytes), "-Z", "root"],
+        check=True,
+        capture_output=True,
+    )
     return sorted(out.glob("cap.pcap*"), key=lambda p: int(p.name.removeprefix("cap.pcap") or 0))
 
 
@@ -107,10 +110,12 @@ def test_unrelated_numbered_files_are_separate_captures(tmp_path):
     grouping = resolve_parts(files)
     assert [[p.name for p in c] for c in grouping.captures] == [[f.name] for f in files]
     assert [(b.earlier.name, b.later.name, b.joined) for b in grouping.boundaries] == [
-        (f"cap{n}.pcap", f"cap{n + 1}.pcap", False) for n in range(3)]
+        (f"cap{n}.pcap", f"cap{n + 1}.pcap", False) for n in range(3)
+    ]
     # Every connection of the sample is closed at its end: only a pause that traffic could make would do.
-    assert all("no connection was open at the end" in b.why and "more than 1.000000 s" in b.why
-               for b in grouping.boundaries)
+    assert all(
+        "no connection was open at the end" in b.why and "more than 1.000000 s" in b.why for b in grouping.boundaries
+    )
     assert grouping.explain()[0].startswith("cap0.pcap and cap1.pcap: separate captures: ")
 
 
@@ -173,9 +178,10 @@ def test_analyze_prints_which_files_were_grouped_and_why(tmp_path, capsys):
     assert cli_main(["analyze", *map(str, parts), "--lake", str(blocker / "lake")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(f"{', '.join(p.name for p in parts)}: one capture, the rotated parts of one capture run")
-    assert [line.split(":")[0].strip() for line in err[1:len(parts)]] == [
-        f"{b.name} follows {a.name}" for a, b in zip(parts, parts[1:])]
-    assert all(" runs on" in line for line in err[1:len(parts)])
+    assert [line.split(":")[0].strip() for line in err[1 : len(parts)]] == [
+        f"{b.name} follows {a.name}" for a, b in zip(parts, parts[1:])
+    ]
+    assert all(" runs on" in line for line in err[1 : len(parts)])
 
 
 @pytest.mark.parametrize("splitter", ["tcpdump-names", "editcap", "tcpdump"])
@@ -203,9 +209,12 @@ def test_rotated_parts_decode_as_the_whole_file(spark, tmp_path, splitter):
         # Connections run on across the parts: some connection has frames completed in two parts.
         c = read_container(parts[0])
         boundary = sum(1 for _ in read_range(parts[0], c, c.data_start, parts[0].stat().st_size))
-        spanning = got["frames"].groupBy("connection_id").agg(
-            F.min("packet_number").alias("lo"), F.max("packet_number").alias("hi")
-        ).filter((F.col("lo") <= boundary) & (F.col("hi") > boundary))
+        spanning = (
+            got["frames"]
+            .groupBy("connection_id")
+            .agg(F.min("packet_number").alias("lo"), F.max("packet_number").alias("hi"))
+            .filter((F.col("lo") <= boundary) & (F.col("hi") > boundary))
+        )
         assert spanning.count() >= 1
         assert_bytes_accounted(byte_accounting(got["connections"], got["frames"], got["quarantine"]))
         [row] = got["captures"].collect()
@@ -240,8 +249,9 @@ def test_landing_replaces_a_capture_that_grew_by_a_part(spark, tmp_path):
     assert run.ingested == (capture_id(parts[0]),)
     lines = said.getvalue().splitlines()
     assert lines[0].startswith(f"{', '.join(p.name for p in parts)}: one capture, the rotated parts")
-    assert [line.split(":")[0].strip() for line in lines[1:len(parts)]] == [
-        f"{b.name} follows {a.name}" for a, b in zip(parts, parts[1:])]
+    assert [line.split(":")[0].strip() for line in lines[1 : len(parts)]] == [
+        f"{b.name} follows {a.name}" for a, b in zip(parts, parts[1:])
+    ]
     assert [r.capture_id for r in store.read("captures").collect()] == [capture_id(parts[0])]
     [whole] = resolve_captures([SAMPLE])
     want, persisted = decode_tables(spark, [whole], (5672,))

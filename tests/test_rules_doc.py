@@ -10,7 +10,8 @@ from amqpscope.ingest.reasons import REASONS
 
 def test_committed_rules_doc_is_current():
     assert DOC_PATH.read_text(encoding="utf-8") == render(load_rules(CATALOGUE_PATH), not_implemented()), (
-        "docs/RULES.md is stale: run python -m amqpscope.expectations.rules_doc")
+        "docs/RULES.md is stale: run python -m amqpscope.expectations.rules_doc"
+    )
 
 
 def test_rules_doc_lists_every_rule_event_and_gap():

@@ -84,7 +84,8 @@ def test_drain_on_a_classic_queue_ends_the_session_with_an_event(spark, captures
     assert (gt["messages_accepted"], accepts) == (0, 0)
     events = events_timeline(frames).collect()
     assert [(e.event_id, e.severity, e.condition, e.packet_number) for e in events] == [
-        ("amqp10.session.ended_with_error", "info", gt["session_error"], end.packet_number)]
+        ("amqp10.session.ended_with_error", "info", gt["session_error"], end.packet_number)
+    ]
     assert not {rule for rule in found(frames) if RULES[rule].severity == "error"}
 
 

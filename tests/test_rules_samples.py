@@ -17,6 +17,8 @@ SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 # samples/bottlenecks (the diagnosis scenarios, merged from main late in issue 14's work) is not
 # covered here yet: its 10 captures (21 MB) were not analysed through every rule in time.
 CAPTURES = sorted(p for p in SAMPLES.rglob("*") if p.suffix in (".pcap", ".pcapng") and "bottlenecks" not in p.parts)
+
+
 @pytest.fixture(scope="module")
 def found(spark) -> tuple[dict, Counter]:
     """(capture name -> [(rule, severity, evidence)], event counts by (capture name, event id))."""
@@ -38,15 +40,18 @@ def test_every_sample_is_analysed():
 
 def test_no_error_on_the_samples(found):
     by_capture, _events = found
-    errors = {name: [(rule, channel) for rule, severity, channel, _evidence in rows if severity == "error"]
-              for name, rows in by_capture.items()}
+    errors = {
+        name: [(rule, channel) for rule, severity, channel, _evidence in rows if severity == "error"]
+        for name, rows in by_capture.items()
+    }
     assert errors == {name: [] for name in by_capture}
 
 
 def test_warnings_on_the_samples(found):
     by_capture, _events = found
-    warnings = Counter((name, rule) for name, rows in by_capture.items() for rule, severity, _c, _e in rows
-                       if severity == "warning")
+    warnings = Counter(
+        (name, rule) for name, rows in by_capture.items() for rule, severity, _c, _e in rows if severity == "warning"
+    )
     assert warnings == Counter()
 
 

@@ -28,15 +28,21 @@ SMALL = SAMPLES / "amqp10-credit.pcap"
 TRIALS = int(os.environ.get("AMQPSCOPE_RACE_TRIALS", "1"))
 # What a run that lost the race prints (without -v): one line naming the stage, the table and the other run,
 # and where the trace is (jobs/cli.py).
-LOST = re.compile(r"amqpscope (analyze|ingest): error: stage \w+, table \w+: (CaptureBusy: capture \w{12} is being "
-                  r"written by run \S+ \(pid \d+ on .+\)|WriteConflict: capture \w{12} was written by run \S+ "
-                  r"\(pid \d+ on .+\) \(version \d+\) after this run read .+; not written twice)"
-                  r" \(run with -v for the full trace\)")
+LOST = re.compile(
+    r"amqpscope (analyze|ingest): error: stage \w+, table \w+: (CaptureBusy: capture \w{12} is being "
+    r"written by run \S+ \(pid \d+ on .+\)|WriteConflict: capture \w{12} was written by run \S+ "
+    r"\(pid \d+ on .+\) \(version \d+\) after this run read .+; not written twice)"
+    r" \(run with -v for the full trace\)"
+)
 
 
 def start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "amqpscope", *args, "--progress", "never"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "amqpscope", *args, "--progress", "never"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(procs: list[subprocess.Popen]) -> list[tuple[int, str, str]]:

@@ -38,8 +38,10 @@ def state(*rows: StageRun) -> dict:
         ((row("ingest", "r1", "running"),), "ingest running"),
         # Killed during derive: bronze committed, derive still marked running.
         ((row("ingest", "r1"), row("derive", "r1", "running", source="r1")), "derive running"),
-        ((row("ingest", "r1"), row("derive", "r1", "failed: ValueError: x", source="r1")),
-         "derive failed: ValueError: x"),
+        (
+            (row("ingest", "r1"), row("derive", "r1", "failed: ValueError: x", source="r1")),
+            "derive failed: ValueError: x",
+        ),
         # Ingested again (r2) after the derive of r1: the derived rows are older than the bronze ones.
         ((row("ingest", "r2"), row("derive", "r1", source="r1")), "derived from an earlier ingest"),
         # A re-ingest that did not finish makes a derived capture incomplete again.
@@ -119,11 +121,13 @@ def test_version_and_python_m(tmp_path):
     import importlib.metadata
 
     expected = f"amqpscope {importlib.metadata.version('amqpscope')}\n"
-    out = subprocess.run([sys.executable, "-m", "amqpscope", "--version"], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "amqpscope", "--version"], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
     assert out.returncode == 0 and out.stdout == expected
-    helped = subprocess.run([sys.executable, "-m", "amqpscope", "--help"], capture_output=True, text=True,
-                            cwd=tmp_path, timeout=60)
+    helped = subprocess.run(
+        [sys.executable, "-m", "amqpscope", "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
     for command in ("analyze", "ingest", "derive", "report", "capture"):
         assert command in helped.stdout
 
@@ -167,7 +171,10 @@ def test_stage_failure_is_one_line_naming_stage_and_table():
         with clock.stage("flow_state"):
             clock.writing("link_credit")
             raise _JvmError()
-    assert str(caught.value) == "stage flow_state, table link_credit: _JvmError: [DELTA_FAILED] Cannot write to table frames"
+    assert (
+        str(caught.value)
+        == "stage flow_state, table link_credit: _JvmError: [DELTA_FAILED] Cannot write to table frames"
+    )
     assert isinstance(caught.value.__cause__, _JvmError)  # the trace stays for -v
     assert "flow_state" not in clock.seconds
 
@@ -182,7 +189,9 @@ def test_cli_prints_a_stage_failure_on_one_line(monkeypatch, capsys):
     monkeypatch.setattr(entry, "derive", failing)
     assert cli_main(["derive", "--lake", "unused"]) == 1
     err = capsys.readouterr().err
-    assert err == ("amqpscope derive: error: stage verdicts, table violations: _JvmError: [DELTA_FAILED] Cannot "
-                   "write to table frames (run with -v for the full trace)\n")
+    assert err == (
+        "amqpscope derive: error: stage verdicts, table violations: _JvmError: [DELTA_FAILED] Cannot "
+        "write to table frames (run with -v for the full trace)\n"
+    )
     assert cli_main(["-v", "derive", "--lake", "unused"]) == 1
     assert "Traceback" in capsys.readouterr().err

@@ -92,7 +92,11 @@ def test_flow_control_fields_match_tshark(spark, lake, capture):
         ("transfer", "handle", "amqp.performative.arguments.handle"),
     ]
     for name, column, field in fields:
-        mine = [_as_text(getattr(r, column)) for r in sorted(ours, key=lambda r: (r.packet_number, r.stream_offset)) if frame_name(r) == name]
+        mine = [
+            _as_text(getattr(r, column))
+            for r in sorted(ours, key=lambda r: (r.packet_number, r.stream_offset))
+            if frame_name(r) == name
+        ]
         theirs = [f.fields.get(field) for f in reference if f.name == name]
         assert mine == [_tshark_text(v) for v in theirs], f"{name}.{column}"
 
@@ -128,8 +132,14 @@ def test_ground_truth_holds_in_the_tables(spark, lake):
                 assert counts[("c2s", "basic.ack")] == gt["acks_sent"]
                 assert counts[("c2s", "basic.nack")] == gt["nacks_sent"]
                 assert counts[("s2c", "basic.ack")] == gt["confirms_acked"]
-                [tune_ok] = frames.filter((F.col("capture_id") == cid) & (F.col("method") == "connection.tune-ok")).collect()
-                assert (tune_ok.frame_max, tune_ok.heartbeat, tune_ok.channel_max) == (gt["frame_max"], gt["heartbeat"], gt["channel_max"])
+                [tune_ok] = frames.filter(
+                    (F.col("capture_id") == cid) & (F.col("method") == "connection.tune-ok")
+                ).collect()
+                assert (tune_ok.frame_max, tune_ok.heartbeat, tune_ok.channel_max) == (
+                    gt["frame_max"],
+                    gt["heartbeat"],
+                    gt["channel_max"],
+                )
                 unacked = store.read("channel_unacked").filter(F.col("capture_id") == cid)
                 top = unacked.agg(F.max("unacked"), F.max("prefetch_count")).first()
                 # The broker never exceeds the consumer's prefetch, and the consumer filled it.
@@ -138,7 +148,9 @@ def test_ground_truth_holds_in_the_tables(spark, lake):
                 assert counts[("c2s", "transfer")] == gt["messages_sent"]
                 assert counts[("s2c", "transfer")] == gt["messages_received"]
                 grants = store.read("link_credit").filter(
-                    (F.col("capture_id") == cid) & (F.col("method") == "flow") & (F.col("sender_side") == "server")
+                    (F.col("capture_id") == cid)
+                    & (F.col("method") == "flow")
+                    & (F.col("sender_side") == "server")
                     & (F.col("direction") == "c2s")
                 )
                 assert [r.link_credit_rcv for r in grants.collect()] == [gt["credit_window"]] * gt["credit_grants"]

@@ -33,7 +33,9 @@ def table_frames(capture: Path) -> list[dict]:
 
 def test_session_dissection_gives_the_frames_table_frames():
     capture = SAMPLES / "mixed.pcapng"
-    ours = sorted((r["packet_number"], r["stream_offset"], r["method"] or r["frame_type"]) for r in table_frames(capture))
+    ours = sorted(
+        (r["packet_number"], r["stream_offset"], r["method"] or r["frame_type"]) for r in table_frames(capture)
+    )
     layers = frames(sniff(offline=str(capture), session=TCPSession))
     assert len(layers) == len(ours)
     assert sorted(layer.method or layer.frame_type for layer in layers) == sorted(name for *_, name in ours)

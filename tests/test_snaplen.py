@@ -123,7 +123,9 @@ def test_a_cut_inside_the_tcp_options_loses_the_whole_payload(tmp_path):
     [whole] = clean["connections"]
     assert (conn["c2s_missing_bytes"], conn["s2c_missing_bytes"]) == (whole["c2s_bytes"], whole["s2c_bytes"])
     assert sorted((q["direction"], q["byte_count"], q["missing"]) for q in out["quarantine"]) == [
-        ("c2s", whole["c2s_bytes"], True), ("s2c", whole["s2c_bytes"], True)]
+        ("c2s", whole["c2s_bytes"], True),
+        ("s2c", whole["s2c_bytes"], True),
+    ]
 
 
 def test_a_cut_before_the_protocol_is_known_is_counted_once(tmp_path):
@@ -138,7 +140,7 @@ def test_a_cut_before_the_protocol_is_known_is_counted_once(tmp_path):
         ip_c / TCP(sport=50000, dport=5672, flags="PA", seq=1 + len(hello)) / bytes(100),
     ]
     records = [Record(n, n, 1, bytes(p), len(p)) for n, p in enumerate(packets, 1)]
-    records[2] = Record(3, 3, 1, records[2].data[:54 + 30], records[2].wirelen)  # 30 payload bytes kept
+    records[2] = Record(3, 3, 1, records[2].data[: 54 + 30], records[2].wirelen)  # 30 payload bytes kept
     out = decode(write_pcap(tmp_path / "cut.pcap", records))
     [conn] = out["connections"]
     assert (conn["protocol"], conn["c2s_bytes"], conn["c2s_missing_bytes"]) == ("tls", 130, len(hello) - 30)
@@ -249,8 +251,11 @@ def test_segments_keep_their_wire_length_when_cut(tmp_path):
     records = list(read_records(CAPTURES[0]))
 
     def segments(path: Path) -> list[tuple]:
-        return [(r["packet_number"], r["direction"], r["seq_offset"], r["payload_length"], r["retransmitted_bytes"])
-                for kind, r in decode_capture(path, "c", segments=True) if kind == "tcp_segments"]
+        return [
+            (r["packet_number"], r["direction"], r["seq_offset"], r["payload_length"], r["retransmitted_bytes"])
+            for kind, r in decode_capture(path, "c", segments=True)
+            if kind == "tcp_segments"
+        ]
 
     whole = segments(CAPTURES[0])
     assert any(length > 200 for *_, length, _ in whole)

@@ -63,9 +63,20 @@ def test_a_table_declared_wrong_is_refused():
 def test_the_answer_is_what_the_diagnosis_reads():
     # What the bottleneck rules and flow_intervals read (pipelines.bottlenecks, pipelines.flow_intervals),
     # written out here from those modules rather than from the registry under test.
-    assert set(ANSWER) == {"messages_091", "link_state", "session_window", "consumer_unacked", "channel_unacked",
-                           "channel_confirms", "connection_blocked", "channel_flow", "tcp_flow", "flow_intervals",
-                           "bottlenecks", "diagnosis"}
+    assert set(ANSWER) == {
+        "messages_091",
+        "link_state",
+        "session_window",
+        "consumer_unacked",
+        "channel_unacked",
+        "channel_confirms",
+        "connection_blocked",
+        "channel_flow",
+        "tcp_flow",
+        "flow_intervals",
+        "bottlenecks",
+        "diagnosis",
+    }
     assert ANSWER[-1] == "diagnosis"
 
 
@@ -73,8 +84,16 @@ def test_every_builder_gives_its_declared_columns(spark):
     empty = {name: spark.createDataFrame([], schema) for name, schema in lake_tables.schemas("bronze").items()}
     empty["frames"] = by_connection(empty["frames"])
     empty["violations"] = spark.createDataFrame([], lake_tables.table("violations").schema)
-    build = lake_tables.Build(empty, {"limits": DiagnosisThresholds(), "run_id": "r", "run_ts": datetime.now(UTC),
-                                      "suite_of_rule": {}, "suites_run": []})
+    build = lake_tables.Build(
+        empty,
+        {
+            "limits": DiagnosisThresholds(),
+            "run_id": "r",
+            "run_ts": datetime.now(UTC),
+            "suite_of_rule": {},
+            "suites_run": [],
+        },
+    )
     for name in lake_tables.names(built=True):
         assert columns(build.table(name).schema) == columns(lake_tables.table(name).schema), name
 
@@ -98,8 +117,9 @@ def test_a_capture_of_one_amqp_version_has_the_same_rows_without_the_others_tabl
     # table holds the rows the reference digests say, as when it is analysed with 1.0 captures.
     capture = SAMPLES / "amqp091-qos-confirms.pcap"
     lake = tmp_path / "lake"
-    result = analyze(spark, [str(capture)], AnalyzeConfig(lake=lake, report=tmp_path / "report.html",
-                                                         data_docs=tmp_path / "docs"))
+    result = analyze(
+        spark, [str(capture)], AnalyzeConfig(lake=lake, report=tmp_path / "report.html", data_docs=tmp_path / "docs")
+    )
     unbuilt = lake_tables.without_rows({"amqp-0-9-1"})
     assert unbuilt == {"deliveries_10", "link_credit", "link_state", "session_window", "lifecycle_10"}
     assert all(result.row_counts[name] == 0 and Lake(spark, lake).exists(name) for name in unbuilt)

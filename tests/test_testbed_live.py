@@ -23,9 +23,7 @@ from amqpscope.testbed.tshark import DecodedFrame, capture_gaps, decoded_frames,
 
 pytestmark = [
     pytest.mark.live,
-    pytest.mark.skipif(
-        not (RABBITMQ_BIN / "rabbitmq-server").exists(), reason="rabbitmq-server not installed"
-    ),
+    pytest.mark.skipif(not (RABBITMQ_BIN / "rabbitmq-server").exists(), reason="rabbitmq-server not installed"),
     pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump not installed"),
     pytest.mark.skipif(os.geteuid() != 0, reason="capturing on lo needs root"),
 ]
@@ -44,9 +42,7 @@ def broker() -> Iterator[PrivateBroker]:
 
 
 @pytest.fixture(scope="module")
-def captures(
-    broker: PrivateBroker, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Path]:
+def captures(broker: PrivateBroker, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out_dir = tmp_path_factory.mktemp("captures")
     return {name: capture_scenario(name, out_dir, broker=broker) for name in SCENARIOS}
 
@@ -64,9 +60,7 @@ def truth_of(capture: Path) -> dict:
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_capture_and_truth_files(
-    scenario: str, captures: dict[str, Path], broker: PrivateBroker
-) -> None:
+def test_capture_and_truth_files(scenario: str, captures: dict[str, Path], broker: PrivateBroker) -> None:
     capture = captures[scenario]
     assert capture.name == scenario.replace("_", "-") + ".pcap"
     assert capture.stat().st_size > 24  # more than the pcap global header
@@ -92,9 +86,7 @@ def test_amqp091_ground_truth(captures: dict[str, Path]) -> None:
     assert truth["acks_sent"] == truth["acks_single"] + truth["acks_multiple"]
     assert truth["acks_multiple"] > 0
     # Every delivery but the nacked one is settled by exactly one ack.
-    assert (
-        truth["acks_single"] + truth["deliveries_settled_by_multiple_acks"] == AMQP091_MESSAGES
-    )
+    assert truth["acks_single"] + truth["deliveries_settled_by_multiple_acks"] == AMQP091_MESSAGES
     assert truth["channels_opened"] == 2
 
 
@@ -154,9 +146,7 @@ def check_amqp091(frames: list[DecodedFrame], truth: dict) -> None:
     assert len(multiple) == truth["acks_multiple"]
     assert counts["client", "basic.nack"] == truth["nacks_sent"]
     qos = [frame for frame in frames if frame.name == "basic.qos"]
-    assert [q.fields["amqp.method.arguments.prefetch_count"] for q in qos] == [
-        str(truth["prefetch_count"])
-    ]
+    assert [q.fields["amqp.method.arguments.prefetch_count"] for q in qos] == [str(truth["prefetch_count"])]
     assert counts["client", "channel.open"] == truth["channels_opened"]
     assert counts["client", "connection.close"] == counts["broker", "connection.close-ok"] == 1
 
@@ -171,13 +161,10 @@ def check_amqp10(frames: list[DecodedFrame], truth: dict) -> None:
     grants = [
         frame
         for frame in frames
-        if (frame.sender, frame.name) == ("client", "flow")
-        and "amqp.performative.arguments.linkCredit" in frame.fields
+        if (frame.sender, frame.name) == ("client", "flow") and "amqp.performative.arguments.linkCredit" in frame.fields
     ]
     assert len(grants) == truth["credit_grants"]
-    assert {g.fields["amqp.performative.arguments.linkCredit"] for g in grants} == {
-        str(truth["credit_window"])
-    }
+    assert {g.fields["amqp.performative.arguments.linkCredit"] for g in grants} == {str(truth["credit_window"])}
     assert counts["client", "close"] == counts["broker", "close"] == 1
 
 
@@ -192,17 +179,13 @@ def test_tshark_decodes_what_the_clients_did(
     for part, truth in ground_truth.items():
         protocol = truth["protocol"]
         part_frames = [frame for frame in frames[scenario] if frame.protocol == protocol]
-        {"amqp091_qos_confirms": check_amqp091, "amqp10_credit": check_amqp10}[part](
-            part_frames, truth
-        )
+        {"amqp091_qos_confirms": check_amqp091, "amqp10_credit": check_amqp10}[part](part_frames, truth)
 
 
 # -- processes -------------------------------------------------------------------------------
 
 
-def test_captures_leave_no_process_behind(
-    captures: dict[str, Path], broker: PrivateBroker
-) -> None:
+def test_captures_leave_no_process_behind(captures: dict[str, Path], broker: PrivateBroker) -> None:
     # Only the broker's own processes may still run (tcpdump, editcap, clients are gone). Other
     # fixtures of the same pytest run (Spark's JVM and Python workers) are not the testbed's.
     leftovers = {
@@ -212,7 +195,9 @@ def test_captures_leave_no_process_behind(
 
 
 # Every program the testbed starts, by kernel command name (/proc/PID/comm).
-TESTBED_COMMANDS = frozenset({"tcpdump", "editcap", "beam.smp", "epmd", "erl_child_setup", "inet_gethost", "rabbitmq-server"})
+TESTBED_COMMANDS = frozenset(
+    {"tcpdump", "editcap", "beam.smp", "epmd", "erl_child_setup", "inet_gethost", "rabbitmq-server"}
+)
 
 
 def _command(pid: int) -> str | None:

@@ -32,8 +32,11 @@ needs_tshark = pytest.mark.skipif(not tshark_available(), reason="tshark not ins
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory):
     folder = tmp_path_factory.mktemp("throwaway-ca")
-    return {"ec": make_certificates(folder / "ec", "ec"), "rsa": make_certificates(folder / "rsa", "rsa"),
-            "dh": dh_parameters(folder)}
+    return {
+        "ec": make_certificates(folder / "ec", "ec"),
+        "rsa": make_certificates(folder / "rsa", "rsa"),
+        "dh": dh_parameters(folder),
+    }
 
 
 def decode(pcap: Path, keylog: Path | None = None, segments: bool = False) -> dict[str, list[dict]]:
@@ -45,9 +48,20 @@ def decode(pcap: Path, keylog: Path | None = None, segments: bool = False) -> di
 
 def essence(frames: list[dict]) -> list[tuple]:
     """What a frame is, whatever carried it: every decoded column, not where the capture put it."""
-    where = {"capture_id", "connection_id", "frame_index", "ts", "ts_us", "packet_number", "tls_record_number", "stream_offset"}
-    return sorted((f["direction"], f["stream_offset"], sorted((k, repr(v)) for k, v in f.items() if k not in where))
-                  for f in frames)
+    where = {
+        "capture_id",
+        "connection_id",
+        "frame_index",
+        "ts",
+        "ts_us",
+        "packet_number",
+        "tls_record_number",
+        "stream_offset",
+    }
+    return sorted(
+        (f["direction"], f["stream_offset"], sorted((k, repr(v)) for k, v in f.items() if k not in where))
+        for f in frames
+    )
 
 
 def assert_accounted(out: dict[str, list[dict]]) -> None:
@@ -69,11 +83,21 @@ def plain_frames(sample: Path) -> list[dict]:
     return [r for k, r in decode_capture(sample, "plain") if k == "frames"]
 
 
-def session_capture(tmp_path: Path, certificates, version: str, ciphers: str | None, key: str, sample: Path,
-                    name: str = "tls", **capture) -> tuple[Path, Path]:
+def session_capture(
+    tmp_path: Path,
+    certificates,
+    version: str,
+    ciphers: str | None,
+    key: str,
+    sample: Path,
+    name: str = "tls",
+    **capture,
+) -> tuple[Path, Path]:
     keylog = tmp_path / f"{name}.keylog"
     client = new_client_context(certificates[key].ca_certificate, keylog, version, ciphers)
-    server = new_server_context(certificates[key], ciphers, certificates["dh"] if ciphers and "DHE-" in ciphers else None)
+    server = new_server_context(
+        certificates[key], ciphers, certificates["dh"] if ciphers and "DHE-" in ciphers else None
+    )
     session = memory_session(client, server, conversation(sample, limit=capture.pop("limit", None)))
     return write_capture(tmp_path / f"{name}.pcap", session.transcript, **capture), keylog
 
@@ -96,16 +120,21 @@ CASES = [
 @needs_tshark
 @pytest.mark.tshark
 @pytest.mark.parametrize("version, ciphers, key, sample, suite", CASES, ids=lambda v: getattr(v, "name", v))
-def test_decrypted_sessions_give_the_plain_frames_and_tsharks(tmp_path, certificates, version, ciphers, key, sample,
-                                                               suite):
+def test_decrypted_sessions_give_the_plain_frames_and_tsharks(
+    tmp_path, certificates, version, ciphers, key, sample, suite
+):
     pcap, keylog = session_capture(tmp_path, certificates, version, ciphers, key, sample)
     out = decode(pcap, keylog)
     assert essence(out["frames"]) == essence(plain_frames(sample))
     assert out["quarantine"] == []
     assert_accounted(out)
     (connection,) = out["connections"]
-    assert (connection["tls_version"], connection["tls_cipher_suite"], connection["tls_sni"], connection["tls_status"]) \
-        == (f"TLS {version}", suite, "localhost", "decrypted")
+    assert (
+        connection["tls_version"],
+        connection["tls_cipher_suite"],
+        connection["tls_sni"],
+        connection["tls_status"],
+    ) == (f"TLS {version}", suite, "localhost", "decrypted")
     assert connection["protocol"] == out["frames"][0]["protocol"]
     result = compare_frames(out["frames"], decoded_frames(pcap, PORT, keylog))
     assert result.mismatches == []
@@ -115,12 +144,31 @@ def test_decrypted_sessions_give_the_plain_frames_and_tsharks(tmp_path, certific
 @needs_tshark
 @pytest.mark.tshark
 def test_each_frame_names_a_record_tshark_shows_completing_in_its_packet(tmp_path, certificates):
-    pcap, keylog = session_capture(tmp_path, certificates, "1.2", "ECDHE-ECDSA-AES128-GCM-SHA256", "ec", SAMPLE_10,
-                                   mss=300)
+    pcap, keylog = session_capture(
+        tmp_path, certificates, "1.2", "ECDHE-ECDSA-AES128-GCM-SHA256", "ec", SAMPLE_10, mss=300
+    )
     fields = subprocess.run(
-        ["tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}", "-d", f"tcp.port=={PORT},tls",
-         "-T", "fields", "-e", "frame.number", "-e", "tcp.srcport", "-e", "tls.record.content_type"],
-        capture_output=True, text=True, check=True).stdout
+        [
+            "tshark",
+            "-r",
+            str(pcap),
+            "-o",
+            f"tls.keylog_file:{keylog}",
+            "-d",
+            f"tcp.port=={PORT},tls",
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "tls.record.content_type",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     through: dict[tuple[str, int], int] = {}  # records of a direction completed by the end of a packet
     seen: Counter = Counter()
     for line in fields.splitlines():
@@ -156,17 +204,28 @@ def _transcript_of(pcap: Path) -> list[tuple[str, bytes]]:
 
 # -- not decrypted: recorded, quarantined with the reason, accounted ------------------------------------
 
+
 def test_without_a_key_log_the_connection_is_recorded_and_its_bytes_quarantined(tmp_path, certificates):
     pcap, _ = session_capture(tmp_path, certificates, "1.3", None, "ec", SAMPLE_091)
     out = decode(pcap, segments=True)
     assert out["frames"] == []
     (connection,) = out["connections"]
-    assert (connection["protocol"], connection["tls_version"], connection["tls_cipher_suite"], connection["tls_sni"],
-            connection["tls_status"]) == ("tls", "TLS 1.3", "TLS_AES_256_GCM_SHA384", "localhost", "tls.no_key")
+    assert (
+        connection["protocol"],
+        connection["tls_version"],
+        connection["tls_cipher_suite"],
+        connection["tls_sni"],
+        connection["tls_status"],
+    ) == ("tls", "TLS 1.3", "TLS_AES_256_GCM_SHA384", "localhost", "tls.no_key")
     assert (connection["client_port"], connection["server_port"]) == (40001, 5671)
     reasons = {(q["reason_id"], q["reason"]) for q in out["quarantine"]}
-    assert reasons == {("tls.no_key", "encrypted, not decoded: the key log has no secret for this TLS session "
-                                      "(give --tls-keylog) (no key log given)")}
+    assert reasons == {
+        (
+            "tls.no_key",
+            "encrypted, not decoded: the key log has no secret for this TLS session "
+            "(give --tls-keylog) (no key log given)",
+        )
+    }
     assert len(out["quarantine"]) == 2  # one run a direction
     assert_accounted(out)
     # Its TCP is still there for the TCP-level findings: every packet of the connection.
@@ -186,10 +245,12 @@ def open_records(pcap: Path):
 
 
 def test_keys_of_another_session_fail_to_decrypt(tmp_path, certificates):
-    pcap, _ = session_capture(tmp_path, certificates, "1.2", "ECDHE-ECDSA-AES128-GCM-SHA256", "ec", SAMPLE_10,
-                              name="one", limit=30)
-    _, other_keylog = session_capture(tmp_path, certificates, "1.2", "ECDHE-ECDSA-AES128-GCM-SHA256", "ec", SAMPLE_10,
-                                      name="two", limit=30)
+    pcap, _ = session_capture(
+        tmp_path, certificates, "1.2", "ECDHE-ECDSA-AES128-GCM-SHA256", "ec", SAMPLE_10, name="one", limit=30
+    )
+    _, other_keylog = session_capture(
+        tmp_path, certificates, "1.2", "ECDHE-ECDSA-AES128-GCM-SHA256", "ec", SAMPLE_10, name="two", limit=30
+    )
     # The other session's master secret filed under this session's client random: keys that do not match.
     this = decode(pcap, tmp_path / "one.keylog")["connections"][0]
     assert this["tls_status"] == "decrypted"
@@ -211,20 +272,31 @@ def test_a_suite_not_decrypted_is_named(tmp_path, certificates):
     out = decode(pcap, keylog)
     assert out["frames"] == []
     assert out["connections"][0]["tls_status"] == "tls.cipher_unsupported"
-    assert {(q["reason_id"], q["reason"]) for q in out["quarantine"]} == {(
-        "tls.cipher_unsupported", "encrypted, not decoded: the cipher suite is not one amqpscope decrypts (AES-GCM or "
-        "ChaCha20-Poly1305) (TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA)")}
+    assert {(q["reason_id"], q["reason"]) for q in out["quarantine"]} == {
+        (
+            "tls.cipher_unsupported",
+            "encrypted, not decoded: the cipher suite is not one amqpscope decrypts (AES-GCM or "
+            "ChaCha20-Poly1305) (TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA)",
+        )
+    }
     assert_accounted(out)
 
 
 def test_a_missing_segment_loses_its_records_and_decoding_goes_on(tmp_path, certificates):
-    whole, keylog = session_capture(tmp_path, certificates, "1.2", "ECDHE-ECDSA-CHACHA20-POLY1305", "ec", SAMPLE_091,
-                                    name="whole", mss=50)
+    whole, keylog = session_capture(
+        tmp_path, certificates, "1.2", "ECDHE-ECDSA-CHACHA20-POLY1305", "ec", SAMPLE_091, name="whole", mss=50
+    )
     want = decode(whole, keylog)["frames"]
     # A packet in the middle of a run of full ones of one direction: its bytes cut a record.
     sizes = [(seg.sport, len(seg.payload)) for seg in map(_segment, open_records(whole))]
-    lost = next(n for n in range(len(sizes) // 2, len(sizes) - 1)
-                if sizes[n - 2] == sizes[n - 1] == sizes[n] == (sizes[n - 1][0], 50)) + 1
+    lost = (
+        next(
+            n
+            for n in range(len(sizes) // 2, len(sizes) - 1)
+            if sizes[n - 2] == sizes[n - 1] == sizes[n] == (sizes[n - 1][0], 50)
+        )
+        + 1
+    )
     damaged = write_capture(tmp_path / "lost.pcap", _transcript_of(whole), mss=50, drop=[lost])
     out = decode(damaged, keylog)
     assert_accounted(out)
@@ -243,8 +315,9 @@ def test_a_missing_segment_loses_its_records_and_decoding_goes_on(tmp_path, cert
 
 
 def test_a_capture_cut_inside_a_record(tmp_path, certificates):
-    whole, keylog = session_capture(tmp_path, certificates, "1.3", None, "ec", SAMPLE_10, name="whole", mss=100,
-                                    limit=80)
+    whole, keylog = session_capture(
+        tmp_path, certificates, "1.3", None, "ec", SAMPLE_10, name="whole", mss=100, limit=80
+    )
     records = list(open_records(whole))
     cut = tmp_path / "cut.pcap"
     from tests.test_damaged_captures import write_pcap
@@ -272,6 +345,7 @@ def test_a_capture_started_after_the_handshake(tmp_path, certificates):
 
 # -- TLS 1.3 in full: ChaCha20 and AES-128, key updates; AMQP 1.0's TLS header ----------------------------
 
+
 @needs_tshark
 @pytest.mark.tshark
 @pytest.mark.parametrize("suite", ["TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_128_GCM_SHA256"])
@@ -279,12 +353,17 @@ def test_tls13_suites_and_key_updates_each_way(tmp_path, certificates, suite):
     """openssl s_client sends a KeyUpdate ("k"), then one asking for the server's too ("K")."""
     keylog = tmp_path / "k.keylog"
     heartbeat = b"\x08\x00\x00\x00\x00\x00\x00\xce"
-    transcript = openssl_session(certificates["ec"], keylog, suite, [
-        b"AMQP\x00\x00\x09\x01", 0.3, heartbeat * 3, 0.3, b"k\n", 0.3, heartbeat * 2, 0.3, b"K\n", 0.3, heartbeat])
+    transcript = openssl_session(
+        certificates["ec"],
+        keylog,
+        suite,
+        [b"AMQP\x00\x00\x09\x01", 0.3, heartbeat * 3, 0.3, b"k\n", 0.3, heartbeat * 2, 0.3, b"K\n", 0.3, heartbeat],
+    )
     pcap = write_capture(tmp_path / "ku.pcap", transcript)
     out = decode(pcap, keylog)
     assert [(f["direction"], f["frame_type"]) for f in out["frames"]] == [("c2s", "protocol-header")] + [
-        ("c2s", "heartbeat")] * 6
+        ("c2s", "heartbeat")
+    ] * 6
     records = [f["tls_record_number"] for f in out["frames"]]
     assert len(set(records)) == 4  # before, between and after the two key updates
     assert out["connections"][0]["tls_cipher_suite"] == suite and out["quarantine"] == []
@@ -297,21 +376,27 @@ def test_amqp10_tls_protocol_header_then_the_handshake(tmp_path, certificates):
     """AMQP 1.0 part 5.2.1: ``AMQP 2 1 0 0`` each way, then TLS, then the AMQP inside it."""
     keylog = tmp_path / "h.keylog"
     header = b"AMQP\x02\x01\x00\x00"
-    session = memory_session(new_client_context(certificates["ec"].ca_certificate, keylog, "1.3"),
-                             new_server_context(certificates["ec"]), conversation(SAMPLE_10))
-    pcap = write_capture(tmp_path / "h.pcap", [("c2s", header), ("s2c", header), *session.transcript],
-                         server=("10.1.0.2", 5672))
+    session = memory_session(
+        new_client_context(certificates["ec"].ca_certificate, keylog, "1.3"),
+        new_server_context(certificates["ec"]),
+        conversation(SAMPLE_10),
+    )
+    pcap = write_capture(
+        tmp_path / "h.pcap", [("c2s", header), ("s2c", header), *session.transcript], server=("10.1.0.2", 5672)
+    )
     out = decode(pcap, keylog)
     assert essence(out["frames"]) == essence(plain_frames(SAMPLE_10))
     assert out["connections"][0]["tls_status"] == "decrypted" and out["quarantine"] == []
     assert_accounted(out)
     # On a port not known to carry AMQP the header alone says it is AMQP over TLS.
-    elsewhere = write_capture(tmp_path / "e.pcap", [("c2s", header), ("s2c", header), *session.transcript],
-                              server=("10.1.0.2", 15000))
+    elsewhere = write_capture(
+        tmp_path / "e.pcap", [("c2s", header), ("s2c", header), *session.transcript], server=("10.1.0.2", 15000)
+    )
     assert essence(decode(elsewhere, keylog)["frames"]) == essence(out["frames"])
 
 
 # -- secrets stay secret ---------------------------------------------------------------------------------
+
 
 def test_no_secret_reaches_a_row(tmp_path, certificates):
     pcap, keylog = session_capture(tmp_path, certificates, "1.3", None, "ec", SAMPLE_10, limit=60)
@@ -344,6 +429,7 @@ def test_key_log_problems_name_the_file_and_line_never_the_content(tmp_path):
 
 # -- key schedules against their references ----------------------------------------------------------------
 
+
 def test_tls13_traffic_keys_are_rfc8448s():
     """RFC 8448 section 3 (TLS_AES_128_GCM_SHA256): the handshake traffic secrets and the key and
     IV it lists for each; the application secret's "traffic upd" is RFC 8446 7.2's label."""
@@ -360,10 +446,29 @@ def test_tls13_traffic_keys_are_rfc8448s():
 @pytest.mark.parametrize("digest, hash_name, length", [("SHA2-256", "sha256", 100), ("SHA2-384", "sha384", 148)])
 def test_tls12_prf_is_openssls(digest, hash_name, length):
     secret, seed = bytes.fromhex("9bbe436ba940f017b17652849a71db35"), bytes.fromhex("a0ba9f936cda311827a6f796ffd5198c")
-    reference = subprocess.run(
-        ["openssl", "kdf", "-keylen", str(length), "-kdfopt", f"digest:{digest}", "-kdfopt", f"hexsecret:{secret.hex()}",
-         "-kdfopt", f"hexseed:{(b'test label' + seed).hex()}", "TLS1-PRF"],
-        capture_output=True, text=True, check=True).stdout.strip().replace(":", "").lower()
+    reference = (
+        subprocess.run(
+            [
+                "openssl",
+                "kdf",
+                "-keylen",
+                str(length),
+                "-kdfopt",
+                f"digest:{digest}",
+                "-kdfopt",
+                f"hexsecret:{secret.hex()}",
+                "-kdfopt",
+                f"hexseed:{(b'test label' + seed).hex()}",
+                "TLS1-PRF",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .replace(":", "")
+        .lower()
+    )
     assert prf(hash_name, secret, b"test label", seed, length).hex() == reference
     if hash_name == "sha256":  # and the vector circulated on the TLS working group's list
         assert reference.startswith("e3f229ba727be17b8d122620557cd453c2aab21d07c3d495329b52d4e61edb5a")

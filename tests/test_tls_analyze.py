@@ -24,8 +24,10 @@ TLS = SAMPLES / "tls"
 CAPTURE_FILES = sorted(TLS.glob("*.pcap"))
 KEYLOGS = [c.with_suffix(".keylog") for c in CAPTURE_FILES]
 # The same scenarios over plain TCP (samples/bottlenecks), for comparison.
-PLAIN = {"slow-consumer-tls13": SAMPLES / "bottlenecks" / "slow-consumer.pcap",
-         "memory-alarm-tls12": SAMPLES / "bottlenecks" / "memory-alarm.pcap"}
+PLAIN = {
+    "slow-consumer-tls13": SAMPLES / "bottlenecks" / "slow-consumer.pcap",
+    "memory-alarm-tls12": SAMPLES / "bottlenecks" / "memory-alarm.pcap",
+}
 # The slow reader over plain TCP (4 MB, not analysed again here): its top finding's rule, as
 # tests/test_bottleneck_scenarios.py asserts it.
 PLAIN_SLOW_READER_RULE = "diagnosis.client.not_reading"
@@ -33,8 +35,9 @@ HEALTHY = [c for c in CAPTURE_FILES if "qos-confirms" in c.stem or "credit" in c
 
 
 def amqpscope(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "amqpscope.jobs.cli", *args], capture_output=True, text=True,
-                          timeout=3600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "amqpscope.jobs.cli", *args], capture_output=True, text=True, timeout=3600, check=False
+    )
 
 
 def truth_of(capture: Path) -> dict:
@@ -50,8 +53,21 @@ def decrypted(tmp_path_factory) -> dict:
     """``amqpscope -v analyze`` of every TLS sample with every key log, and the plain twins."""
     root = tmp_path_factory.mktemp("tls-lake")
     keys = [arg for keylog in KEYLOGS for arg in ("--tls-keylog", str(keylog))]
-    run = amqpscope("-v", "analyze", *map(str, CAPTURE_FILES), *map(str, PLAIN.values()), "--lake", str(root / "lake"),
-                    "--report", str(root / "report.html"), "--data-docs", str(root / "docs"), "--progress", "never", *keys)
+    run = amqpscope(
+        "-v",
+        "analyze",
+        *map(str, CAPTURE_FILES),
+        *map(str, PLAIN.values()),
+        "--lake",
+        str(root / "lake"),
+        "--report",
+        str(root / "report.html"),
+        "--data-docs",
+        str(root / "docs"),
+        "--progress",
+        "never",
+        *keys,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     return {"root": root, "run": run, "diagnosis": {d["capture_id"]: d for d in table(root / "lake", "diagnosis")}}
 
@@ -82,8 +98,11 @@ def test_over_tls_the_slow_reader_is_the_client_as_over_plain_tcp(decrypted):
     expected, entity = expected_bottleneck(truth_of(capture))  # the client's own behaviour (broker_blind)
     diagnosis = decrypted["diagnosis"][capture_id(capture)]
     assert (diagnosis["bottleneck"], expected) == ("client", "client"), diagnosis["headline"]
-    top = next(f for f in table(decrypted["root"] / "lake", "bottlenecks") if f["capture_id"] == capture_id(capture)
-               and f["rank"] == 1)
+    top = next(
+        f
+        for f in table(decrypted["root"] / "lake", "bottlenecks")
+        if f["capture_id"] == capture_id(capture) and f["rank"] == 1
+    )
     assert (top["rule_id"], top["client"]) == (PLAIN_SLOW_READER_RULE, entity)
 
 
@@ -108,8 +127,10 @@ def test_without_keys_the_headline_says_encrypted(undecrypted, capture):
     answer = undecrypted["answers"][capture_id(capture)]
     version = f"TLS {CAPTURES[capture.stem].version}"
     assert answer["bottleneck"] == "encrypted"
-    assert answer["headline"] == (f"1 connection is encrypted ({version}) and was not decoded: give --tls-keylog. "
-                                  "No AMQP was decoded, and TCP showed no finding: nothing else could be judged.")
+    assert answer["headline"] == (
+        f"1 connection is encrypted ({version}) and was not decoded: give --tls-keylog. "
+        "No AMQP was decoded, and TCP showed no finding: nothing else could be judged."
+    )
     assert answer["encrypted_connections"] == 1
 
 
@@ -121,7 +142,9 @@ def test_without_keys_the_bottleneck_captures_say_encrypted_and_what_tcp_shows(u
     # Every client connection of the scenario (fillers, publishers, consumers, setup and teardown).
     (facts,) = truth_of(capture)["ground_truth"].values()
     assert count >= len(facts["clients"]) >= 2
-    sentence = f"{count} connections are encrypted (TLS {CAPTURES[name].version}) and were not decoded: give --tls-keylog."
+    sentence = (
+        f"{count} connections are encrypted (TLS {CAPTURES[name].version}) and were not decoded: give --tls-keylog."
+    )
     assert sentence in answer["headline"]
     # Only TCP can be judged: the AMQP-level verdicts (consumer, alarm) are not there without the keys;
     # a client that does not read is seen in its TCP window all the same.
@@ -141,19 +164,31 @@ def test_every_tls_connection_is_recorded_without_keys(undecrypted):
     assert {c["tls_status"] for c in connections} == {"tls.no_key"}
     assert {c["server_port"] for c in connections} == {truth_of(p)["broker"]["port"] for p in CAPTURE_FILES}
     accounting = table(undecrypted["root"], "dq_summary")
-    assert all(r["bytes_accounted"] for r in accounting) and sum(r["tls_connections"] for r in accounting) == len(connections)
+    assert all(r["bytes_accounted"] for r in accounting) and sum(r["tls_connections"] for r in accounting) == len(
+        connections
+    )
 
 
 def test_a_key_log_given_later_decrypts_what_was_answered_encrypted(undecrypted, tmp_path):
     capture = TLS / "amqp10-credit-tls13-chacha20.pcap"
-    run = amqpscope("diagnose", str(capture), "--lake", str(undecrypted["root"]), "--json", "--progress", "never",
-                    "--tls-keylog", str(capture.with_suffix(".keylog")))
+    run = amqpscope(
+        "diagnose",
+        str(capture),
+        "--lake",
+        str(undecrypted["root"]),
+        "--json",
+        "--progress",
+        "never",
+        "--tls-keylog",
+        str(capture.with_suffix(".keylog")),
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     (answer,) = json.loads(run.stdout)["captures"]
     assert (answer["bottleneck"], answer["encrypted_connections"]) == ("none", 0)
 
 
 # -- no secret in the lake, the logs or the report ----------------------------------------------------
+
 
 def _secrets() -> list[bytes]:
     found = []
@@ -186,12 +221,17 @@ def test_no_secret_reaches_the_lake_the_logs_or_the_report(decrypted):
     files = [p for p in root.rglob("*") if p.is_file()]
     assert any(p.suffix == ".parquet" for p in files) and (root / "report.html").exists()
     assert any("_delta_log" in p.parts for p in files)
-    texts = {"stdout": decrypted["run"].stdout.encode(), "stderr (python and JVM logs)": decrypted["run"].stderr.encode()}
+    texts = {
+        "stdout": decrypted["run"].stdout.encode(),
+        "stderr (python and JVM logs)": decrypted["run"].stderr.encode(),
+    }
     texts.update({str(p.relative_to(root)): p.read_bytes() for p in files})
     # And every value of every table, decompressed: a parquet page would hide a secret from a byte search.
     for folder in sorted((root / "lake").iterdir()):
         if (folder / "_delta_log").is_dir():
-            texts[f"table {folder.name}"] = "\n".join(_values(DeltaTable(str(folder)).to_pyarrow_table().to_pylist())).encode()
+            texts[f"table {folder.name}"] = "\n".join(
+                _values(DeltaTable(str(folder)).to_pyarrow_table().to_pylist())
+            ).encode()
     assert b"localhost" in texts["table connections"]  # the search reads decoded values (the SNI is there)
     for where, content in texts.items():
         for secret in secrets:

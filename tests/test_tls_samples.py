@@ -54,7 +54,8 @@ def test_tls_samples_match_tshark_with_the_same_key_log(capture):
     assert result.frames > 50 and result.values > 10 * result.frames
     assert out.get("quarantine", []) == []
     assert {(c["protocol"], c["tls_version"], c["tls_status"]) for c in out["connections"]} == {
-        (out["frames"][0]["protocol"], truth_of(capture)["tls"]["version"], "decrypted")}
+        (out["frames"][0]["protocol"], truth_of(capture)["tls"]["version"], "decrypted")
+    }
     if "amqp10" in capture.stem:
         assert result.deliveries == 200  # 100 sent, 100 received: each message's properties compared
 
@@ -94,7 +95,8 @@ def test_without_the_key_log_each_connection_is_recorded_not_decoded(capture):
     spec = CAPTURES[capture.stem]
     connections = out["connections"]
     assert {(c["protocol"], c["tls_version"], c["tls_sni"], c["tls_status"]) for c in connections} == {
-        ("tls", f"TLS {spec.version}", "localhost", "tls.no_key")}
+        ("tls", f"TLS {spec.version}", "localhost", "tls.no_key")
+    }
     for c in connections:
         assert c["c2s_bytes"] > 0 and c["s2c_bytes"] > 0
     assert {q["reason_id"] for q in out["quarantine"]} == {"tls.no_key"}

@@ -45,8 +45,15 @@ def test_a_missing_or_empty_key_log_is_a_usage_error_naming_it(tmp_path, capsys)
     assert not (tmp_path / "l").exists()  # nothing was started
 
 
-@pytest.mark.parametrize("bottlenecks, code", [
-    (["encrypted"], 4), (["encrypted", "no_amqp"], 4), (["encrypted", "none"], 0), (["none"], 0), ([], 0),
-])
+@pytest.mark.parametrize(
+    "bottlenecks, code",
+    [
+        (["encrypted"], 4),
+        (["encrypted", "no_amqp"], 4),
+        (["encrypted", "none"], 0),
+        (["none"], 0),
+        ([], 0),
+    ],
+)
 def test_diagnose_exits_4_when_no_capture_could_be_judged(bottlenecks, code):
     assert exit_code([{"bottleneck": b} for b in bottlenecks]) == code

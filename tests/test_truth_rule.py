@@ -13,32 +13,68 @@ PUBLISHER, CONSUMER = 40001, 40002
 
 
 def connection(port: int, state: str = "running") -> dict[str, Any]:
-    return {"peer_host": "127.0.0.1", "peer_port": port, "name": f"127.0.0.1:{port} -> 127.0.0.1:5672",
-            "protocol": "AMQP 0-9-1", "state": state, "connection_name": None, "pid": f"<0.{port}.0>"}  # fmt: skip
+    return {
+        "peer_host": "127.0.0.1",
+        "peer_port": port,
+        "name": f"127.0.0.1:{port} -> 127.0.0.1:5672",
+        "protocol": "AMQP 0-9-1",
+        "state": state,
+        "connection_name": None,
+        "pid": f"<0.{port}.0>",
+    }
 
 
 def channel(port: int, state: str = "running", *, unacked: int = 0, prefetch: int = 0) -> dict[str, Any]:
-    return {"peer_port": port, "number": 1, "name": f"127.0.0.1:{port} -> 127.0.0.1:5672 (1)", "state": state,
-            "consumer_count": int(prefetch > 0), "messages_unacknowledged": unacked, "messages_unconfirmed": 0,
-            "prefetch_count": prefetch, "global_prefetch_count": 0, "connection_pid": f"<0.{port}.0>",
-            "pid": f"<0.{port}.1>"}  # fmt: skip
+    return {
+        "peer_port": port,
+        "number": 1,
+        "name": f"127.0.0.1:{port} -> 127.0.0.1:5672 (1)",
+        "state": state,
+        "consumer_count": int(prefetch > 0),
+        "messages_unacknowledged": unacked,
+        "messages_unconfirmed": 0,
+        "prefetch_count": prefetch,
+        "global_prefetch_count": 0,
+        "connection_pid": f"<0.{port}.0>",
+        "pid": f"<0.{port}.1>",
+    }
 
 
-def queue(name: str, state: str = "running", *, ready: int = 0, consumers: int = 0,
-          utilisation: float | None = None) -> dict[str, Any]:  # fmt: skip
-    return {"name": name, "state": state, "messages_ready": ready, "messages_unacknowledged": 0,
-            "consumers": consumers, "consumer_utilisation": utilisation, "durable": False}  # fmt: skip
+def queue(
+    name: str, state: str = "running", *, ready: int = 0, consumers: int = 0, utilisation: float | None = None
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "state": state,
+        "messages_ready": ready,
+        "messages_unacknowledged": 0,
+        "consumers": consumers,
+        "consumer_utilisation": utilisation,
+        "durable": False,
+    }
 
 
 def consumer(queue_name: str, port: int, prefetch: int) -> dict[str, Any]:
-    return {"queue": queue_name, "consumer_tag": "ctag", "channel_pid": f"<0.{port}.1>", "ack_required": True,
-            "prefetch_count": prefetch, "active": True}  # fmt: skip
+    return {
+        "queue": queue_name,
+        "consumer_tag": "ctag",
+        "channel_pid": f"<0.{port}.1>",
+        "ack_required": True,
+        "prefetch_count": prefetch,
+        "active": True,
+    }
 
 
 def sample(i: int, *, alarms: tuple[str, ...] = (), connections=(), channels=(), queues=(), consumers=()) -> dict:
-    return {"ts_us": 1_700_000_000_000_000 + i * 250_000, "took_us": 500, "alarms": list(alarms),
-            "connections": list(connections), "channels": list(channels), "queues": list(queues),
-            "consumers": list(consumers)}  # fmt: skip
+    return {
+        "ts_us": 1_700_000_000_000_000 + i * 250_000,
+        "took_us": 500,
+        "alarms": list(alarms),
+        "connections": list(connections),
+        "channels": list(channels),
+        "queues": list(queues),
+        "consumers": list(consumers),
+    }
 
 
 def truth(samples: list[dict], blind: dict | None = None) -> dict:
@@ -47,8 +83,13 @@ def truth(samples: list[dict], blind: dict | None = None) -> dict:
 
 def publishing(i: int, conn: str = "running", chan: str = "running", q: str = "running", **more: Any) -> dict:
     """One publisher on one queue, its three credit-flow stages in the given states."""
-    return sample(i, connections=[connection(PUBLISHER, conn)], channels=[channel(PUBLISHER, chan)],
-                  queues=[queue("work", q, ready=100)], **more)  # fmt: skip
+    return sample(
+        i,
+        connections=[connection(PUBLISHER, conn)],
+        channels=[channel(PUBLISHER, chan)],
+        queues=[queue("work", q, ready=100)],
+        **more,
+    )
 
 
 def quiet(n: int) -> list[dict]:
@@ -82,7 +123,9 @@ def test_connection_in_flow_alone_points_at_the_channel() -> None:
 
 
 def test_connection_and_channel_in_flow_point_at_the_queue() -> None:
-    samples = [publishing(i, "flow", "flow") for i in range(5)] + [publishing(5 + i, "flow") for i in range(2)] + quiet(3)
+    samples = (
+        [publishing(i, "flow", "flow") for i in range(5)] + [publishing(5 + i, "flow") for i in range(2)] + quiet(3)
+    )
     assert expected_bottleneck(truth(samples)) == ("queue", f"127.0.0.1:{PUBLISHER} -> 127.0.0.1:5672 (1)")
 
 
@@ -132,7 +175,9 @@ def test_messages_ready_but_consumer_below_prefetch_is_not_held() -> None:
 
 
 def test_consumer_held_in_a_minority_of_samples_is_not_a_bottleneck() -> None:
-    samples = [consuming(i, unacked=10, ready=5) for i in range(3)] + [consuming(3 + i, unacked=2, ready=0) for i in range(7)]
+    samples = [consuming(i, unacked=10, ready=5) for i in range(3)] + [
+        consuming(3 + i, unacked=2, ready=0) for i in range(7)
+    ]
     assert expected_bottleneck(truth(samples)) == ("none", None)
 
 

@@ -68,39 +68,99 @@ class FieldMap:
 
 
 def _fields_091() -> list[FieldMap]:
-    methods = [FieldMap(column, f"amqp.method.arguments.{column}") for column in (
-        "delivery_tag", "multiple", "requeue", "prefetch_size", "prefetch_count", "global", "frame_max",
-        "channel_max", "heartbeat", "active", "reason", "exchange", "routing_key", "queue", "consumer_tag",
-        "reply_code", "reply_text", "no_ack", "redelivered", "mandatory", "message_count", "mechanism",
-    )]  # fmt: skip
+    methods = [
+        FieldMap(column, f"amqp.method.arguments.{column}")
+        for column in (
+            "delivery_tag",
+            "multiple",
+            "requeue",
+            "prefetch_size",
+            "prefetch_count",
+            "global",
+            "frame_max",
+            "channel_max",
+            "heartbeat",
+            "active",
+            "reason",
+            "exchange",
+            "routing_key",
+            "queue",
+            "consumer_tag",
+            "reply_code",
+            "reply_text",
+            "no_ack",
+            "redelivered",
+            "mandatory",
+            "message_count",
+            "mechanism",
+        )
+    ]
     header = frozenset({"header"})
-    properties = [FieldMap(column, f"amqp.method.properties.{column}", header) for column in (
-        "content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to", "message_id",
-    )]  # fmt: skip
-    return [FieldMap("channel", "amqp.channel"), FieldMap("body_size", "amqp.header.body-size", header),
-            *methods, *properties]
+    properties = [
+        FieldMap(column, f"amqp.method.properties.{column}", header)
+        for column in (
+            "content_type",
+            "content_encoding",
+            "delivery_mode",
+            "priority",
+            "correlation_id",
+            "reply_to",
+            "message_id",
+        )
+    ]
+    return [
+        FieldMap("channel", "amqp.channel"),
+        FieldMap("body_size", "amqp.header.body-size", header),
+        *methods,
+        *properties,
+    ]
 
 
 def _fields_10() -> list[FieldMap]:
     performative = {
-        "container_id": "containerId", "hostname": "hostname", "max_frame_size": "maxFrameSize",
-        "channel_max": "channelMax", "idle_time_out": "idleTimeout", "remote_channel": "remoteChannel",
-        "next_incoming_id": "nextIncomingId", "incoming_window": "incomingWindow",
-        "next_outgoing_id": "nextOutgoingId", "outgoing_window": "outgoingWindow", "handle_max": "handleMax",
-        "name": "name", "handle": "handle", "initial_delivery_count": "initDeliveryCount",
-        "max_message_size": "maxMessageSize", "delivery_count": "deliveryCount", "link_credit": "linkCredit",
-        "available": "available", "drain": "drain", "echo": "echo", "delivery_id": "deliveryId",
-        "delivery_tag_bytes": "deliveryTag", "message_format": "messageFormat", "settled": "settled",
-        "more": "more", "resume": "resume", "aborted": "aborted", "batchable": "batchable", "first": "first",
-        "last": "last", "closed": "closed",
-    }  # fmt: skip
+        "container_id": "containerId",
+        "hostname": "hostname",
+        "max_frame_size": "maxFrameSize",
+        "channel_max": "channelMax",
+        "idle_time_out": "idleTimeout",
+        "remote_channel": "remoteChannel",
+        "next_incoming_id": "nextIncomingId",
+        "incoming_window": "incomingWindow",
+        "next_outgoing_id": "nextOutgoingId",
+        "outgoing_window": "outgoingWindow",
+        "handle_max": "handleMax",
+        "name": "name",
+        "handle": "handle",
+        "initial_delivery_count": "initDeliveryCount",
+        "max_message_size": "maxMessageSize",
+        "delivery_count": "deliveryCount",
+        "link_credit": "linkCredit",
+        "available": "available",
+        "drain": "drain",
+        "echo": "echo",
+        "delivery_id": "deliveryId",
+        "delivery_tag_bytes": "deliveryTag",
+        "message_format": "messageFormat",
+        "settled": "settled",
+        "more": "more",
+        "resume": "resume",
+        "aborted": "aborted",
+        "batchable": "batchable",
+        "first": "first",
+        "last": "last",
+        "closed": "closed",
+    }
     amqp_frames = frozenset(c.name for c in amqp10_spec().described.values() if "frame" in c.provides)
     return [
         FieldMap("channel", "amqp.channel", amqp_frames),
         *(FieldMap(column, f"amqp.performative.arguments.{name}") for column, name in performative.items()),
         FieldMap("role", "amqp.performative.arguments.role", render=_choice_value("role")),
-        FieldMap("snd_settle_mode", "amqp.performative.arguments.sndSettleMode", render=_choice_value("sender-settle-mode")),
-        FieldMap("rcv_settle_mode", "amqp.performative.arguments.rcvSettleMode", render=_choice_value("receiver-settle-mode")),
+        FieldMap(
+            "snd_settle_mode", "amqp.performative.arguments.sndSettleMode", render=_choice_value("sender-settle-mode")
+        ),
+        FieldMap(
+            "rcv_settle_mode", "amqp.performative.arguments.rcvSettleMode", render=_choice_value("receiver-settle-mode")
+        ),
         FieldMap("error_condition", "amqp.error.condition"),
         FieldMap("error_description", "amqp.error.description"),
         FieldMap("mechanism", "amqp.sasl.mechanism"),
@@ -170,8 +230,15 @@ class Comparison:
     known_wrong: list[str] = field(default_factory=list)
     deliveries: int = 0
 
-    def check(self, where: str, column: str, ours: str | None, theirs: str | None, row: Mapping[str, Any],
-              fields: Mapping[str, str]) -> None:
+    def check(
+        self,
+        where: str,
+        column: str,
+        ours: str | None,
+        theirs: str | None,
+        row: Mapping[str, Any],
+        fields: Mapping[str, str],
+    ) -> None:
         self.values += 1
         if ours == theirs:
             return
@@ -205,8 +272,9 @@ def compare_frames(rows: list[dict[str, Any]], theirs: list[DecodedFrame]) -> Co
         for fmap in FIELDS[row["protocol"]]:
             if fmap.names is not None and frame.name not in fmap.names:
                 continue
-            result.check(where, fmap.column, fmap.render(row.get(fmap.column)), frame.fields.get(fmap.tshark),
-                         row, frame.fields)
+            result.check(
+                where, fmap.column, fmap.render(row.get(fmap.column)), frame.fields.get(fmap.tshark), row, frame.fields
+            )
         if frame.name == "transfer":
             link = (row["connection_id"], row["direction"], row["channel"], row["handle"])
             first = first_frames.setdefault(link, frame)
@@ -221,8 +289,7 @@ def compare_frames(rows: list[dict[str, Any]], theirs: list[DecodedFrame]) -> Co
 def _compare_message(result: Comparison, row: Mapping[str, Any], first: DecodedFrame) -> None:
     where = f"delivery from frame {first.frame_number} {first.sender}"
     for fmap in MESSAGE_FIELDS:
-        theirs = (_tshark_message_id(first.fields) if fmap.column == "message_id"
-                  else first.fields.get(fmap.tshark))
+        theirs = _tshark_message_id(first.fields) if fmap.column == "message_id" else first.fields.get(fmap.tshark)
         result.check(where, fmap.column, fmap.render(row.get(fmap.column)), theirs, row, first.fields)
 
 
@@ -267,10 +334,18 @@ def stream_rows(capture: Path, broker_port: int) -> Iterator[dict[str, Any]]:
                     decoded = side["decode"](item.data)
                 n = index.get(conn, 0)
                 index[conn] = n + 1
-                yield frame_row(protocol, decoded, {
-                    "connection_id": f"{client[0]}:{client[1]}", "direction": key[1], "frame_index": n,
-                    "packet_number": item.packet_number, "stream_offset": item.offset, "frame_size": len(item.data),
-                })
+                yield frame_row(
+                    protocol,
+                    decoded,
+                    {
+                        "connection_id": f"{client[0]}:{client[1]}",
+                        "direction": key[1],
+                        "frame_index": n,
+                        "packet_number": item.packet_number,
+                        "stream_offset": item.offset,
+                        "frame_size": len(item.data),
+                    },
+                )
 
 
 def decode_capture_frames(capture: Path, broker_port: int) -> list[dict[str, Any]]:
@@ -283,7 +358,9 @@ def decode_capture_frames(capture: Path, broker_port: int) -> list[dict[str, Any
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 # The bundled samples and the decoder samples (samples/decoders: every 0-9-1 method, AMQPLAIN,
 # multi-frame 1.0 deliveries with every message property).
-SAMPLE_CAPTURES = sorted(p for d in (SAMPLES, SAMPLES / "decoders") for p in d.iterdir() if p.suffix in (".pcap", ".pcapng"))
+SAMPLE_CAPTURES = sorted(
+    p for d in (SAMPLES, SAMPLES / "decoders") for p in d.iterdir() if p.suffix in (".pcap", ".pcapng")
+)
 
 
 def broker_port(capture: Path) -> int:
@@ -322,8 +399,20 @@ def test_frames_table_rows_hold_the_compared_values(capture):
     Only the columns of a completed 1.0 delivery differ: decode_capture decodes frame by frame.
     """
     port = broker_port(capture)
-    message_columns = {"delivery_frames", "message_size", "section_sizes", "body_kind", "to_address", "subject",
-                       "message_id", "correlation_id", "content_type", "content_encoding", "reply_to", "priority"}
+    message_columns = {
+        "delivery_frames",
+        "message_size",
+        "section_sizes",
+        "body_kind",
+        "to_address",
+        "subject",
+        "message_id",
+        "correlation_id",
+        "content_type",
+        "content_encoding",
+        "reply_to",
+        "priority",
+    }
     compared = set(TYPED_COLUMNS) - message_columns
     table = {(r["packet_number"], r["stream_offset"]): r for r in decode_capture_frames(capture, port)}
     streamed = [r for r in stream_rows(capture, port) if r["frame_type"] != "protocol-header"]

@@ -26,24 +26,37 @@ from tests.test_jobs import TASK_ORDER, bundle
 # The runtime of the job cluster (resources/amqpscope_job.yml: spark_version 17.3.x): Python 3.12.3 on
 # Ubuntu 24.04 (glibc 2.39), x86-64 (Databricks Runtime 17.3 LTS release notes, "System environment").
 RUNTIME_PYTHON = (3, 12)
-RUNTIME_PLATFORMS = [*(f"manylinux_2_{minor}_x86_64" for minor in range(39, 16, -1)),
-                     "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
-RUNTIME_TAGS = {*cpython_tags(RUNTIME_PYTHON, abis=["cp312"], platforms=RUNTIME_PLATFORMS),
-                *compatible_tags(RUNTIME_PYTHON, interpreter="cp312", platforms=RUNTIME_PLATFORMS)}
+RUNTIME_PLATFORMS = [
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(39, 16, -1)),
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+    "linux_x86_64",
+]
+RUNTIME_TAGS = {
+    *cpython_tags(RUNTIME_PYTHON, abis=["cp312"], platforms=RUNTIME_PLATFORMS),
+    *compatible_tags(RUNTIME_PYTHON, interpreter="cp312", platforms=RUNTIME_PLATFORMS),
+}
 
 
 def source_copy(target: Path) -> Path:
     """What the build reads: setup.py, setup.cfg, pyproject.toml, README, LICENSE and the packages."""
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
-    folders = {line.split("=")[1].strip().split("/")[0]
-               for line in config["options"]["package_dir"].splitlines() if "=" in line}
+    folders = {
+        line.split("=")[1].strip().split("/")[0]
+        for line in config["options"]["package_dir"].splitlines()
+        if "=" in line
+    }
     target.mkdir()
     for name in ("setup.py", "setup.cfg", "pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, target / name)
     for folder in folders:
-        shutil.copytree(ROOT / folder, target / folder,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "_compiled_sources.json", "node_modules"))
+        shutil.copytree(
+            ROOT / folder,
+            target / folder,
+            ignore=shutil.ignore_patterns("__pycache__", "*.so", "_compiled_sources.json", "node_modules"),
+        )
     return target
 
 
@@ -77,7 +90,9 @@ def test_the_bundle_builds_a_wheel_the_runtime_installs(tmp_path):
         metadata = archive.read(info).decode()
         entry_points = archive.read(info.replace("METADATA", "entry_points.txt")).decode()
         names = archive.namelist()
-    requires = next(line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Python:"))
+    requires = next(
+        line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Python:")
+    )
     assert "3.12.3" in SpecifierSet(requires)
     assert not [n for n in names if n.endswith((".so", "_compiled_sources.json"))]  # pure: no extension, no manifest
     # The package data the stages read at run time.
@@ -95,8 +110,12 @@ def test_the_bundle_builds_a_wheel_the_runtime_installs(tmp_path):
     # Installed (here, on this Python), the task entry point the job names runs from the wheel and
     # raises when its stage fails: derive on a lake that is a file.
     site = tmp_path / "site"
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
-                              str(wheel)], capture_output=True, text=True, timeout=600)
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert install.returncode == 0, install.stderr[-3000:]
     lake = tmp_path / "lake"
     lake.write_text("not a directory")
@@ -114,8 +133,13 @@ def test_the_bundle_builds_a_wheel_the_runtime_installs(tmp_path):
         "except Exception as exc:\n"
         "    print(type(exc).__name__, exc.exit_code, exc)\n"
     )
-    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(site)})
+    ran = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     where, plotly, outcome = ran.stdout.strip().splitlines()
     assert Path(where).is_relative_to(site)

@@ -31,9 +31,24 @@ def tshark_fields(capture: Path, display_filter: str, *fields: str) -> list[list
     """Rows of ``fields`` of the packets ``display_filter`` matches (tshark's own dissection)."""
     port = json.loads(capture.with_name(capture.stem + ".truth.json").read_text())["broker"]["port"]
     result = subprocess.run(
-        ["tshark", "-r", str(capture), *TSHARK_PREFERENCES, "-d", f"tcp.port=={port},amqp", "-Y", display_filter,
-         "-T", "fields", *(a for f in fields for a in ("-e", f))],
-        capture_output=True, text=True, timeout=300, check=False)
+        [
+            "tshark",
+            "-r",
+            str(capture),
+            *TSHARK_PREFERENCES,
+            "-d",
+            f"tcp.port=={port},amqp",
+            "-Y",
+            display_filter,
+            "-T",
+            "fields",
+            *(a for f in fields for a in ("-e", f)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, f"tshark rejected {display_filter!r}: {result.stderr.strip()[-500:]}"
     return [line.split("\t") for line in result.stdout.splitlines()]
 
@@ -48,15 +63,20 @@ def scenario_findings(bottleneck_lake):
 def test_every_filter_matches_exactly_the_packets_its_finding_lists(scenario_findings):
     for finding in scenario_findings:
         assert finding.packet_numbers, finding.rule_id
-        matched = [int(row[0]) for row in tshark_fields(BY_ID[finding.capture_id], finding.wireshark_filter, "frame.number")]
+        matched = [
+            int(row[0]) for row in tshark_fields(BY_ID[finding.capture_id], finding.wireshark_filter, "frame.number")
+        ]
         assert matched == sorted(finding.packet_numbers), (finding.rule_id, finding.entity, finding.wireshark_filter)
 
 
 def test_field_filters_are_used_where_they_name_the_packets(scenario_findings):
     alarms = [f for f in scenario_findings if f.rule_id == "diagnosis.alarm.connection_blocked"]
     assert alarms and all("amqp.method.class == 10" in f.wireshark_filter for f in alarms)
-    assert all("frame.number in {" in f.wireshark_filter and " " not in f.wireshark_filter.split("{")[1]
-               for f in scenario_findings if f not in alarms)
+    assert all(
+        "frame.number in {" in f.wireshark_filter and " " not in f.wireshark_filter.split("{")[1]
+        for f in scenario_findings
+        if f not in alarms
+    )
 
 
 def zero_window_us(capture: Path, receiver: str, sender: str, low_us: int, high_us: int) -> int:
@@ -65,8 +85,13 @@ def zero_window_us(capture: Path, receiver: str, sender: str, low_us: int, high_
     until the receiver's next segment with a window (the end of the capture if none)."""
     r_ip, r_port = receiver.rsplit(":", 1)
     s_ip, s_port = sender.rsplit(":", 1)
-    rows = tshark_fields(capture, f"ip.src == {r_ip} && tcp.srcport == {r_port} && ip.dst == {s_ip} && tcp.dstport == {s_port}",
-                         "frame.time_epoch", "tcp.window_size_value", "tcp.flags.reset")
+    rows = tshark_fields(
+        capture,
+        f"ip.src == {r_ip} && tcp.srcport == {r_port} && ip.dst == {s_ip} && tcp.dstport == {s_port}",
+        "frame.time_epoch",
+        "tcp.window_size_value",
+        "tcp.flags.reset",
+    )
     last = max(int(round(float(t) * 1e6)) for t, *_ in tshark_fields(capture, "tcp", "frame.time_epoch"))
     total, closed_at = 0, None
     for epoch, window, reset in rows:
@@ -95,7 +120,9 @@ def test_zero_window_time_is_what_tshark_shows(scenario_findings):
         capture = BY_ID[finding.capture_id]
         client = finding.client
         port = client.rsplit(":", 1)[1]
-        broker = f"127.0.0.1:{json.loads(capture.with_name(capture.stem + '.truth.json').read_text())['broker']['port']}"
+        broker = (
+            f"127.0.0.1:{json.loads(capture.with_name(capture.stem + '.truth.json').read_text())['broker']['port']}"
+        )
         if finding.rule_id == "diagnosis.publisher.credit_flow":
             # Publishes: 0-9-1 basic.publish, 1.0 transfers from the client.
             frames = f"tcp.srcport == {port} && (amqp.method.method == 40 && amqp.method.class == 60 || amqp.performative == 20)"
@@ -111,17 +138,27 @@ def test_zero_window_time_is_what_tshark_shows(scenario_findings):
 
 
 def test_retransmissions_and_spurious_ones_agree_with_tshark(bottleneck_lake, spark):
-    flow = (Lake(spark, bottleneck_lake["root"]).read("tcp_flow")
-            .filter(F.col("capture_id").isin(list(BY_ID)) & F.col("is_retransmission") & ~F.col("is_keep_alive"))
-            .select("capture_id", "packet_number", "is_spurious_retransmission").collect())
+    flow = (
+        Lake(spark, bottleneck_lake["root"])
+        .read("tcp_flow")
+        .filter(F.col("capture_id").isin(list(BY_ID)) & F.col("is_retransmission") & ~F.col("is_keep_alive"))
+        .select("capture_id", "packet_number", "is_spurious_retransmission")
+        .collect()
+    )
     ours = defaultdict(dict)
     for row in flow:
         ours[row.capture_id][row.packet_number] = row.is_spurious_retransmission
     checked = 0
     for cid, capture in BY_ID.items():
-        flagged = {int(n): (s == "1" or s == "True") for n, s in tshark_fields(
-            capture, "tcp.analysis.retransmission || tcp.analysis.spurious_retransmission",
-            "frame.number", "tcp.analysis.spurious_retransmission")}
+        flagged = {
+            int(n): (s == "1" or s == "True")
+            for n, s in tshark_fields(
+                capture,
+                "tcp.analysis.retransmission || tcp.analysis.spurious_retransmission",
+                "frame.number",
+                "tcp.analysis.spurious_retransmission",
+            )
+        }
         dsacked = {int(n) for (n,) in tshark_fields(capture, "tcp.options.sack.dsack_le", "frame.number")}
         # Every retransmission tshark sees with payload is one of ours (a keep-alive is neither).
         assert set(flagged) <= set(ours[cid]) | set(tshark_keep_alives(capture)), capture.name

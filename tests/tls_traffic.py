@@ -65,13 +65,16 @@ def conversation(sample: Path, server_port: int = 5672, limit: int | None = None
     return out
 
 
-def memory_session(client: ssl.SSLContext, server: ssl.SSLContext, steps: Iterable[tuple[str, bytes]],
-                   key_update_every: int = 0) -> Session:
+def memory_session(
+    client: ssl.SSLContext, server: ssl.SSLContext, steps: Iterable[tuple[str, bytes]], key_update_every: int = 0
+) -> Session:
     """A TLS session between ``client`` and ``server`` carrying ``steps`` (each one write by the
     side it leaves), and what crossed the wire."""
     c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
-    ends = {"c2s": client.wrap_bio(c_in, c_out, server_hostname=HOSTNAME),
-            "s2c": server.wrap_bio(s_in, s_out, server_side=True)}
+    ends = {
+        "c2s": client.wrap_bio(c_in, c_out, server_hostname=HOSTNAME),
+        "s2c": server.wrap_bio(s_in, s_out, server_side=True),
+    }
     transcript: Transcript = []
     received = {"c2s": bytearray(), "s2c": bytearray()}
 
@@ -119,9 +122,14 @@ def memory_session(client: ssl.SSLContext, server: ssl.SSLContext, steps: Iterab
     return Session(transcript, {d: bytes(v) for d, v in received.items()})
 
 
-def write_capture(path: Path, transcript: Sequence[tuple[str, bytes]], mss: int = 1448,
-                  client: tuple[str, int] = CLIENT, server: tuple[str, int] = SERVER,
-                  drop: Iterable[int] = ()) -> Path:
+def write_capture(
+    path: Path,
+    transcript: Sequence[tuple[str, bytes]],
+    mss: int = 1448,
+    client: tuple[str, int] = CLIENT,
+    server: tuple[str, int] = SERVER,
+    drop: Iterable[int] = (),
+) -> Path:
     """``transcript`` as a pcap of one TCP connection (handshake, data cut at ``mss``, FIN). Packets
     whose number is in ``drop`` are left out (a capture that lost them)."""
     dropped = set(drop)
@@ -133,8 +141,14 @@ def write_capture(path: Path, transcript: Sequence[tuple[str, bytes]], mss: int 
         nonlocal ts
         src, dst = (client, server) if direction == "c2s" else (server, client)
         other = "s2c" if direction == "c2s" else "c2s"
-        tcp = TCP(sport=src[1], dport=dst[1], flags=flags, seq=seq[direction], ack=seq[other] if "A" in flags else 0,
-                  window=65535)
+        tcp = TCP(
+            sport=src[1],
+            dport=dst[1],
+            flags=flags,
+            seq=seq[direction],
+            ack=seq[other] if "A" in flags else 0,
+            window=65535,
+        )
         packet = Ether() / IP(src=src[0], dst=dst[0]) / tcp / (Raw(payload) if payload else b"")
         ts += 0.0005
         packet.time = ts
@@ -153,13 +167,19 @@ def write_capture(path: Path, transcript: Sequence[tuple[str, bytes]], mss: int 
     return path
 
 
-def tls_sample(folder: Path, contexts: tuple[ssl.SSLContext, ssl.SSLContext], steps: list[tuple[str, bytes]],
-               name: str = "tls.pcap", **capture_options: object) -> tuple[Path, Session]:
+def tls_sample(
+    folder: Path,
+    contexts: tuple[ssl.SSLContext, ssl.SSLContext],
+    steps: list[tuple[str, bytes]],
+    name: str = "tls.pcap",
+    **capture_options: object,
+) -> tuple[Path, Session]:
     session = memory_session(*contexts, steps)
     return write_capture(folder / name, session.transcript, **capture_options), session  # type: ignore[arg-type]
 
 
 # -- sessions between OpenSSL's own s_client and s_server, recorded by a relay ----------------------
+
 
 def _relay(listener: socket.socket, upstream: tuple[str, int], transcript: Transcript, lock: threading.Lock) -> None:
     """Accept one connection and relay it to ``upstream``, recording every chunk in order."""
@@ -181,8 +201,10 @@ def _relay(listener: socket.socket, upstream: tuple[str, int], transcript: Trans
                 return
             dst.sendall(data)
 
-    threads = [threading.Thread(target=pipe, args=(client, server, "c2s")),
-               threading.Thread(target=pipe, args=(server, client, "s2c"))]
+    threads = [
+        threading.Thread(target=pipe, args=(client, server, "c2s")),
+        threading.Thread(target=pipe, args=(server, client, "s2c")),
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -191,8 +213,9 @@ def _relay(listener: socket.socket, upstream: tuple[str, int], transcript: Trans
     server.close()
 
 
-def openssl_session(certificates: Certificates, keylog: Path, ciphersuite: str,
-                    client_input: Sequence[bytes | float]) -> Transcript:
+def openssl_session(
+    certificates: Certificates, keylog: Path, ciphersuite: str, client_input: Sequence[bytes | float]
+) -> Transcript:
     """TLS 1.3 between ``openssl s_client`` (logging its keys) and ``openssl s_server`` with only
     ``ciphersuite``; ``client_input`` is written to the client's stdin in order (a float: a pause in
     seconds; the line ``b"k\\n"`` makes s_client send a KeyUpdate, RFC 8446 4.6.3)."""
@@ -200,9 +223,26 @@ def openssl_session(certificates: Certificates, keylog: Path, ciphersuite: str,
     lock = threading.Lock()
     server_port, relay_port = free_port(), free_port()
     server = subprocess.Popen(
-        ["openssl", "s_server", "-accept", f"127.0.0.1:{server_port}", "-cert", str(certificates.server_certificate),
-         "-key", str(certificates.server_key), "-tls1_3", "-ciphersuites", ciphersuite, "-naccept", "1"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            "openssl",
+            "s_server",
+            "-accept",
+            f"127.0.0.1:{server_port}",
+            "-cert",
+            str(certificates.server_certificate),
+            "-key",
+            str(certificates.server_key),
+            "-tls1_3",
+            "-ciphersuites",
+            ciphersuite,
+            "-naccept",
+            "1",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     client = None
     try:
         assert server.stdout is not None
@@ -213,9 +253,22 @@ def openssl_session(certificates: Certificates, keylog: Path, ciphersuite: str,
             relay = threading.Thread(target=_relay, args=(listener, ("127.0.0.1", server_port), transcript, lock))
             relay.start()
             client = subprocess.Popen(
-                ["openssl", "s_client", "-connect", f"127.0.0.1:{relay_port}", "-tls1_3", "-keylogfile", str(keylog),
-                 "-servername", HOSTNAME],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                [
+                    "openssl",
+                    "s_client",
+                    "-connect",
+                    f"127.0.0.1:{relay_port}",
+                    "-tls1_3",
+                    "-keylogfile",
+                    str(keylog),
+                    "-servername",
+                    HOSTNAME,
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             assert client.stdin is not None
             time.sleep(0.5)
             for item in client_input:

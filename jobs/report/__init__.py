@@ -56,7 +56,12 @@ if TYPE_CHECKING:  # the suite module imports Great Expectations, which a report
     from amqpscope.expectations.suite import PendingVerdicts, VerdictRun
 
 __all__ = [
-    "connection_summary", "frame_counts", "violation_counts", "violation_examples", "write_report", "anchor",
+    "connection_summary",
+    "frame_counts",
+    "violation_counts",
+    "violation_examples",
+    "write_report",
+    "anchor",
 ]
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -115,14 +120,27 @@ def _by_capture(df: DataFrame, shown: Sequence[str], order: Sequence[Any], limit
 
 def _finding_frames(frames: DataFrame, findings: Mapping[str, list[dict]]) -> dict[tuple[str, int], list[dict]]:
     # The frames a finding points at (its packet_numbers), by (capture, packet number).
-    wanted = {(c, p) for c, rows in findings.items() for r in rows for p in (r["packet_numbers"] or [])[:FRAMES_PER_FINDING]}
+    wanted = {
+        (c, p) for c, rows in findings.items() for r in rows for p in (r["packet_numbers"] or [])[:FRAMES_PER_FINDING]
+    }
     if not wanted:
         return {}
     rows = (
-        frames.where(F.col("capture_id").isin(sorted({c for c, _ in wanted}))
-                     & F.col("packet_number").isin(sorted({p for _, p in wanted})))
-        .select("capture_id", "packet_number", "connection_id", "direction", "channel", "frame_type", "method",
-                "frame_size", ts_text("ts"))
+        frames.where(
+            F.col("capture_id").isin(sorted({c for c, _ in wanted}))
+            & F.col("packet_number").isin(sorted({p for _, p in wanted}))
+        )
+        .select(
+            "capture_id",
+            "packet_number",
+            "connection_id",
+            "direction",
+            "channel",
+            "frame_type",
+            "method",
+            "frame_size",
+            ts_text("ts"),
+        )
         .orderBy("capture_id", "packet_number", "connection_id")
         .limit(10 * len(wanted))
         .collect()
@@ -140,11 +158,9 @@ def _accounting(inputs: Inputs, shown: Sequence[str]) -> dict[str, list[dict]]:
     accounting = inputs.accounting
     if accounting is None:
         accounting = byte_accounting(inputs.connections, inputs.frames, inputs.quarantine)
-    per_direction = (
-        accounting
-        .groupBy("capture_id", "direction")
-        .agg(*[F.sum(c).alias(c) for c in ("payload_bytes", "framed_bytes", "quarantined_bytes", "missing_bytes")],
-             F.count(F.when(~F.col("balanced"), 1)).alias("unbalanced"))
+    per_direction = accounting.groupBy("capture_id", "direction").agg(
+        *[F.sum(c).alias(c) for c in ("payload_bytes", "framed_bytes", "quarantined_bytes", "missing_bytes")],
+        F.count(F.when(~F.col("balanced"), 1)).alias("unbalanced"),
     )
     return _by_capture(per_direction, shown, ["direction"], 2 * MAX_CAPTURES)
 
@@ -158,8 +174,11 @@ def _quarantine_reasons(inputs: Inputs, shown: Sequence[str]) -> dict[str, Secti
     reasons = (
         inputs.quarantine.withColumn("reason_id", reason_id)
         .groupBy("capture_id", "reason_id", "missing")
-        .agg(F.count(F.lit(1)).alias("runs"), F.sum("byte_count").alias("bytes"),
-             F.min("packet_number").alias("first_packet"))
+        .agg(
+            F.count(F.lit(1)).alias("runs"),
+            F.sum("byte_count").alias("bytes"),
+            F.min("packet_number").alias("first_packet"),
+        )
         .withColumn("reason", F.concat_ws(": ", "reason_id", meanings[F.col("reason_id")]))
     )
     return top_rows(reasons, shown, [F.col("bytes").desc(), F.col("reason_id")])
@@ -254,35 +273,66 @@ def write_report(
     verdicts (GX still validating) are waited for after every query of the report has run.
     """
     path = Path(path)
-    inputs = Inputs(frames, connections, violations, captures, dict(flow or {}), quarantine, diagnosis,
-                    bottlenecks, dq_summary, accounting)
+    inputs = Inputs(
+        frames,
+        connections,
+        violations,
+        captures,
+        dict(flow or {}),
+        quarantine,
+        diagnosis,
+        bottlenecks,
+        dq_summary,
+        accounting,
+    )
     listed, capture_total = capture_rows(captures, [connections, frames, violations])
     shown = [c["capture_id"] for c in listed]
 
     sections = {
-        "connections": top_rows(connection_summary(connections), shown,
-                                [(F.col("c2s_bytes") + F.col("s2c_bytes")).desc(), F.col("connection_id")]),
-        "frames": top_rows(frame_counts(frames), shown,
-                           [F.col("frames").desc(), F.col("protocol"), F.col("frame_type"), F.col("method")]),
-        "counts": top_rows(violation_counts(violations), shown,
-                           [severity_rank("severity"), F.col("violations").desc(), F.col("rule_id")]),
-        "context": top_rows(connection_context(frames, connections), shown,
-                            [F.col("frames").desc(), F.col("connection_id")]),
-        "queues": top_rows(queue_context(frames, inputs.flow.get("throughput")), shown,
-                           [F.coalesce(F.col("messages_in"), F.lit(0)).desc(), F.col("address")]),
+        "connections": top_rows(
+            connection_summary(connections),
+            shown,
+            [(F.col("c2s_bytes") + F.col("s2c_bytes")).desc(), F.col("connection_id")],
+        ),
+        "frames": top_rows(
+            frame_counts(frames),
+            shown,
+            [F.col("frames").desc(), F.col("protocol"), F.col("frame_type"), F.col("method")],
+        ),
+        "counts": top_rows(
+            violation_counts(violations),
+            shown,
+            [severity_rank("severity"), F.col("violations").desc(), F.col("rule_id")],
+        ),
+        "context": top_rows(
+            connection_context(frames, connections), shown, [F.col("frames").desc(), F.col("connection_id")]
+        ),
+        "queues": top_rows(
+            queue_context(frames, inputs.flow.get("throughput")),
+            shown,
+            [F.coalesce(F.col("messages_in"), F.lit(0)).desc(), F.col("address")],
+        ),
         "quarantine": _quarantine_reasons(inputs, shown),
     }
     if "consumer_unacked" in inputs.flow:
-        sections["consumers"] = top_rows(consumer_context(inputs.flow["consumer_unacked"]), shown,
-                                         [F.col("deliveries").desc(), F.col("consumer_tag")])
+        sections["consumers"] = top_rows(
+            consumer_context(inputs.flow["consumer_unacked"]),
+            shown,
+            [F.col("deliveries").desc(), F.col("consumer_tag")],
+        )
     if "link_state" in inputs.flow:
-        sections["links"] = top_rows(link_context(inputs.flow["link_state"]), shown,
-                                     [F.col("deliveries").desc(), F.col("link_name")])
-    examples = _by_capture(violation_examples(violations), shown, ["rule_id", "example"],
-                           MAX_CAPTURES * 50 * EXAMPLES_PER_RULE)
+        sections["links"] = top_rows(
+            link_context(inputs.flow["link_state"]), shown, [F.col("deliveries").desc(), F.col("link_name")]
+        )
+    examples = _by_capture(
+        violation_examples(violations), shown, ["rule_id", "example"], MAX_CAPTURES * 50 * EXAMPLES_PER_RULE
+    )
     diagnoses = _by_capture(diagnosis, shown, [], MAX_CAPTURES) if diagnosis is not None else {}
-    findings = (_by_capture(bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN), shown, ["rank"],
-                            MAX_CAPTURES * FINDINGS_SHOWN) if bottlenecks is not None else {})
+    findings = (
+        _by_capture(bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN), shown, ["rank"], MAX_CAPTURES * FINDINGS_SHOWN)
+        if bottlenecks is not None
+        else {}
+    )
     finding_frames = _finding_frames(frames, findings)
     dq_rows = _by_capture(dq_summary, shown, ["run_ts"], MAX_CAPTURES) if dq_summary is not None else {}
     accounting = _accounting(inputs, shown)
@@ -290,10 +340,18 @@ def write_report(
 
     time_zone = frames.sparkSession.conf.get("spark.sql.session.timeZone")
     models = [
-        _capture_model(capture, inputs, sections, examples.get(capture["capture_id"], []),
-                       diagnoses.get(capture["capture_id"]), findings.get(capture["capture_id"], []),
-                       finding_frames, dq_rows.get(capture["capture_id"], []),
-                       accounting.get(capture["capture_id"], []), spans.get(capture["capture_id"]))
+        _capture_model(
+            capture,
+            inputs,
+            sections,
+            examples.get(capture["capture_id"], []),
+            diagnoses.get(capture["capture_id"]),
+            findings.get(capture["capture_id"], []),
+            finding_frames,
+            dq_rows.get(capture["capture_id"], []),
+            accounting.get(capture["capture_id"], []),
+            spans.get(capture["capture_id"]),
+        )
         for capture in listed
     ]
     series = by_capture(chart_series)
@@ -302,35 +360,55 @@ def write_report(
         names = {e["row"]["connection_id"]: e["label"] for e in model["entities"]}
         # No chart rows and no finding: nothing was measured over time, so no chart (not even a
         # timeline of bare lifetimes).
-        model["charts"] = capture_figures(model, charts, lambda c, names=names: str(names.get(c) or c or "—")) \
-            if charts or model["findings"] else []
+        model["charts"] = (
+            capture_figures(model, charts, lambda c, names=names: str(names.get(c) or c or "—"))
+            if charts or model["findings"]
+            else []
+        )
         model["utilisation"] = _utilisation(charts)
     verdicts = verdicts.result() if verdicts is not None else None  # pending: GX ran meanwhile
     index = data_docs_index or (verdicts.data_docs_index if verdicts is not None else None)
-    return render_page(path, captures=models, capture_total=capture_total, left_out=left_out,
-                       suites=_suites(verdicts), data_docs_index=index, time_zone=str(time_zone))
+    return render_page(
+        path,
+        captures=models,
+        capture_total=capture_total,
+        left_out=left_out,
+        suites=_suites(verdicts),
+        data_docs_index=index,
+        time_zone=str(time_zone),
+    )
 
 
 def render_page(
-    path: Path, *, captures: Sequence[Mapping[str, Any]], capture_total: int, left_out: Sequence[Mapping[str, Any]],
-    suites: list[dict[str, Any]] | None, data_docs_index: Path | None, time_zone: str,
+    path: Path,
+    *,
+    captures: Sequence[Mapping[str, Any]],
+    capture_total: int,
+    left_out: Sequence[Mapping[str, Any]],
+    suites: list[dict[str, Any]] | None,
+    data_docs_index: Path | None,
+    time_zone: str,
 ) -> Path:
     """Render the page of ``captures`` (models of ``_capture_model``, with their charts) to ``path``:
     the overview, worst first, then a collapsed section per capture; ``left_out`` are the captures
     not reported, with why. No Spark here: a lake without a complete capture gets a page too."""
     path = Path(path)
     rows = {c["capture_id"]: overview_row(c) for c in captures}
-    page = _environment().get_template("report.html.j2").render(
-        time_zone=time_zone,
-        capture_total=capture_total,
-        # The sections in the overview's order: the worst capture first.
-        captures=sorted(captures, key=lambda c: rows[c["capture_id"]]["order"]),
-        overview=sorted(rows.values(), key=lambda r: r["order"]),
-        left_out=list(left_out),
-        suites=suites,
-        docs_href=_docs_href(data_docs_index, path) if data_docs_index is not None else None,
-        tls_advice=TLS_ADVICE,
-        plotly_js=_plotly_js() if any(c["charts"] for c in captures) else None,
+    page = (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            time_zone=time_zone,
+            capture_total=capture_total,
+            # The sections in the overview's order: the worst capture first.
+            captures=sorted(captures, key=lambda c: rows[c["capture_id"]]["order"]),
+            overview=sorted(rows.values(), key=lambda r: r["order"]),
+            left_out=list(left_out),
+            suites=suites,
+            docs_href=_docs_href(data_docs_index, path) if data_docs_index is not None else None,
+            tls_advice=TLS_ADVICE,
+            plotly_js=_plotly_js() if any(c["charts"] for c in captures) else None,
+        )
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
@@ -346,7 +424,9 @@ def overview_row(model: Mapping[str, Any]) -> dict[str, Any]:
     level (LEVELS) and the figures an operator compares captures by."""
     diagnosis = model["diagnosis"]
     counts = model["counts"].rows if model["counts"] else ()
-    by_severity = {s: sum(r["violations"] for r in counts if r["severity"] == s) for s in ("error", "warning", "capture")}
+    by_severity = {
+        s: sum(r["violations"] for r in counts if r["severity"] == s) for s in ("error", "warning", "capture")
+    }
     dq = model["dq"][-1] if model["dq"] else None
     component = diagnosis["bottleneck"] if diagnosis else None
     if component in (None, "no_amqp", "encrypted"):
@@ -362,10 +442,14 @@ def overview_row(model: Mapping[str, Any]) -> dict[str, Any]:
     if diagnosis is None:
         verdict = "Not diagnosed: the diagnosis tables were not given to the report."
     elif component == "none":
-        verdict = "No bottleneck found" + (f"; {by_severity['error']:,} protocol errors." if by_severity["error"] else ".")
+        verdict = "No bottleneck found" + (
+            f"; {by_severity['error']:,} protocol errors." if by_severity["error"] else "."
+        )
     else:
         verdict = diagnosis["headline"]
-    frames = dq["frames"] if dq is not None else sum(r["frames"] for r in (model["frames"].rows if model["frames"] else ()))
+    frames = (
+        dq["frames"] if dq is not None else sum(r["frames"] for r in (model["frames"].rows if model["frames"] else ()))
+    )
     return {
         "anchor": model["anchor"],
         "file_name": model["capture"].get("file_name") or model["capture_id"],
@@ -374,38 +458,57 @@ def overview_row(model: Mapping[str, Any]) -> dict[str, Any]:
         "level": level,
         "component": component if level == "bottleneck" else None,
         "entity": ((diagnosis.get("entity_kind") or "") + " " + (diagnosis.get("entity") or "")).strip()
-                  if level == "bottleneck" else None,
+        if level == "bottleneck"
+        else None,
         "verdict": verdict,
         "findings": diagnosis["findings_count"] if diagnosis else None,
         "frames": frames,
         "connections": model["connections"].total if model["connections"] else 0,
         "violations": sum(by_severity.values()),
         "violations_error": by_severity["error"],
-        "order": (LEVELS.index(level), -(diagnosis["findings_count"] if diagnosis else 0),
-                  -sum(by_severity.values()), str(model["capture"].get("file_name") or model["capture_id"])),
+        "order": (
+            LEVELS.index(level),
+            -(diagnosis["findings_count"] if diagnosis else 0),
+            -sum(by_severity.values()),
+            str(model["capture"].get("file_name") or model["capture_id"]),
+        ),
     }
 
 
 def _utilisation(charts: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[tuple, float]:
     # (connection, channel, consumer tag or link name) -> the consumer's overall utilisation.
-    return {(r["connection_id"], r["channel"], r["name"]): r["value"] for r in charts.get("consumer_utilisation", ())
-            if r["metric"] == "utilisation_overall"}
+    return {
+        (r["connection_id"], r["channel"], r["name"]): r["value"]
+        for r in charts.get("consumer_utilisation", ())
+        if r["metric"] == "utilisation_overall"
+    }
 
 
 def _suites(verdicts: VerdictRun | None) -> list[dict[str, Any]] | None:
     if verdicts is None:
         return None
     return [
-        {"name": s.suite_name, "table": s.table, "outcome": "passed" if s.success else "failed",
-         "rules": sorted(s.unexpected_counts.items()), "seconds": s.seconds}
+        {
+            "name": s.suite_name,
+            "table": s.table,
+            "outcome": "passed" if s.success else "failed",
+            "rules": sorted(s.unexpected_counts.items()),
+            "seconds": s.seconds,
+        }
         for s in verdicts.suites
     ]
 
 
 def _capture_model(
-    capture: Mapping[str, Any], inputs: Inputs, sections: Mapping[str, Mapping[str, Section]],
-    examples: list[dict], diagnosis: list[dict] | None, findings: list[dict],
-    finding_frames: Mapping[tuple[str, int], list[dict]], dq_rows: list[dict], accounting: list[dict],
+    capture: Mapping[str, Any],
+    inputs: Inputs,
+    sections: Mapping[str, Mapping[str, Section]],
+    examples: list[dict],
+    diagnosis: list[dict] | None,
+    findings: list[dict],
+    finding_frames: Mapping[tuple[str, int], list[dict]],
+    dq_rows: list[dict],
+    accounting: list[dict],
     span: tuple[int, int] | None,
 ) -> dict[str, Any]:
     """Everything the template shows of one capture, with the anchors that tie it together."""
@@ -416,22 +519,30 @@ def _capture_model(
 
     context = rows("context")
     if context is not None:
-        context = Section(tuple({**r, "anchor": anchor(capture_id, "connection", r["connection_id"])}
-                                for r in context.rows), context.total)
+        context = Section(
+            tuple({**r, "anchor": anchor(capture_id, "connection", r["connection_id"])} for r in context.rows),
+            context.total,
+        )
     connections = {r["connection_id"]: r for r in (context.rows if context else ())}
     entities: dict[str, dict[str, Any]] = {}
     for connection_id, row in connections.items():
         entities[connection_id] = {
-            "anchor": row["anchor"], "row": row,
-            "label": row["connection_name"] or row["client"], "consumers": [], "links": [],
-            "findings": [], "violations": [],
+            "anchor": row["anchor"],
+            "row": row,
+            "label": row["connection_name"] or row["client"],
+            "consumers": [],
+            "links": [],
+            "findings": [],
+            "violations": [],
         }
     anchors = {e["anchor"] for e in entities.values()}
     for kind in ("consumers", "links"):
         section = rows(kind)
-        for row in (section.rows if section else ()):
+        for row in section.rows if section else ():
             entity = entities.get(row["connection_id"])
-            key = (row["channel"], row["consumer_tag"]) if kind == "consumers" else (row["link_name"], row["sender_side"])
+            key = (
+                (row["channel"], row["consumer_tag"]) if kind == "consumers" else (row["link_name"], row["sender_side"])
+            )
             row = {**row, "anchor": anchor(capture_id, kind[:-1], row["connection_id"], *key)}
             if entity is not None:
                 entity[kind].append(row)
@@ -440,14 +551,22 @@ def _capture_model(
     queue_rows = [{**r, "anchor": anchor(capture_id, "queue", r["address"])} for r in (queues.rows if queues else ())]
     anchors.update(r["anchor"] for r in queue_rows)
 
-    def target(connection_id: str | None, channel: Any = None, consumer_tag: Any = None, link_name: Any = None,
-               sender_side: Any = None, queue: Any = None) -> str | None:
+    def target(
+        connection_id: str | None,
+        channel: Any = None,
+        consumer_tag: Any = None,
+        link_name: Any = None,
+        sender_side: Any = None,
+        queue: Any = None,
+    ) -> str | None:
         # The most specific entity section the page has for these keys.
         candidates = []
         if consumer_tag is not None:
             candidates.append(anchor(capture_id, "consumer", connection_id, channel, consumer_tag))
         if link_name is not None:
-            candidates += [anchor(capture_id, "link", connection_id, link_name, side) for side in (sender_side, "client", "server")]
+            candidates += [
+                anchor(capture_id, "link", connection_id, link_name, side) for side in (sender_side, "client", "server")
+            ]
         if queue is not None:
             candidates += [anchor(capture_id, "queue", f"/queues/{queue}"), anchor(capture_id, "queue", queue)]
         if connection_id is not None:
@@ -456,20 +575,30 @@ def _capture_model(
 
     finding_models = []
     for f in findings:
-        frames = [fr for p in (f["packet_numbers"] or [])[:FRAMES_PER_FINDING]
-                  for fr in finding_frames.get((capture_id, p), [])
-                  if f["connection_id"] is None or fr["connection_id"] == f["connection_id"]]
-        model = {**f, "target": target(f["connection_id"], f["channel"], f["consumer_tag"], f["link_name"], None, f["queue"]),
-                 "frames": frames, "evidence": sorted((f["evidence"] or {}).items())}
+        frames = [
+            fr
+            for p in (f["packet_numbers"] or [])[:FRAMES_PER_FINDING]
+            for fr in finding_frames.get((capture_id, p), [])
+            if f["connection_id"] is None or fr["connection_id"] == f["connection_id"]
+        ]
+        model = {
+            **f,
+            "target": target(f["connection_id"], f["channel"], f["consumer_tag"], f["link_name"], None, f["queue"]),
+            "frames": frames,
+            "evidence": sorted((f["evidence"] or {}).items()),
+        }
         finding_models.append(model)
         if f["connection_id"] in entities:
             entities[f["connection_id"]]["findings"].append(model)
     example_models = []
     for e in examples:
         connection = connections.get(e["connection_id"])
-        model = {**e, "target": target(e["connection_id"]),
-                 "filter": _wireshark_filter(connection, e["packet_number"]),
-                 "evidence": sorted((e["evidence"] or {}).items())}
+        model = {
+            **e,
+            "target": target(e["connection_id"]),
+            "filter": _wireshark_filter(connection, e["packet_number"]),
+            "evidence": sorted((e["evidence"] or {}).items()),
+        }
         example_models.append(model)
         if e["connection_id"] in entities:
             entities[e["connection_id"]]["violations"].append(model)

@@ -46,8 +46,11 @@ def embedded_json(figure: Mapping[str, Any]) -> str:
     """JSON safe inside a <script type="application/json"> block: no '<', '>' or '&' left raw."""
     text = json.dumps(figure, separators=(",", ":"), allow_nan=False, default=str)
     return (
-        text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-        .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+        text.replace("&", "\\u0026")
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
     )
 
 
@@ -87,8 +90,15 @@ def _mode(points: int) -> str:
 
 
 def line_chart(
-    title: str, y_title: str, series: Sequence[Series], traces: Sequence[tuple[str, str, Mapping[str, Any]]],
-    name_of: Any, *, per_second: bool = False, scale: float = 1.0, unit: str = "",
+    title: str,
+    y_title: str,
+    series: Sequence[Series],
+    traces: Sequence[tuple[str, str, Mapping[str, Any]]],
+    name_of: Any,
+    *,
+    per_second: bool = False,
+    scale: float = 1.0,
+    unit: str = "",
 ) -> dict[str, Any]:
     """One trace per (series, metric), drawn as steps: ``traces`` are (metric, label, extra trace
     attributes); ``name_of(series)`` is the series' (already escaped) name. ``per_second``: the
@@ -105,10 +115,21 @@ def line_chart(
             # A rate or a share: six significant digits, what a reader can tell apart (half the JSON);
             # a state as it is (a window of 6,291,456 bytes stays that).
             y = [None if v is None else float(f"{v * factor:.6g}") if factor != 1 else v for v in _finite(ys)]
-            hover = (f"{name}<br>%{{x:.6g}} s: %{{y:,.4~r}}{unit} (%{{customdata}} in {_width_text(s.bucket_s)})"
-                     if per_second else f"{name}<br>%{{x:.6g}} s: %{{y:,~r}}{unit}")
-            trace = {"type": "scatter", "mode": _mode(len(xs)), "name": name, "x": [round(x, 6) for x in xs], "y": y,
-                     "line": {"shape": "hv"}, "hovertemplate": hover + "<extra></extra>", **extra}
+            hover = (
+                f"{name}<br>%{{x:.6g}} s: %{{y:,.4~r}}{unit} (%{{customdata}} in {_width_text(s.bucket_s)})"
+                if per_second
+                else f"{name}<br>%{{x:.6g}} s: %{{y:,~r}}{unit}"
+            )
+            trace = {
+                "type": "scatter",
+                "mode": _mode(len(xs)),
+                "name": name,
+                "x": [round(x, 6) for x in xs],
+                "y": y,
+                "line": {"shape": "hv"},
+                "hovertemplate": hover + "<extra></extra>",
+                **extra,
+            }
             if per_second:
                 trace["customdata"] = [0 if v is None else round(v) for v in ys]
             data.append(trace)
@@ -125,7 +146,9 @@ def _width_text(width: float) -> str:
 
 
 def timeline_chart(
-    lanes: Sequence[Mapping[str, Any]], bars: Sequence[Mapping[str, Any]], markers: Sequence[Mapping[str, Any]],
+    lanes: Sequence[Mapping[str, Any]],
+    bars: Sequence[Mapping[str, Any]],
+    markers: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
     """The swimlane: ``lanes`` (label, start, end: the entity's captured lifetime), ``bars``
     (label, start, end, kind, hover) drawn per kind, ``markers`` (label, x, kind, hover).
@@ -142,19 +165,34 @@ def timeline_chart(
         data.append(_bars(wire(kind), colour, of_kind, 0.7))
     for kind in dict.fromkeys(m["kind"] for m in markers):
         of_kind = [m for m in markers if m["kind"] == kind]
-        data.append({
-            "type": "scatter", "mode": "markers", "name": wire(kind),
-            "x": [m["x"] for m in of_kind], "y": [m["label"] for m in of_kind],
-            "text": [m["hover"] for m in of_kind], "hovertemplate": "%{text}<extra></extra>",
-            "marker": {"symbol": "x", "size": 9, "color": "#b00020" if kind == "error" else "#a05a00"},
-        })
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": wire(kind),
+                "x": [m["x"] for m in of_kind],
+                "y": [m["label"] for m in of_kind],
+                "text": [m["hover"] for m in of_kind],
+                "hovertemplate": "%{text}<extra></extra>",
+                "marker": {"symbol": "x", "size": 9, "color": "#b00020" if kind == "error" else "#a05a00"},
+            }
+        )
     for label in (*[b["label"] for b in bars], *[m["label"] for m in markers]):
         if label not in order:
             order.append(label)
-    layout = _layout("Timeline: entities, the intervals they were held back, findings and violations", "",
-                     height=140 + 26 * max(len(order), 1), barmode="overlay")
-    layout["yaxis"] = {"type": "category", "categoryorder": "array", "categoryarray": order,
-                       "autorange": "reversed", "automargin": True}
+    layout = _layout(
+        "Timeline: entities, the intervals they were held back, findings and violations",
+        "",
+        height=140 + 26 * max(len(order), 1),
+        barmode="overlay",
+    )
+    layout["yaxis"] = {
+        "type": "category",
+        "categoryorder": "array",
+        "categoryarray": order,
+        "autorange": "reversed",
+        "automargin": True,
+    }
     layout["margin"] = {**layout["margin"], "l": 20, "t": 70}
     # Above the lanes: below them it would cover the time axis of a tall chart.
     layout["legend"] = {"orientation": "h", "x": 0, "y": 1, "yanchor": "bottom"}
@@ -163,14 +201,18 @@ def timeline_chart(
 
 def _bars(name: str, colour: str, items: Sequence[Mapping[str, Any]], width: float) -> dict[str, Any]:
     return {
-        "type": "bar", "orientation": "h", "name": name,
+        "type": "bar",
+        "orientation": "h",
+        "name": name,
         "y": [i["label"] for i in items],
         "base": [i["start"] for i in items],
         # A zero-length interval is drawn one microsecond long, so it still shows when zoomed in.
         "x": [max(i["end"] - i["start"], 1e-6) for i in items],
-        "text": [i.get("hover", "") for i in items], "textposition": "none",
+        "text": [i.get("hover", "") for i in items],
+        "textposition": "none",
         "hovertemplate": "%{text}<extra></extra>",
-        "marker": {"color": colour}, "width": width,
+        "marker": {"color": colour},
+        "width": width,
     }
 
 

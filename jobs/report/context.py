@@ -38,26 +38,50 @@ def connection_context(frames: DataFrame, connections: DataFrame) -> DataFrame:
     start, start_ok = method == "connection.start", method == "connection.start-ok"
     open_091, tune_ok, open_10 = method == "connection.open", method == "connection.tune-ok", method == "open"
     per_connection = (
-        frames.filter(method.isin("connection.start", "connection.start-ok", "connection.open",
-                                  "connection.tune-ok", "open", "sasl-init", "sasl-mechanisms"))
+        frames.filter(
+            method.isin(
+                "connection.start",
+                "connection.start-ok",
+                "connection.open",
+                "connection.tune-ok",
+                "open",
+                "sasl-init",
+                "sasl-mechanisms",
+            )
+        )
         .groupBy("capture_id", "connection_id")
         .agg(
-            F.coalesce(_first(_json("server-properties", "$.product"), start),
-                       _first(_json("properties", "$.product"), open_10 & s2c)).alias("broker_product"),
-            F.coalesce(_first(_json("server-properties", "$.version"), start),
-                       _first(_json("properties", "$.version"), open_10 & s2c)).alias("broker_version"),
-            F.coalesce(_first(_json("server-properties", "$.cluster_name"), start),
-                       _first(F.col("container_id"), open_10 & s2c)).alias("broker_name"),
-            F.coalesce(_first(_json("client-properties", "$.product"), start_ok),
-                       _first(_json("properties", "$.product"), open_10 & c2s)).alias("client_product"),
-            F.coalesce(_first(_json("client-properties", "$.version"), start_ok),
-                       _first(_json("properties", "$.version"), open_10 & c2s)).alias("client_version"),
-            F.coalesce(_first(_json("client-properties", "$.connection_name"), start_ok),
-                       _first(F.col("container_id"), open_10 & c2s)).alias("connection_name"),
-            F.coalesce(_first(F.col("arguments")["virtual-host"], open_091),
-                       _first(F.col("hostname"), open_10 & c2s)).alias("vhost"),
-            F.coalesce(_first(F.col("mechanism"), start_ok | (method == "sasl-init")),
-                       _first(F.col("arguments")["mechanism"], start_ok)).alias("sasl_mechanism"),
+            F.coalesce(
+                _first(_json("server-properties", "$.product"), start),
+                _first(_json("properties", "$.product"), open_10 & s2c),
+            ).alias("broker_product"),
+            F.coalesce(
+                _first(_json("server-properties", "$.version"), start),
+                _first(_json("properties", "$.version"), open_10 & s2c),
+            ).alias("broker_version"),
+            F.coalesce(
+                _first(_json("server-properties", "$.cluster_name"), start),
+                _first(F.col("container_id"), open_10 & s2c),
+            ).alias("broker_name"),
+            F.coalesce(
+                _first(_json("client-properties", "$.product"), start_ok),
+                _first(_json("properties", "$.product"), open_10 & c2s),
+            ).alias("client_product"),
+            F.coalesce(
+                _first(_json("client-properties", "$.version"), start_ok),
+                _first(_json("properties", "$.version"), open_10 & c2s),
+            ).alias("client_version"),
+            F.coalesce(
+                _first(_json("client-properties", "$.connection_name"), start_ok),
+                _first(F.col("container_id"), open_10 & c2s),
+            ).alias("connection_name"),
+            F.coalesce(
+                _first(F.col("arguments")["virtual-host"], open_091), _first(F.col("hostname"), open_10 & c2s)
+            ).alias("vhost"),
+            F.coalesce(
+                _first(F.col("mechanism"), start_ok | (method == "sasl-init")),
+                _first(F.col("arguments")["mechanism"], start_ok),
+            ).alias("sasl_mechanism"),
             _first(F.col("frame_max"), tune_ok).alias("frame_max"),
             _first(F.col("channel_max").cast("long"), tune_ok).alias("channel_max"),
             _first(F.col("heartbeat").cast("long"), tune_ok).alias("heartbeat_s"),
@@ -70,10 +94,17 @@ def connection_context(frames: DataFrame, connections: DataFrame) -> DataFrame:
         )
     )
     return connections.select(
-        "capture_id", "connection_id", "protocol", "protocol_inferred",
+        "capture_id",
+        "connection_id",
+        "protocol",
+        "protocol_inferred",
         endpoint("client_address", "client_port").alias("client"),
         endpoint("server_address", "server_port").alias("server"),
-        "client_address", "client_port", "first_ts", "last_ts", "frames",
+        "client_address",
+        "client_port",
+        "first_ts",
+        "last_ts",
+        "frames",
     ).join(per_connection, ["capture_id", "connection_id"], "left")
 
 
@@ -91,7 +122,9 @@ def queue_context(frames: DataFrame, throughput: DataFrame | None) -> DataFrame:
     )
     if throughput is None:
         return declared.select(
-            "capture_id", "address", "declaring_connections",
+            "capture_id",
+            "address",
+            "declaring_connections",
             *[F.lit(None).cast("long").alias(c) for c in ("messages_in", "bytes_in", "messages_out", "bytes_out")],
         )
     traffic = (

@@ -89,15 +89,21 @@ def violation_examples(violations: DataFrame, per_rule: int = EXAMPLES_PER_RULE)
     ``packet_number`` is null where the violations table has no such column (written before it had one).
     """
     # Orders a rule's violations in time within its capture, to show the earliest ones.
-    first_seen = Window.partitionBy("capture_id", "rule_id").orderBy(
-        "ts", "connection_id", "frame_index"
-    )
+    first_seen = Window.partitionBy("capture_id", "rule_id").orderBy("ts", "connection_id", "frame_index")
     return (
         violations.withColumn("example", F.row_number().over(first_seen))
         .where(F.col("example") <= per_rule)
         .select(
-            "capture_id", "rule_id", "example", "connection_id", "channel", "handle",
-            "frame_index", _packet_number(violations), ts_text("ts"), "evidence",
+            "capture_id",
+            "rule_id",
+            "example",
+            "connection_id",
+            "channel",
+            "handle",
+            "frame_index",
+            _packet_number(violations),
+            ts_text("ts"),
+            "evidence",
         )
     )
 
@@ -131,14 +137,16 @@ def top_rows(df: DataFrame, captures: Sequence[str], order: Sequence[Column]) ->
     return {c: Section(tuple(grouped[c]), totals[c]) for c in grouped}
 
 
-def capture_rows(
-    captures: DataFrame | None, tables: Iterable[DataFrame]
-) -> tuple[list[dict[str, Any]], int]:
+def capture_rows(captures: DataFrame | None, tables: Iterable[DataFrame]) -> tuple[list[dict[str, Any]], int]:
     # The captures shown (first MAX_CAPTURES by id) and how many there are.
     if captures is not None:
         listed = captures.select(
-            "capture_id", "file_name", "file_size", "packets",
-            ts_text("first_ts"), ts_text("last_ts"),
+            "capture_id",
+            "file_name",
+            "file_size",
+            "packets",
+            ts_text("first_ts"),
+            ts_text("last_ts"),
         )
     else:
         listed = reduce(DataFrame.unionByName, [t.select("capture_id") for t in tables]).distinct()
