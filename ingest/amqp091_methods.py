@@ -10,15 +10,10 @@ the frame. Bytes left after the arguments are the caller's to report (``amqp091.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Callable, Final
 
 from amqpscope.ingest.amqp091_values import (
-    read_longstr,
-    read_table,
-    short_of,
-    skip_longstr,
-    timestamp,
+    read_longstr, read_table, short_of, skip_longstr, timestamp,
 )
 
 ArgumentsDecoder = Callable[[bytes, int, int], tuple[dict[str, Any], int]]
@@ -28,31 +23,27 @@ def decode_no_arguments(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
     """Every method that has no arguments (connection.close-ok, tx.select, ...)."""
     return {}, pos
 
-
-_UNPACK_0: Final = struct.Struct(">BB").unpack_from
-_UNPACK_1: Final = struct.Struct(">HIH").unpack_from
-_UNPACK_2: Final = struct.Struct(">B").unpack_from
-_UNPACK_3: Final = struct.Struct(">H").unpack_from
-_UNPACK_4: Final = struct.Struct(">HH").unpack_from
-_UNPACK_5: Final = struct.Struct(">II").unpack_from
-_UNPACK_6: Final = struct.Struct(">I").unpack_from
-_UNPACK_7: Final = struct.Struct(">IHB").unpack_from
-_UNPACK_8: Final = struct.Struct(">QB").unpack_from
-_UNPACK_9: Final = struct.Struct(">Q").unpack_from
+_UNPACK_0: Final = struct.Struct('>BB').unpack_from
+_UNPACK_1: Final = struct.Struct('>HIH').unpack_from
+_UNPACK_2: Final = struct.Struct('>B').unpack_from
+_UNPACK_3: Final = struct.Struct('>H').unpack_from
+_UNPACK_4: Final = struct.Struct('>HH').unpack_from
+_UNPACK_5: Final = struct.Struct('>II').unpack_from
+_UNPACK_6: Final = struct.Struct('>I').unpack_from
+_UNPACK_7: Final = struct.Struct('>IHB').unpack_from
+_UNPACK_8: Final = struct.Struct('>QB').unpack_from
+_UNPACK_9: Final = struct.Struct('>Q').unpack_from
 
 
 def decode_connection_start(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     if pos + 2 > end:
         raise short_of(2, pos, end)
-    (
-        v0_0,
-        v0_1,
-    ) = _UNPACK_0(data, pos)
+    (v0_0, v0_1,) = _UNPACK_0(data, pos)
     pos += 2
     v2, pos = read_table(data, pos, end)
     v3, pos = read_longstr(data, pos, end)
     v4, pos = read_longstr(data, pos, end)
-    return {"version-major": v0_0, "version-minor": v0_1, "server-properties": v2, "mechanisms": v3, "locales": v4}, pos
+    return {'version-major': v0_0, 'version-minor': v0_1, 'server-properties': v2, 'mechanisms': v3, 'locales': v4}, pos
 
 
 def decode_connection_start_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -62,7 +53,7 @@ def decode_connection_start_ok(data: bytes, pos: int, end: int) -> tuple[dict[st
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     pos = skip_longstr(data, pos, end)
     if pos >= end:
@@ -70,14 +61,14 @@ def decode_connection_start_ok(data: bytes, pos: int, end: int) -> tuple[dict[st
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v2 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
-    return {"client-properties": v0, "mechanism": v1, "locale": v2}, pos
+    return {'client-properties': v0, 'mechanism': v1, 'locale': v2}, pos
 
 
 def decode_connection_secure(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     v0, pos = read_longstr(data, pos, end)
-    return {"challenge": v0}, pos
+    return {'challenge': v0}, pos
 
 
 def decode_connection_secure_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -88,25 +79,17 @@ def decode_connection_secure_ok(data: bytes, pos: int, end: int) -> tuple[dict[s
 def decode_connection_tune(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     if pos + 8 > end:
         raise short_of(8, pos, end)
-    (
-        v0_0,
-        v0_1,
-        v0_2,
-    ) = _UNPACK_1(data, pos)
+    (v0_0, v0_1, v0_2,) = _UNPACK_1(data, pos)
     pos += 8
-    return {"channel-max": v0_0, "frame-max": v0_1, "heartbeat": v0_2}, pos
+    return {'channel-max': v0_0, 'frame-max': v0_1, 'heartbeat': v0_2}, pos
 
 
 def decode_connection_tune_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     if pos + 8 > end:
         raise short_of(8, pos, end)
-    (
-        v0_0,
-        v0_1,
-        v0_2,
-    ) = _UNPACK_1(data, pos)
+    (v0_0, v0_1, v0_2,) = _UNPACK_1(data, pos)
     pos += 8
-    return {"channel-max": v0_0, "frame-max": v0_1, "heartbeat": v0_2}, pos
+    return {'channel-max': v0_0, 'frame-max': v0_1, 'heartbeat': v0_2}, pos
 
 
 def decode_connection_open(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -115,20 +98,20 @@ def decode_connection_open(data: bytes, pos: int, end: int) -> tuple[dict[str, A
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v0 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v2_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {"virtual-host": v0, "capabilities": v1, "insist": v2_0 & 1 != 0}, pos
+    return {'virtual-host': v0, 'capabilities': v1, 'insist': v2_0 & 1 != 0}, pos
 
 
 def decode_connection_open_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -137,9 +120,9 @@ def decode_connection_open_ok(data: bytes, pos: int, end: int) -> tuple[dict[str
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v0 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
-    return {"known-hosts": v0}, pos
+    return {'known-hosts': v0}, pos
 
 
 def decode_connection_close(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -152,16 +135,13 @@ def decode_connection_close(data: bytes, pos: int, end: int) -> tuple[dict[str, 
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 4 > end:
         raise short_of(4, pos, end)
-    (
-        v2_0,
-        v2_1,
-    ) = _UNPACK_4(data, pos)
+    (v2_0, v2_1,) = _UNPACK_4(data, pos)
     pos += 4
-    return {"reply-code": v0_0, "reply-text": v1, "class-id": v2_0, "method-id": v2_1}, pos
+    return {'reply-code': v0_0, 'reply-text': v1, 'class-id': v2_0, 'method-id': v2_1}, pos
 
 
 def decode_connection_blocked(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -170,9 +150,9 @@ def decode_connection_blocked(data: bytes, pos: int, end: int) -> tuple[dict[str
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v0 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
-    return {"reason": v0}, pos
+    return {'reason': v0}, pos
 
 
 def decode_connection_update_secret(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -182,9 +162,9 @@ def decode_connection_update_secret(data: bytes, pos: int, end: int) -> tuple[di
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v0 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
-    return {"reason": v0}, pos
+    return {'reason': v0}, pos
 
 
 def decode_channel_open(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -193,14 +173,14 @@ def decode_channel_open(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v0 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
-    return {"out-of-band": v0}, pos
+    return {'out-of-band': v0}, pos
 
 
 def decode_channel_open_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     v0, pos = read_longstr(data, pos, end)
-    return {"channel-id": v0}, pos
+    return {'channel-id': v0}, pos
 
 
 def decode_channel_flow(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -208,7 +188,7 @@ def decode_channel_flow(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
         raise short_of(1, pos, end)
     (v0_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {"active": v0_0 & 1 != 0}, pos
+    return {'active': v0_0 & 1 != 0}, pos
 
 
 def decode_channel_flow_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -216,7 +196,7 @@ def decode_channel_flow_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, A
         raise short_of(1, pos, end)
     (v0_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {"active": v0_0 & 1 != 0}, pos
+    return {'active': v0_0 & 1 != 0}, pos
 
 
 def decode_channel_close(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -229,16 +209,13 @@ def decode_channel_close(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 4 > end:
         raise short_of(4, pos, end)
-    (
-        v2_0,
-        v2_1,
-    ) = _UNPACK_4(data, pos)
+    (v2_0, v2_1,) = _UNPACK_4(data, pos)
     pos += 4
-    return {"reply-code": v0_0, "reply-text": v1, "class-id": v2_0, "method-id": v2_1}, pos
+    return {'reply-code': v0_0, 'reply-text': v1, 'class-id': v2_0, 'method-id': v2_1}, pos
 
 
 def decode_access_request(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -247,20 +224,13 @@ def decode_access_request(data: bytes, pos: int, end: int) -> tuple[dict[str, An
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v0 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v1_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {
-        "realm": v0,
-        "exclusive": v1_0 & 1 != 0,
-        "passive": v1_0 & 2 != 0,
-        "active": v1_0 & 4 != 0,
-        "write": v1_0 & 8 != 0,
-        "read": v1_0 & 16 != 0,
-    }, pos
+    return {'realm': v0, 'exclusive': v1_0 & 1 != 0, 'passive': v1_0 & 2 != 0, 'active': v1_0 & 4 != 0, 'write': v1_0 & 8 != 0, 'read': v1_0 & 16 != 0}, pos
 
 
 def decode_access_request_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -268,7 +238,7 @@ def decode_access_request_ok(data: bytes, pos: int, end: int) -> tuple[dict[str,
         raise short_of(2, pos, end)
     (v0_0,) = _UNPACK_3(data, pos)
     pos += 2
-    return {"ticket": v0_0}, pos
+    return {'ticket': v0_0}, pos
 
 
 def decode_exchange_declare(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -281,31 +251,21 @@ def decode_exchange_declare(data: bytes, pos: int, end: int) -> tuple[dict[str, 
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v2 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v3_0,) = _UNPACK_2(data, pos)
     pos += 1
     v8, pos = read_table(data, pos, end)
-    return {
-        "ticket": v0_0,
-        "exchange": v1,
-        "type": v2,
-        "passive": v3_0 & 1 != 0,
-        "durable": v3_0 & 2 != 0,
-        "auto-delete": v3_0 & 4 != 0,
-        "internal": v3_0 & 8 != 0,
-        "nowait": v3_0 & 16 != 0,
-        "arguments": v8,
-    }, pos
+    return {'ticket': v0_0, 'exchange': v1, 'type': v2, 'passive': v3_0 & 1 != 0, 'durable': v3_0 & 2 != 0, 'auto-delete': v3_0 & 4 != 0, 'internal': v3_0 & 8 != 0, 'nowait': v3_0 & 16 != 0, 'arguments': v8}, pos
 
 
 def decode_exchange_delete(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -318,13 +278,13 @@ def decode_exchange_delete(data: bytes, pos: int, end: int) -> tuple[dict[str, A
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v2_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {"ticket": v0_0, "exchange": v1, "if-unused": v2_0 & 1 != 0, "nowait": v2_0 & 2 != 0}, pos
+    return {'ticket': v0_0, 'exchange': v1, 'if-unused': v2_0 & 1 != 0, 'nowait': v2_0 & 2 != 0}, pos
 
 
 def decode_exchange_bind(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -337,35 +297,28 @@ def decode_exchange_bind(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v2 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v3 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v4_0,) = _UNPACK_2(data, pos)
     pos += 1
     v5, pos = read_table(data, pos, end)
-    return {
-        "ticket": v0_0,
-        "destination": v1,
-        "source": v2,
-        "routing-key": v3,
-        "nowait": v4_0 & 1 != 0,
-        "arguments": v5,
-    }, pos
+    return {'ticket': v0_0, 'destination': v1, 'source': v2, 'routing-key': v3, 'nowait': v4_0 & 1 != 0, 'arguments': v5}, pos
 
 
 def decode_exchange_unbind(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -378,35 +331,28 @@ def decode_exchange_unbind(data: bytes, pos: int, end: int) -> tuple[dict[str, A
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v2 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v3 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v4_0,) = _UNPACK_2(data, pos)
     pos += 1
     v5, pos = read_table(data, pos, end)
-    return {
-        "ticket": v0_0,
-        "destination": v1,
-        "source": v2,
-        "routing-key": v3,
-        "nowait": v4_0 & 1 != 0,
-        "arguments": v5,
-    }, pos
+    return {'ticket': v0_0, 'destination': v1, 'source': v2, 'routing-key': v3, 'nowait': v4_0 & 1 != 0, 'arguments': v5}, pos
 
 
 def decode_queue_declare(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -419,23 +365,14 @@ def decode_queue_declare(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v2_0,) = _UNPACK_2(data, pos)
     pos += 1
     v7, pos = read_table(data, pos, end)
-    return {
-        "ticket": v0_0,
-        "queue": v1,
-        "passive": v2_0 & 1 != 0,
-        "durable": v2_0 & 2 != 0,
-        "exclusive": v2_0 & 4 != 0,
-        "auto-delete": v2_0 & 8 != 0,
-        "nowait": v2_0 & 16 != 0,
-        "arguments": v7,
-    }, pos
+    return {'ticket': v0_0, 'queue': v1, 'passive': v2_0 & 1 != 0, 'durable': v2_0 & 2 != 0, 'exclusive': v2_0 & 4 != 0, 'auto-delete': v2_0 & 8 != 0, 'nowait': v2_0 & 16 != 0, 'arguments': v7}, pos
 
 
 def decode_queue_declare_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -444,16 +381,13 @@ def decode_queue_declare_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, 
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v0 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 8 > end:
         raise short_of(8, pos, end)
-    (
-        v1_0,
-        v1_1,
-    ) = _UNPACK_5(data, pos)
+    (v1_0, v1_1,) = _UNPACK_5(data, pos)
     pos += 8
-    return {"queue": v0, "message-count": v1_0, "consumer-count": v1_1}, pos
+    return {'queue': v0, 'message-count': v1_0, 'consumer-count': v1_1}, pos
 
 
 def decode_queue_bind(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -466,35 +400,28 @@ def decode_queue_bind(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], 
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v2 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v3 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v4_0,) = _UNPACK_2(data, pos)
     pos += 1
     v5, pos = read_table(data, pos, end)
-    return {
-        "ticket": v0_0,
-        "queue": v1,
-        "exchange": v2,
-        "routing-key": v3,
-        "nowait": v4_0 & 1 != 0,
-        "arguments": v5,
-    }, pos
+    return {'ticket': v0_0, 'queue': v1, 'exchange': v2, 'routing-key': v3, 'nowait': v4_0 & 1 != 0, 'arguments': v5}, pos
 
 
 def decode_queue_purge(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -507,13 +434,13 @@ def decode_queue_purge(data: bytes, pos: int, end: int) -> tuple[dict[str, Any],
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v2_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {"ticket": v0_0, "queue": v1, "nowait": v2_0 & 1 != 0}, pos
+    return {'ticket': v0_0, 'queue': v1, 'nowait': v2_0 & 1 != 0}, pos
 
 
 def decode_queue_purge_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -521,7 +448,7 @@ def decode_queue_purge_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, An
         raise short_of(4, pos, end)
     (v0_0,) = _UNPACK_6(data, pos)
     pos += 4
-    return {"message-count": v0_0}, pos
+    return {'message-count': v0_0}, pos
 
 
 def decode_queue_delete(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -534,19 +461,13 @@ def decode_queue_delete(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v2_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {
-        "ticket": v0_0,
-        "queue": v1,
-        "if-unused": v2_0 & 1 != 0,
-        "if-empty": v2_0 & 2 != 0,
-        "nowait": v2_0 & 4 != 0,
-    }, pos
+    return {'ticket': v0_0, 'queue': v1, 'if-unused': v2_0 & 1 != 0, 'if-empty': v2_0 & 2 != 0, 'nowait': v2_0 & 4 != 0}, pos
 
 
 def decode_queue_delete_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -554,7 +475,7 @@ def decode_queue_delete_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, A
         raise short_of(4, pos, end)
     (v0_0,) = _UNPACK_6(data, pos)
     pos += 4
-    return {"message-count": v0_0}, pos
+    return {'message-count': v0_0}, pos
 
 
 def decode_queue_unbind(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -567,36 +488,32 @@ def decode_queue_unbind(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v2 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v3 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     v4, pos = read_table(data, pos, end)
-    return {"ticket": v0_0, "queue": v1, "exchange": v2, "routing-key": v3, "arguments": v4}, pos
+    return {'ticket': v0_0, 'queue': v1, 'exchange': v2, 'routing-key': v3, 'arguments': v4}, pos
 
 
 def decode_basic_qos(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     if pos + 7 > end:
         raise short_of(7, pos, end)
-    (
-        v0_0,
-        v0_1,
-        v0_2,
-    ) = _UNPACK_7(data, pos)
+    (v0_0, v0_1, v0_2,) = _UNPACK_7(data, pos)
     pos += 7
-    return {"prefetch-size": v0_0, "prefetch-count": v0_1, "global": v0_2 & 1 != 0}, pos
+    return {'prefetch-size': v0_0, 'prefetch-count': v0_1, 'global': v0_2 & 1 != 0}, pos
 
 
 def decode_basic_consume(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -609,30 +526,21 @@ def decode_basic_consume(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v2 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v3_0,) = _UNPACK_2(data, pos)
     pos += 1
     v7, pos = read_table(data, pos, end)
-    return {
-        "ticket": v0_0,
-        "queue": v1,
-        "consumer-tag": v2,
-        "no-local": v3_0 & 1 != 0,
-        "no-ack": v3_0 & 2 != 0,
-        "exclusive": v3_0 & 4 != 0,
-        "nowait": v3_0 & 8 != 0,
-        "arguments": v7,
-    }, pos
+    return {'ticket': v0_0, 'queue': v1, 'consumer-tag': v2, 'no-local': v3_0 & 1 != 0, 'no-ack': v3_0 & 2 != 0, 'exclusive': v3_0 & 4 != 0, 'nowait': v3_0 & 8 != 0, 'arguments': v7}, pos
 
 
 def decode_basic_consume_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -641,9 +549,9 @@ def decode_basic_consume_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, 
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v0 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
-    return {"consumer-tag": v0}, pos
+    return {'consumer-tag': v0}, pos
 
 
 def decode_basic_cancel(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -652,13 +560,13 @@ def decode_basic_cancel(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v0 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v1_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {"consumer-tag": v0, "nowait": v1_0 & 1 != 0}, pos
+    return {'consumer-tag': v0, 'nowait': v1_0 & 1 != 0}, pos
 
 
 def decode_basic_cancel_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -667,9 +575,9 @@ def decode_basic_cancel_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, A
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v0 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
-    return {"consumer-tag": v0}, pos
+    return {'consumer-tag': v0}, pos
 
 
 def decode_basic_publish(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -682,26 +590,20 @@ def decode_basic_publish(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v2 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v3_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {
-        "ticket": v0_0,
-        "exchange": v1,
-        "routing-key": v2,
-        "mandatory": v3_0 & 1 != 0,
-        "immediate": v3_0 & 2 != 0,
-    }, pos
+    return {'ticket': v0_0, 'exchange': v1, 'routing-key': v2, 'mandatory': v3_0 & 1 != 0, 'immediate': v3_0 & 2 != 0}, pos
 
 
 def decode_basic_return(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -714,23 +616,23 @@ def decode_basic_return(data: bytes, pos: int, end: int) -> tuple[dict[str, Any]
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v2 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v3 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
-    return {"reply-code": v0_0, "reply-text": v1, "exchange": v2, "routing-key": v3}, pos
+    return {'reply-code': v0_0, 'reply-text': v1, 'exchange': v2, 'routing-key': v3}, pos
 
 
 def decode_basic_deliver(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -739,36 +641,27 @@ def decode_basic_deliver(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v0 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 9 > end:
         raise short_of(9, pos, end)
-    (
-        v1_0,
-        v1_1,
-    ) = _UNPACK_8(data, pos)
+    (v1_0, v1_1,) = _UNPACK_8(data, pos)
     pos += 9
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v3 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v4 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v4 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
-    return {
-        "consumer-tag": v0,
-        "delivery-tag": v1_0,
-        "redelivered": v1_1 & 1 != 0,
-        "exchange": v3,
-        "routing-key": v4,
-    }, pos
+    return {'consumer-tag': v0, 'delivery-tag': v1_0, 'redelivered': v1_1 & 1 != 0, 'exchange': v3, 'routing-key': v4}, pos
 
 
 def decode_basic_get(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -781,48 +674,39 @@ def decode_basic_get(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], i
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v1 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v1 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 1 > end:
         raise short_of(1, pos, end)
     (v2_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {"ticket": v0_0, "queue": v1, "no-ack": v2_0 & 1 != 0}, pos
+    return {'ticket': v0_0, 'queue': v1, 'no-ack': v2_0 & 1 != 0}, pos
 
 
 def decode_basic_get_ok(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     if pos + 9 > end:
         raise short_of(9, pos, end)
-    (
-        v0_0,
-        v0_1,
-    ) = _UNPACK_8(data, pos)
+    (v0_0, v0_1,) = _UNPACK_8(data, pos)
     pos += 9
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v2 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v2 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos >= end:
         raise short_of(1, pos, end)
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v3 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v3 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
     if pos + 4 > end:
         raise short_of(4, pos, end)
     (v4_0,) = _UNPACK_6(data, pos)
     pos += 4
-    return {
-        "delivery-tag": v0_0,
-        "redelivered": v0_1 & 1 != 0,
-        "exchange": v2,
-        "routing-key": v3,
-        "message-count": v4_0,
-    }, pos
+    return {'delivery-tag': v0_0, 'redelivered': v0_1 & 1 != 0, 'exchange': v2, 'routing-key': v3, 'message-count': v4_0}, pos
 
 
 def decode_basic_get_empty(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -831,31 +715,25 @@ def decode_basic_get_empty(data: bytes, pos: int, end: int) -> tuple[dict[str, A
     stop = pos + 1 + data[pos]
     if stop > end:
         raise short_of(data[pos], pos + 1, end)
-    v0 = data[pos + 1 : stop].decode("utf-8", "replace")
+    v0 = data[pos + 1 : stop].decode('utf-8', 'replace')
     pos = stop
-    return {"cluster-id": v0}, pos
+    return {'cluster-id': v0}, pos
 
 
 def decode_basic_ack(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     if pos + 9 > end:
         raise short_of(9, pos, end)
-    (
-        v0_0,
-        v0_1,
-    ) = _UNPACK_8(data, pos)
+    (v0_0, v0_1,) = _UNPACK_8(data, pos)
     pos += 9
-    return {"delivery-tag": v0_0, "multiple": v0_1 & 1 != 0}, pos
+    return {'delivery-tag': v0_0, 'multiple': v0_1 & 1 != 0}, pos
 
 
 def decode_basic_reject(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     if pos + 9 > end:
         raise short_of(9, pos, end)
-    (
-        v0_0,
-        v0_1,
-    ) = _UNPACK_8(data, pos)
+    (v0_0, v0_1,) = _UNPACK_8(data, pos)
     pos += 9
-    return {"delivery-tag": v0_0, "requeue": v0_1 & 1 != 0}, pos
+    return {'delivery-tag': v0_0, 'requeue': v0_1 & 1 != 0}, pos
 
 
 def decode_basic_recover_async(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -863,7 +741,7 @@ def decode_basic_recover_async(data: bytes, pos: int, end: int) -> tuple[dict[st
         raise short_of(1, pos, end)
     (v0_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {"requeue": v0_0 & 1 != 0}, pos
+    return {'requeue': v0_0 & 1 != 0}, pos
 
 
 def decode_basic_recover(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -871,18 +749,15 @@ def decode_basic_recover(data: bytes, pos: int, end: int) -> tuple[dict[str, Any
         raise short_of(1, pos, end)
     (v0_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {"requeue": v0_0 & 1 != 0}, pos
+    return {'requeue': v0_0 & 1 != 0}, pos
 
 
 def decode_basic_nack(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
     if pos + 9 > end:
         raise short_of(9, pos, end)
-    (
-        v0_0,
-        v0_1,
-    ) = _UNPACK_8(data, pos)
+    (v0_0, v0_1,) = _UNPACK_8(data, pos)
     pos += 9
-    return {"delivery-tag": v0_0, "multiple": v0_1 & 1 != 0, "requeue": v0_1 & 2 != 0}, pos
+    return {'delivery-tag': v0_0, 'multiple': v0_1 & 1 != 0, 'requeue': v0_1 & 2 != 0}, pos
 
 
 def decode_confirm_select(data: bytes, pos: int, end: int) -> tuple[dict[str, Any], int]:
@@ -890,7 +765,7 @@ def decode_confirm_select(data: bytes, pos: int, end: int) -> tuple[dict[str, An
         raise short_of(1, pos, end)
     (v0_0,) = _UNPACK_2(data, pos)
     pos += 1
-    return {"nowait": v0_0 & 1 != 0}, pos
+    return {'nowait': v0_0 & 1 != 0}, pos
 
 
 def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tuple[dict[str, Any], int]:
@@ -902,7 +777,7 @@ def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tupl
         stop = pos + 1 + data[pos]
         if stop > end:
             raise short_of(data[pos], pos + 1, end)
-        out["content-type"] = data[pos + 1 : stop].decode("utf-8", "replace")
+        out['content-type'] = data[pos + 1 : stop].decode('utf-8', 'replace')
         pos = stop
     if flags & 0x4000:
         if pos >= end:
@@ -910,19 +785,19 @@ def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tupl
         stop = pos + 1 + data[pos]
         if stop > end:
             raise short_of(data[pos], pos + 1, end)
-        out["content-encoding"] = data[pos + 1 : stop].decode("utf-8", "replace")
+        out['content-encoding'] = data[pos + 1 : stop].decode('utf-8', 'replace')
         pos = stop
     if flags & 0x2000:
-        out["headers"], pos = read_table(data, pos, end)
+        out['headers'], pos = read_table(data, pos, end)
     if flags & 0x1000:
         if pos + 1 > end:
             raise short_of(1, pos, end)
-        out["delivery-mode"] = _UNPACK_2(data, pos)[0]
+        out['delivery-mode'] = _UNPACK_2(data, pos)[0]
         pos += 1
     if flags & 0x0800:
         if pos + 1 > end:
             raise short_of(1, pos, end)
-        out["priority"] = _UNPACK_2(data, pos)[0]
+        out['priority'] = _UNPACK_2(data, pos)[0]
         pos += 1
     if flags & 0x0400:
         if pos >= end:
@@ -930,7 +805,7 @@ def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tupl
         stop = pos + 1 + data[pos]
         if stop > end:
             raise short_of(data[pos], pos + 1, end)
-        out["correlation-id"] = data[pos + 1 : stop].decode("utf-8", "replace")
+        out['correlation-id'] = data[pos + 1 : stop].decode('utf-8', 'replace')
         pos = stop
     if flags & 0x0200:
         if pos >= end:
@@ -938,7 +813,7 @@ def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tupl
         stop = pos + 1 + data[pos]
         if stop > end:
             raise short_of(data[pos], pos + 1, end)
-        out["reply-to"] = data[pos + 1 : stop].decode("utf-8", "replace")
+        out['reply-to'] = data[pos + 1 : stop].decode('utf-8', 'replace')
         pos = stop
     if flags & 0x0100:
         if pos >= end:
@@ -946,7 +821,7 @@ def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tupl
         stop = pos + 1 + data[pos]
         if stop > end:
             raise short_of(data[pos], pos + 1, end)
-        out["expiration"] = data[pos + 1 : stop].decode("utf-8", "replace")
+        out['expiration'] = data[pos + 1 : stop].decode('utf-8', 'replace')
         pos = stop
     if flags & 0x0080:
         if pos >= end:
@@ -954,12 +829,12 @@ def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tupl
         stop = pos + 1 + data[pos]
         if stop > end:
             raise short_of(data[pos], pos + 1, end)
-        out["message-id"] = data[pos + 1 : stop].decode("utf-8", "replace")
+        out['message-id'] = data[pos + 1 : stop].decode('utf-8', 'replace')
         pos = stop
     if flags & 0x0040:
         if pos + 8 > end:
             raise short_of(8, pos, end)
-        out["timestamp"] = timestamp(_UNPACK_9(data, pos)[0], pos)
+        out['timestamp'] = timestamp(_UNPACK_9(data, pos)[0], pos)
         pos += 8
     if flags & 0x0020:
         if pos >= end:
@@ -967,7 +842,7 @@ def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tupl
         stop = pos + 1 + data[pos]
         if stop > end:
             raise short_of(data[pos], pos + 1, end)
-        out["type"] = data[pos + 1 : stop].decode("utf-8", "replace")
+        out['type'] = data[pos + 1 : stop].decode('utf-8', 'replace')
         pos = stop
     if flags & 0x0010:
         if pos >= end:
@@ -975,7 +850,7 @@ def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tupl
         stop = pos + 1 + data[pos]
         if stop > end:
             raise short_of(data[pos], pos + 1, end)
-        out["user-id"] = data[pos + 1 : stop].decode("utf-8", "replace")
+        out['user-id'] = data[pos + 1 : stop].decode('utf-8', 'replace')
         pos = stop
     if flags & 0x0008:
         if pos >= end:
@@ -983,7 +858,7 @@ def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tupl
         stop = pos + 1 + data[pos]
         if stop > end:
             raise short_of(data[pos], pos + 1, end)
-        out["app-id"] = data[pos + 1 : stop].decode("utf-8", "replace")
+        out['app-id'] = data[pos + 1 : stop].decode('utf-8', 'replace')
         pos = stop
     if flags & 0x0004:
         if pos >= end:
@@ -991,77 +866,77 @@ def decode_basic_properties(data: bytes, pos: int, end: int, flags: int) -> tupl
         stop = pos + 1 + data[pos]
         if stop > end:
             raise short_of(data[pos], pos + 1, end)
-        out["cluster-id"] = data[pos + 1 : stop].decode("utf-8", "replace")
+        out['cluster-id'] = data[pos + 1 : stop].decode('utf-8', 'replace')
         pos = stop
     return out, pos
 
 
 # Method name and decoder by class-id << 16 | method-id (one 32-bit read of a method frame).
 METHODS: Final[dict[int, tuple[str, ArgumentsDecoder]]] = {
-    0x000A000A: ("connection.start", decode_connection_start),  # 10.10
-    0x000A000B: ("connection.start-ok", decode_connection_start_ok),  # 10.11
-    0x000A0014: ("connection.secure", decode_connection_secure),  # 10.20
-    0x000A0015: ("connection.secure-ok", decode_connection_secure_ok),  # 10.21
-    0x000A001E: ("connection.tune", decode_connection_tune),  # 10.30
-    0x000A001F: ("connection.tune-ok", decode_connection_tune_ok),  # 10.31
-    0x000A0028: ("connection.open", decode_connection_open),  # 10.40
-    0x000A0029: ("connection.open-ok", decode_connection_open_ok),  # 10.41
-    0x000A0032: ("connection.close", decode_connection_close),  # 10.50
-    0x000A0033: ("connection.close-ok", decode_no_arguments),  # 10.51
-    0x000A003C: ("connection.blocked", decode_connection_blocked),  # 10.60
-    0x000A003D: ("connection.unblocked", decode_no_arguments),  # 10.61
-    0x000A0046: ("connection.update-secret", decode_connection_update_secret),  # 10.70
-    0x000A0047: ("connection.update-secret-ok", decode_no_arguments),  # 10.71
-    0x0014000A: ("channel.open", decode_channel_open),  # 20.10
-    0x0014000B: ("channel.open-ok", decode_channel_open_ok),  # 20.11
-    0x00140014: ("channel.flow", decode_channel_flow),  # 20.20
-    0x00140015: ("channel.flow-ok", decode_channel_flow_ok),  # 20.21
-    0x00140028: ("channel.close", decode_channel_close),  # 20.40
-    0x00140029: ("channel.close-ok", decode_no_arguments),  # 20.41
-    0x001E000A: ("access.request", decode_access_request),  # 30.10
-    0x001E000B: ("access.request-ok", decode_access_request_ok),  # 30.11
-    0x0028000A: ("exchange.declare", decode_exchange_declare),  # 40.10
-    0x0028000B: ("exchange.declare-ok", decode_no_arguments),  # 40.11
-    0x00280014: ("exchange.delete", decode_exchange_delete),  # 40.20
-    0x00280015: ("exchange.delete-ok", decode_no_arguments),  # 40.21
-    0x0028001E: ("exchange.bind", decode_exchange_bind),  # 40.30
-    0x0028001F: ("exchange.bind-ok", decode_no_arguments),  # 40.31
-    0x00280028: ("exchange.unbind", decode_exchange_unbind),  # 40.40
-    0x00280033: ("exchange.unbind-ok", decode_no_arguments),  # 40.51
-    0x0032000A: ("queue.declare", decode_queue_declare),  # 50.10
-    0x0032000B: ("queue.declare-ok", decode_queue_declare_ok),  # 50.11
-    0x00320014: ("queue.bind", decode_queue_bind),  # 50.20
-    0x00320015: ("queue.bind-ok", decode_no_arguments),  # 50.21
-    0x0032001E: ("queue.purge", decode_queue_purge),  # 50.30
-    0x0032001F: ("queue.purge-ok", decode_queue_purge_ok),  # 50.31
-    0x00320028: ("queue.delete", decode_queue_delete),  # 50.40
-    0x00320029: ("queue.delete-ok", decode_queue_delete_ok),  # 50.41
-    0x00320032: ("queue.unbind", decode_queue_unbind),  # 50.50
-    0x00320033: ("queue.unbind-ok", decode_no_arguments),  # 50.51
-    0x003C000A: ("basic.qos", decode_basic_qos),  # 60.10
-    0x003C000B: ("basic.qos-ok", decode_no_arguments),  # 60.11
-    0x003C0014: ("basic.consume", decode_basic_consume),  # 60.20
-    0x003C0015: ("basic.consume-ok", decode_basic_consume_ok),  # 60.21
-    0x003C001E: ("basic.cancel", decode_basic_cancel),  # 60.30
-    0x003C001F: ("basic.cancel-ok", decode_basic_cancel_ok),  # 60.31
-    0x003C0028: ("basic.publish", decode_basic_publish),  # 60.40
-    0x003C0032: ("basic.return", decode_basic_return),  # 60.50
-    0x003C003C: ("basic.deliver", decode_basic_deliver),  # 60.60
-    0x003C0046: ("basic.get", decode_basic_get),  # 60.70
-    0x003C0047: ("basic.get-ok", decode_basic_get_ok),  # 60.71
-    0x003C0048: ("basic.get-empty", decode_basic_get_empty),  # 60.72
-    0x003C0050: ("basic.ack", decode_basic_ack),  # 60.80
-    0x003C005A: ("basic.reject", decode_basic_reject),  # 60.90
-    0x003C0064: ("basic.recover-async", decode_basic_recover_async),  # 60.100
-    0x003C006E: ("basic.recover", decode_basic_recover),  # 60.110
-    0x003C006F: ("basic.recover-ok", decode_no_arguments),  # 60.111
-    0x003C0078: ("basic.nack", decode_basic_nack),  # 60.120
-    0x0055000A: ("confirm.select", decode_confirm_select),  # 85.10
-    0x0055000B: ("confirm.select-ok", decode_no_arguments),  # 85.11
-    0x005A000A: ("tx.select", decode_no_arguments),  # 90.10
-    0x005A000B: ("tx.select-ok", decode_no_arguments),  # 90.11
-    0x005A0014: ("tx.commit", decode_no_arguments),  # 90.20
-    0x005A0015: ("tx.commit-ok", decode_no_arguments),  # 90.21
-    0x005A001E: ("tx.rollback", decode_no_arguments),  # 90.30
-    0x005A001F: ("tx.rollback-ok", decode_no_arguments),  # 90.31
+    0x000a000a: ('connection.start', decode_connection_start),  # 10.10
+    0x000a000b: ('connection.start-ok', decode_connection_start_ok),  # 10.11
+    0x000a0014: ('connection.secure', decode_connection_secure),  # 10.20
+    0x000a0015: ('connection.secure-ok', decode_connection_secure_ok),  # 10.21
+    0x000a001e: ('connection.tune', decode_connection_tune),  # 10.30
+    0x000a001f: ('connection.tune-ok', decode_connection_tune_ok),  # 10.31
+    0x000a0028: ('connection.open', decode_connection_open),  # 10.40
+    0x000a0029: ('connection.open-ok', decode_connection_open_ok),  # 10.41
+    0x000a0032: ('connection.close', decode_connection_close),  # 10.50
+    0x000a0033: ('connection.close-ok', decode_no_arguments),  # 10.51
+    0x000a003c: ('connection.blocked', decode_connection_blocked),  # 10.60
+    0x000a003d: ('connection.unblocked', decode_no_arguments),  # 10.61
+    0x000a0046: ('connection.update-secret', decode_connection_update_secret),  # 10.70
+    0x000a0047: ('connection.update-secret-ok', decode_no_arguments),  # 10.71
+    0x0014000a: ('channel.open', decode_channel_open),  # 20.10
+    0x0014000b: ('channel.open-ok', decode_channel_open_ok),  # 20.11
+    0x00140014: ('channel.flow', decode_channel_flow),  # 20.20
+    0x00140015: ('channel.flow-ok', decode_channel_flow_ok),  # 20.21
+    0x00140028: ('channel.close', decode_channel_close),  # 20.40
+    0x00140029: ('channel.close-ok', decode_no_arguments),  # 20.41
+    0x001e000a: ('access.request', decode_access_request),  # 30.10
+    0x001e000b: ('access.request-ok', decode_access_request_ok),  # 30.11
+    0x0028000a: ('exchange.declare', decode_exchange_declare),  # 40.10
+    0x0028000b: ('exchange.declare-ok', decode_no_arguments),  # 40.11
+    0x00280014: ('exchange.delete', decode_exchange_delete),  # 40.20
+    0x00280015: ('exchange.delete-ok', decode_no_arguments),  # 40.21
+    0x0028001e: ('exchange.bind', decode_exchange_bind),  # 40.30
+    0x0028001f: ('exchange.bind-ok', decode_no_arguments),  # 40.31
+    0x00280028: ('exchange.unbind', decode_exchange_unbind),  # 40.40
+    0x00280033: ('exchange.unbind-ok', decode_no_arguments),  # 40.51
+    0x0032000a: ('queue.declare', decode_queue_declare),  # 50.10
+    0x0032000b: ('queue.declare-ok', decode_queue_declare_ok),  # 50.11
+    0x00320014: ('queue.bind', decode_queue_bind),  # 50.20
+    0x00320015: ('queue.bind-ok', decode_no_arguments),  # 50.21
+    0x0032001e: ('queue.purge', decode_queue_purge),  # 50.30
+    0x0032001f: ('queue.purge-ok', decode_queue_purge_ok),  # 50.31
+    0x00320028: ('queue.delete', decode_queue_delete),  # 50.40
+    0x00320029: ('queue.delete-ok', decode_queue_delete_ok),  # 50.41
+    0x00320032: ('queue.unbind', decode_queue_unbind),  # 50.50
+    0x00320033: ('queue.unbind-ok', decode_no_arguments),  # 50.51
+    0x003c000a: ('basic.qos', decode_basic_qos),  # 60.10
+    0x003c000b: ('basic.qos-ok', decode_no_arguments),  # 60.11
+    0x003c0014: ('basic.consume', decode_basic_consume),  # 60.20
+    0x003c0015: ('basic.consume-ok', decode_basic_consume_ok),  # 60.21
+    0x003c001e: ('basic.cancel', decode_basic_cancel),  # 60.30
+    0x003c001f: ('basic.cancel-ok', decode_basic_cancel_ok),  # 60.31
+    0x003c0028: ('basic.publish', decode_basic_publish),  # 60.40
+    0x003c0032: ('basic.return', decode_basic_return),  # 60.50
+    0x003c003c: ('basic.deliver', decode_basic_deliver),  # 60.60
+    0x003c0046: ('basic.get', decode_basic_get),  # 60.70
+    0x003c0047: ('basic.get-ok', decode_basic_get_ok),  # 60.71
+    0x003c0048: ('basic.get-empty', decode_basic_get_empty),  # 60.72
+    0x003c0050: ('basic.ack', decode_basic_ack),  # 60.80
+    0x003c005a: ('basic.reject', decode_basic_reject),  # 60.90
+    0x003c0064: ('basic.recover-async', decode_basic_recover_async),  # 60.100
+    0x003c006e: ('basic.recover', decode_basic_recover),  # 60.110
+    0x003c006f: ('basic.recover-ok', decode_no_arguments),  # 60.111
+    0x003c0078: ('basic.nack', decode_basic_nack),  # 60.120
+    0x0055000a: ('confirm.select', decode_confirm_select),  # 85.10
+    0x0055000b: ('confirm.select-ok', decode_no_arguments),  # 85.11
+    0x005a000a: ('tx.select', decode_no_arguments),  # 90.10
+    0x005a000b: ('tx.select-ok', decode_no_arguments),  # 90.11
+    0x005a0014: ('tx.commit', decode_no_arguments),  # 90.20
+    0x005a0015: ('tx.commit-ok', decode_no_arguments),  # 90.21
+    0x005a001e: ('tx.rollback', decode_no_arguments),  # 90.30
+    0x005a001f: ('tx.rollback-ok', decode_no_arguments),  # 90.31
 }
