@@ -24,12 +24,12 @@ SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CAPTURES = sorted(p for p in SAMPLES.rglob("*") if p.suffix in (".pcap", ".pcapng"))
 
 
-def rows_digest(path: Path) -> tuple[int, str]:
+def rows_digest(path: Path | str) -> tuple[int, str]:
     """How many rows a capture decodes to, and a hash of all of them in order (TLS decrypted with the
     key log beside the capture, if any)."""
     digest = hashlib.sha256()
     count = 0
-    keylog = path.with_suffix(".keylog")
+    keylog = Path(path).with_suffix(".keylog")  # the child process passes its argument as text
     for table, row in decode_capture(path, "c", segments=True, tls_keylog=[keylog] if keylog.exists() else ()):
         digest.update(table.encode())
         digest.update(json.dumps(row, sort_keys=True, default=repr).encode())
