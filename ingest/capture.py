@@ -229,24 +229,23 @@ class CaptureDecoder:
             return
         self._split(conn, direction, side, event, rows)
 
+    def _gap_row(self, conn: _Connection, direction: str, gap: Gap) -> Row:
+        """The quarantine row of bytes missing from the capture (before or under TLS alike)."""
+        return quarantine_row(
+            self.capture_id,
+            conn.connection_id,
+            direction,
+            gap.offset,
+            gap.size,
+            gap.packet_number,
+            _GAP,
+            "tcp.gap",
+            missing=True,
+        )
+
     def _gap(self, conn: _Connection, direction: str, side: _Direction, gap: Gap, rows: Rows) -> None:
         """Bytes missing from the capture: a quarantine row, and the splitter resynchronises after them."""
-        rows.append(
-            (
-                "quarantine",
-                quarantine_row(
-                    self.capture_id,
-                    conn.connection_id,
-                    direction,
-                    gap.offset,
-                    gap.size,
-                    gap.packet_number,
-                    _GAP,
-                    "tcp.gap",
-                    missing=True,
-                ),
-            )
-        )
+        rows.append(("quarantine", self._gap_row(conn, direction, gap)))
         if side.splitter is not None:
             left = side.splitter.skip(gap.size, gap.packet_number, "capture gap")
             if left is not None:
@@ -359,22 +358,7 @@ class CaptureDecoder:
         tls = conn.tls
         assert tls is not None
         if isinstance(event, Gap):
-            rows.append(
-                (
-                    "quarantine",
-                    quarantine_row(
-                        self.capture_id,
-                        conn.connection_id,
-                        direction,
-                        event.offset,
-                        event.size,
-                        event.packet_number,
-                        _GAP,
-                        "tcp.gap",
-                        missing=True,
-                    ),
-                )
-            )
+            rows.append(("quarantine", self._gap_row(conn, direction, event)))
         self._above_tls(conn, tls.event(direction, event), rows)
 
     def _above_tls(
