@@ -76,6 +76,57 @@ def _listed(packets: Column) -> Column:
     return F.slice(F.array_sort(F.array_distinct(packets)), 1, MAX_PACKETS)
 
 
+# The columns of a window-pressure measure after its entity's (``_window_pressure``).
+_PRESSURE_COLUMNS = (
+    "held_us",
+    "held_intervals",
+    "zero_window_us",
+    "zero_windows",
+    "span_us",
+    "held_share",
+    "start_ts",
+    "end_ts",
+    "start_packet_number",
+    "end_packet_number",
+    "packet_numbers",
+)
+
+
+def _window_pressure(held: DataFrame, zero: DataFrame, sending: DataFrame) -> DataFrame:
+    """Per connection of ``sending`` (``_low`` to ``_high``: the µs it was sending): the union of the
+    ``held`` intervals (a peer's window holding it back) and of the ``zero`` ones (zero windows alone)
+    within that time, the span, the share held and the packets (``_PRESSURE_COLUMNS``)."""
+
+    def within(intervals: DataFrame) -> DataFrame:
+        joined = intervals.join(sending, list(_CONNECTION))
+        return held_time(clipped(joined, F.col("_low"), F.col("_high")), _CONNECTION)
+
+    zero_time = within(zero).select(
+        *_CONNECTION, F.col("held_us").alias("zero_window_us"), F.col("held_intervals").alias("zero_windows")
+    )
+    span = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
+    return (
+        within(held)
+        .join(sending, list(_CONNECTION))
+        .join(zero_time, list(_CONNECTION), "left")
+        .fillna(0, subset=["zero_window_us", "zero_windows"])
+        .select(
+            *_CONNECTION,
+            "held_us",
+            "held_intervals",
+            "zero_window_us",
+            "zero_windows",
+            span.alias("span_us"),
+            (F.col("held_us") / span).alias("held_share"),
+            timestamp(F.col("held_start_us")).alias("start_ts"),
+            timestamp(F.col("held_end_us")).alias("end_ts"),
+            F.try_element_at("held_packets", F.lit(1)).alias("start_packet_number"),
+            F.try_element_at("held_packets", F.lit(-1)).alias("end_packet_number"),
+            F.col("held_packets").alias("packet_numbers"),
+        )
+    )
+
+
 @dataclass
 class Measures:
     """The measures of one run, each computed once when a rule first asks for it."""
@@ -500,48 +551,17 @@ class Measures:
             .groupBy(*_CONNECTION)
             .agg(_us(F.min("ts")).alias("_low"), _us(F.max("ts")).alias("_high"))
         )
-        held_intervals = clipped(
-            self.window_held("s2c").join(sending, list(_CONNECTION)), F.col("_low"), F.col("_high")
-        )
-        held = held_time(held_intervals, _CONNECTION)
-        zero = held_time(
-            clipped(
-                zero_windows(self.tables.flow_intervals, self.lifetimes, "s2c").join(sending, list(_CONNECTION)),
-                F.col("_low"),
-                F.col("_high"),
-            ),
-            _CONNECTION,
-        ).select(*_CONNECTION, F.col("held_us").alias("zero_window_us"), F.col("held_intervals").alias("zero_windows"))
+        zero = zero_windows(self.tables.flow_intervals, self.lifetimes, "s2c")
         consumers = self.consumer_windows.groupBy(*_CONNECTION).agg(
             F.min_by("consumer_tag", "active_start_us").alias("consumer_tag"),
             F.min_by("link_name", "active_start_us").alias("link_name"),
             F.min_by("queue", "active_start_us").alias("queue"),
             F.min_by("channel", "active_start_us").alias("channel"),
         )
-        span = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
         return (
-            held.join(sending, list(_CONNECTION))
-            .join(zero, list(_CONNECTION), "left")
+            _window_pressure(self.window_held("s2c"), zero, sending)
             .join(consumers, list(_CONNECTION), "left")
-            .fillna(0, subset=["zero_window_us", "zero_windows"])
-            .select(
-                *_CONNECTION,
-                "consumer_tag",
-                "link_name",
-                "queue",
-                "channel",
-                "held_us",
-                "held_intervals",
-                "zero_window_us",
-                "zero_windows",
-                span.alias("span_us"),
-                (F.col("held_us") / span).alias("held_share"),
-                timestamp(F.col("held_start_us")).alias("start_ts"),
-                timestamp(F.col("held_end_us")).alias("end_ts"),
-                F.try_element_at("held_packets", F.lit(1)).alias("start_packet_number"),
-                F.try_element_at("held_packets", F.lit(-1)).alias("end_packet_number"),
-                F.col("held_packets").alias("packet_numbers"),
-            )
+            .select(*_CONNECTION, "consumer_tag", "link_name", "queue", "channel", *_PRESSURE_COLUMNS)
         )
 
     def encrypted_window_pressure(self) -> DataFrame:
@@ -559,35 +579,9 @@ class Measures:
             )
             gaps = window_limited_gaps(flow, sender).select(*_CONNECTION, "start_us", "end_us", "start_packet_number")
             closed = zero_windows_advertised(flow, sender)
-            held = held_time(
-                clipped(gaps.unionByName(closed).join(sending, list(_CONNECTION)), F.col("_low"), F.col("_high")),
-                _CONNECTION,
-            )
-            zero = held_time(
-                clipped(closed.join(sending, list(_CONNECTION)), F.col("_low"), F.col("_high")), _CONNECTION
-            ).select(
-                *_CONNECTION, F.col("held_us").alias("zero_window_us"), F.col("held_intervals").alias("zero_windows")
-            )
-            span = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
             found.append(
-                held.join(sending, list(_CONNECTION))
-                .join(zero, list(_CONNECTION), "left")
-                .fillna(0, subset=["zero_window_us", "zero_windows"])
-                .select(
-                    *_CONNECTION,
-                    F.lit(sender).alias("sender"),
-                    F.lit(False).alias("decoded"),
-                    "held_us",
-                    "held_intervals",
-                    "zero_window_us",
-                    "zero_windows",
-                    span.alias("span_us"),
-                    (F.col("held_us") / span).alias("held_share"),
-                    timestamp(F.col("held_start_us")).alias("start_ts"),
-                    timestamp(F.col("held_end_us")).alias("end_ts"),
-                    F.try_element_at("held_packets", F.lit(1)).alias("start_packet_number"),
-                    F.try_element_at("held_packets", F.lit(-1)).alias("end_packet_number"),
-                    F.col("held_packets").alias("packet_numbers"),
+                _window_pressure(gaps.unionByName(closed), closed, sending).select(
+                    *_CONNECTION, F.lit(sender).alias("sender"), F.lit(False).alias("decoded"), *_PRESSURE_COLUMNS
                 )
             )
         return found[0].unionByName(found[1])
