@@ -81,6 +81,14 @@ Generated from `expectations/bottlenecks.yml` by `python -m amqpscope.expectatio
 could be judged (no AMQP decoded, or all of it encrypted and not decoded), 1 on an error and 2 on a
 usage error or an unreadable capture; `--json` gives every finding, its evidence typed (numbers as
 numbers) by the units below.
+
+**No AMQP, no verdict.** A capture in which no AMQP connection was decoded has nothing to judge:
+its `bottleneck` is `no_amqp` (never `none`), and its headline says what it holds instead, so that
+an operator is not reassured by a capture of the wrong port: "No AMQP traffic found: 200 packets,
+3 TCP connections on other ports; try --ports." (connections on the AMQP ports that are not AMQP
+are counted too; `captures.tcp_connections` and `connections` hold the figures). A capture without
+a single packet is answered before Spark starts and writes nothing to the lake: "No AMQP traffic
+found: the capture has no packets."
 """
 
 _REASONING = """\
