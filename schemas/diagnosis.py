@@ -65,9 +65,8 @@ BOTTLENECKS_SCHEMA = StructType(
         StructField("rule_id", StringType(), False),  # the inference rule, e.g. diagnosis.consumer.prefetch_bound
         StructField("connection_id", StringType(), True),  # null for a finding about a queue across connections
         StructField("entity_kind", StringType(), False),  # ENTITY_KINDS
-        StructField(
-            "entity", StringType(), False
-        ),  # what an operator recognises: queue, consumer tag, link, client:port
+        # What an operator recognises: queue, consumer tag, link, client:port.
+        StructField("entity", StringType(), False),
         StructField("connection_name", StringType(), True),  # client-properties connection_name / 1.0 container-id
         StructField("client", StringType(), True),  # client address:port
         StructField("channel", IntegerType(), True),

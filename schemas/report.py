@@ -28,9 +28,8 @@ CHART_SERIES_SCHEMA = StructType(
         # the rule id (violations), the lane's entity name (timeline)
         StructField("name", StringType(), True),
         StructField("direction", StringType(), True),  # c2s | s2c: of the messages, or of the side advertising
-        StructField(
-            "entity", StringType(), True
-        ),  # timeline: the lane's entity (connection, channel, consumer, link, session, tcp)
+        # Timeline: the lane's entity (connection, channel, consumer, link, session, tcp).
+        StructField("entity", StringType(), True),
         # What value measures: publish | deliver | redeliver | ack (queue_rates, messages a bucket),
         # ready (queue_depth), messages | bytes (connection_rates), connections_opened |
         # connections_closed | channels_opened | channels_closed (churn), unacked | prefetch,

@@ -685,7 +685,8 @@ def test_tcp_flow_finds_zero_windows_probes_updates_full_windows_and_retransmiss
         ("cap", "conn", d, n + 1, at(n), n * 1000, seq, ack, 0x18, window, 0, window, payload, retransmitted)
         for n, (d, seq, ack, window, payload, retransmitted) in enumerate(segments)
     ]
-    flow = tcp_flow_timeline(spark.createDataFrame(rows, TCP_SEGMENTS_SCHEMA))
+    # No D-SACK block in any of them (dsack_left_offset, dsack_right_offset).
+    flow = tcp_flow_timeline(spark.createDataFrame([(*r, None, None) for r in rows], TCP_SEGMENTS_SCHEMA))
     actual = flow.select(
         "packet_number",
         "peer_window",

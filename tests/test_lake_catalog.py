@@ -37,7 +37,10 @@ def test_catalog_has_every_table_with_its_declared_columns():
     assert connections["c2s_bytes"].metadata["comment"] == "TCP payload bytes client to server (each once)"
     assert connections["protocol_inferred"].metadata["comment"] == "no protocol header in the capture"
     assert tables["runs"].schema["ended"].metadata["comment"] == "when it committed its last row; null while running"
-    assert tables["connections"].description == "The connections table: one row per TCP connection carrying AMQP."
+    assert tables["connections"].description == (
+        "The connections table: one row per TCP connection carrying AMQP, or TLS on an AMQP port "
+        '(protocol "tls" when its records were not decrypted: no key, wrong keys, no handshake).'
+    )
     assert CONNECTIONS_SCHEMA["c2s_bytes"].metadata == {}  # the declared schema itself is left alone
 
 

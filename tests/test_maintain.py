@@ -24,7 +24,7 @@ def test_maintain_compacts_and_vacuums_without_changing_rows(spark, tmp_path):
     config = AnalyzeConfig(lake=tmp_path / "lake", storage="delta-rs")
     lake = Lake.of(spark, config)
     rows = [
-        (cid, stage, f"r-{stage}", T, T, "ok", None)
+        (cid, stage, f"r-{stage}", T, T, "ok", None, None, None)  # no owner, no lease: finished runs
         for cid in ("cap-a", "cap-b")
         for stage in ("ingest", "derive", "report")
     ]

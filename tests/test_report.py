@@ -338,7 +338,7 @@ def test_explicit_data_docs_index_wins(spark, tmp_path, verdicts):
 
 def test_report_uses_the_captures_table(spark, tmp_path):
     captures = spark.createDataFrame(
-        [("cap-a", "a.pcap", 2048, [("a.pcap", 2048, "cap-a")], 12, T0, T0 + timedelta(seconds=3), "EN10MB", "ok")],
+        [("cap-a", "a.pcap", 2048, [("a.pcap", 2048, "cap-a")], 12, T0, T0 + timedelta(seconds=3), "EN10MB", "ok", 1)],
         CAPTURES_SCHEMA,
     )
     page = write(spark, tmp_path, captures=captures)

@@ -397,7 +397,8 @@ def test_keep_alives_are_told_apart_from_zero_window_probes(spark):
         ("cap", "conn", d, n + 1, at(n), n * 1000, seq, 0, flags, window, 0, window, payload, 0)
         for n, (d, seq, flags, window, payload) in enumerate(segments)
     ]
-    flow = tcp_flow_timeline(spark.createDataFrame(rows, TCP_SEGMENTS_SCHEMA))
+    # No D-SACK block in any of them (dsack_left_offset, dsack_right_offset).
+    flow = tcp_flow_timeline(spark.createDataFrame([(*r, None, None) for r in rows], TCP_SEGMENTS_SCHEMA))
     assertDataFrameEqual(
         flow.select("packet_number", "is_keep_alive", "is_zero_window_probe"),
         spark.createDataFrame(

@@ -14,16 +14,17 @@ from amqpscope.jobs.ingest import decode_captures, resolve_captures
 from amqpscope.pipelines import tables as lake_tables
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-# samples/bottlenecks (the diagnosis scenarios, merged from main late in issue 14's work) is not
-# covered here yet: its 10 captures (21 MB) were not analysed through every rule in time.
+# samples/bottlenecks (the diagnosis scenarios) go through every rule in
+# tests/test_bottleneck_scenarios.py; the encrypted samples (samples/tls) are decrypted with their key logs.
 CAPTURES = sorted(p for p in SAMPLES.rglob("*") if p.suffix in (".pcap", ".pcapng") and "bottlenecks" not in p.parts)
+KEY_LOGS = sorted((SAMPLES / "tls").glob("*.keylog"))
 
 
 @pytest.fixture(scope="module")
 def found(spark) -> tuple[dict, Counter]:
     """(capture name -> [(rule, severity, evidence)], event counts by (capture name, event id))."""
     captures = resolve_captures([str(c) for c in CAPTURES], group_rotated=False)
-    bronze = decode_captures(spark, captures, (5672,))
+    bronze = decode_captures(spark, captures, (5672, 5671), tls_keylog=KEY_LOGS)
     names = {capture_id(c): c.relative_to(SAMPLES).as_posix() for c in CAPTURES}
     tables = {"frames": bronze.frames, **lake_tables.Build(bronze.tables).build(lake_tables.names(layer="silver"))}
     by_capture: dict[str, list] = {name: [] for name in names.values()}
@@ -35,7 +36,8 @@ def found(spark) -> tuple[dict, Counter]:
 
 
 def test_every_sample_is_analysed():
-    assert len(CAPTURES) == 7
+    # 3 bundled, 2 client-side flow samples, 2 decoder samples, 7 encrypted ones (each with its key log).
+    assert len(CAPTURES) == 14 and len(KEY_LOGS) == 7
 
 
 def test_no_error_on_the_samples(found):
