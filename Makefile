@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SAMPLE ?= samples/mixed.pcapng
 LAKE ?= out/lake
 
-.PHONY: setup system-deps demo lint test captures bench fuzz clean
+.PHONY: setup system-deps demo lint test test-slow captures bench fuzz clean
 
 # The decoders' per-packet modules are compiled at install (setup.py, ingest/compiled.py): a change
 # to any of them rebuilds, so that `make test` and `make demo` never run a stale build.
@@ -35,8 +35,14 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Two workers (one a core), each test module on one worker with its own Spark session. The slow
+# tier (whole jobs re-run in other processes: killed at each stage, on a standalone cluster, on a
+# full disk) runs with `make test-slow`; both are docs/TESTING.md's.
 test: setup system-deps lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow"
+
+test-slow: setup system-deps
+	$(BIN)/python -m pytest -m slow
 
 # Regenerates the bundled samples (root: tcpdump on lo). See samples/README.md.
 captures: setup system-deps

@@ -50,6 +50,7 @@ def submit(master: str, entry_point: str, parameters: list[str], log: Path) -> d
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_bundle_tasks_on_a_standalone_cluster_match_local_mode(spark, samples_lake, tmp_path):
     local_lake, _config, local = samples_lake
     landing, lake = tmp_path / "landing", tmp_path / "cluster"

@@ -24,7 +24,10 @@ from tests.test_gx_files import assert_whole
 from tests.test_jobs_kill import reader_state, tables
 from tests.test_run_races import SMALL, assert_stored_once, expected
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root (CI runs as root)")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root (CI runs as root)"),
+    pytest.mark.slow,
+]
 
 
 @contextmanager

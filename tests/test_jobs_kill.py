@@ -114,6 +114,7 @@ def reader_state(lake: Path, cid: str) -> str:
     return completeness({(r.capture_id, r.stage): r for r in rows}, cid)
 
 
+@pytest.mark.slow
 def test_kill_at_each_stage_then_rerun_converges(samples_lake, tmp_path):
     cid = capture_id(SAMPLE)
     clean, _config, _result = samples_lake  # SAMPLE among others, analysed by a run never killed
