@@ -252,7 +252,7 @@ VIOLATIONS = [
 
 def captures(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame(
-        [("cap", "cap.pcap", 4096, [("cap.pcap", 4096, "cap")], 10, T0, T0 + timedelta(seconds=2), "EN10MB", "ok")],
+        [("cap", "cap.pcap", 4096, [("cap.pcap", 4096, "cap")], 10, T0, T0 + timedelta(seconds=2), "EN10MB", "ok", 1)],
         CAPTURES_SCHEMA,
     )
 
@@ -398,6 +398,7 @@ def flow_tables(spark: SparkSession) -> dict[str, DataFrame]:
             retransmitted_bytes=0,
             is_zero_window_probe=False,
             is_keep_alive=False,
+            is_spurious_retransmission=False,
         )
         for i, w in enumerate([65535, 0, 65535])
     ]
