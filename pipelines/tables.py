@@ -443,9 +443,8 @@ class Build:
     each shared result is computed once, when a first table needs it, and kept (a local checkpoint:
     one Spark job). ``store`` gets each table's rows as built and returns them as the tables built
     from it should read them: derive writes them and reads them back from the lake; by default
-    (tests, benchmarks) each is kept as a local checkpoint, on disk, which cuts its lineage the
-    same way. The tables of ``empty`` are known to have no rows (``without_rows``): they are not
-    built, ``store`` gets None for their rows."""
+    they are used as built (tests, benchmarks). The tables of ``empty`` are known to have no rows
+    (``without_rows``): they are not built, ``store`` gets None for their rows."""
 
     def __init__(
         self,
@@ -461,12 +460,7 @@ class Build:
         self._shared: dict[str, DataFrame] = {}
 
     def _as_built(self, table: Table, rows: DataFrame | None) -> DataFrame:
-        if rows is None:
-            return no_rows(next(iter(self.tables.values())), table)
-        # Kept as derive's store keeps a table it writes and reads back: the tables built from it
-        # plan over its rows, not over the plan that made them (a diagnosis planned over the whole
-        # lineage of every flow table is a plan of megabytes, analysed again at every step).
-        return rows.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
+        return rows if rows is not None else no_rows(next(iter(self.tables.values())), table)
 
     def value(self, name: str) -> DataFrame:
         """A table (built if need be) or a shared result."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from amqpscope.conf.settings import DEFAULT_PORTS
 from amqpscope.expectations.catalogue import CATALOGUE_PATH, load_rules, violations
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.ingest import decode_captures, resolve_captures
@@ -24,7 +25,7 @@ KEY_LOGS = sorted((SAMPLES / "tls").glob("*.keylog"))
 def found(spark) -> tuple[dict, Counter]:
     """(capture name -> [(rule, severity, evidence)], event counts by (capture name, event id))."""
     captures = resolve_captures([str(c) for c in CAPTURES], group_rotated=False)
-    bronze = decode_captures(spark, captures, (5672, 5671), tls_keylog=KEY_LOGS)
+    bronze = decode_captures(spark, captures, DEFAULT_PORTS, tls_keylog=KEY_LOGS)
     names = {capture_id(c): c.relative_to(SAMPLES).as_posix() for c in CAPTURES}
     tables = {"frames": bronze.frames, **lake_tables.Build(bronze.tables).build(lake_tables.names(layer="silver"))}
     by_capture: dict[str, list] = {name: [] for name in names.values()}
