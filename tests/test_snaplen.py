@@ -129,7 +129,10 @@ def test_a_cut_inside_the_tcp_options_loses_the_whole_payload(tmp_path):
 
 
 def test_a_cut_before_the_protocol_is_known_is_counted_once(tmp_path):
-    """TLS on the AMQP port whose first record is cut: classified after the gap, its bytes in one run each."""
+    """TLS on the AMQP port whose first record is cut: classified after the gap, each byte in one run.
+
+    The TLS stage cannot decrypt a record cut by the capture, nor find where the next one starts in
+    the 100 bytes after the gap (no plausible record header there): both are its segment_missing."""
     ether = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
     ip_c, ip_s = ether / IP(src="10.1.0.1", dst="10.1.0.2"), ether / IP(src="10.1.0.2", dst="10.1.0.1")
     hello = bytes([0x16, 0x03, 0x01, 0x01, 0x27]) + bytes(0x127)
@@ -144,9 +147,11 @@ def test_a_cut_before_the_protocol_is_known_is_counted_once(tmp_path):
     out = decode(write_pcap(tmp_path / "cut.pcap", records))
     [conn] = out["connections"]
     assert (conn["protocol"], conn["c2s_bytes"], conn["c2s_missing_bytes"]) == ("tls", 130, len(hello) - 30)
-    assert sorted((q["byte_count"], q["missing"], q["reason"]) for q in out["quarantine"]) == [
-        (130, False, "not decoded: TLS handshake"),
-        (len(hello) - 30, True, "capture gap: bytes missing from the capture"),
+    cut = "part of a TLS record missing from the capture: the record cannot be decrypted"
+    assert sorted((q["stream_offset"], q["byte_count"], q["missing"], q["reason"]) for q in out["quarantine"]) == [
+        (0, 30, False, cut),
+        (30, len(hello) - 30, True, "capture gap: bytes missing from the capture"),
+        (len(hello), 100, False, cut),
     ]
 
 
