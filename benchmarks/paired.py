@@ -58,6 +58,10 @@ def baseline(ref: str, out: Path) -> Path:
         for built in [*(ROOT / "ingest").glob("*.so"), ROOT / "ingest" / "_compiled_sources.json"]:
             if built.exists():
                 shutil.copy2(built, source / "ingest" / built.name)
+        # The report's npm packages (installed by make setup, not in git): this tree's.
+        modules = ROOT / "package" / "web" / "node_modules"
+        if modules.is_dir() and (source / "package" / "web").is_dir():
+            (source / "package" / "web" / "node_modules").symlink_to(modules, target_is_directory=True)
     if not path.exists():
         config = configparser.ConfigParser()
         config.read(source / "setup.cfg")
