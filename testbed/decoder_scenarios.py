@@ -259,14 +259,22 @@ def amqp091_heartbeats(host: str, port: int, *, heartbeat: int = 1, idle_seconds
     return {"protocol": "amqp-0-9-1", "heartbeat": negotiated, "idle_seconds": idle_seconds}
 
 
+BLOCKED_HEARTBEAT = 60  # seconds: longer than raising and clearing the alarm takes
+
+
 def amqp091_blocked(host: str, port: int, *, before: int = 3, after: int = 3, body_size: int = 64) -> Truth:
     """Publish, raise the memory alarm, publish once more (blocked), clear it (unblocked), go on."""
     switch = memory_alarm_switch(port)
     if switch is None:
         raise RuntimeError("amqp091_blocked needs testbed.decoder_scenarios.alarm_switch(broker)")
     queue = "amqpscope.dec.blocked"
+    # Pika's blocking connection sends nothing while the switch runs (rabbitmqctl: about 1.8 s a
+    # call, more on a loaded machine) and while it sleeps: with the module broker's 1 s heartbeat
+    # (HEARTBEAT_BROKER_CONFIG) RabbitMQ took it for dead and reset it. This connection asks for 60 s.
     connection = pika.BlockingConnection(
-        pika.ConnectionParameters(host=host, port=port, credentials=pika.PlainCredentials(*GUEST))
+        pika.ConnectionParameters(
+            host=host, port=port, heartbeat=BLOCKED_HEARTBEAT, credentials=pika.PlainCredentials(*GUEST)
+        )
     )
     events: list[str] = []
     connection.add_on_connection_blocked_callback(lambda _c, frame: events.append(f"blocked:{frame.method.reason}"))
