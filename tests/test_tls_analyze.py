@@ -129,8 +129,7 @@ def test_decrypted_confirms_publisher_is_bound_by_its_own_confirm_waits_and_noth
     assert [(f["rule_id"], f["channel"], f["queue"]) for f in findings] == [
         ("diagnosis.client.confirm_bound", facts["publish_channel"], facts["queue"])
     ]
-    evidence = findings[0]["evidence"]
-    evidence = dict(evidence) if not isinstance(evidence, dict) else evidence
+    evidence = dict(findings[0]["evidence"])  # a Delta map reads as (key, value) pairs
     assert (int(evidence["publishes"]), int(evidence["in_flight_max"])) == (facts["messages_published"], 1)
 
 
