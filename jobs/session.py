@@ -205,31 +205,41 @@ _INTERPRETED = {
 # thousand rows a task's fixed cost is most of its work. Analyze: 0.97x the wall time on the
 # sample, 0.95x at 100 k frames (docs/BENCHMARKS.md, ninth session).
 _PARTITIONS = "spark.sql.shuffle.partitions"
+# And plans each query once, without adaptive execution: on a small run AQE submits every shuffle
+# and broadcast of a plan as a job of its own, and the diagnosis's plan (its rules' union) holds
+# some 160. Analyze of the 1,899-frame sample: 317 Spark jobs to 149, 0.96x the wall time (four
+# pairs, fourteenth session in docs/BENCHMARKS.md); tests/test_same_rows.py compares the
+# rows of a small run with those of a large one.
+_ADAPTIVE = "spark.sql.adaptive.enabled"
 
 
 @contextmanager
 def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     """Within this block, a local ``spark`` is set up for a run over ``capture_bytes`` of captures:
-    when that is small (INTERPRETED_UP_TO_BYTES), expressions are interpreted and shuffles make one
-    partition a core; the settings are put back after it. Yields True when set up for a small run.
+    when that is small (INTERPRETED_UP_TO_BYTES), expressions are interpreted, shuffles make one
+    partition a core and queries are planned without adaptive execution; the settings are put back
+    after it. Yields True when set up for a small run.
     Settings chosen in the job's Spark settings or on the session win: a chosen way of evaluating
     expressions leaves the whole session as it is, a number of shuffle partitions other than
-    _BASE_CONF's stays (8 itself cannot be told from the default). A
+    _BASE_CONF's stays (8 itself cannot be told from the default), and so does adaptive execution
+    turned off on the session. A
     cluster's session (a Databricks task: its own engine, a warm JVM) is left as it is."""
     if capture_bytes > INTERPRETED_UP_TO_BYTES or not _local_with_spark_defaults(spark):
         yield False
         return
-    partitions = spark.conf.get(_PARTITIONS)
+    partitions, adaptive = spark.conf.get(_PARTITIONS), spark.conf.get(_ADAPTIVE)
     for key, (interpreted, _) in _INTERPRETED.items():
         spark.conf.set(key, interpreted)
     if partitions == _BASE_CONF[_PARTITIONS]:
         spark.conf.set(_PARTITIONS, str(spark.sparkContext.defaultParallelism))
+    spark.conf.set(_ADAPTIVE, "false")
     try:
         yield True
     finally:
         for key in _INTERPRETED:
             spark.conf.unset(key)
         spark.conf.set(_PARTITIONS, partitions)
+        spark.conf.set(_ADAPTIVE, adaptive)
 
 
 def _local_with_spark_defaults(spark: SparkSession) -> bool:

@@ -30,7 +30,7 @@ is the same share over the consumer's whole life.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.addresses import queue_address
@@ -82,6 +82,13 @@ def queue_charts(events: DataFrame) -> list[CountChart]:
         CountChart("queue_rates", events, QUEUE_METRICS),
         CountChart("queue_depth", ready, ("ready",), running=True),
     ]
+
+
+def _exact_sum(column: Column) -> Column:
+    """The sum of a double column, the same whatever order the rows come in: each value as a
+    decimal (18 digits after the point), summed exactly, then a double again. Added as doubles, the
+    last digits depend on the plan's order (adaptive execution, the number of partitions)."""
+    return F.sum(column.cast("decimal(38,18)")).cast("double")
 
 
 def _pieces(spans: DataFrame, column: str) -> DataFrame:
@@ -150,11 +157,11 @@ def consumer_utilisation_chart(
         .withColumn("_held", F.lit(0.0))
         .unionByName(_pieces(held, "_held").withColumn("_life", F.lit(0.0)))
         .groupBy("capture_id", *KEYS, "_bucket", "bucket_s")
-        .agg(F.sum("_life").alias("_life"), F.sum("_held").alias("_held"))
+        .agg(_exact_sum(F.col("_life")).alias("_life"), _exact_sum(F.col("_held")).alias("_held"))
         .where(F.col("_life") > 0)
     )
-    # Most held back first, then the longest lived.
-    ranked = busiest(pieces, F.col("_held") * F.lit(1e6) + F.col("_life"))
+    # Most held back first, then the longest lived (weighed as decimals: summed exactly).
+    ranked = busiest(pieces, (F.col("_held") * F.lit(1e6) + F.col("_life")).cast("decimal(38,12)"))
     share = 1 - F.least(F.col("_held"), F.col("_life")) / F.col("_life")
     per_bucket = in_schema(
         ranked,
@@ -165,7 +172,7 @@ def consumer_utilisation_chart(
         value=share,
     )
     overall = ranked.groupBy("capture_id", *KEYS, "series_rank", "series_total", "bucket_s").agg(
-        (1 - F.sum(F.least(F.col("_held"), F.col("_life"))) / F.sum("_life")).alias("value")
+        (1 - _exact_sum(F.least(F.col("_held"), F.col("_life"))) / _exact_sum(F.col("_life"))).alias("value")
     )
     return per_bucket.unionByName(
         in_schema(

@@ -11,6 +11,7 @@ from amqpscope.jobs.session import INTERPRETED_UP_TO_BYTES, sized_for
 WHOLE_STAGE = "spark.sql.codegen.wholeStage"
 FACTORY = "spark.sql.codegen.factoryMode"
 PARTITIONS = "spark.sql.shuffle.partitions"
+ADAPTIVE = "spark.sql.adaptive.enabled"
 
 
 def _settings(spark) -> tuple[str, str]:
@@ -76,3 +77,17 @@ def test_shuffle_partitions_chosen_on_the_session_are_left_alone(spark):
         assert spark.conf.get(PARTITIONS) == "5"
     finally:
         spark.conf.set(PARTITIONS, "8")
+
+
+def test_a_small_run_plans_without_adaptive_execution_and_puts_the_setting_back(spark):
+    assert spark.conf.get(ADAPTIVE) == "true"  # jobs.session's own setting
+    grouped = spark.range(100).selectExpr("id % 3 AS k").groupBy("k").count()
+    with sized_for(spark, INTERPRETED_UP_TO_BYTES):
+        assert spark.conf.get(ADAPTIVE) == "false"
+        plan = grouped.select("k", "count")._jdf.queryExecution().executedPlan().toString()
+        assert "AdaptiveSparkPlan" not in plan and "Exchange" in plan
+        assert sorted(r["count"] for r in grouped.collect()) == [33, 33, 34]
+    assert spark.conf.get(ADAPTIVE) == "true"
+    assert "AdaptiveSparkPlan" in grouped.select("k")._jdf.queryExecution().executedPlan().toString()
+    with sized_for(spark, INTERPRETED_UP_TO_BYTES + 1):
+        assert spark.conf.get(ADAPTIVE) == "true"
