@@ -79,6 +79,7 @@ from amqpscope.jobs.lake_files import (
     STAGING_DIR,
     partition_string,
     spark_unescape,
+    stage_arrow,
     stage_rows,
     staged_files,
     staging_is_stale,
@@ -86,7 +87,7 @@ from amqpscope.jobs.lake_files import (
 )
 from amqpscope.jobs.lake_read import add_actions, is_delta_table, open_table, read_table
 from amqpscope.jobs.lake_stats import file_stats
-from amqpscope.jobs.session import jvm_has_delta
+from amqpscope.jobs.session import STAGE_ON_DRIVER, jvm_has_delta
 from amqpscope.schemas.catalog import description, documented
 
 BACKENDS = ("auto", "delta-spark", "delta-rs")
@@ -517,7 +518,11 @@ def _write_delta_rs(
         df.schema,
         capture_ids,
         partition_columns,
-        lambda staging: df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging),
+        (
+            (lambda staging: stage_arrow(df.toArrow(), df.schema, staging, partition_columns))
+            if spark.conf.get(STAGE_ON_DRIVER, "false") == "true"
+            else (lambda staging: df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging))
+        ),
         writer,
     )
 

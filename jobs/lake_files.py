@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
@@ -73,17 +74,32 @@ def stage_rows(
 ) -> None:
     """Rows made on the driver as Parquet files in ``staging``, laid out as Spark lays out a
     partitioned write (``col=value`` directories, every column optional, timestamps UTC micros)."""
+    arrow = pa.schema([field.with_nullable(True) for field in to_arrow_schema(schema)])
+    stage_arrow(pa.Table.from_pylist([dict(row) for row in rows], schema=arrow), schema, staging, partition_columns)
+
+
+def stage_arrow(rows: pa.Table, schema: StructType, staging: str, partition_columns: list[str]) -> None:
+    """An Arrow table of rows of ``schema`` (a Spark result's ``toArrow``, or rows made on the
+    driver) as Parquet files in ``staging``, one a partition, laid out as ``stage_rows`` says; the
+    rows keep their order."""
     data = StructType([f for f in schema.fields if f.name not in partition_columns])
     arrow = pa.schema([field.with_nullable(True) for field in to_arrow_schema(data)])
-    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(row[c] for c in partition_columns), []).append(row)
-    for values, members in groups.items():
-        directory = os.path.join(staging, *(f"{c}={partition_dir(v)}" for c, v in zip(partition_columns, values)))
+    if rows.num_rows == 0:
+        return
+    for values in rows.select(partition_columns).group_by(partition_columns).aggregate([]).to_pylist():
+        mask = None
+        for column in partition_columns:
+            value = values[column]
+            matches = (
+                pc.is_null(rows[column])
+                if value is None
+                else pc.equal(rows[column], pa.scalar(value, rows.schema.field(column).type))
+            )
+            mask = matches if mask is None else pc.and_(mask, matches)
+        directory = os.path.join(staging, *(f"{c}={partition_dir(values[c])}" for c in partition_columns))
         os.makedirs(directory, exist_ok=True)
-        columns = {f.name: [row[f.name] for row in members] for f in data.fields}
         pq.write_table(
-            pa.Table.from_pydict(columns, schema=arrow),
+            rows.filter(mask).select(data.fieldNames()).cast(arrow),
             os.path.join(directory, f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"),
             compression="snappy",
         )

@@ -211,14 +211,19 @@ _PARTITIONS = "spark.sql.shuffle.partitions"
 # pairs, fourteenth session in docs/BENCHMARKS.md); tests/test_same_rows.py compares the
 # rows of a small run with those of a large one.
 _ADAPTIVE = "spark.sql.adaptive.enabled"
+# And the delta-rs lake stages a table's rows through the driver (Arrow, written by pyarrow) rather
+# than by Spark's Parquet writer: on rows this few, the writer's tasks and output committer are most
+# of a write's time (the sample's 29 tables, rows computed beforehand: 5.4 s written by Spark, 1.1 s
+# through Arrow; docs/BENCHMARKS.md, fifteenth session). Read by jobs.lake.
+STAGE_ON_DRIVER = "amqpscope.lake.stage_on_driver"
 
 
 @contextmanager
 def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     """Within this block, a local ``spark`` is set up for a run over ``capture_bytes`` of captures:
     when that is small (INTERPRETED_UP_TO_BYTES), expressions are interpreted, shuffles make one
-    partition a core and queries are planned without adaptive execution; the settings are put back
-    after it. Yields True when set up for a small run.
+    partition a core, queries are planned without adaptive execution and the lake's tables are
+    staged through the driver (STAGE_ON_DRIVER); the settings are put back after it. Yields True when set up for a small run.
     Settings chosen in the job's Spark settings or on the session win: a chosen way of evaluating
     expressions leaves the whole session as it is, a number of shuffle partitions other than
     _BASE_CONF's stays (8 itself cannot be told from the default), and so does adaptive execution
@@ -233,9 +238,11 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     if partitions == _BASE_CONF[_PARTITIONS]:
         spark.conf.set(_PARTITIONS, str(spark.sparkContext.defaultParallelism))
     spark.conf.set(_ADAPTIVE, "false")
+    spark.conf.set(STAGE_ON_DRIVER, "true")
     try:
         yield True
     finally:
+        spark.conf.unset(STAGE_ON_DRIVER)
         for key in _INTERPRETED:
             spark.conf.unset(key)
         spark.conf.set(_PARTITIONS, partitions)

@@ -30,11 +30,11 @@ is the same share over the consumer's whole life.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.addresses import queue_address
-from amqpscope.pipelines.series_grid import KEYS, CountChart, busiest, keyed, since_start
+from amqpscope.pipelines.series_grid import KEYS, CountChart, busiest, exact_sum, keyed, since_start
 from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.report import CHART_SERIES_SCHEMA
 
@@ -82,13 +82,6 @@ def queue_charts(events: DataFrame) -> list[CountChart]:
         CountChart("queue_rates", events, QUEUE_METRICS),
         CountChart("queue_depth", ready, ("ready",), running=True),
     ]
-
-
-def _exact_sum(column: Column) -> Column:
-    """The sum of a double column, the same whatever order the rows come in: each value as a
-    decimal (18 digits after the point), summed exactly, then a double again. Added as doubles, the
-    last digits depend on the plan's order (adaptive execution, the number of partitions)."""
-    return F.sum(column.cast("decimal(38,18)")).cast("double")
 
 
 def _pieces(spans: DataFrame, column: str) -> DataFrame:
@@ -157,7 +150,7 @@ def consumer_utilisation_chart(
         .withColumn("_held", F.lit(0.0))
         .unionByName(_pieces(held, "_held").withColumn("_life", F.lit(0.0)))
         .groupBy("capture_id", *KEYS, "_bucket", "bucket_s")
-        .agg(_exact_sum(F.col("_life")).alias("_life"), _exact_sum(F.col("_held")).alias("_held"))
+        .agg(exact_sum(F.col("_life")).alias("_life"), exact_sum(F.col("_held")).alias("_held"))
         .where(F.col("_life") > 0)
     )
     # Most held back first, then the longest lived (weighed as decimals: summed exactly).
@@ -172,7 +165,7 @@ def consumer_utilisation_chart(
         value=share,
     )
     overall = ranked.groupBy("capture_id", *KEYS, "series_rank", "series_total", "bucket_s").agg(
-        (1 - _exact_sum(F.least(F.col("_held"), F.col("_life"))) / _exact_sum(F.col("_life"))).alias("value")
+        (1 - exact_sum(F.least(F.col("_held"), F.col("_life"))) / exact_sum(F.col("_life"))).alias("value")
     )
     return per_bucket.unionByName(
         in_schema(

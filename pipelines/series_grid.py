@@ -118,6 +118,13 @@ def keyed(df: DataFrame, **keys: Column | str) -> DataFrame:
     )
 
 
+def exact_sum(column: Column) -> Column:
+    """The sum of a double column, the same whatever order the rows come in: each value as a
+    decimal (18 digits after the point), summed exactly, then a double again. Added as doubles, the
+    last digits depend on the plan's order (adaptive execution, the number of partitions)."""
+    return F.sum(column.cast("decimal(38,18)")).cast("double")
+
+
 def busiest(
     df: DataFrame, weight: Column, limit: int = SERIES, keys: Sequence[str] = KEYS, within: Sequence[str] = ()
 ) -> DataFrame:

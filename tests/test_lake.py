@@ -6,10 +6,12 @@ import os
 from datetime import UTC, datetime
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.testing import assertDataFrameEqual
 
+from amqpscope.jobs import session
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.lake_read import read_table
 
@@ -340,6 +342,32 @@ def test_rows_written_on_the_driver_read_as_spark_wrote_them(spark, lake):
     assert {(r["partition.capture_id"], r["num_records"], r["min.started"], r["null_count.ended"]) for r in small} == {
         (cid, 2, TS, 1) for cid in ids
     }
+
+
+def test_a_small_run_stages_rows_through_the_driver_as_spark_writes_them(spark, lake):
+    # jobs.session.sized_for has the lake stage a small run's rows through Arrow (pyarrow writes
+    # them), not Spark's Parquet writer: every type and odd partition values read back alike.
+    ids = ["cap-a", "a b", "x:y%z/w", "it's", "ü", "q=1?#[]"]
+    rows = [(cid, n, TS, {"k": cid}, bytes([n]), (n, [cid])) for n, cid in enumerate(ids)] + rows_a() + rows_b()
+    df = spark.createDataFrame(rows, SCHEMA)
+    written = ids + ["cap-b"]
+    lake.write(df, "by_spark", replace_capture_ids=written)
+    with session.sized_for(spark, 1):
+        assert spark.conf.get(session.STAGE_ON_DRIVER) == "true"
+        lake.write(df, "on_driver", replace_capture_ids=written)
+        # A Spark job ran for the rows (toArrow), none wrote Parquet: the files are pyarrow's.
+        files = log_files(lake, "on_driver")
+    assert all(pq.read_metadata(f.removeprefix("file://")).created_by.startswith("parquet-cpp") for f in files)
+    assert spark.conf.get(session.STAGE_ON_DRIVER, "false") == "false"  # put back after the run
+
+    assertDataFrameEqual(lake.read("on_driver"), lake.read("by_spark"))
+    assert lake.read("on_driver").schema == lake.read("by_spark").schema
+    assert table_rows(lake, "on_driver") == table_rows(lake, "by_spark")
+    directories = {
+        t: sorted({os.path.dirname(f).rsplit("/", 1)[1] for f in log_files(lake, t)}) for t in ("on_driver", "by_spark")
+    }
+    assert directories["on_driver"] == directories["by_spark"]
+    assert len(files) == len(directories["on_driver"]) == 7  # a file a capture
 
 
 def test_read_rows_gives_the_rows_of_the_chosen_captures(spark, lake):

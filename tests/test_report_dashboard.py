@@ -841,6 +841,20 @@ def test_counts_fill_every_bucket_and_hold_nothing(spark):
     assert {r.bucket_s for r in rows} == {0.01} and not any(r.value for r in rows if r.metric == "ack")
 
 
+def test_seconds_are_summed_the_same_in_any_order(spark):
+    # Added as doubles left to right, 1e16 + 1 - 1e16 is 0 and 1e16 - 1e16 + 1 is 1: the order a
+    # plan adds rows in would show in the sum. exact_sum gives the exact sum (1.5) both ways.
+    values = [(0, 1e16), (1, 1.0), (2, -1e16), (3, 0.5)]
+    df = spark.createDataFrame(values, "i int, s double").coalesce(1)
+    sums = {}
+    for order in ("i", "s"):  # the rows in index order, then smallest first
+        one_task = df.orderBy(order).coalesce(1)
+        row = one_task.agg(F.sum("s").alias("double"), S.exact_sum(F.col("s")).alias("exact")).first()
+        sums[order] = (row.double, row.exact)
+    assert sums["i"][0] != sums["s"][0]  # the plain sum depends on the order
+    assert sums["i"][1] == sums["s"][1] == 1.5
+
+
 def test_busiest_keeps_the_heaviest_series_of_each_capture(spark):
     # Per capture, series weigh: a 5, b 5 (tie: by key), c 9, d 1; capture two has one series.
     rows = [("one", k, w) for k, ws in {"a": (2, 3), "b": (5,), "c": (4, 4, 1), "d": (1,)}.items() for w in ws]
