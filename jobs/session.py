@@ -207,9 +207,9 @@ _INTERPRETED = {
 _PARTITIONS = "spark.sql.shuffle.partitions"
 # And plans each query once, without adaptive execution: on a small run AQE submits every shuffle
 # and broadcast of a plan as a job of its own, and the diagnosis's plan (its rules' union) holds
-# some 160. Analyze of the 1,899-frame sample: 317 Spark jobs to 149, 0.96x the wall time (four
-# pairs, fourteenth session in docs/BENCHMARKS.md); tests/test_same_rows.py compares the
-# rows of a small run with those of a large one.
+# some 160. Analyze of the 1,899-frame sample: 317 Spark jobs to 149, 0.977x the wall time (four
+# pairs, fifteenth session in docs/BENCHMARKS.md); tests/test_same_rows.py compares the rows of a
+# small run with those of a large one (sums of doubles are exact where a plan's order could show).
 _ADAPTIVE = "spark.sql.adaptive.enabled"
 # And the delta-rs lake stages a table's rows through the driver (Arrow, written by pyarrow) rather
 # than by Spark's Parquet writer: on rows this few, the writer's tasks and output committer are most
