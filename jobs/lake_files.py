@@ -82,10 +82,10 @@ def stage_arrow(rows: pa.Table, schema: StructType, staging: str, partition_colu
     """An Arrow table of rows of ``schema`` (a Spark result's ``toArrow``, or rows made on the
     driver) as Parquet files in ``staging``, one a partition, laid out as ``stage_rows`` says; the
     rows keep their order."""
-    data = StructType([f for f in schema.fields if f.name not in partition_columns])
-    arrow = pa.schema([field.with_nullable(True) for field in to_arrow_schema(data)])
     if rows.num_rows == 0:
         return
+    data = StructType([f for f in schema.fields if f.name not in partition_columns])
+    arrow = pa.schema([field.with_nullable(True) for field in to_arrow_schema(data)])
     for values in rows.select(partition_columns).group_by(partition_columns).aggregate([]).to_pylist():
         mask = None
         for column in partition_columns:

@@ -223,12 +223,13 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     """Within this block, a local ``spark`` is set up for a run over ``capture_bytes`` of captures:
     when that is small (INTERPRETED_UP_TO_BYTES), expressions are interpreted, shuffles make one
     partition a core, queries are planned without adaptive execution and the lake's tables are
-    staged through the driver (STAGE_ON_DRIVER); the settings are put back after it. Yields True when set up for a small run.
+    staged through the driver (STAGE_ON_DRIVER); the settings are put back after it. Yields True
+    when set up for a small run.
     Settings chosen in the job's Spark settings or on the session win: a chosen way of evaluating
     expressions leaves the whole session as it is, a number of shuffle partitions other than
     _BASE_CONF's stays (8 itself cannot be told from the default), and so does adaptive execution
-    turned off on the session. A
-    cluster's session (a Databricks task: its own engine, a warm JVM) is left as it is."""
+    turned off on the session. A cluster's session (a Databricks task: its own engine, a warm JVM)
+    is left as it is."""
     if capture_bytes > INTERPRETED_UP_TO_BYTES or not _local_with_spark_defaults(spark):
         yield False
         return

@@ -845,7 +845,7 @@ def test_seconds_are_summed_the_same_in_any_order(spark):
     # Added as doubles left to right, 1e16 + 1 - 1e16 is 0 and 1e16 - 1e16 + 1 is 1: the order a
     # plan adds rows in would show in the sum. exact_sum gives the exact sum (1.5) both ways.
     values = [(0, 1e16), (1, 1.0), (2, -1e16), (3, 0.5)]
-    df = spark.createDataFrame(values, "i int, s double").coalesce(1)
+    df = spark.createDataFrame(values, "i int, s double")
     sums = {}
     for order in ("i", "s"):  # the rows in index order, then smallest first
         one_task = df.orderBy(order).coalesce(1)
