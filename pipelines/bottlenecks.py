@@ -103,9 +103,11 @@ def _cases(rule: BottleneckRule, limits: DiagnosisThresholds) -> tuple[Column, C
     return component, confidence, because
 
 
-def rule_findings(rule: BottleneckRule, measures: Measures) -> DataFrame:
+def rule_findings(rule: BottleneckRule, measures: Measures, kept: bool = False) -> DataFrame:
     """The findings of one rule: its measure's rows that pass its test, in the candidate shape
-    (the schema's columns but the names, rank, id and filter, plus priority and packet_filter)."""
+    (the schema's columns but the names, rank, id and filter, plus priority and packet_filter).
+    ``kept``: the rows that pass are computed now, once, for the findings and for the rules that
+    read them (``Measures.found``)."""
     limits = measures.limits
     rows = measures.measure(rule.measure)
     if "held_share" not in rows.columns:
@@ -120,6 +122,8 @@ def rule_findings(rule: BottleneckRule, measures: Measures) -> DataFrame:
                 "confidence": F.least(F.lit(1.0), F.greatest(F.lit(0.0), confidence.cast("double"))),
             }
         )
+        if kept:
+            passed = passed.localCheckpoint()
         return _candidates(rule, measures, passed, because)
     except AnalysisException as error:
         raise ValueError(
@@ -281,14 +285,11 @@ def bottleneck_findings(
         if rule.after in skipped:
             skipped.add(rule.id)
             continue
-        findings = rule_findings(rule, measures)
-        if rule.id in followed:
-            # A rule others follow is computed once, here; with no finding (most captures) the
-            # rules after it are not even planned.
-            findings = findings.localCheckpoint()
-            measures.record(rule.id, measures.found(rule.id).localCheckpoint())
-            if findings.isEmpty():
-                skipped.add(rule.id)
+        findings = rule_findings(rule, measures, kept=rule.id in followed)
+        # A rule others follow is computed once, there; with no finding (most captures) the rules
+        # after it are not even planned.
+        if rule.id in followed and measures.found(rule.id).isEmpty():
+            skipped.add(rule.id)
         found.append(findings)
     candidates = reduce(DataFrame.unionByName, found)
     named = candidates.join(connection_names(frames, connections), ["capture_id", "connection_id"], "left")
