@@ -286,8 +286,8 @@ def bottleneck_findings(
             skipped.add(rule.id)
             continue
         findings = rule_findings(rule, measures, kept=rule.id in followed)
-        # A rule others follow is computed once, there; with no finding (most captures) the rules
-        # after it are not even planned.
+        # A rule others follow has the rows that pass its test computed once (``kept``); with none
+        # (most captures) the rules after it are not even planned.
         if rule.id in followed and measures.found(rule.id).isEmpty():
             skipped.add(rule.id)
         found.append(findings)
