@@ -211,6 +211,17 @@ _PARTITIONS = "spark.sql.shuffle.partitions"
 # pairs, fifteenth session in docs/BENCHMARKS.md); tests/test_same_rows.py compares the rows of a
 # small run with those of a large one (sums of doubles are exact where a plan's order could show).
 _ADAPTIVE = "spark.sql.adaptive.enabled"
+# And joins without broadcasts (neither Spark's own choice of a small side nor the pipelines' hints,
+# which a large run needs) or runtime Bloom filters: without adaptive execution each broadcast, and
+# each Bloom filter Spark puts before a join, is a Spark job of its own run before the query that
+# joins, and a sort-merge join of a few thousand rows in one partition a core costs less than that
+# job. Analyze of the sample: 140 Spark jobs to 55, 0.952x the wall time (four pairs,
+# docs/BENCHMARKS.md, seventeenth session); the rows are the same (tests/test_same_rows.py).
+_SMALL_RUN_JOINS = {
+    "spark.sql.autoBroadcastJoinThreshold": ("-1", "10485760b"),
+    "spark.sql.optimizer.disableHints": ("true", "false"),
+    "spark.sql.optimizer.runtime.bloomFilter.enabled": ("false", "true"),
+}
 # And the delta-rs lake stages a table's rows through the driver (Arrow, written by pyarrow) rather
 # than by Spark's Parquet writer: on rows this few, the writer's tasks and output committer are most
 # of a write's time (the sample's 29 tables, rows computed beforehand: 5.4 s written by Spark, 1.1 s
@@ -222,14 +233,14 @@ STAGE_ON_DRIVER = "amqpscope.lake.stage_on_driver"
 def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     """Within this block, a local ``spark`` is set up for a run over ``capture_bytes`` of captures:
     when that is small (INTERPRETED_UP_TO_BYTES), expressions are interpreted, shuffles make one
-    partition a core, queries are planned without adaptive execution and the lake's tables are
-    staged through the driver (STAGE_ON_DRIVER); the settings are put back after it. Yields True
-    when set up for a small run.
+    partition a core, queries are planned without adaptive execution, broadcast joins or Bloom
+    filters, and the lake's tables are staged through the driver (STAGE_ON_DRIVER); the settings
+    are put back after it. Yields True when set up for a small run.
     Settings chosen in the job's Spark settings or on the session win: a chosen way of evaluating
     expressions leaves the whole session as it is, a number of shuffle partitions other than
-    _BASE_CONF's stays (8 itself cannot be told from the default), and so does adaptive execution
-    turned off on the session. A cluster's session (a Databricks task: its own engine, a warm JVM)
-    is left as it is."""
+    _BASE_CONF's stays (8 itself cannot be told from the default), so do join settings other than
+    Spark's defaults, and adaptive execution turned off on the session. A cluster's session (a
+    Databricks task: its own engine, a warm JVM) is left as it is."""
     if capture_bytes > INTERPRETED_UP_TO_BYTES or not _local_with_spark_defaults(spark):
         yield False
         return
@@ -239,11 +250,17 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     if partitions == _BASE_CONF[_PARTITIONS]:
         spark.conf.set(_PARTITIONS, str(spark.sparkContext.defaultParallelism))
     spark.conf.set(_ADAPTIVE, "false")
+    joins = {key: spark.conf.get(key) for key in _SMALL_RUN_JOINS}
+    for key, (small, default) in _SMALL_RUN_JOINS.items():
+        if joins[key] == default:
+            spark.conf.set(key, small)
     spark.conf.set(STAGE_ON_DRIVER, "true")
     try:
         yield True
     finally:
         spark.conf.unset(STAGE_ON_DRIVER)
+        for key, value in joins.items():
+            spark.conf.set(key, value)
         for key in _INTERPRETED:
             spark.conf.unset(key)
         spark.conf.set(_PARTITIONS, partitions)

@@ -91,3 +91,38 @@ def test_a_small_run_plans_without_adaptive_execution_and_puts_the_setting_back(
     assert "AdaptiveSparkPlan" in grouped.select("k")._jdf.queryExecution().executedPlan().toString()
     with sized_for(spark, INTERPRETED_UP_TO_BYTES + 1):
         assert spark.conf.get(ADAPTIVE) == "true"
+
+
+def _join_strategy(df) -> str:
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    return "broadcast" if "BroadcastHashJoin" in plan else "sort-merge" if "SortMergeJoin" in plan else plan
+
+
+def test_a_small_run_joins_without_broadcasts_or_bloom_filters_and_puts_the_settings_back(spark):
+    from pyspark.sql import functions as F
+
+    # Hints are resolved as a DataFrame is made: the pipelines make theirs within the block.
+    def joins() -> tuple[str, str, int, int]:
+        left = spark.range(50).selectExpr("id % 5 AS k", "id")
+        hinted = left.join(F.broadcast(spark.range(5).withColumnRenamed("id", "k")), "k")
+        small_side = left.join(spark.range(5).withColumnRenamed("id", "k"), "k")
+        return _join_strategy(hinted), _join_strategy(small_side), hinted.count(), small_side.count()
+
+    assert joins() == ("broadcast", "broadcast", 50, 50)
+    with sized_for(spark, INTERPRETED_UP_TO_BYTES):
+        assert joins() == ("sort-merge", "sort-merge", 50, 50)
+        assert spark.conf.get("spark.sql.optimizer.runtime.bloomFilter.enabled") == "false"
+    assert joins() == ("broadcast", "broadcast", 50, 50)
+    assert spark.conf.get("spark.sql.optimizer.runtime.bloomFilter.enabled") == "true"
+    assert spark.conf.get("spark.sql.autoBroadcastJoinThreshold") == "10485760b"
+    assert spark.conf.get("spark.sql.optimizer.disableHints") == "false"
+
+
+def test_a_broadcast_threshold_chosen_on_the_session_is_left_alone(spark):
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "1048576")
+    try:
+        with sized_for(spark, 1) as small:
+            assert small and spark.conf.get("spark.sql.autoBroadcastJoinThreshold") == "1048576"
+        assert spark.conf.get("spark.sql.autoBroadcastJoinThreshold") == "1048576"
+    finally:
+        spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
