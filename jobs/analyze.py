@@ -22,7 +22,7 @@ from amqpscope.jobs import runs
 from amqpscope.jobs.commits import committed_row_counts
 from amqpscope.jobs.derive import VERDICTS_MODULE, derive
 from amqpscope.jobs.ingest import CaptureFile, resolve_captures, superseded_captures
-from amqpscope.jobs.lake import Lake, lake_capture_filter
+from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.landing import ingest_files
 from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable, without_packets
 from amqpscope.jobs.progress import Progress
@@ -168,9 +168,10 @@ def _analyze_files(
 
 
 def headlines(lake: Lake, capture_ids: Sequence[str]) -> tuple[dict[str, object], ...]:
-    """Per capture: its diagnosis row as plain data (what ``analyze`` and ``diagnose`` print)."""
-    rows = lake.read("diagnosis").filter(lake_capture_filter(capture_ids)).collect()
-    return tuple(row.asDict(recursive=True) for row in sorted(rows, key=lambda r: capture_ids.index(r.capture_id)))
+    """Per capture: its diagnosis row as plain data (what ``analyze`` and ``diagnose`` print), read
+    as ``diagnose`` reads it (delta-rs: no Spark job)."""
+    rows = lake.read_rows("diagnosis", tables.table("diagnosis").schema, capture_ids)
+    return tuple(sorted(rows, key=lambda r: capture_ids.index(str(r["capture_id"]))))
 
 
 def _say(line: str) -> None:

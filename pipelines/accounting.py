@@ -62,7 +62,8 @@ def byte_accounting(connections: DataFrame, frames: DataFrame, quarantine: DataF
 
 def assert_bytes_accounted(accounting: DataFrame, limit: int = 5) -> None:
     """Fail loudly, naming the first unbalanced connections, when the identity does not hold."""
-    broken = accounting.filter(~F.col("balanced")).limit(limit).collect()
+    # In order, so the same connections are named each time (and a take in order is one Spark job).
+    broken = accounting.filter(~F.col("balanced")).orderBy(*_KEY).limit(limit).collect()
     if broken:
         lines = [
             f"{r.capture_id} {r.connection_id} {r.direction}: payload {r.payload_bytes} != framed {r.framed_bytes}"

@@ -41,10 +41,14 @@ from amqpscope.jobs.report.tables import (
     MAX_CAPTURES,
     Section,
     capture_rows,
+    collect_each,
     connection_summary,
+    first_rows,
     frame_counts,
+    listed_by_capture,
+    ranked_rows,
+    section_rows,
     severity_rank,
-    top_rows,
     ts_text,
     violation_counts,
     violation_examples,
@@ -99,23 +103,14 @@ class Inputs:
     accounting: DataFrame | None = None  # byte_accounting of the bronze tables, when already made
 
 
-def _spans(inputs: Inputs, shown: Sequence[str]) -> dict[str, tuple[int, int]]:
-    # Capture id -> (first, last) packet time in epoch microseconds: the charts' time origin.
+def _spans(inputs: Inputs, shown: Sequence[str]) -> DataFrame:
+    # Per capture: its first and last packet time in epoch microseconds (the charts' time origin).
     source = inputs.captures if inputs.captures is not None else inputs.connections
-    rows = (
+    return (
         source.where(F.col("capture_id").isin(list(shown)))
         .groupBy("capture_id")
         .agg(F.min(F.unix_micros("first_ts")).alias("first"), F.max(F.unix_micros("last_ts")).alias("last"))
-        .collect()
     )
-    return {r["capture_id"]: (r["first"], r["last"]) for r in rows if r["first"] is not None}
-
-
-def _by_capture(df: DataFrame, shown: Sequence[str], order: Sequence[Any], limit: int) -> dict[str, list[dict]]:
-    grouped: dict[str, list[dict]] = {}
-    for row in df.where(F.col("capture_id").isin(list(shown))).orderBy("capture_id", *order).limit(limit).collect():
-        grouped.setdefault(row["capture_id"], []).append(row.asDict(recursive=True))
-    return grouped
 
 
 def _finding_frames(frames: DataFrame, findings: Mapping[str, list[dict]]) -> dict[tuple[str, int], list[dict]]:
@@ -152,9 +147,9 @@ def _finding_frames(frames: DataFrame, findings: Mapping[str, list[dict]]) -> di
     return found
 
 
-def _accounting(inputs: Inputs, shown: Sequence[str]) -> dict[str, list[dict]]:
+def _accounting(inputs: Inputs, shown: Sequence[str]) -> DataFrame | None:
     if inputs.quarantine is None:
-        return {}
+        return None
     accounting = inputs.accounting
     if accounting is None:
         accounting = byte_accounting(inputs.connections, inputs.frames, inputs.quarantine)
@@ -162,12 +157,12 @@ def _accounting(inputs: Inputs, shown: Sequence[str]) -> dict[str, list[dict]]:
         *[F.sum(c).alias(c) for c in ("payload_bytes", "framed_bytes", "quarantined_bytes", "missing_bytes")],
         F.count(F.when(~F.col("balanced"), 1)).alias("unbalanced"),
     )
-    return _by_capture(per_direction, shown, ["direction"], 2 * MAX_CAPTURES)
+    return first_rows(per_direction, shown, ["direction"], 2 * MAX_CAPTURES)
 
 
-def _quarantine_reasons(inputs: Inputs, shown: Sequence[str]) -> dict[str, Section]:
+def _quarantine_reasons(inputs: Inputs, shown: Sequence[str]) -> DataFrame | None:
     if inputs.quarantine is None:
-        return {}
+        return None
     # One row a cause: its reason id with what it means (rows stored before reason ids: their sentence).
     meanings = F.create_map(*[F.lit(x) for reason_id, meaning in REASONS.items() for x in (reason_id, meaning)])
     reason_id = F.coalesce(F.col("reason_id"), F.col("reason"))
@@ -181,7 +176,7 @@ def _quarantine_reasons(inputs: Inputs, shown: Sequence[str]) -> dict[str, Secti
         )
         .withColumn("reason", F.concat_ws(": ", "reason_id", meanings[F.col("reason_id")]))
     )
-    return top_rows(reasons, shown, [F.col("bytes").desc(), F.col("reason_id")])
+    return ranked_rows(reasons, shown, [F.col("bytes").desc(), F.col("reason_id")])
 
 
 def _wireshark_filter(connection: Mapping[str, Any] | None, packet_number: int | None) -> str | None:
@@ -288,26 +283,27 @@ def write_report(
     listed, capture_total = capture_rows(captures, [connections, frames, violations])
     shown = [c["capture_id"] for c in listed]
 
-    sections = {
-        "connections": top_rows(
+    # Every section's query, run together (one Spark action): ranked sections, and lists in an order.
+    ranked: dict[str, DataFrame | None] = {
+        "connections": ranked_rows(
             connection_summary(connections),
             shown,
             [(F.col("c2s_bytes") + F.col("s2c_bytes")).desc(), F.col("connection_id")],
         ),
-        "frames": top_rows(
+        "frames": ranked_rows(
             frame_counts(frames),
             shown,
             [F.col("frames").desc(), F.col("protocol"), F.col("frame_type"), F.col("method")],
         ),
-        "counts": top_rows(
+        "counts": ranked_rows(
             violation_counts(violations),
             shown,
             [severity_rank("severity"), F.col("violations").desc(), F.col("rule_id")],
         ),
-        "context": top_rows(
+        "context": ranked_rows(
             connection_context(frames, connections), shown, [F.col("frames").desc(), F.col("connection_id")]
         ),
-        "queues": top_rows(
+        "queues": ranked_rows(
             queue_context(frames, inputs.flow.get("throughput")),
             shown,
             [F.coalesce(F.col("messages_in"), F.lit(0)).desc(), F.col("address")],
@@ -315,28 +311,46 @@ def write_report(
         "quarantine": _quarantine_reasons(inputs, shown),
     }
     if "consumer_unacked" in inputs.flow:
-        sections["consumers"] = top_rows(
+        ranked["consumers"] = ranked_rows(
             consumer_context(inputs.flow["consumer_unacked"]),
             shown,
             [F.col("deliveries").desc(), F.col("consumer_tag")],
         )
     if "link_state" in inputs.flow:
-        sections["links"] = top_rows(
+        ranked["links"] = ranked_rows(
             link_context(inputs.flow["link_state"]), shown, [F.col("deliveries").desc(), F.col("link_name")]
         )
-    examples = _by_capture(
-        violation_examples(violations), shown, ["rule_id", "example"], MAX_CAPTURES * 50 * EXAMPLES_PER_RULE
-    )
-    diagnoses = _by_capture(diagnosis, shown, [], MAX_CAPTURES) if diagnosis is not None else {}
-    findings = (
-        _by_capture(bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN), shown, ["rank"], MAX_CAPTURES * FINDINGS_SHOWN)
-        if bottlenecks is not None
-        else {}
-    )
+    ordered: dict[str, tuple[DataFrame | None, list[str]]] = {
+        "examples": (
+            first_rows(
+                violation_examples(violations), shown, ["rule_id", "example"], MAX_CAPTURES * 50 * EXAMPLES_PER_RULE
+            ),
+            ["rule_id", "example"],
+        ),
+        "diagnoses": (first_rows(diagnosis, shown, [], MAX_CAPTURES) if diagnosis is not None else None, []),
+        "findings": (
+            first_rows(
+                bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN), shown, ["rank"], MAX_CAPTURES * FINDINGS_SHOWN
+            )
+            if bottlenecks is not None
+            else None,
+            ["rank"],
+        ),
+        "dq": (first_rows(dq_summary, shown, ["run_ts"], MAX_CAPTURES) if dq_summary is not None else None, ["run_ts"]),
+        "accounting": (_accounting(inputs, shown), ["direction"]),
+    }
+    queries = {
+        **{name: df for name, df in ranked.items() if df is not None},
+        **{name: df for name, (df, _) in ordered.items() if df is not None},
+        "spans": _spans(inputs, shown),
+    }
+    rows = collect_each(queries)
+    sections = {name: section_rows(rows.get(name, [])) for name in ranked}
+    lists = {name: listed_by_capture(rows.get(name, []), order) for name, (_, order) in ordered.items()}
+    examples, diagnoses, findings = lists["examples"], lists["diagnoses"], lists["findings"]
+    dq_rows, accounting = lists["dq"], lists["accounting"]
+    spans = {r["capture_id"]: (r["first"], r["last"]) for r in rows["spans"] if r["first"] is not None}
     finding_frames = _finding_frames(frames, findings)
-    dq_rows = _by_capture(dq_summary, shown, ["run_ts"], MAX_CAPTURES) if dq_summary is not None else {}
-    accounting = _accounting(inputs, shown)
-    spans = _spans(inputs, shown)
 
     time_zone = frames.sparkSession.conf.get("spark.sql.session.timeZone")
     models = [

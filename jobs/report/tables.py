@@ -11,7 +11,7 @@ from functools import reduce
 from typing import Any
 
 import pyspark.sql.functions as F
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Row, Window
 
 from amqpscope.expectations.catalogue import SEVERITIES
 
@@ -116,25 +116,64 @@ class Section:
     total: int
 
 
-def top_rows(df: DataFrame, captures: Sequence[str], order: Sequence[Column]) -> dict[str, Section]:
-    # Per capture: the first TOP_ROWS rows in `order`, and the count of all of them.
+def ranked_rows(df: DataFrame, captures: Sequence[str], order: Sequence[Column]) -> DataFrame:
+    """The query of a section: per capture, its first TOP_ROWS rows in ``order`` (``_rank``) and the
+    count of all of them (``_total``); ``section_rows`` groups its rows."""
     capture_rows = Window.partitionBy("capture_id")  # unordered: counts a capture's rows
     ranked_in_capture = capture_rows.orderBy(*order)  # the table's own order, busiest first
-    ranked = (
+    return (
         df.where(F.col("capture_id").isin(list(captures)))
         .withColumn("_rank", F.row_number().over(ranked_in_capture))
         .withColumn("_total", F.count(F.lit(1)).over(capture_rows))
         .where(F.col("_rank") <= TOP_ROWS)
     )
+
+
+def section_rows(rows: Iterable[Row]) -> dict[str, Section]:
+    """The rows of a ``ranked_rows`` query as a Section per capture, in their rank's order."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     totals: dict[str, int] = {}
     # At most TOP_ROWS rows a capture: put in order here, which spares Spark a sort's two jobs.
-    for row in sorted(ranked.collect(), key=lambda r: (r["capture_id"], r["_rank"])):
+    for row in sorted(rows, key=lambda r: (r["capture_id"], r["_rank"])):
         record = row.asDict()
         totals[record["capture_id"]] = record.pop("_total")
         record.pop("_rank")
         grouped.setdefault(record["capture_id"], []).append(record)
     return {c: Section(tuple(grouped[c]), totals[c]) for c in grouped}
+
+
+def first_rows(df: DataFrame, captures: Sequence[str], order: Sequence[str], limit: int) -> DataFrame:
+    """The query of ``listed_by_capture``: the first ``limit`` rows of ``captures`` in (capture, ``order``)."""
+    return df.where(F.col("capture_id").isin(list(captures))).orderBy("capture_id", *order).limit(limit)
+
+
+def listed_by_capture(rows: Iterable[Row], order: Sequence[str]) -> dict[str, list[dict]]:
+    """The rows of a ``first_rows`` query as plain data per capture, in ``order`` (ascending, nulls
+    first, as Spark sorted them)."""
+    grouped: dict[str, list[dict]] = {}
+    columns = ("capture_id", *order)
+    for row in sorted(rows, key=lambda r: tuple((r[c] is not None, r[c]) for c in columns)):
+        grouped.setdefault(row["capture_id"], []).append(row.asDict(recursive=True))
+    return grouped
+
+
+def collect_each(queries: Mapping[str, DataFrame]) -> dict[str, list[Row]]:
+    """Each query's rows, from one Spark action rather than one each: the queries' union, where a
+    query's rows fill a struct column of its own (``_q<i>``) and keep their types. Their order is
+    not kept: ``section_rows`` and ``listed_by_capture`` put them in order."""
+    names = list(queries)
+    if not names:
+        return {}
+    branches = [
+        df.select(F.lit(i).alias("_query"), F.struct(*[df[c] for c in df.columns]).alias(f"_q{i}"))
+        for i, df in enumerate(queries.values())
+    ]
+    union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), branches)
+    found: dict[str, list[Row]] = {name: [] for name in names}
+    for row in union.collect():
+        index = row["_query"]
+        found[names[index]].append(row[f"_q{index}"])
+    return found
 
 
 def capture_rows(captures: DataFrame | None, tables: Iterable[DataFrame]) -> tuple[list[dict[str, Any]], int]:
