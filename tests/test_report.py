@@ -436,3 +436,36 @@ def test_a_page_without_complete_captures_lists_the_ones_left_out(tmp_path):
     assert "No capture is complete in this lake" in page
     assert ["a" * 16, HOSTILE, "derive failed: StageFailed: disk full"] in rows(parse(page))
     assert "<script>alert" not in page and "<details" not in page
+
+
+def test_the_reports_queries_collected_together_give_each_its_own_rows_and_types(spark):
+    # A small run plans without adaptive execution and collects the queries as one union; under
+    # adaptive execution each is collected on its own: both give what each query gives alone.
+    from amqpscope.jobs.report.tables import collect_each
+    from amqpscope.jobs.session import sized_for
+
+    def queries() -> dict[str, DataFrame]:
+        left = spark.createDataFrame(
+            [("c1", 1, T0, {"k": "v"}), ("c2", None, None, {})],
+            "capture_id string, n int, ts timestamp, labels map<string,string>",
+        )
+        right = spark.createDataFrame(
+            [("c1", [1.5, None], ("x", 2))], "capture_id string, xs array<double>, s struct<a:string,b:long>"
+        )
+        empty = spark.createDataFrame([], "capture_id string, count long")
+        return {
+            "left": left.where("capture_id IS NOT NULL"),
+            "right": right,
+            "empty": empty,
+            "counted": left.groupBy("capture_id").count(),
+        }
+
+    def as_data(found: dict) -> dict:
+        return {name: sorted((r.asDict(recursive=True) for r in rows), key=repr) for name, rows in found.items()}
+
+    alone = as_data({name: df.collect() for name, df in queries().items()})
+    assert as_data(collect_each(queries())) == alone
+    with sized_for(spark, 1):
+        assert spark.conf.get("spark.sql.adaptive.enabled") == "false"
+        assert as_data(collect_each(queries())) == alone
+    assert alone["left"][0]["labels"] == {"k": "v"} and alone["right"][0]["s"] == {"a": "x", "b": 2}

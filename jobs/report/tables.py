@@ -158,12 +158,17 @@ def listed_by_capture(rows: Iterable[Row], order: Sequence[str]) -> dict[str, li
 
 
 def collect_each(queries: Mapping[str, DataFrame]) -> dict[str, list[Row]]:
-    """Each query's rows, from one Spark action rather than one each: the queries' union, where a
-    query's rows fill a struct column of its own (``_q<i>``) and keep their types. Their order is
-    not kept: ``section_rows`` and ``listed_by_capture`` put them in order."""
+    """Each query's rows. Planned without adaptive execution (a small run: jobs.session.sized_for),
+    from one Spark action rather than one each: the queries' union, where a query's rows fill a
+    struct column of its own (``_q<i>``) and keep their types. Adaptive execution plans a union
+    again after each of its stages, which cost more than the actions saved (docs/BENCHMARKS.md,
+    twelfth session): there each query is collected on its own. Either way their order is not
+    kept: ``section_rows`` and ``listed_by_capture`` put them in order."""
     names = list(queries)
     if not names:
         return {}
+    if next(iter(queries.values())).sparkSession.conf.get("spark.sql.adaptive.enabled") == "true":
+        return {name: df.collect() for name, df in queries.items()}
     branches = [
         df.select(F.lit(i).alias("_query"), F.struct(*[df[c] for c in df.columns]).alias(f"_q{i}"))
         for i, df in enumerate(queries.values())
