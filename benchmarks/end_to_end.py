@@ -19,7 +19,10 @@ One command (also in ``make bench``):
    ``tshark -r F -o tcp.reassemble_out_of_order:TRUE -n -Y amqp -T fields -e frame.number`` on the
    same file; then, where Debian's chromium and chromium-driver are installed, the analyze's
    ``report.html`` opened from disk in headless chromium (``testbed.browser``): its size and the
-   milliseconds to DOMContentLoaded, load and every chart drawn.
+   milliseconds to DOMContentLoaded, load and every chart drawn. Beside each analyze, two bare
+   Spark jobs of its shape (``_child_writes``): its tables read and written again, nothing else;
+   and the same with the least work the design asks (a window function on each table's way, and
+   small window queries up to analyze's count of Spark jobs): what the shape alone costs.
    Last, the sample analysed twice in one process: the second run, on a warm JVM, is split into the
    time an SQL execution was running (Spark's SQL status store), the time the driver's main thread
    spent in Py4J round trips outside them (building the plans, reading results back), and the rest
@@ -158,28 +161,57 @@ def _child_analyze(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
     }
 
 
-def _child_writes(lake_from: str, lake_to: str, capture_bytes: int) -> dict:
+def _child_writes(lake_from: str, lake_to: str, capture_bytes: int, jobs: int | None = None) -> dict:
     """A Spark job of analyze's shape without its work: a session, every table of the lake at
     ``lake_from`` read and written again through ``Lake.write`` into ``lake_to`` (one Spark write
     and one Delta commit a table, as derive makes them), stop. What writing each table with Spark
-    costs by itself, whatever computes the rows."""
+    costs by itself, whatever computes the rows.
+
+    With ``jobs`` (analyze's Spark jobs on the same capture), the same shape with the least work
+    the design asks of it: each table passes through one window function on its way (a row number
+    over a capture's rows, in the order of the table's first column), and the Spark jobs analyze
+    ran beyond one a table are as many small queries over the frames, each one window function and
+    a count, collected. No decoding, flow state, rules, Great Expectations or report: what a run
+    of this shape costs with Spark and the lake, whatever the pipelines' own work."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     from amqpscope.jobs.lake import Lake
     from amqpscope.jobs.session import build_session, sized_for
     from amqpscope.pipelines.tables import TABLES
 
+    def through_a_window(rows):
+        order = next(c for c in rows.columns if c != "capture_id")
+        ranked = rows.withColumn("_shape", F.row_number().over(Window.partitionBy("capture_id").orderBy(order)))
+        return ranked.filter(F.col("_shape") > 0).drop("_shape")  # kept by the filter, not by the rows
+
     started = time.perf_counter()
     spark = build_session("local[2]", "amqpscope-bench-writes")
     up = time.perf_counter() - started
+    tracker = spark.sparkContext.statusTracker()
     source, target = Lake(spark, lake_from), Lake(spark, lake_to)
     written = 0
     with sized_for(spark, capture_bytes):  # set up as analyze is for that capture
         for name, table in TABLES.items():
             if table.layer in ("bronze", "silver", "gold") and source.exists(name):
                 rows = source.read(name)
+                if jobs is not None:
+                    rows = through_a_window(rows)
                 target.write(rows, name, replace_capture_ids=sorted(source.capture_ids(name)) or ["none"])
                 written += 1
+        queries = max(jobs - len(tracker.getJobIdsForGroup(None)), 0) if jobs is not None else 0
+        frames = source.read("frames")
+        for _ in range(queries):
+            through_a_window(frames).groupBy("capture_id").count().collect()
+    spark_jobs = len(tracker.getJobIdsForGroup(None))
     spark.stop()
-    return {"session_start_s": round(up, 2), "tables": written, "seconds": round(time.perf_counter() - started, 2)}
+    return {
+        "session_start_s": round(up, 2),
+        "tables": written,
+        "queries": queries,
+        "spark_jobs": spark_jobs,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
 
 
 class _RoundTrips:
@@ -404,6 +436,7 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
             print(f"[{time.strftime('%H:%M:%S')}] report of {name} in chromium ...", file=sys.stderr, flush=True)
             page = report_page(lake / "report.html", out)
             writes = table_writes(out, me, lake, name, capture)
+            shape = table_writes(out, me, lake, name, capture, analyzed["jobs"])
         finally:
             if not keep:
                 shutil.rmtree(lake, ignore_errors=True)
@@ -419,14 +452,19 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
                 "tshark": tshark,
                 "report": page,
                 "writes_alone": writes,
+                "same_shape": shape,
             }
         )
     warm = fixed_cost(out, me)
     ratios = {**derived(bare, rows), "small_warm_vs_bare_spark_wall": round(warm["warm_s"] / bare["wall_s"], 2)}
     ratios["small_writes_alone_vs_bare_spark_wall"] = round(rows[0]["writes_alone"]["wall_s"] / bare["wall_s"], 2)
+    ratios["small_same_shape_vs_bare_spark_wall"] = round(rows[0]["same_shape"]["wall_s"] / bare["wall_s"], 2)
     if len(rows) >= 3:
         ratios["large_writes_alone_vs_tshark_wall"] = round(
             rows[-1]["writes_alone"]["wall_s"] / rows[-1]["tshark"]["wall_s"], 1
+        )
+        ratios["large_same_shape_vs_tshark_wall"] = round(
+            rows[-1]["same_shape"]["wall_s"] / rows[-1]["tshark"]["wall_s"], 1
         )
     return {
         "machine": machine(),
@@ -440,18 +478,16 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
     }
 
 
-def table_writes(out: Path, me: list[str], lake: Path, name: str, capture: Path) -> dict:
-    """A capture's tables written again by a Spark job that does nothing else (``_child_writes``)."""
+def table_writes(out: Path, me: list[str], lake: Path, name: str, capture: Path, jobs: int | None = None) -> dict:
+    """A capture's tables written again by a Spark job that does nothing else (``_child_writes``);
+    with ``jobs``, the bare job of analyze's shape."""
     target = Path(tempfile.mkdtemp(prefix="lake-", dir=out))
+    what = "the tables of {} written again, nothing else" if jobs is None else "a bare job of the shape of {}'s analyze"
     try:
-        print(
-            f"[{time.strftime('%H:%M:%S')}] the tables of {name} written again, nothing else ...",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"[{time.strftime('%H:%M:%S')}] {what.format(name)} ...", file=sys.stderr, flush=True)
         return _measure(
-            [*me, "one-writes", str(lake), str(target), str(capture.stat().st_size)],
-            out / f"table-writes-{name.split()[0]}.log",
+            [*me, "one-writes", str(lake), str(target), str(capture.stat().st_size), *([str(jobs)] if jobs else [])],
+            out / f"table-{'writes' if jobs is None else 'shape'}-{name.split()[0]}.log",
         )
     finally:
         shutil.rmtree(target, ignore_errors=True)
@@ -524,6 +560,15 @@ def step_table(row: dict) -> list[str]:
                 f"{per_frame(w['cpu_s'])} |"
             ]
             if (w := row.get("writes_alone"))
+            else []
+        ),
+        *(
+            [
+                f"| a bare job of its shape: {w['tables']} tables through a window each, {w['queries']} small window "
+                f"queries ({w['spark_jobs']} Spark jobs) | {w['spark_jobs']} | {w['wall_s']} | {w['cpu_s']} | "
+                f"{per_frame(w['cpu_s'])} |"
+            ]
+            if (w := row.get("same_shape"))
             else []
         ),
         f"| ratio analyze / tshark | | {a['wall_s'] / t['wall_s']:.1f}x | "
@@ -599,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_child_spark()))
         return 0
     if argv and argv[0] == "one-writes":
-        print(json.dumps(_child_writes(argv[1], argv[2], int(argv[3]))))
+        print(json.dumps(_child_writes(argv[1], argv[2], int(argv[3]), int(argv[4]) if len(argv) > 4 else None)))
         return 0
     if argv and argv[0] == "one-warm":
         capture, lake, ports = argv[1:4]
