@@ -211,13 +211,17 @@ _PARTITIONS = "spark.sql.shuffle.partitions"
 # pairs, fifteenth session in docs/BENCHMARKS.md); tests/test_same_rows.py compares the rows of a
 # small run with those of a large one (sums of doubles are exact where a plan's order could show).
 _ADAPTIVE = "spark.sql.adaptive.enabled"
-# And joins without broadcasts (neither Spark's own choice of a small side nor the pipelines' hints,
-# which a large run needs) or runtime Bloom filters: without adaptive execution each broadcast, and
-# each Bloom filter Spark puts before a join, is a Spark job of its own run before the query that
-# joins, and a sort-merge join of a few thousand rows in one partition a core costs less than that
-# job. Analyze of the sample: 140 Spark jobs to 55, 0.952x the wall time (four pairs,
-# docs/BENCHMARKS.md, seventeenth session); the rows are the same (tests/test_same_rows.py).
-_SMALL_RUN_JOINS = {
+# And, on the smallest captures, joins without broadcasts (neither Spark's own choice of a small side
+# nor the pipelines' hints, which larger runs need) or runtime Bloom filters: without adaptive
+# execution each broadcast, and each Bloom filter Spark puts before a join, is a Spark job of its
+# own run before the query that joins, and on a few thousand rows a sort-merge join in one partition
+# a core costs less than that job. Analyze with these settings for every small run and the report's
+# queries as one action, against the code before both (paired, seventeenth session in
+# docs/BENCHMARKS.md): the sample (0.4 MB) 140 Spark jobs to 40 and 0.904x the wall time; a 4.0 MB
+# capture 0.991x; an 18 MB one 1.041x, its sorts costing more than the jobs saved. So up to the
+# largest capture measured not to lose. The rows are the same (tests/test_same_rows.py).
+JOINS_UNBROADCAST_UP_TO_BYTES = 4 * 1024 * 1024
+_UNBROADCAST = {
     "spark.sql.autoBroadcastJoinThreshold": ("-1", "10485760b"),
     "spark.sql.optimizer.disableHints": ("true", "false"),
     "spark.sql.optimizer.runtime.bloomFilter.enabled": ("false", "true"),
@@ -233,9 +237,10 @@ STAGE_ON_DRIVER = "amqpscope.lake.stage_on_driver"
 def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     """Within this block, a local ``spark`` is set up for a run over ``capture_bytes`` of captures:
     when that is small (INTERPRETED_UP_TO_BYTES), expressions are interpreted, shuffles make one
-    partition a core, queries are planned without adaptive execution, broadcast joins or Bloom
-    filters, and the lake's tables are staged through the driver (STAGE_ON_DRIVER); the settings
-    are put back after it. Yields True when set up for a small run.
+    partition a core, queries are planned without adaptive execution (and up to
+    JOINS_UNBROADCAST_UP_TO_BYTES without broadcast joins or Bloom filters), and the lake's tables
+    are staged through the driver (STAGE_ON_DRIVER); the settings are put back after it. Yields
+    True when set up for a small run.
     Settings chosen in the job's Spark settings or on the session win: a chosen way of evaluating
     expressions leaves the whole session as it is, a number of shuffle partitions other than
     _BASE_CONF's stays (8 itself cannot be told from the default), so do join settings other than
@@ -250,9 +255,9 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     if partitions == _BASE_CONF[_PARTITIONS]:
         spark.conf.set(_PARTITIONS, str(spark.sparkContext.defaultParallelism))
     spark.conf.set(_ADAPTIVE, "false")
-    joins = {key: spark.conf.get(key) for key in _SMALL_RUN_JOINS}
-    for key, (small, default) in _SMALL_RUN_JOINS.items():
-        if joins[key] == default:
+    joins = {key: spark.conf.get(key) for key in _UNBROADCAST}
+    for key, (small, default) in _UNBROADCAST.items():
+        if joins[key] == default and capture_bytes <= JOINS_UNBROADCAST_UP_TO_BYTES:
             spark.conf.set(key, small)
     spark.conf.set(STAGE_ON_DRIVER, "true")
     try:

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from amqpscope.jobs.session import INTERPRETED_UP_TO_BYTES, sized_for
+from amqpscope.jobs.session import INTERPRETED_UP_TO_BYTES, JOINS_UNBROADCAST_UP_TO_BYTES, sized_for
 
 WHOLE_STAGE = "spark.sql.codegen.wholeStage"
 FACTORY = "spark.sql.codegen.factoryMode"
@@ -98,7 +98,7 @@ def _join_strategy(df) -> str:
     return "broadcast" if "BroadcastHashJoin" in plan else "sort-merge" if "SortMergeJoin" in plan else plan
 
 
-def test_a_small_run_joins_without_broadcasts_or_bloom_filters_and_puts_the_settings_back(spark):
+def test_the_smallest_runs_join_without_broadcasts_or_bloom_filters_and_put_the_settings_back(spark):
     from pyspark.sql import functions as F
 
     # Hints are resolved as a DataFrame is made: the pipelines make theirs within the block.
@@ -109,10 +109,14 @@ def test_a_small_run_joins_without_broadcasts_or_bloom_filters_and_puts_the_sett
         return _join_strategy(hinted), _join_strategy(small_side), hinted.count(), small_side.count()
 
     assert joins() == ("broadcast", "broadcast", 50, 50)
-    with sized_for(spark, INTERPRETED_UP_TO_BYTES):
-        assert joins() == ("sort-merge", "sort-merge", 50, 50)
+    with sized_for(spark, JOINS_UNBROADCAST_UP_TO_BYTES) as small:
+        assert small and joins() == ("sort-merge", "sort-merge", 50, 50)
         assert spark.conf.get("spark.sql.optimizer.runtime.bloomFilter.enabled") == "false"
     assert joins() == ("broadcast", "broadcast", 50, 50)
+    # A larger small run broadcasts as a large one does.
+    with sized_for(spark, JOINS_UNBROADCAST_UP_TO_BYTES + 1) as small:
+        assert small and joins() == ("broadcast", "broadcast", 50, 50)
+        assert spark.conf.get("spark.sql.optimizer.runtime.bloomFilter.enabled") == "true"
     assert spark.conf.get("spark.sql.optimizer.runtime.bloomFilter.enabled") == "true"
     assert spark.conf.get("spark.sql.autoBroadcastJoinThreshold") == "10485760b"
     assert spark.conf.get("spark.sql.optimizer.disableHints") == "false"
