@@ -170,9 +170,10 @@ def _child_writes(lake_from: str, lake_to: str, capture_bytes: int, jobs: int | 
     With ``jobs`` (analyze's Spark jobs on the same capture), the same shape with the least work
     the design asks of it: each table passes through one window function on its way (a row number
     over a capture's rows, in the order of the table's first column), and the Spark jobs analyze
-    ran beyond one a table are as many small queries over the frames, each one window function and
-    a count, collected. No decoding, flow state, rules, Great Expectations or report: what a run
-    of this shape costs with Spark and the lake, whatever the pipelines' own work."""
+    ran beyond one a table are small queries over the frames, each one window function and a count,
+    collected, until the job has run as many Spark jobs as analyze. No decoding, flow state, rules,
+    Great Expectations or report: what a run of this shape costs with Spark and the lake, whatever
+    the pipelines' own work."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -199,10 +200,12 @@ def _child_writes(lake_from: str, lake_to: str, capture_bytes: int, jobs: int | 
                     rows = through_a_window(rows)
                 target.write(rows, name, replace_capture_ids=sorted(source.capture_ids(name)) or ["none"])
                 written += 1
-        queries = max(jobs - len(tracker.getJobIdsForGroup(None)), 0) if jobs is not None else 0
-        frames = source.read("frames")
-        for _ in range(queries):
+        # Until the job has run as many Spark jobs as analyze (with adaptive execution, a large
+        # run's, a query is a job a stage).
+        queries, frames = 0, source.read("frames")
+        while jobs is not None and len(tracker.getJobIdsForGroup(None)) < jobs:
             through_a_window(frames).groupBy("capture_id").count().collect()
+            queries += 1
     spark_jobs = len(tracker.getJobIdsForGroup(None))
     spark.stop()
     return {
