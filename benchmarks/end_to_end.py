@@ -489,7 +489,14 @@ def table_writes(out: Path, me: list[str], lake: Path, name: str, capture: Path,
     try:
         print(f"[{time.strftime('%H:%M:%S')}] {what.format(name)} ...", file=sys.stderr, flush=True)
         return _measure(
-            [*me, "one-writes", str(lake), str(target), str(capture.stat().st_size), *([str(jobs)] if jobs else [])],
+            [
+                *me,
+                "one-writes",
+                str(lake),
+                str(target),
+                str(capture.stat().st_size),
+                *([str(jobs)] if jobs is not None else []),
+            ],
             out / f"table-{'writes' if jobs is None else 'shape'}-{name.split()[0]}.log",
         )
     finally:

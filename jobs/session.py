@@ -255,9 +255,10 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     if partitions == _BASE_CONF[_PARTITIONS]:
         spark.conf.set(_PARTITIONS, str(spark.sparkContext.defaultParallelism))
     spark.conf.set(_ADAPTIVE, "false")
-    joins = {key: spark.conf.get(key) for key in _UNBROADCAST}
-    for key, (small, default) in _UNBROADCAST.items():
-        if joins[key] == default and capture_bytes <= JOINS_UNBROADCAST_UP_TO_BYTES:
+    joins = {key: spark.conf.get(key) for key in _UNBROADCAST} if capture_bytes <= JOINS_UNBROADCAST_UP_TO_BYTES else {}
+    for key, value in joins.items():
+        small, default = _UNBROADCAST[key]
+        if value == default:
             spark.conf.set(key, small)
     spark.conf.set(STAGE_ON_DRIVER, "true")
     try:

@@ -147,17 +147,17 @@ def _finding_frames(frames: DataFrame, findings: Mapping[str, list[dict]]) -> di
     return found
 
 
-def _accounting(inputs: Inputs, shown: Sequence[str]) -> DataFrame | None:
+def _accounting(inputs: Inputs) -> DataFrame | None:
+    # Per capture and direction: the byte accounting's sums and its unbalanced connections.
     if inputs.quarantine is None:
         return None
     accounting = inputs.accounting
     if accounting is None:
         accounting = byte_accounting(inputs.connections, inputs.frames, inputs.quarantine)
-    per_direction = accounting.groupBy("capture_id", "direction").agg(
+    return accounting.groupBy("capture_id", "direction").agg(
         *[F.sum(c).alias(c) for c in ("payload_bytes", "framed_bytes", "quarantined_bytes", "missing_bytes")],
         F.count(F.when(~F.col("balanced"), 1)).alias("unbalanced"),
     )
-    return first_rows(per_direction, shown, ["direction"], 2 * MAX_CAPTURES)
 
 
 def _quarantine_reasons(inputs: Inputs, shown: Sequence[str]) -> DataFrame | None:
@@ -320,33 +320,30 @@ def write_report(
         ranked["links"] = ranked_rows(
             link_context(inputs.flow["link_state"]), shown, [F.col("deliveries").desc(), F.col("link_name")]
         )
-    ordered: dict[str, tuple[DataFrame | None, list[str]]] = {
-        "examples": (
-            first_rows(
-                violation_examples(violations), shown, ["rule_id", "example"], MAX_CAPTURES * 50 * EXAMPLES_PER_RULE
-            ),
-            ["rule_id", "example"],
-        ),
-        "diagnoses": (first_rows(diagnosis, shown, [], MAX_CAPTURES) if diagnosis is not None else None, []),
+    # Lists per capture: (rows, their order, at most how many in all).
+    listed_in_order: dict[str, tuple[DataFrame | None, list[str], int]] = {
+        "examples": (violation_examples(violations), ["rule_id", "example"], MAX_CAPTURES * 50 * EXAMPLES_PER_RULE),
+        "diagnoses": (diagnosis, [], MAX_CAPTURES),
         "findings": (
-            first_rows(
-                bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN), shown, ["rank"], MAX_CAPTURES * FINDINGS_SHOWN
-            )
-            if bottlenecks is not None
-            else None,
+            bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN) if bottlenecks is not None else None,
             ["rank"],
+            MAX_CAPTURES * FINDINGS_SHOWN,
         ),
-        "dq": (first_rows(dq_summary, shown, ["run_ts"], MAX_CAPTURES) if dq_summary is not None else None, ["run_ts"]),
-        "accounting": (_accounting(inputs, shown), ["direction"]),
+        "dq": (dq_summary, ["run_ts"], MAX_CAPTURES),
+        "accounting": (_accounting(inputs), ["direction"], 2 * MAX_CAPTURES),
     }
     queries = {
         **{name: df for name, df in ranked.items() if df is not None},
-        **{name: df for name, (df, _) in ordered.items() if df is not None},
+        **{
+            name: first_rows(df, shown, order, limit)
+            for name, (df, order, limit) in listed_in_order.items()
+            if df is not None
+        },
         "spans": _spans(inputs, shown),
     }
     rows = collect_each(queries)
     sections = {name: section_rows(rows.get(name, [])) for name in ranked}
-    lists = {name: listed_by_capture(rows.get(name, []), order) for name, (_, order) in ordered.items()}
+    lists = {name: listed_by_capture(rows.get(name, []), order) for name, (_, order, _) in listed_in_order.items()}
     examples, diagnoses, findings = lists["examples"], lists["diagnoses"], lists["findings"]
     dq_rows, accounting = lists["dq"], lists["accounting"]
     spans = {r["capture_id"]: (r["first"], r["last"]) for r in rows["spans"] if r["first"] is not None}
