@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.pipelines.addresses import queue_of_address
 from amqpscope.pipelines.held import clipped, held_time
+from amqpscope.pipelines.messages import settling_frames
 from amqpscope.pipelines.queue_depth import depth_at
 
 _CONSUMER = ("capture_id", "connection_id", "channel", "consumer_tag")
@@ -76,7 +77,7 @@ def _windows_091(
     depth_events: DataFrame,
     limits: DiagnosisThresholds,
 ) -> DataFrame:
-    settle_times = frames.select(
+    settle_times = settling_frames(frames).select(
         "capture_id",
         "connection_id",
         F.col("frame_index").alias("settled_frame_index"),

@@ -139,6 +139,13 @@ def messages_091(frames: DataFrame, channels: DataFrame | None = None) -> DataFr
     return messages.select(*[F.col(f.name).cast(f.dataType) for f in MESSAGES_091_SCHEMA.fields])
 
 
+def settling_frames(frames: DataFrame) -> DataFrame:
+    """The frames that can settle a 0-9-1 message: a message's ``settled_frame_index`` names a frame
+    of its ``settled_by`` method, one of these. Joining messages to their settlements needs only
+    them (at 1 M frames of publishers and consumers, a fifth of the frames)."""
+    return frames.filter(F.col("method").isin(*_SETTLEMENTS))
+
+
 def _with_settlement(methods: DataFrame) -> DataFrame:
     """``methods`` with ``_settled`` on each publish in confirm mode and each delivery: the frame
     that settled it, by the one settlement rule (``pipelines.settlement``). Publishes and the
