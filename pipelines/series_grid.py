@@ -208,26 +208,35 @@ def counts(charts: Sequence[CountChart], grid: DataFrame) -> DataFrame:
         .groupBy("capture_id", "chart", *KEYS, "metric", "_bucket")
         .agg(F.sum("n").alias("value"), F.sum("_w").alias("_w"))
     )
-    ranked = busiest(counted, F.col("_w"), within=["chart"])
-    # Every bucket of every kept series and metric: zero rows, summed with the counts.
+    # One pass over the counts: each series' buckets gathered on its row (a few hundred at most) with
+    # its weight, the series ranked among themselves (a row each), the kept ones spread over every
+    # bucket of the capture and every metric of their chart, zero where nothing was counted.
+    cell = F.struct(F.col("metric"), F.col("_bucket"))
+    per_series = counted.groupBy("capture_id", "chart", *KEYS).agg(
+        F.sum("_w").alias("_weight"),
+        F.map_from_entries(F.collect_list(F.struct(cell.alias("cell"), F.col("value")))).alias("_values"),
+    )
     metrics = F.lit(None).cast("array<string>")
     for chart in charts:
         metrics = F.when(F.col("chart") == chart.name, F.array(*[F.lit(m) for m in chart.metrics])).otherwise(metrics)
-    columns = ["capture_id", "chart", *KEYS, "series_rank", "series_total", "metric", "_bucket", "value"]
-    zeros = (
-        ranked.select("capture_id", "chart", *KEYS, "series_rank", "series_total")
-        .distinct()
-        .join(F.broadcast(grid), "capture_id")
-        .withColumn("_bucket", F.explode(F.sequence(F.lit(0), F.col("_buckets") - 1)))
-        .withColumn("metric", F.explode(metrics))
-        .withColumn("value", F.lit(0.0))
-        .select(*columns)
+    buckets = F.sequence(F.lit(0), F.col("_buckets") - 1)
+    every_cell = F.flatten(
+        F.transform(metrics, lambda m: F.transform(buckets, lambda b: F.struct(m.alias("metric"), b.alias("_bucket"))))
     )
+    # A count outside the grid's cells (none is expected) is kept as it is, as the sum of a cell's
+    # zero and its counts would keep it.
+    cells = F.array_union(every_cell, F.map_keys(F.col("_values")))
     filled = (
-        zeros.unionByName(ranked.select(*columns))
-        .groupBy(*columns[:-1])
-        .agg(F.sum("value").alias("value"))
+        series_ranks(per_series, within=["chart"])
         .join(F.broadcast(grid), "capture_id")
+        .withColumn("_cell", F.explode(cells))
+        .withColumns(
+            {
+                "metric": F.col("_cell.metric"),
+                "_bucket": F.col("_cell._bucket"),
+                "value": F.coalesce(F.element_at(F.col("_values"), F.col("_cell")), F.lit(0.0)),
+            }
+        )
     )
     running = [c.name for c in charts if c.running]
     if not running:
@@ -294,17 +303,27 @@ def states(charts: Sequence[StateChart], grid: DataFrame, points: int = POINTS) 
     series = ["capture_id", "chart", *KEYS]
     first_metric = F.col("metric") == _lookup(first, F.col("chart"))
     # One aggregation over the points: per series and metric their number (a short series keeps
-    # each point) and the weight that ranks the series (its first metric's points').
-    per_metric = events.groupBy(*series, "metric").agg(
-        F.count(F.lit(1)).alias("_n"), F.sum(F.when(first_metric, F.col("_w")).otherwise(F.lit(0.0))).alias("_weight")
+    # each point) and the weight that ranks the series (its first metric's points'), gathered on the
+    # series' row; the series ranked among themselves (a row each).
+    per_series = (
+        events.groupBy(*series, "metric")
+        .agg(
+            F.count(F.lit(1)).alias("_n"),
+            F.sum(F.when(first_metric, F.col("_w")).otherwise(F.lit(0.0))).alias("_weight"),
+        )
+        .groupBy(*series)
+        .agg(
+            F.sum("_weight").alias("_weight"),
+            F.map_from_entries(F.collect_list(F.struct("metric", "_n"))).alias("_counts"),
+        )
     )
-    ranks = series_ranks(per_metric.groupBy(*series).agg(F.sum("_weight").alias("_weight")), within=["chart"])
-    kept = on_series(per_metric.drop("_weight"), ranks, series)
+    kept = series_ranks(per_series, within=["chart"])
     # A short series' points are told apart by their time and order (no two of a series share both).
     short = F.col("_n") <= points
     points_of = with_columns(
-        on_series(events.join(F.broadcast(grid), "capture_id"), kept, [*series, "metric"]),
+        on_series(events.join(F.broadcast(grid), "capture_id"), kept, series),
         [
+            ("_n", F.element_at(F.col("_counts"), F.col("metric"))),
             ("_x", since_start("ts")),
             ("_bucket", F.when(short, F.lit(-1)).otherwise(_bucket("ts"))),
             ("_point_ts", F.when(short, F.col("ts"))),
