@@ -841,6 +841,26 @@ def test_counts_fill_every_bucket_and_hold_nothing(spark):
     assert {r.bucket_s for r in rows} == {0.01} and not any(r.value for r in rows if r.metric == "ack")
 
 
+def test_counts_rank_series_with_a_null_key_and_keep_a_count_past_the_last_bucket(spark):
+    # q1 publishes 3 times (once half a second after the capture's last packet: past its last
+    # bucket), a queue of no name twice, q2 once. The series rank by their publishes, the null name
+    # a series of its own; the late count is kept where it fell, not dropped with the grid.
+    rows = [("q1", 0), ("q1", 20), ("q1", 2500), (None, 30), (None, 40), ("q2", 50)]
+    events = spark.createDataFrame(
+        [("cap", name, "publish", T0 + timedelta(milliseconds=ms), 1) for name, ms in rows],
+        "capture_id string, name string, metric string, ts timestamp, n long",
+    )
+    counted = S.counts(
+        [S.CountChart("test", S.keyed(events, name="name"), ("publish", "ack"))], grid(spark, 2.0)
+    ).collect()
+    ranks = {(r.name, r.series_rank, r.series_total) for r in counted}
+    assert ranks == {("q1", 1, 3), (None, 2, 3), ("q2", 3, 3)}
+    q1 = sorted((round(r.x, 6), r.value) for r in counted if r.name == "q1" and r.metric == "publish")
+    assert len(q1) == 202  # the capture's 201 buckets of 10 ms, and the one past them
+    assert [(x, v) for x, v in q1 if v] == [(0.0, 1.0), (0.02, 1.0), (2.5, 1.0)]
+    assert len([r for r in counted if r.name is None and r.metric == "ack"]) == 201
+
+
 def test_seconds_are_summed_the_same_in_any_order(spark):
     # Added as doubles left to right, 1e16 + 1 - 1e16 is 0 and 1e16 - 1e16 + 1 is 1: the order a
     # plan adds rows in would show in the sum. exact_sum gives the exact sum (1.5) both ways.
