@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.pipelines.consumer_window import consumer_windows
 from amqpscope.pipelines.held import MAX_PACKETS, clipped, first_packets, held_time, merged_intervals, timestamp
-from amqpscope.pipelines.messages import settling_frames
+from amqpscope.pipelines.messages import settlement_times
 from amqpscope.pipelines.publishing import publish_routes, publishing, queue_declarations
 from amqpscope.pipelines.queue_depth import depth_events
 from amqpscope.pipelines.tcp_pressure import (
@@ -656,9 +656,7 @@ class Measures:
         confirm), the time it had a publish waiting for its confirm (the union of those waits,
         ``held_us``) within the time from its first publish to its last confirm, and its rate."""
         keys = (*_CONNECTION, "channel")
-        settle_times = settling_frames(self.tables.frames).select(
-            *_CONNECTION, F.col("frame_index").alias("settled_frame_index"), F.col("ts_us").alias("_confirmed_us")
-        )
+        settle_times = settlement_times(self.tables.frames, "ts_us", "_confirmed_us")
         # On a connection RabbitMQ blocked, confirms wait for the alarm: that rule says so.
         confirmed = (
             self.tables.messages_091.filter((F.col("method") == "basic.publish") & F.col("publish_seq").isNotNull())

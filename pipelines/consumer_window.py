@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.pipelines.addresses import queue_of_address
 from amqpscope.pipelines.held import clipped, held_time
-from amqpscope.pipelines.messages import settling_frames
+from amqpscope.pipelines.messages import settlement_times
 from amqpscope.pipelines.queue_depth import depth_at
 
 _CONSUMER = ("capture_id", "connection_id", "channel", "consumer_tag")
@@ -77,12 +77,7 @@ def _windows_091(
     depth_events: DataFrame,
     limits: DiagnosisThresholds,
 ) -> DataFrame:
-    settle_times = settling_frames(frames).select(
-        "capture_id",
-        "connection_id",
-        F.col("frame_index").alias("settled_frame_index"),
-        F.col("ts").alias("_settled_ts"),
-    )
+    settle_times = settlement_times(frames, "ts", "_settled_ts")
     delivered = messages_091.filter((F.col("method") == "basic.deliver") & ~F.coalesce(F.col("no_ack"), F.lit(False)))
     waits = delivered.join(settle_times, ["capture_id", "connection_id", "settled_frame_index"], "left").withColumn(
         "_wait_us", _us("_settled_ts") - _us("ts")

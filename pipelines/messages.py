@@ -139,11 +139,14 @@ def messages_091(frames: DataFrame, channels: DataFrame | None = None) -> DataFr
     return messages.select(*[F.col(f.name).cast(f.dataType) for f in MESSAGES_091_SCHEMA.fields])
 
 
-def settling_frames(frames: DataFrame) -> DataFrame:
-    """The frames that can settle a 0-9-1 message: a message's ``settled_frame_index`` names a frame
-    of its ``settled_by`` method, one of these. Joining messages to their settlements needs only
-    them (at 1 M frames of publishers and consumers, a fifth of the frames)."""
-    return frames.filter(F.col("method").isin(*_SETTLEMENTS))
+def settlement_times(frames: DataFrame, ts: str, name: str) -> DataFrame:
+    """What a message joins to its settlement on (capture_id, connection_id, settled_frame_index)
+    and the settling frame's ``ts`` column as ``name``. A message's ``settled_frame_index`` names a
+    frame of its ``settled_by`` method, so only the frames of those methods are read (at 1 M frames
+    of publishers and consumers, a fifth of the frames)."""
+    return frames.filter(F.col("method").isin(*_SETTLEMENTS)).select(
+        "capture_id", "connection_id", F.col("frame_index").alias("settled_frame_index"), F.col(ts).alias(name)
+    )
 
 
 def _with_settlement(methods: DataFrame) -> DataFrame:

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.addresses import queue_of_address
-from amqpscope.pipelines.messages import settling_frames
+from amqpscope.pipelines.messages import settlement_times
 
 _QUEUE = ("capture_id", "queue")
 # At the same microsecond: a count set first, then the changes, then the questions.
@@ -66,12 +66,7 @@ def depth_events(frames: DataFrame, messages_091: DataFrame, link_state: DataFra
     delivered = deliveries.select(
         *_QUEUE, F.unix_micros("ts").alias("ts_us"), F.lit(_CHANGE).alias("kind"), F.lit(-1).cast("long").alias("value")
     )
-    settle_times = settling_frames(frames).select(
-        "capture_id",
-        "connection_id",
-        F.col("frame_index").alias("settled_frame_index"),
-        F.col("ts_us").alias("_settled_us"),
-    )
+    settle_times = settlement_times(frames, "ts_us", "_settled_us")
     requeued = (
         deliveries.filter(
             F.col("settled_by").isin("basic.nack", "basic.reject") & F.coalesce(F.col("requeue"), F.lit(False))
