@@ -220,12 +220,19 @@ def _credit_state(events: DataFrame) -> DataFrame:
 
 
 def link_credit_timeline(frames: DataFrame) -> DataFrame:
-    """The link_credit table (``schemas.flow.LINK_CREDIT_SCHEMA``) from the frames table."""
-    events = frames.filter(
-        (F.col("protocol") == "amqp-1.0") & F.col("method").isin(*_CREDIT_METHODS) & F.col("handle").isNotNull()
-    ).select(*_COLUMNS)
-    state = _credit_state(by_connection(events)).filter(F.col("link_name").isNotNull())
-    return state.select(*[F.col(f.name).cast(f.dataType) for f in LINK_CREDIT_SCHEMA.fields])
+    """The link_credit table (``schemas.flow.LINK_CREDIT_SCHEMA``) from the frames table: the link
+    state's credit rows (``link_credit_of``)."""
+    return link_credit_of(link_state_timeline(frames))
+
+
+def link_credit_of(link_state: DataFrame) -> DataFrame:
+    """The link_credit table from the link_state table: its attach, flow and transfer rows (its
+    link frames but the detaches; no disposition row), projected onto LINK_CREDIT_SCHEMA. The
+    link's credit is computed once, for both tables: link_state runs the same running state
+    (``_credit_state``) over these frames and the detaches, dispositions and begins, none of which
+    moves a credit column (each is a running value of attach, flow or transfer frames alone)."""
+    credit = link_state.filter(F.col("method").isin(*_CREDIT_METHODS))
+    return credit.select(*[F.col(f.name).cast(f.dataType) for f in LINK_CREDIT_SCHEMA.fields])
 
 
 def _disposition_target() -> Column:

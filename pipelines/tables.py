@@ -37,7 +37,7 @@ from amqpscope.pipelines.frame_limits import frame_limits_timeline
 from amqpscope.pipelines.idle_gaps import idle_gaps_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
 from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
-from amqpscope.pipelines.link_credit import link_credit_timeline, link_state_timeline
+from amqpscope.pipelines.link_credit import link_credit_of, link_state_timeline
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.pipelines.sessions import session_map, session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
@@ -187,14 +187,6 @@ TABLES: dict[str, Table] = {
             protocol=AMQP10,
         ),
         _timeline(
-            "link_credit",
-            LINK_CREDIT_SCHEMA,
-            link_credit_timeline,
-            "frames",
-            order_by=("connection_id", "link_name", "sender_side", "frame_index"),
-            protocol=AMQP10,
-        ),
-        _timeline(
             "channel_unacked",
             CHANNEL_UNACKED_SCHEMA,
             channel_unacked_timeline,
@@ -209,6 +201,15 @@ TABLES: dict[str, Table] = {
             link_state_timeline,
             "frames",
             "sessions",
+            order_by=("connection_id", "link_name", "sender_side", "frame_index"),
+            protocol=AMQP10,
+        ),
+        # The link state's credit rows: its credit state computed once for both tables.
+        _timeline(
+            "link_credit",
+            LINK_CREDIT_SCHEMA,
+            link_credit_of,
+            "link_state",
             order_by=("connection_id", "link_name", "sender_side", "frame_index"),
             protocol=AMQP10,
         ),
