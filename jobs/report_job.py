@@ -3,7 +3,8 @@
 Only captures whose derive finished on their latest ingest (``runs`` table) are reported; the
 others, and the captures whose ingest failed, are listed on the page with why, so a half-analysed
 capture is never shown as clean. A lake with no complete capture gets a page that says so. The
-charts are read from the chart_series gold table with delta-rs (``Lake.read_rows``).
+gold tables (the diagnosis, the bottleneck findings, the data-quality summary and the chart
+series) are read with delta-rs (``Lake.read_rows``), without a Spark query.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pyspark.sql import SparkSession
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
 from amqpscope.jobs.lake import Lake, lake_capture_filter
-from amqpscope.jobs.report import render_page, write_report
+from amqpscope.jobs.report import REPORT_GOLD, render_page, write_report
 from amqpscope.jobs.stages import StageClock
 from amqpscope.pipelines import tables
 from amqpscope.schemas.runs import OUTCOME_OK
@@ -89,9 +90,10 @@ def report_lake(
             data_docs_index=_data_docs_index(config.data_docs_dir),
             flow={name: lake.read(name).filter(keep) for name in tables.FLOW if lake.exists(name)},
             quarantine=lake.read("quarantine").filter(keep),
+            # The gold tables through delta-rs (Lake.read_rows), not queried in Spark.
             **{
-                name: lake.read(name).filter(keep)
-                for name in ("diagnosis", "bottlenecks", "dq_summary")
+                name: lake.read_rows(name, tables.table(name).schema, complete)
+                for name in REPORT_GOLD
                 if lake.exists(name)
             },
             chart_series=lake.read_rows("chart_series", tables.table("chart_series").schema, complete)

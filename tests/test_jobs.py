@@ -20,7 +20,9 @@ from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs import runs
 from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.lake import Lake
-from amqpscope.pipelines.tables import BRONZE, DERIVED
+from amqpscope.jobs.report import REPORT_GOLD, write_report
+from amqpscope.pipelines import tables
+from amqpscope.pipelines.tables import BRONZE, DERIVED, FLOW
 from amqpscope.schemas.quality import RUN_COLUMNS
 from tests.paths import ROOT, SAMPLES
 
@@ -223,3 +225,47 @@ def test_report_of_a_lake_with_no_complete_capture_says_so(spark, tmp_path, clea
     assert "No capture is complete in this lake" in page
     # The capture left out is listed with its file and why.
     assert re.search(rf"<code>{first[:16]}</code></td><td>{FIRST.name}</td><td>derive running</td>", page)
+
+
+def test_the_report_job_reads_the_gold_tables_without_spark_and_draws_the_page_their_queries_draw(
+    spark, tmp_path, monkeypatch
+):
+    # A capture with findings: their timestamps and evidence maps are what pyarrow and Spark's
+    # collect give in other types.
+    capture = SAMPLES / "bottlenecks" / "memory-alarm.pcap"
+    config = AnalyzeConfig(lake=tmp_path / "lake", storage="delta-rs")
+    analyze(spark, [str(capture)], config)
+    store, first = Lake(spark, config.lake, backend="delta-rs"), capture_id(capture)
+    findings = store.read_rows("bottlenecks", tables.table("bottlenecks").schema, [first])
+    assert findings and all(f["start_ts"] is not None and f["evidence"] for f in findings)
+
+    # The page of the same lake with every table queried in Spark, the gold ones included.
+    keep = F.col("capture_id") == first
+    queried = write_report(
+        config.report_path_for("queried"),
+        frames=store.read("frames").filter(keep),
+        connections=store.read("connections").filter(keep),
+        violations=store.read("violations").filter(keep),
+        captures=store.read("captures").filter(keep),
+        verdicts=None,
+        data_docs_index=next(config.data_docs_dir.rglob("index.html")),
+        flow={name: store.read(name).filter(keep) for name in FLOW},
+        quarantine=store.read("quarantine").filter(keep),
+        **{name: store.read(name).filter(keep) for name in REPORT_GOLD},
+        chart_series=store.read_rows("chart_series", tables.table("chart_series").schema, [first]),
+    ).read_text(encoding="utf-8")
+    assert first in queried and "memory" in queried
+
+    # The report job: a Spark read of a gold table fails the test.
+    spark_read = Lake.read
+
+    def read(self, name, *args, **kwargs):
+        assert name not in (*REPORT_GOLD, "chart_series"), f"{name} queried in Spark"
+        return spark_read(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(Lake, "read", read)
+    from amqpscope.jobs.report_job import report_lake
+
+    result = report_lake(spark, config)
+    assert result.captures == (first,)
+    assert result.report.read_text(encoding="utf-8") == queried

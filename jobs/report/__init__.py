@@ -10,7 +10,9 @@ view. The captures a report leaves out are listed with why (the runs table says)
 
 The tables are aggregated in Spark (``tables``, ``context``); only bounded rows reach the driver.
 The charts are drawn from the chart_series gold table's rows, which derive computed
-(``pipelines.chart_series``; read with delta-rs). The page is rendered from Jinja2 templates with
+(``pipelines.chart_series``), and the diagnosis, its findings and the data-quality summary from
+their gold tables' rows: the report job and analyze read those through delta-rs, no Spark query
+(``REPORT_GOLD``; given as DataFrames they are queried in Spark, and the page is the same). The page is rendered from Jinja2 templates with
 autoescaping on, and the charts are Plotly figures whose library (plotly.js's basic bundle,
 installed from npm: ``amqpscope.web_assets``) is inlined once: nothing is fetched when the page
 opens, and a capture's charts are drawn when its section is opened. Every value from the wire is
@@ -43,6 +45,7 @@ from amqpscope.jobs.report.tables import (
     capture_rows,
     collect_each,
     connection_summary,
+    first_read_rows,
     first_rows,
     frame_counts,
     listed_by_capture,
@@ -87,6 +90,13 @@ def anchor(capture_id: str, kind: str, *key: Any) -> str:
     return f"{kind[:4]}-{digest}"
 
 
+# The gold tables a report reads besides the chart series; given as their rows (``GoldRows``) by
+# the report job and analyze.
+REPORT_GOLD = ("diagnosis", "bottlenecks", "dq_summary")
+# A gold table's rows read without Spark (``Lake.read_rows``: delta-rs), in place of its DataFrame.
+GoldRows = Sequence[Mapping[str, Any]]
+
+
 @dataclass(frozen=True)
 class Inputs:
     """Every table the report reads (flow-state tables by name; any may be missing)."""
@@ -97,9 +107,9 @@ class Inputs:
     captures: DataFrame | None
     flow: Mapping[str, DataFrame]
     quarantine: DataFrame | None
-    diagnosis: DataFrame | None
-    bottlenecks: DataFrame | None
-    dq_summary: DataFrame | None
+    diagnosis: DataFrame | GoldRows | None
+    bottlenecks: DataFrame | GoldRows | None
+    dq_summary: DataFrame | GoldRows | None
     accounting: DataFrame | None = None  # byte_accounting of the bronze tables, when already made
 
 
@@ -248,9 +258,9 @@ def write_report(
     data_docs_index: Path | None,
     flow: Mapping[str, DataFrame] | None = None,
     quarantine: DataFrame | None = None,
-    diagnosis: DataFrame | None = None,
-    bottlenecks: DataFrame | None = None,
-    dq_summary: DataFrame | None = None,
+    diagnosis: DataFrame | GoldRows | None = None,
+    bottlenecks: DataFrame | GoldRows | None = None,
+    dq_summary: DataFrame | GoldRows | None = None,
     accounting: DataFrame | None = None,
     chart_series: Sequence[Mapping[str, Any]] = (),
     left_out: Sequence[Mapping[str, Any]] = (),
@@ -261,7 +271,8 @@ def write_report(
     links tables; throughput: the queues' traffic). ``chart_series`` are the rows of the
     chart_series gold table (``pipelines.chart_series``) of these captures: each chart is drawn
     when the capture has rows of it. ``diagnosis`` / ``bottlenecks`` (schemas.diagnosis),
-    ``quarantine`` and ``dq_summary`` (schemas.quality) add their sections; ``accounting`` is their
+    ``quarantine`` and ``dq_summary`` (schemas.quality) add their sections (the three gold tables
+    as DataFrames, or as their rows read without Spark: ``Lake.read_rows``); ``accounting`` is their
     byte accounting when the caller has it (``pipelines.accounting.byte_accounting``), else it is
     computed. ``left_out`` lists the captures the report leaves out (capture_id, file_name, why).
     `data_docs_index` defaults to the Data Docs of `verdicts`, when there are verdicts. Pending
@@ -321,14 +332,16 @@ def write_report(
             link_context(inputs.flow["link_state"]), shown, [F.col("deliveries").desc(), F.col("link_name")]
         )
     # Lists per capture: (rows, their order, at most how many in all).
-    listed_in_order: dict[str, tuple[DataFrame | None, list[str], int]] = {
+    # A gold table given as its rows (read through delta-rs) is listed here, without Spark.
+    shown_findings: DataFrame | GoldRows | None = bottlenecks
+    if isinstance(bottlenecks, DataFrame):
+        shown_findings = bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN)
+    elif bottlenecks is not None:
+        shown_findings = [r for r in bottlenecks if r["rank"] <= FINDINGS_SHOWN]
+    listed_in_order: dict[str, tuple[DataFrame | GoldRows | None, list[str], int]] = {
         "examples": (violation_examples(violations), ["rule_id", "example"], MAX_CAPTURES * 50 * EXAMPLES_PER_RULE),
         "diagnoses": (diagnosis, [], MAX_CAPTURES),
-        "findings": (
-            bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN) if bottlenecks is not None else None,
-            ["rank"],
-            MAX_CAPTURES * FINDINGS_SHOWN,
-        ),
+        "findings": (shown_findings, ["rank"], MAX_CAPTURES * FINDINGS_SHOWN),
         "dq": (dq_summary, ["run_ts"], MAX_CAPTURES),
         "accounting": (_accounting(inputs), ["direction"], 2 * MAX_CAPTURES),
     }
@@ -337,11 +350,18 @@ def write_report(
         **{
             name: first_rows(df, shown, order, limit)
             for name, (df, order, limit) in listed_in_order.items()
-            if df is not None
+            if isinstance(df, DataFrame)
         },
         "spans": _spans(inputs, shown),
     }
-    rows = collect_each(queries)
+    rows: dict[str, list[Any]] = {
+        **collect_each(queries),
+        **{
+            name: first_read_rows(given, shown, order, limit)
+            for name, (given, order, limit) in listed_in_order.items()
+            if given is not None and not isinstance(given, DataFrame)
+        },
+    }
     sections = {name: section_rows(rows.get(name, [])) for name in ranked}
     lists = {name: listed_by_capture(rows.get(name, []), order) for name, (_, order, _) in listed_in_order.items()}
     examples, diagnoses, findings = lists["examples"], lists["diagnoses"], lists["findings"]

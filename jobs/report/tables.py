@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import reduce
 from typing import Any
 
@@ -147,14 +148,45 @@ def first_rows(df: DataFrame, captures: Sequence[str], order: Sequence[str], lim
     return df.where(F.col("capture_id").isin(list(captures))).orderBy("capture_id", *order).limit(limit)
 
 
-def listed_by_capture(rows: Iterable[Row], order: Sequence[str]) -> dict[str, list[dict]]:
-    """The rows of a ``first_rows`` query as plain data per capture, in ``order`` (ascending, nulls
-    first, as Spark sorted them)."""
+def listed_by_capture(rows: Iterable[Row | Mapping[str, Any]], order: Sequence[str]) -> dict[str, list[dict]]:
+    """The rows of a ``first_rows`` query (or of ``first_read_rows``) as plain data per capture, in
+    ``order`` (ascending, nulls first, as Spark sorted them)."""
     grouped: dict[str, list[dict]] = {}
-    columns = ("capture_id", *order)
-    for row in sorted(rows, key=lambda r: tuple((r[c] is not None, r[c]) for c in columns)):
-        grouped.setdefault(row["capture_id"], []).append(row.asDict(recursive=True))
+    for row in _in_order(rows, ("capture_id", *order)):
+        grouped.setdefault(row["capture_id"], []).append(
+            row.asDict(recursive=True) if isinstance(row, Row) else dict(row)
+        )
     return grouped
+
+
+def _in_order(rows: Iterable[Any], columns: Sequence[str]) -> list[Any]:
+    # Ascending on each column, nulls first, as Spark's orderBy sorts.
+    return sorted(rows, key=lambda r: tuple((r[c] is not None, r[c]) for c in columns))
+
+
+def first_read_rows(
+    rows: Iterable[Mapping[str, Any]], captures: Sequence[str], order: Sequence[str], limit: int
+) -> list[dict[str, Any]]:
+    """``first_rows`` of a gold table's rows already read without Spark (``Lake.read_rows``): the
+    first ``limit`` rows of ``captures`` in (capture, ``order``), as Spark's collect gives them
+    (``as_collected``)."""
+    shown = set(captures)
+    return _in_order((as_collected(r) for r in rows if r["capture_id"] in shown), ("capture_id", *order))[:limit]
+
+
+def as_collected(value: Any) -> Any:
+    """A value read through delta-rs (pyarrow) as Spark's ``collect`` gives it, so that a page drawn
+    from either is the same: a timestamp as a naive datetime in this process's local time (pyarrow:
+    an aware one in UTC), a map as a dict (pyarrow: a list of key-value pairs), recursively."""
+    if isinstance(value, datetime):
+        return value.astimezone().replace(tzinfo=None) if value.tzinfo is not None else value
+    if isinstance(value, Mapping):
+        return {k: as_collected(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+            return {k: as_collected(v) for k, v in value}
+        return [as_collected(v) for v in value]
+    return value
 
 
 def collect_each(queries: Mapping[str, DataFrame]) -> dict[str, list[Row]]:
