@@ -228,9 +228,10 @@ def link_credit_timeline(frames: DataFrame) -> DataFrame:
 def link_credit_of(link_state: DataFrame) -> DataFrame:
     """The link_credit table from the link_state table: its attach, flow and transfer rows (its
     link frames but the detaches; no disposition row), projected onto LINK_CREDIT_SCHEMA. The
-    link's credit is computed once, for both tables: link_state runs the same running state
-    (``_credit_state``) over these frames and the detaches, dispositions and begins, none of which
-    moves a credit column (each is a running value of attach, flow or transfer frames alone)."""
+    link's credit is computed once, for both tables. Of the other frames link_state follows, the
+    detaches meet none of the credit columns' conditions, and the begins, dispositions and a
+    session's own flows carry no handle, so they join no link (but that of an attach without a
+    handle, which the spec does not allow: then both tables count them alike)."""
     credit = link_state.filter(F.col("method").isin(*_CREDIT_METHODS))
     return credit.select(*[F.col(f.name).cast(f.dataType) for f in LINK_CREDIT_SCHEMA.fields])
 

@@ -12,8 +12,8 @@ The tables are aggregated in Spark (``tables``, ``context``); only bounded rows 
 The charts are drawn from the chart_series gold table's rows, which derive computed
 (``pipelines.chart_series``), and the diagnosis, its findings and the data-quality summary from
 their gold tables' rows: the report job and analyze read those through delta-rs, no Spark query
-(``REPORT_GOLD``; given as DataFrames they are queried in Spark, and the page is the same). The page is rendered from Jinja2 templates with
-autoescaping on, and the charts are Plotly figures whose library (plotly.js's basic bundle,
+(``REPORT_GOLD``; given as DataFrames they are queried in Spark, and the page is the same). The
+page is rendered from Jinja2 templates with autoescaping on, and the charts are Plotly figures whose library (plotly.js's basic bundle,
 installed from npm: ``amqpscope.web_assets``) is inlined once: nothing is fetched when the page
 opens, and a capture's charts are drawn when its section is opened. Every value from the wire is
 hostile input: escaped in the HTML, escaped again inside the charts' JSON and shown by Plotly as
