@@ -20,7 +20,7 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.bottleneck_rules import UNITS, evidence_units
 from amqpscope.ingest.rotation import resolve_parts
 from amqpscope.jobs.cli import ExitCode
-from amqpscope.jobs.lake_read import read_rows
+from amqpscope.jobs.lake_read import python_values, read_rows
 from amqpscope.jobs.preflight import check_capture_arguments, without_packets
 from amqpscope.schemas.diagnosis import COMPONENTS
 
@@ -175,15 +175,7 @@ def _catalogue_units() -> dict[str, dict[str, str]]:
 
 def _plain(value: Any) -> Any:
     """Arrow's Python values made JSON: timestamps as ISO text, map columns (lists of pairs) as objects."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
-            return {k: _plain(v) for k, v in value}
-        return [_plain(v) for v in value]
-    return value
+    return python_values(value, datetime.isoformat)
 
 
 def render_json(answers: Sequence[dict[str, Any]]) -> str:

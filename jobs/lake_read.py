@@ -21,7 +21,8 @@ values, statistics, schema) still comes from delta-rs.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,17 @@ def add_actions(path: str | Path, table: DeltaTable | None = None) -> dict[str, 
     ``num_records``, ``partition.<column>``, ...): the log only, no data file is read."""
     table = table if table is not None else open_table(path)
     return pa.table(table.get_add_actions(flatten=True)).to_pydict()
+
+
+def python_values(value: Any, timestamp: Callable[[datetime], Any]) -> Any:
+    """A value of ``read_rows`` with its map columns as dicts (pyarrow gives a map as a list of
+    key-value pairs) and each timestamp passed through ``timestamp``, in nested values too."""
+    if isinstance(value, datetime):
+        return timestamp(value)
+    if isinstance(value, dict):
+        return {k: python_values(v, timestamp) for k, v in value.items()}
+    if isinstance(value, list):
+        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+            return {k: python_values(v, timestamp) for k, v in value}
+        return [python_values(v, timestamp) for v in value]
+    return value

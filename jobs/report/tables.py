@@ -15,6 +15,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame, Row, Window
 
 from amqpscope.expectations.catalogue import SEVERITIES
+from amqpscope.jobs.lake_read import python_values
 
 TOP_ROWS = 50  # rows per table and capture
 MAX_CAPTURES = 50
@@ -178,15 +179,11 @@ def as_collected(value: Any) -> Any:
     """A value read through delta-rs (pyarrow) as Spark's ``collect`` gives it, so that a page drawn
     from either is the same: a timestamp as a naive datetime in this process's local time (pyarrow:
     an aware one in UTC), a map as a dict (pyarrow: a list of key-value pairs), recursively."""
-    if isinstance(value, datetime):
-        return value.astimezone().replace(tzinfo=None) if value.tzinfo is not None else value
-    if isinstance(value, Mapping):
-        return {k: as_collected(v) for k, v in value.items()}
-    if isinstance(value, list):
-        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
-            return {k: as_collected(v) for k, v in value}
-        return [as_collected(v) for v in value]
-    return value
+    return python_values(value, _local_naive)
+
+
+def _local_naive(value: datetime) -> datetime:
+    return value.astimezone().replace(tzinfo=None) if value.tzinfo is not None else value
 
 
 def collect_each(queries: Mapping[str, DataFrame]) -> dict[str, list[Row]]:
