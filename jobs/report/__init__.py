@@ -12,12 +12,12 @@ The tables are aggregated in Spark (``tables``, ``context``); only bounded rows 
 The charts are drawn from the chart_series gold table's rows, which derive computed
 (``pipelines.chart_series``), and the diagnosis, its findings and the data-quality summary from
 their gold tables' rows: the report job and analyze read those through delta-rs, no Spark query
-(``REPORT_GOLD``; given as DataFrames they are queried in Spark, and the page is the same). The
-page is rendered from Jinja2 templates with autoescaping on, and the charts are Plotly figures whose library (plotly.js's basic bundle,
-installed from npm: ``amqpscope.web_assets``) is inlined once: nothing is fetched when the page
-opens, and a capture's charts are drawn when its section is opened. Every value from the wire is
-hostile input: escaped in the HTML, escaped again inside the charts' JSON and shown by Plotly as
-text (``charts``).
+(``REPORT_GOLD``; given as DataFrames their rows are collected, and the page is the same). The
+page is rendered from Jinja2 templates with autoescaping on, and the charts are Plotly figures
+whose library (plotly.js's basic bundle, installed from npm: ``amqpscope.web_assets``) is inlined
+once: nothing is fetched when the page opens, and a capture's charts are drawn when its section is
+opened. Every value from the wire is hostile input: escaped in the HTML, escaped again inside the
+charts' JSON and shown by Plotly as text (``charts``).
 """
 
 from __future__ import annotations
@@ -157,6 +157,14 @@ def _finding_frames(frames: DataFrame, findings: Mapping[str, list[dict]]) -> di
     return found
 
 
+def _gold_rows(given: DataFrame | GoldRows | None, shown: Sequence[str]) -> GoldRows | None:
+    # A gold table's rows: as given (read through delta-rs), or the shown captures' rows of the
+    # DataFrame given, collected (a gold table is small: pipelines.tables, read_without_spark).
+    if isinstance(given, DataFrame):
+        return [r.asDict(recursive=True) for r in given.where(F.col("capture_id").isin(list(shown))).collect()]
+    return given
+
+
 def _accounting(inputs: Inputs) -> DataFrame | None:
     # Per capture and direction: the byte accounting's sums and its unbalanced connections.
     if inputs.quarantine is None:
@@ -272,11 +280,12 @@ def write_report(
     chart_series gold table (``pipelines.chart_series``) of these captures: each chart is drawn
     when the capture has rows of it. ``diagnosis`` / ``bottlenecks`` (schemas.diagnosis),
     ``quarantine`` and ``dq_summary`` (schemas.quality) add their sections (the three gold tables
-    as DataFrames, or as their rows read without Spark: ``Lake.read_rows``); ``accounting`` is their
-    byte accounting when the caller has it (``pipelines.accounting.byte_accounting``), else it is
-    computed. ``left_out`` lists the captures the report leaves out (capture_id, file_name, why).
-    `data_docs_index` defaults to the Data Docs of `verdicts`, when there are verdicts. Pending
-    verdicts (GX still validating) are waited for after every query of the report has run.
+    as their rows read without Spark, ``Lake.read_rows``, or as DataFrames whose rows are collected);
+    ``accounting`` is their byte accounting when the caller has it
+    (``pipelines.accounting.byte_accounting``), else it is computed. ``left_out`` lists the
+    captures the report leaves out (capture_id, file_name, why). `data_docs_index` defaults to the
+    Data Docs of `verdicts`, when there are verdicts. Pending verdicts (GX still validating) are
+    waited for after every query of the report has run.
     """
     path = Path(path)
     inputs = Inputs(
@@ -331,18 +340,18 @@ def write_report(
         ranked["links"] = ranked_rows(
             link_context(inputs.flow["link_state"]), shown, [F.col("deliveries").desc(), F.col("link_name")]
         )
-    # Lists per capture: (rows, their order, at most how many in all).
-    # A gold table given as its rows (read through delta-rs) is listed here, without Spark.
-    shown_findings: DataFrame | GoldRows | None = bottlenecks
-    if isinstance(bottlenecks, DataFrame):
-        shown_findings = bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN)
-    elif bottlenecks is not None:
-        shown_findings = [r for r in bottlenecks if r["rank"] <= FINDINGS_SHOWN]
+    # Lists per capture: (rows, their order, at most how many in all). The gold tables' lists are
+    # made from their rows, without Spark (``_gold_rows``); the others are queried.
+    found = _gold_rows(bottlenecks, shown)
     listed_in_order: dict[str, tuple[DataFrame | GoldRows | None, list[str], int]] = {
         "examples": (violation_examples(violations), ["rule_id", "example"], MAX_CAPTURES * 50 * EXAMPLES_PER_RULE),
-        "diagnoses": (diagnosis, [], MAX_CAPTURES),
-        "findings": (shown_findings, ["rank"], MAX_CAPTURES * FINDINGS_SHOWN),
-        "dq": (dq_summary, ["run_ts"], MAX_CAPTURES),
+        "diagnoses": (_gold_rows(diagnosis, shown), [], MAX_CAPTURES),
+        "findings": (
+            [r for r in found if r["rank"] <= FINDINGS_SHOWN] if found is not None else None,
+            ["rank"],
+            MAX_CAPTURES * FINDINGS_SHOWN,
+        ),
+        "dq": (_gold_rows(dq_summary, shown), ["run_ts"], MAX_CAPTURES),
         "accounting": (_accounting(inputs), ["direction"], 2 * MAX_CAPTURES),
     }
     queries = {
