@@ -77,13 +77,13 @@ from amqpscope.jobs.errors import WriteConflict, name_table
 from amqpscope.jobs.lake_files import (
     NULL_PARTITION_DIR,
     STAGING_DIR,
+    make_staging,
     partition_string,
     spark_unescape,
     stage_arrow,
     stage_rows,
     staged_files,
     staging_is_stale,
-    staging_name,
 )
 from amqpscope.jobs.lake_read import add_actions, is_delta_table, open_table, read_table
 from amqpscope.jobs.lake_stats import file_stats
@@ -571,7 +571,9 @@ def _commit_staged(
     if table is not None:
         fits(table)
 
-    staging = os.path.join(path, STAGING_DIR, staging_name())
+    folder = make_staging(path)
+    # The rows go into a folder of their own inside it: a Spark write makes its target itself.
+    staging = os.path.join(folder, "rows")
     moved: list[str] = []
     try:
         stage(staging)
@@ -616,9 +618,9 @@ def _commit_staged(
             os.remove(target)
         raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
         try:
-            os.rmdir(os.path.dirname(staging))
+            os.rmdir(os.path.dirname(folder))
         except OSError:
             pass  # another write is staging too
     return rows

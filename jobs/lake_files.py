@@ -123,6 +123,28 @@ def staging_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}"
 
 
+# How often a write tries to make its staging folder while other writes keep removing the shared
+# ``_staging`` parent they found empty (each retry means another write finished at that instant).
+_STAGING_ATTEMPTS = 100
+
+
+def make_staging(table_path: str) -> str:
+    """Make this write's own folder ``<table>/_staging/<host>-<pid>-<id>`` and return it.
+
+    A write that finishes removes ``_staging`` when it is empty (``jobs.lake``), so between making
+    that parent and making the folder in it, another write may remove the parent: the folder is
+    made again until it exists. Once it does, the parent is not empty and stays."""
+    folder = os.path.join(table_path, STAGING_DIR, staging_name())
+    for _ in range(_STAGING_ATTEMPTS):
+        os.makedirs(os.path.dirname(folder), exist_ok=True)
+        try:
+            os.mkdir(folder)
+            return folder
+        except FileNotFoundError:
+            continue  # the parent was removed by a write that just finished
+    raise OSError(f"{table_path}: could not make a staging folder in {STAGING_DIR}: removed {_STAGING_ATTEMPTS} times")
+
+
 def staging_is_stale(name: str, modified: float, now: float) -> bool:
     """A staging folder left by a writer that is gone: a process of this host no longer running,
     or (another host's, or a name from an older amqpscope) untouched for STALE_STAGING_SECONDS."""

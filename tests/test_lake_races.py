@@ -23,7 +23,7 @@ from amqpscope.jobs import runs
 from amqpscope.jobs.errors import CaptureBusy
 from amqpscope.jobs.lake import Lake
 from amqpscope.schemas.runs import RUNS_SCHEMA
-from tests.racers import ROWS_PER_WRITE, TABLE, Trial, race
+from tests.racers import ROWS_PER_WRITE, SCHEMA, TABLE, Trial, race
 
 SCALE = int(os.environ.get("AMQPSCOPE_RACE_TRIALS", "1"))
 RACERS = 3
@@ -94,6 +94,30 @@ def test_overlapping_writes_store_each_capture_once(tmp_path, name, captures, be
         if before is not None and before not in captures:
             assert found[before] == [-1]  # another capture's rows are left as they were
     print(f"{name}: {len(trials)} trials of {RACERS} racers: {dict(tally)}")
+
+
+def test_a_write_whose_staging_parent_another_write_removes_still_commits(tmp_path, monkeypatch):
+    """The instant a race once hit in CI (the staging parent made, then removed as empty by a write
+    that finished, before this write's folder was made in it), made to happen every time."""
+    lake = Lake(None, tmp_path, backend="delta-rs", run_id="run-1")
+    lake.write_rows([{"capture_id": "a", "writer": 0, "n": 0}], SCHEMA, TABLE, replace_capture_ids=["a"])
+    real_makedirs = os.makedirs
+    removed = []
+
+    def makedirs_then_another_write_finishes(name, mode=0o777, exist_ok=False):
+        real_makedirs(name, mode, exist_ok)
+        if os.path.basename(name) == "_staging" and not removed:
+            os.rmdir(name)  # what the finishing write does to the parent it finds empty
+            removed.append(name)
+
+    monkeypatch.setattr(os, "makedirs", makedirs_then_another_write_finishes)
+    rows = [{"capture_id": "b", "writer": 1, "n": n} for n in range(ROWS_PER_WRITE)]
+    lake.write_rows(rows, SCHEMA, TABLE, replace_capture_ids=["b"])
+    monkeypatch.undo()
+
+    assert removed == [str(tmp_path / TABLE / "_staging")]
+    assert stored(str(tmp_path)) == {"a": [0], "b": [1] * ROWS_PER_WRITE}
+    assert not (tmp_path / TABLE / "_staging").exists()
 
 
 def test_leases_let_one_run_claim_a_capture(tmp_path):
