@@ -211,6 +211,11 @@ _PARTITIONS = "spark.sql.shuffle.partitions"
 # pairs, fifteenth session in docs/BENCHMARKS.md); tests/test_same_rows.py compares the rows of a
 # small run with those of a large one (sums of doubles are exact where a plan's order could show).
 _ADAPTIVE = "spark.sql.adaptive.enabled"
+# And, on the smallest captures (JOINS_UNBROADCAST_UP_TO_BYTES), one shuffle partition, not one a
+# core: a stage of a few thousand rows is mostly its tasks' fixed cost, and the diagnosis alone runs
+# some 120 stages. Paired against a partition a core (twentieth session in docs/BENCHMARKS.md): the
+# sample (0.4 MB) 0.932x the wall time (four pairs, 0.889-0.970), a 4.0 MB capture level (1.012x,
+# two pairs, 0.960-1.064).
 # And, on the smallest captures, joins without broadcasts (neither Spark's own choice of a small side
 # nor the pipelines' hints, which larger runs need) or runtime Bloom filters: without adaptive
 # execution each broadcast, and each Bloom filter Spark puts before a join, is a Spark job of its
@@ -238,7 +243,8 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     """Within this block, a local ``spark`` is set up for a run over ``capture_bytes`` of captures:
     when that is small (INTERPRETED_UP_TO_BYTES), expressions are interpreted, shuffles make one
     partition a core, queries are planned without adaptive execution (and up to
-    JOINS_UNBROADCAST_UP_TO_BYTES without broadcast joins or Bloom filters), and the lake's tables
+    JOINS_UNBROADCAST_UP_TO_BYTES, shuffles make one partition, without broadcast joins or Bloom
+    filters), and the lake's tables
     are staged through the driver (STAGE_ON_DRIVER); the settings are put back after it. Yields
     True when set up for a small run.
     Settings chosen in the job's Spark settings or on the session win: a chosen way of evaluating
@@ -253,7 +259,8 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     for key, (interpreted, _) in _INTERPRETED.items():
         spark.conf.set(key, interpreted)
     if partitions == _BASE_CONF[_PARTITIONS]:
-        spark.conf.set(_PARTITIONS, str(spark.sparkContext.defaultParallelism))
+        one = capture_bytes <= JOINS_UNBROADCAST_UP_TO_BYTES
+        spark.conf.set(_PARTITIONS, "1" if one else str(spark.sparkContext.defaultParallelism))
     spark.conf.set(_ADAPTIVE, "false")
     joins = {key: spark.conf.get(key) for key in _UNBROADCAST} if capture_bytes <= JOINS_UNBROADCAST_UP_TO_BYTES else {}
     for key, value in joins.items():

@@ -59,11 +59,19 @@ def test_a_cluster_session_is_left_alone():
         assert not interpreted
 
 
-def test_a_small_run_shuffles_into_a_partition_a_core_and_puts_the_setting_back(spark):
+def test_a_small_run_shuffles_into_a_partition_a_core_the_smallest_into_one_and_puts_the_setting_back(spark):
     before = spark.conf.get(PARTITIONS)
     assert before == "8"  # jobs.session's own setting
     with sized_for(spark, INTERPRETED_UP_TO_BYTES):
         assert spark.conf.get(PARTITIONS) == str(spark.sparkContext.defaultParallelism) == "2"
+    assert spark.conf.get(PARTITIONS) == before
+    with sized_for(spark, JOINS_UNBROADCAST_UP_TO_BYTES + 1):
+        assert spark.conf.get(PARTITIONS) == "2"
+    with sized_for(spark, JOINS_UNBROADCAST_UP_TO_BYTES):
+        assert spark.conf.get(PARTITIONS) == "1"
+        grouped = spark.range(100).selectExpr("id % 3 AS k").groupBy("k").count()
+        assert grouped.rdd.getNumPartitions() == 1
+        assert sorted(r["count"] for r in grouped.collect()) == [33, 33, 34]
     assert spark.conf.get(PARTITIONS) == before
     with sized_for(spark, INTERPRETED_UP_TO_BYTES + 1):
         assert spark.conf.get(PARTITIONS) == before
