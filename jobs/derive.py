@@ -96,11 +96,12 @@ def derive(
             lake.write(rows, table.name, replace_capture_ids=replace, partition_by=table.partition_by)
             return lake.read(table.name).filter(lake_capture_filter(ids))
 
-        # A capture of one AMQP version has no rows in the other's tables: those are not built.
+        # A capture of one AMQP version has no rows in the other's tables: those are not built (nor
+        # the diagnosis's rules that read only another protocol's connections).
         spoken = {c["protocol"] for c in lake.read_rows("connections", tables.table("connections").schema, ids)}
         build = tables.Build(
             bronze,
-            {"limits": diagnosis_limits or DiagnosisThresholds(), "run_id": run_id},
+            {"limits": diagnosis_limits or DiagnosisThresholds(), "run_id": run_id, "spoken": frozenset(spoken)},
             store,
             empty=tables.without_rows(spoken),
         )

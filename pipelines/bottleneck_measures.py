@@ -711,6 +711,18 @@ class Measures:
         )
 
 
+# The protocol (the connections table's ``protocol``) of every connection the rows of a measure
+# can come from, for the measures that read one protocol's connections only; in a run without such
+# a connection a measure has no rows, and its rules are not planned (``pipelines.bottlenecks``).
+# The 0-9-1 and 1.0 ones read the frames or tables of that AMQP version alone (pipelines.tables
+# builds no such table without its protocol's connections).
+MEASURE_PROTOCOL: dict[str, str] = {
+    "publishing_sessions_closed": "amqp-1.0",  # 1.0 sessions' transfers
+    "head_of_line": "amqp-0-9-1",  # 0-9-1 consumers' prefetch windows
+    "publisher_confirms": "amqp-0-9-1",  # messages_091's publishes in confirm mode
+    "encrypted_window_pressure": "tls",  # connections whose AMQP was not decoded
+}
+
 MEASURES: dict[str, Callable[[Measures], DataFrame]] = {
     "resource_alarms": Measures.resource_alarms,
     "publishing_sessions_closed": Measures.publishing_sessions_closed,

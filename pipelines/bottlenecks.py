@@ -11,7 +11,7 @@ says how directly the wire shows the cause.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import reduce
 
 from pyspark.errors import AnalysisException
@@ -21,7 +21,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.expectations.bottleneck_rules import PARENT, BottleneckRule, Template, Value, bind, load_bottleneck_rules
-from amqpscope.pipelines.bottleneck_measures import MEASURES, Measures, Tables
+from amqpscope.pipelines.bottleneck_measures import MEASURE_PROTOCOL, MEASURES, Measures, Tables
 from amqpscope.pipelines.columns import with_columns
 from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
@@ -260,10 +260,17 @@ def bottleneck_findings(
     tcp_flow: DataFrame,
     limits: DiagnosisThresholds = DiagnosisThresholds(),
     rules: Sequence[BottleneckRule] | None = None,
+    spoken: Iterable[str | None] | None = None,
 ) -> DataFrame:
     """The bottlenecks table (``schemas.diagnosis.BOTTLENECKS_SCHEMA``): every catalogue rule's
-    findings, named as an operator knows the entity and ranked per capture."""
+    findings, named as an operator knows the entity and ranked per capture. ``spoken``, when
+    known, is the protocols of the run's connections (the connections table's ``protocol``): a rule
+    whose measure reads only another protocol's connections (``MEASURE_PROTOCOL``) has no findings
+    and is not planned."""
     catalogue = load_bottleneck_rules(measures=frozenset(MEASURES)) if rules is None else tuple(rules)
+    if spoken is not None:
+        present = set(spoken)
+        catalogue = tuple(r for r in catalogue if MEASURE_PROTOCOL.get(r.measure, None) in (None, *present))
     measures = Measures(
         Tables(
             frames=frames,

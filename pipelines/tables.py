@@ -329,7 +329,7 @@ TABLES: dict[str, Table] = {
                 "channel_confirms",
                 "tcp_flow",
             ),
-            ("limits",),
+            ("limits", "spoken"),
             order_by=("rank",),
             read_without_spark=True,
         ),

@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
-from amqpscope.expectations.bottleneck_rules import evidence_units
+from amqpscope.expectations.bottleneck_rules import evidence_units, load_bottleneck_rules
+from amqpscope.pipelines.bottleneck_measures import MEASURE_PROTOCOL, MEASURES
 from amqpscope.pipelines.bottlenecks import bottleneck_findings
 from amqpscope.pipelines.diagnosis import diagnosis
 from amqpscope.pipelines.messages import messages_091
@@ -949,6 +950,30 @@ def test_encrypted_connections_are_named_in_the_headline_and_alone_are_encrypted
     )
     assert (rows["plain"].bottleneck, rows["plain"].encrypted_connections) == ("none", 0)
     assert rows["plain"].headline.startswith("No bottleneck: ")
+
+
+def test_the_rules_of_a_protocol_no_connection_speaks_are_left_out_and_the_others_find_the_same(findings):
+    """derive passes the run's connection protocols (``spoken``): a rule whose measure reads only
+    another protocol's connections is not planned; every other rule's findings are as with all
+    rules planned (the rank aside: it counts within what is found)."""
+    measure_of = {r.id: r.measure for r in load_bottleneck_rules(measures=frozenset(MEASURES))}
+
+    def found(spoken=None) -> list[tuple]:
+        rows = bottleneck_findings(**findings.inputs, spoken=spoken).collect()
+        return sorted((r.capture_id, r.rule_id, r.finding_id, r.entity, r.explanation) for r in rows)
+
+    everything = found()
+    left_out = {}
+    for spoken in ({"amqp-0-9-1"}, {"amqp-1.0"}):
+        kept = [f for f in everything if MEASURE_PROTOCOL.get(measure_of[f[1]]) in (None, *spoken)]
+        assert found(spoken) == kept, spoken
+        left_out[min(spoken)] = {f[1] for f in everything} - {f[1] for f in kept}
+    # The cases hold findings of the 0-9-1-scoped rules (left out of a 1.0-only run) and none of the
+    # 1.0-scoped one (a 0-9-1-only run finds all they find, the 1.0 links' and sessions' too).
+    assert left_out == {
+        "amqp-0-9-1": set(),
+        "amqp-1.0": {"diagnosis.connection.head_of_line", "diagnosis.client.confirm_bound"},
+    }
 
 
 # -- every finding ------------------------------------------------------------------------------------

@@ -88,6 +88,7 @@ def test_every_builder_gives_its_declared_columns(spark):
         empty,
         {
             "limits": DiagnosisThresholds(),
+            "spoken": None,  # every rule planned
             "run_id": "r",
             "run_ts": datetime.now(UTC),
             "suite_of_rule": {},
