@@ -244,9 +244,8 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     when that is small (INTERPRETED_UP_TO_BYTES), expressions are interpreted, shuffles make one
     partition a core, queries are planned without adaptive execution (and up to
     JOINS_UNBROADCAST_UP_TO_BYTES, shuffles make one partition, without broadcast joins or Bloom
-    filters), and the lake's tables
-    are staged through the driver (STAGE_ON_DRIVER); the settings are put back after it. Yields
-    True when set up for a small run.
+    filters), and the lake's tables are staged through the driver (STAGE_ON_DRIVER); the settings
+    are put back after it. Yields True when set up for a small run.
     Settings chosen in the job's Spark settings or on the session win: a chosen way of evaluating
     expressions leaves the whole session as it is, a number of shuffle partitions other than
     _BASE_CONF's stays (8 itself cannot be told from the default), so do join settings other than
@@ -258,11 +257,11 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     partitions, adaptive = spark.conf.get(_PARTITIONS), spark.conf.get(_ADAPTIVE)
     for key, (interpreted, _) in _INTERPRETED.items():
         spark.conf.set(key, interpreted)
+    smallest = capture_bytes <= JOINS_UNBROADCAST_UP_TO_BYTES
     if partitions == _BASE_CONF[_PARTITIONS]:
-        one = capture_bytes <= JOINS_UNBROADCAST_UP_TO_BYTES
-        spark.conf.set(_PARTITIONS, "1" if one else str(spark.sparkContext.defaultParallelism))
+        spark.conf.set(_PARTITIONS, "1" if smallest else str(spark.sparkContext.defaultParallelism))
     spark.conf.set(_ADAPTIVE, "false")
-    joins = {key: spark.conf.get(key) for key in _UNBROADCAST} if capture_bytes <= JOINS_UNBROADCAST_UP_TO_BYTES else {}
+    joins = {key: spark.conf.get(key) for key in _UNBROADCAST} if smallest else {}
     for key, value in joins.items():
         small, default = _UNBROADCAST[key]
         if value == default:

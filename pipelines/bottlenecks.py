@@ -270,7 +270,7 @@ def bottleneck_findings(
     catalogue = load_bottleneck_rules(measures=frozenset(MEASURES)) if rules is None else tuple(rules)
     if spoken is not None:
         present = set(spoken)
-        catalogue = tuple(r for r in catalogue if MEASURE_PROTOCOL.get(r.measure, None) in (None, *present))
+        catalogue = tuple(r for r in catalogue if MEASURE_PROTOCOL.get(r.measure) in (None, *present))
     measures = Measures(
         Tables(
             frames=frames,
