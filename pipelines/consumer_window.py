@@ -17,6 +17,8 @@ within ``refill_ms`` (the broker had one for it).
 
 from __future__ import annotations
 
+from functools import reduce
+
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
@@ -49,18 +51,33 @@ def _link_after_row() -> WindowSpec:
     return _link_in_order().rowsBetween(1, Window.unboundedFollowing)
 
 
-def _slot_outcomes(
-    freed: DataFrame, keys: tuple[str, ...], depth_events: DataFrame, limits: DiagnosisThresholds
-) -> DataFrame:
-    """Per consumer: slots freed, how many a delivery followed within refill_ms, how many found a
-    message ready in the queue (of those whose queue's ready count is known) and the median time
-    from a freed slot to the next delivery."""
-    points = freed.withColumn("point_id", F.monotonically_increasing_id())
-    with_ready = depth_at(points.select("capture_id", "queue", "ts_us", "point_id"), depth_events)
-    answered = points.join(with_ready.select("point_id", "ready"), "point_id", "left")
+# Who freed a slot, in one shape for both protocols: a 0-9-1 consumer (its channel and tag) or an
+# AMQP 1.0 link (its name); the other protocol's columns are null.
+_SLOT_OWNER = ("protocol", "capture_id", "connection_id", "_consumer_channel", "consumer_tag", "link_name")
+_SLOT_OUTCOMES = ("slots_freed", "slots_refilled", "slots_counted", "slots_with_message_waiting", "refill_p50_us")
+
+
+def _slot_owner(protocol: str, keys: tuple[str, ...]) -> list[Column]:
+    """The ``_SLOT_OWNER`` columns of rows of ``protocol`` keyed by ``keys``."""
+    return [
+        F.lit(protocol).alias("protocol"),
+        "capture_id",
+        "connection_id",
+        (F.col("channel") if "channel" in keys else F.lit(None).cast("int")).alias("_consumer_channel"),
+        F.col("consumer_tag") if "consumer_tag" in keys else F.lit(None).cast("string").alias("consumer_tag"),
+        F.col("link_name") if "link_name" in keys else F.lit(None).cast("string").alias("link_name"),
+    ]
+
+
+def _slot_outcomes(freed: DataFrame, depth_events: DataFrame, limits: DiagnosisThresholds) -> DataFrame:
+    """Per slot owner (``_SLOT_OWNER``): slots freed, how many a delivery followed within
+    refill_ms, how many found a message ready in the queue (of those whose queue's ready count is
+    known) and the median time from a freed slot to the next delivery. Both protocols' slots are
+    answered in one pass over the queues' ready counts."""
+    answered = depth_at(freed, depth_events)
     refill_us = F.col("_next_us") - F.col("ts_us")
     refilled = F.coalesce(refill_us <= F.lit(limits.refill_ms * 1000), F.lit(False))
-    return answered.groupBy(*keys).agg(
+    return answered.groupBy(*_SLOT_OWNER).agg(
         F.count(F.lit(1)).alias("slots_freed"),
         F.sum(refilled.cast("long")).alias("slots_refilled"),
         F.count("ready").alias("slots_counted"),
@@ -69,14 +86,22 @@ def _slot_outcomes(
     )
 
 
+def _freed_slots(slots: DataFrame, protocol: str, keys: tuple[str, ...]) -> DataFrame:
+    """``slots`` (rows of ``keys``, queue, ts_us, _next_us) with their owner: those of an owner
+    with a null key are left out, as a join on its key would leave them."""
+    known = [F.col(k).isNotNull() for k in keys]
+    return slots.filter(reduce(Column.__and__, known)).select(
+        *_slot_owner(protocol, keys), "queue", "ts_us", "_next_us"
+    )
+
+
 def _windows_091(
     flow_intervals: DataFrame,
     consumer_unacked: DataFrame,
     messages_091: DataFrame,
     frames: DataFrame,
-    depth_events: DataFrame,
-    limits: DiagnosisThresholds,
-) -> DataFrame:
+) -> tuple[DataFrame, DataFrame]:
+    """The 0-9-1 consumers' rows but their slot outcomes, and the slots their acks freed."""
     settle_times = settlement_times(frames, "ts", "_settled_ts")
     delivered = messages_091.filter((F.col("method") == "basic.deliver") & ~F.coalesce(F.col("no_ack"), F.lit(False)))
     waits = delivered.join(settle_times, ["capture_id", "connection_id", "settled_frame_index"], "left").withColumn(
@@ -110,13 +135,13 @@ def _windows_091(
     )
     full = flow_intervals.filter((F.col("entity") == "consumer") & (F.col("cause") == "prefetch_full"))
     held = held_time(_bounded(full, activity, _CONSUMER), _CONSUMER)
-    return (
+    consumers = (
         activity.join(described, list(_CONSUMER))
         .join(held, list(_CONSUMER), "left")
-        .join(_slot_outcomes(freed, _CONSUMER, depth_events, limits), list(_CONSUMER), "left")
         .withColumn("protocol", F.lit("amqp-0-9-1"))
         .withColumn("link_name", F.lit(None).cast("string"))
     )
+    return consumers, _freed_slots(freed, "amqp-0-9-1", _CONSUMER)
 
 
 def _bounded(intervals: DataFrame, activity: DataFrame, keys: tuple[str, ...]) -> DataFrame:
@@ -133,9 +158,9 @@ def _bounded(intervals: DataFrame, activity: DataFrame, keys: tuple[str, ...]) -
     return clipped(timed, F.col("active_start_us"), F.col("active_end_us"))
 
 
-def _windows_10(
-    flow_intervals: DataFrame, link_state: DataFrame, depth_events: DataFrame, limits: DiagnosisThresholds
-) -> DataFrame:
+def _windows_10(flow_intervals: DataFrame, link_state: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """The AMQP 1.0 receiving links' rows but their slot outcomes, and the slots their credit
+    grants freed."""
     # The link's own frames: link_state also has a row per disposition that settled its deliveries.
     receiving = link_state.filter((F.col("sender_side") == "server") & (F.col("method") != "disposition"))
     activity = (
@@ -176,15 +201,15 @@ def _windows_10(
         & ~F.coalesce(F.col("detail"), F.lit("")).startswith("no flow")
     )
     held = held_time(_bounded(flow_intervals.filter(starved), activity, _LINK), _LINK)
-    return (
+    links = (
         activity.join(held, list(_LINK), "left")
-        .join(_slot_outcomes(grants, _LINK, depth_events, limits), list(_LINK), "left")
         .withColumn("protocol", F.lit("amqp-1.0"))
         .withColumn("consumer_tag", F.lit(None).cast("string"))
         # A 1.0 slot stays taken while the link sits at credit 0: the median such time.
         .withColumn("wait_p50_us", F.col("held_p50_us"))
         .withColumn("wait_p95_us", F.lit(None).cast("long"))
     )
+    return links, _freed_slots(grants, "amqp-1.0", _LINK)
 
 
 def consumer_windows(
@@ -202,9 +227,21 @@ def consumer_windows(
     slots_counted, slots_with_message_waiting, refill_p50_us, and derived shares: held_share,
     refill_share, waiting_share (messages waiting where counted, else refilled at once),
     deliveries_per_second."""
-    both = _windows_091(flow_intervals, consumer_unacked, messages_091, frames, depth_events, limits).unionByName(
-        _windows_10(flow_intervals, link_state, depth_events, limits), allowMissingColumns=True
+    consumers, freed_091 = _windows_091(flow_intervals, consumer_unacked, messages_091, frames)
+    links, freed_10 = _windows_10(flow_intervals, link_state)
+    outcomes = _slot_outcomes(freed_091.unionByName(freed_10), depth_events, limits).select(
+        *[F.col(k).alias(f"_slot_{k}") for k in _SLOT_OWNER], *_SLOT_OUTCOMES
     )
+    entities = consumers.unionByName(links, allowMissingColumns=True).withColumn(
+        "_consumer_channel", F.when(F.col("protocol") == "amqp-0-9-1", F.col("channel"))
+    )
+    # Null-safe: a 0-9-1 consumer has no link name, a 1.0 link no channel or tag of its own.
+    owned = [F.col(k).eqNullSafe(F.col(f"_slot_{k}")) for k in _SLOT_OWNER]
+    with_outcomes = entities.join(outcomes, reduce(Column.__and__, owned), "left")
+    # The columns in the order they had when each protocol's outcomes were joined to its rows.
+    own = [c for c in consumers.columns if c not in ("protocol", "link_name")]
+    rest = [c for c in links.columns if c not in consumers.columns]
+    both = with_outcomes.select(*own, *_SLOT_OUTCOMES, "protocol", "link_name", *rest)
     span = F.greatest(F.col("active_end_us") - F.col("active_start_us"), F.lit(1))
     freed = F.greatest(F.coalesce(F.col("slots_freed"), F.lit(0)), F.lit(1))
     counted = F.coalesce(F.col("slots_counted"), F.lit(0))

@@ -110,28 +110,25 @@ def _whole_queue() -> WindowSpec:
 
 
 def depth_at(points: DataFrame, events: DataFrame) -> DataFrame:
-    """``points`` (rows with capture_id, queue, ts_us and a ``point_id``) with ``ready``: the
-    queue's ready count just before ``ts_us``, null where the capture cannot count it."""
-    questions = points.select(
-        *_QUEUE, "ts_us", "point_id", F.lit(_QUESTION).alias("kind"), F.lit(0).cast("long").alias("value")
-    )
-    timeline = events.withColumn("point_id", F.lit(None).cast("long")).unionByName(questions)
+    """``points`` (rows with capture_id, queue and ts_us) with ``ready``: the queue's ready count
+    just before ``ts_us``, null where the capture cannot count it. Each point is a question in its
+    queue's timeline and keeps its columns there: no key joins the answers back."""
+    questions = points.withColumns({"kind": F.lit(_QUESTION), "value": F.lit(0).cast("long")})
+    timeline = events.unionByName(questions, allowMissingColumns=True)
     window = _in_time()
+    # The changes since the latest set: all changes so far less those up to that set, so that one
+    # ordering of the queue's timeline answers everything.
+    changes = F.sum(F.when(F.col("kind") == _CHANGE, F.col("value")).otherwise(0)).over(window)
     counted = (
         timeline.withColumn("_since", F.sum((F.col("kind") == _SET).cast("long")).over(window))
         .withColumn("_base", F.last(F.when(F.col("kind") == _SET, F.col("value")), True).over(window))
+        .withColumn("_changes", changes)
+        .withColumn("_changes_at_set", F.last(F.when(F.col("kind") == _SET, F.col("_changes")), True).over(window))
         .withColumn(
-            "_changes",
-            F.sum(F.when((F.col("kind") == _CHANGE), F.col("value")).otherwise(0)).over(
-                Window.partitionBy(*_QUEUE, "_since")
-                .orderBy("ts_us", "kind")
-                .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-            ),
+            "_ready", F.when(F.col("_since") > 0, F.col("_base") + F.col("_changes") - F.col("_changes_at_set"))
         )
-        .withColumn("_ready", F.when(F.col("_since") > 0, F.col("_base") + F.col("_changes")))
         .withColumn("_trusted", F.min(F.coalesce(F.col("_ready"), F.lit(0))).over(_whole_queue()) >= 0)
     )
-    answered = counted.filter(F.col("kind") == _QUESTION).select(
-        "point_id", F.when(F.col("_trusted"), F.col("_ready")).alias("ready")
+    return counted.filter(F.col("kind") == _QUESTION).select(
+        *points.columns, F.when(F.col("_trusted"), F.col("_ready")).alias("ready")
     )
-    return points.join(answered, "point_id", "left")
