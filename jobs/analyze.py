@@ -26,7 +26,7 @@ from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.landing import ingest_files
 from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable, without_packets
 from amqpscope.jobs.progress import Progress
-from amqpscope.jobs.report import REPORT_GOLD, write_report
+from amqpscope.jobs.report import gold_rows, write_gold_report
 from amqpscope.jobs.session import sized_for
 from amqpscope.jobs.stages import StageClock, job_session
 from amqpscope.pipelines import tables
@@ -141,20 +141,12 @@ def _analyze_files(
         )
         with clock.stage("report"), runs.verdicts_failing_derive(lake, run_id, ids, derived.verdicts.validation):
             runs.forget(lake, superseded)
-            report = write_report(
+            report = write_gold_report(
                 config.report_path_for(run_id),
-                frames=bronze.frames,
-                connections=bronze.connections,
-                violations=derived.tables["violations"],
-                captures=bronze.captures,
+                # Every row of the page from the gold tables, read through delta-rs: no Spark query.
+                **gold_rows(lake, ids),
                 verdicts=derived.verdicts,  # GX may still be at work: the report waits for it last
                 data_docs_index=None,
-                flow={name: derived.tables[name] for name in tables.FLOW},
-                quarantine=bronze.quarantine,
-                accounting=derived.accounting,
-                # The gold tables read through delta-rs (Lake.read_rows), not queried in Spark.
-                **{name: lake.read_rows(name, tables.table(name).schema, ids) for name in REPORT_GOLD},
-                chart_series=lake.read_rows("chart_series", tables.table("chart_series").schema, ids),
             )
             runs.mark(lake, run_id, "report", ids, OUTCOME_OK, {cid: run_id for cid in ids})
     finally:

@@ -2,9 +2,11 @@
 
 Only captures whose derive finished on their latest ingest (``runs`` table) are reported; the
 others, and the captures whose ingest failed, are listed on the page with why, so a half-analysed
-capture is never shown as clean. A lake with no complete capture gets a page that says so. The
-gold tables (the diagnosis, the bottleneck findings, the data-quality summary and the chart
-series) are read with delta-rs (``Lake.read_rows``), without a Spark query.
+capture is never shown as clean. A lake with no complete capture gets a page that says so. Every
+row of the page comes from the gold tables (``jobs.report.REPORT_GOLD``: the report's sections,
+the chart series, the diagnosis, its findings, the data-quality summary), read with delta-rs
+(``Lake.read_rows``), without a Spark query; only a capture derived by a version before the
+report's sections were a gold table has them computed from its stored tables.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
 from amqpscope.jobs.lake import Lake, lake_capture_filter
-from amqpscope.jobs.report import REPORT_GOLD, render_page, write_report
+from amqpscope.jobs.report import gold_rows, render_page, write_gold_report
 from amqpscope.jobs.stages import StageClock
 from amqpscope.pipelines import tables
+from amqpscope.pipelines.accounting import byte_accounting
+from amqpscope.pipelines.report_sections import report_sections
 from amqpscope.schemas.runs import OUTCOME_OK
 
 log = logging.getLogger("amqpscope.report")
@@ -79,32 +83,50 @@ def report_lake(
                 time_zone=str(spark.conf.get("spark.sql.session.timeZone")),
             )
             return ReportResult(report, (), incomplete)
-        keep = lake_capture_filter(complete)
-        report = write_report(
+        gold = gold_rows(lake, complete)
+        sections = list(gold["sections"] or [])
+        covered = {r["capture_id"] for r in sections if r["section"] == "capture"}
+        older = [cid for cid in complete if cid not in covered]
+        if older:
+            # Derived by a version before the report's sections were a gold table: computed from
+            # their stored tables (one Spark action) until derive runs on them again.
+            log.info("%d capture(s) derived without report_sections: their sections computed", len(older))
+            sections += _sections_computed(lake, older)
+        report = write_gold_report(
             path,
-            frames=lake.read("frames").filter(keep),
-            connections=lake.read("connections").filter(keep),
-            violations=lake.read("violations").filter(keep),
-            captures=lake.read("captures").filter(keep),
+            **{**gold, "sections": sections},
             verdicts=None,
             data_docs_index=_data_docs_index(config.data_docs_dir),
-            flow={name: lake.read(name).filter(keep) for name in tables.FLOW if lake.exists(name)},
-            quarantine=lake.read("quarantine").filter(keep),
-            # The gold tables through delta-rs (Lake.read_rows), not queried in Spark.
-            **{
-                name: lake.read_rows(name, tables.table(name).schema, complete)
-                for name in REPORT_GOLD
-                if lake.exists(name)
-            },
-            chart_series=lake.read_rows("chart_series", tables.table("chart_series").schema, complete)
-            if lake.exists("chart_series")
-            else (),
             left_out=left_out,
         )
         runs.mark(
             lake, run_id, "report", complete, OUTCOME_OK, {cid: state[(cid, "derive")].run_id for cid in complete}
         )
     return ReportResult(report, tuple(complete), incomplete)
+
+
+def _sections_computed(lake: Lake, capture_ids: Sequence[str]) -> list[dict]:
+    """The report_sections rows of ``capture_ids`` computed from their stored tables, as derive
+    computes them."""
+    keep = lake_capture_filter(capture_ids)
+
+    def stored(name: str) -> DataFrame | None:
+        return lake.read(name).filter(keep) if lake.exists(name) else None
+
+    frames, connections, quarantine = stored("frames"), stored("connections"), stored("quarantine")
+    sections = report_sections(
+        stored("captures"),
+        frames,
+        connections,
+        stored("violations"),
+        quarantine,
+        byte_accounting(connections, frames, quarantine) if quarantine is not None else None,
+        stored("throughput"),
+        stored("consumer_unacked"),
+        stored("link_state"),
+        stored("bottlenecks"),
+    )
+    return [r.asDict() for r in sections.collect()]
 
 
 def _why_not(capture: dict, state: dict) -> str:

@@ -39,6 +39,7 @@ from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
 from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
 from amqpscope.pipelines.link_credit import link_credit_of, link_state_timeline
 from amqpscope.pipelines.messages import deliveries_10, messages_091
+from amqpscope.pipelines.report_sections import report_sections
 from amqpscope.pipelines.sessions import session_map, session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.pipelines.throughput import message_events, throughput_of
@@ -62,7 +63,7 @@ from amqpscope.schemas.flow import (
 from amqpscope.schemas.lifecycle import LIFECYCLE_091_SCHEMA, LIFECYCLE_10_SCHEMA
 from amqpscope.schemas.messages import DELIVERIES_10_SCHEMA, MESSAGES_091_SCHEMA
 from amqpscope.schemas.quality import DQ_SUMMARY_SCHEMA
-from amqpscope.schemas.report import CHART_SERIES_SCHEMA
+from amqpscope.schemas.report import CHART_SERIES_SCHEMA, REPORT_SECTIONS_SCHEMA
 from amqpscope.schemas.runs import RUNS_SCHEMA
 from amqpscope.schemas.tcp import TCP_FLOW_SCHEMA
 from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
@@ -376,6 +377,29 @@ TABLES: dict[str, Table] = {
                 "flow_intervals",
                 "violations",
             ),
+            read_without_spark=True,
+        ),
+        # Every other row the report shows (pipelines.report_sections): with the gold tables above,
+        # the page of a capture of any size is drawn from rows read through delta-rs.
+        Table(
+            "report_sections",
+            REPORT_SECTIONS_SCHEMA,
+            "gold",
+            "report",
+            report_sections,
+            (
+                "captures",
+                "frames",
+                "connections",
+                "violations",
+                "quarantine",
+                "accounting",
+                "throughput",
+                "consumer_unacked",
+                "link_state",
+                "bottlenecks",
+            ),
+            order_by=("section", "position"),
             read_without_spark=True,
         ),
         # Bookkeeping: each stage's latest run per capture, marked without Spark (jobs.runs).

@@ -1,7 +1,8 @@
-"""Gold tables of the report: what its charts draw, computed by derive so that the report reads them
-with delta-rs, no Spark query (``pipelines/chart_series.py``).
+"""Gold tables of the report: what its charts draw (``pipelines/chart_series.py``) and every other row
+it shows (``pipelines/report_sections.py``), computed by derive so that the report reads them with
+delta-rs, no Spark query.
 
-Times are seconds since the capture's first packet (Wireshark's ``frame.time_relative``). Each
+In the chart series, times are seconds since the capture's first packet (Wireshark's ``frame.time_relative``). Each
 capture has one bucket width, chosen from its span so that a chart has a few hundred points
 (``pipelines.chart_series.bucket_width``); counts are the events in a bucket, zero when nothing
 happened; states are step series (the value holds until the next point).
@@ -45,5 +46,24 @@ CHART_SERIES_SCHEMA = StructType(
         StructField("packet_number", LongType(), True),  # bars and markers: the packet they start at
         StructField("end_packet_number", LongType(), True),  # bars: the packet that ended the interval
         StructField("detail", StringType(), True),  # bars: the interval's detail (blocked reason, prefetch ...)
+    ]
+)
+
+# One row per row of a section of a capture's report page, ranked in the section's order
+# (``pipelines.report_sections``): the capture's own line, its connections, frame kinds, rule
+# counts and first violations, operator context (connections, queues, consumers, links), the
+# quarantine's causes, the byte accounting and the frames the bottleneck findings point at. Each
+# section keeps its busiest rows; ``total`` says how many it has in all. The row's columns differ
+# from section to section, so they are kept as one JSON object; what the page shows of a time is
+# text in derive's session time zone, what a chart places of it epoch microseconds.
+REPORT_SECTIONS_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        # capture | connections | frames | counts | examples | context | queues | consumers | links |
+        # quarantine | accounting | finding_frames
+        StructField("section", StringType(), False),
+        StructField("position", IntegerType(), False),  # 1 = the first row in the section's order
+        StructField("total", LongType(), False),  # the section's rows in the capture, kept or not
+        StructField("row", StringType(), False),  # the row's columns as a JSON object (nulls kept)
     ]
 )

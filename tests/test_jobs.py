@@ -20,7 +20,7 @@ from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs import runs
 from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.report import REPORT_GOLD, write_report
+from amqpscope.jobs.report import write_report
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.tables import BRONZE, DERIVED, FLOW
 from amqpscope.schemas.quality import RUN_COLUMNS
@@ -251,21 +251,33 @@ def test_the_report_job_reads_the_gold_tables_without_spark_and_draws_the_page_t
         data_docs_index=next(config.data_docs_dir.rglob("index.html")),
         flow={name: store.read(name).filter(keep) for name in FLOW},
         quarantine=store.read("quarantine").filter(keep),
-        **{name: store.read(name).filter(keep) for name in REPORT_GOLD},
+        **{name: store.read(name).filter(keep) for name in ("diagnosis", "bottlenecks", "dq_summary")},
         chart_series=store.read_rows("chart_series", tables.table("chart_series").schema, [first]),
     ).read_text(encoding="utf-8")
     assert first in queried and "memory" in queried
 
-    # The report job: a Spark read of a gold table fails the test.
-    spark_read = Lake.read
-
+    # The report job: every row of its page read through delta-rs; a Spark read of any table, or
+    # a Spark job, fails the test.
     def read(self, name, *args, **kwargs):
-        assert name not in (*REPORT_GOLD, "chart_series"), f"{name} queried in Spark"
-        return spark_read(self, name, *args, **kwargs)
+        raise AssertionError(f"{name} queried in Spark")
 
     monkeypatch.setattr(Lake, "read", read)
+    context = spark.sparkContext
+    context.setJobGroup("the-report-job", "jobs the report job runs")
     from amqpscope.jobs.report_job import report_lake
 
     result = report_lake(spark, config)
     assert result.captures == (first,)
     assert result.report.read_text(encoding="utf-8") == queried
+    ran = list(context.statusTracker().getJobIdsForGroup("the-report-job"))
+    spark.range(3).count()  # the probe sees a Spark job of this thread
+    probed = list(context.statusTracker().getJobIdsForGroup("the-report-job"))
+    context.setLocalProperty("spark.jobGroup.id", None)
+    assert ran == [] and probed
+
+    # A lake derived before the report's sections were a gold table: they are computed from the
+    # stored tables, and the page is the same.
+    monkeypatch.undo()
+    shutil.rmtree(config.lake / "report_sections")
+    again = report_lake(spark, config)
+    assert again.report != result.report and again.report.read_text(encoding="utf-8") == queried

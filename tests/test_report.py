@@ -1,4 +1,4 @@
-"""The static HTML report: aggregates computed in Spark, rendered escaped and self-contained."""
+"""The static HTML report: its sections computed in Spark (pipelines.report_sections), rendered escaped and self-contained."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.expectations.suite import SuiteResult, VerdictRun
 from amqpscope.jobs import report
-from amqpscope.jobs.report import (
+from amqpscope.jobs.report import write_report
+from amqpscope.pipelines import report_sections
+from amqpscope.pipelines.report_context import (
     connection_summary,
     frame_counts,
     violation_counts,
     violation_examples,
-    write_report,
 )
 from amqpscope.schemas.frames import CAPTURES_SCHEMA, CONNECTIONS_SCHEMA, FRAMES_SCHEMA
 from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
@@ -350,7 +351,7 @@ def test_report_uses_the_captures_table(spark, tmp_path):
 
 
 def test_report_collects_bounded_rows(spark, tmp_path, monkeypatch):
-    monkeypatch.setattr(report.tables, "TOP_ROWS", 1)
+    monkeypatch.setattr(report_sections, "TOP_ROWS", 1)
     page = write(spark, tmp_path)
     assert "Showing 1 of 3 frame kinds." in page  # cap-a: deliver, body, the hostile method
     assert "Showing 1 of 2 connections." in page
@@ -436,36 +437,3 @@ def test_a_page_without_complete_captures_lists_the_ones_left_out(tmp_path):
     assert "No capture is complete in this lake" in page
     assert ["a" * 16, HOSTILE, "derive failed: StageFailed: disk full"] in rows(parse(page))
     assert "<script>alert" not in page and "<details" not in page
-
-
-def test_the_reports_queries_collected_together_give_each_its_own_rows_and_types(spark):
-    # A small run plans without adaptive execution and collects the queries as one union; under
-    # adaptive execution each is collected on its own: both give what each query gives alone.
-    from amqpscope.jobs.report.tables import collect_each
-    from amqpscope.jobs.session import sized_for
-
-    def queries() -> dict[str, DataFrame]:
-        left = spark.createDataFrame(
-            [("c1", 1, T0, {"k": "v"}), ("c2", None, None, {})],
-            "capture_id string, n int, ts timestamp, labels map<string,string>",
-        )
-        right = spark.createDataFrame(
-            [("c1", [1.5, None], ("x", 2))], "capture_id string, xs array<double>, s struct<a:string,b:long>"
-        )
-        empty = spark.createDataFrame([], "capture_id string, count long")
-        return {
-            "left": left.where("capture_id IS NOT NULL"),
-            "right": right,
-            "empty": empty,
-            "counted": left.groupBy("capture_id").count(),
-        }
-
-    def as_data(found: dict) -> dict:
-        return {name: sorted((r.asDict(recursive=True) for r in rows), key=repr) for name, rows in found.items()}
-
-    alone = as_data({name: df.collect() for name, df in queries().items()})
-    assert as_data(collect_each(queries())) == alone
-    with sized_for(spark, 1):
-        assert spark.conf.get("spark.sql.adaptive.enabled") == "false"
-        assert as_data(collect_each(queries())) == alone
-    assert alone["left"][0]["labels"] == {"k": "v"} and alone["right"][0]["s"] == {"a": "x", "b": 2}

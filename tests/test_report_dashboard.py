@@ -20,11 +20,11 @@ from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.ingest.reasons import REASONS
 from amqpscope.jobs.report import _plotly_js, anchor, write_report
-from amqpscope.jobs.report.context import connection_context
 from amqpscope.pipelines import series_grid as S
 from amqpscope.pipelines.accounting import byte_accounting
 from amqpscope.pipelines.chart_series import chart_series
 from amqpscope.pipelines.dq_summary import dq_summary
+from amqpscope.pipelines.report_context import connection_context
 from amqpscope.pipelines.throughput import message_events
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
 from amqpscope.schemas.flow import (

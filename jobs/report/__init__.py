@@ -8,11 +8,12 @@ bottleneck findings, then the rule violations), the operator's context (products
 consumers, links), the charts, a section per connection to drill down to, and the data-quality
 view. The captures a report leaves out are listed with why (the runs table says).
 
-The tables are aggregated in Spark (``tables``, ``context``); only bounded rows reach the driver.
-The charts are drawn from the chart_series gold table's rows, which derive computed
-(``pipelines.chart_series``), and the diagnosis, its findings and the data-quality summary from
-their gold tables' rows: the report job and analyze read those through delta-rs, no Spark query
-(``REPORT_GOLD``; given as DataFrames their rows are collected, and the page is the same). The
+Every row the page shows comes from a gold table derive wrote (``REPORT_GOLD``): the sections
+of each capture, ranked and cut to their first rows (``pipelines.report_sections``), the chart
+series (``pipelines.chart_series``), the diagnosis, its findings and the data-quality summary. The
+report job and analyze read them through delta-rs, so a page of a capture of any size is drawn
+without a Spark query (``write_gold_report``); given as DataFrames, the same rows are computed and
+collected (``write_report``), and the page is the same. The
 page is rendered from Jinja2 templates with autoescaping on, and the charts are Plotly figures
 whose library (plotly.js's basic bundle, installed from npm: ``amqpscope.web_assets``) is inlined
 once: nothing is fetched when the page opens, and a capture's charts are drawn when its section is
@@ -25,55 +26,34 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import pyspark.sql.functions as F
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-from pyspark.sql import DataFrame
 
-from amqpscope.ingest.reasons import REASONS
-from amqpscope.jobs.report.context import connection_context, consumer_context, link_context, queue_context
 from amqpscope.jobs.report.figures import by_capture, capture_figures
 from amqpscope.jobs.report.tables import (
-    EXAMPLES_PER_RULE,
     MAX_CAPTURES,
     Section,
-    capture_rows,
-    collect_each,
-    connection_summary,
+    Sections,
     first_read_rows,
-    first_rows,
-    frame_counts,
     listed_by_capture,
-    ranked_rows,
-    section_rows,
-    severity_rank,
-    ts_text,
-    violation_counts,
-    violation_examples,
+    sections_of,
 )
-from amqpscope.pipelines.accounting import byte_accounting
+from amqpscope.pipelines.report_sections import FINDINGS_SHOWN, FRAMES_PER_FINDING
 from amqpscope.web_assets import asset
 
-if TYPE_CHECKING:  # the suite module imports Great Expectations, which a report does not need
-    from amqpscope.expectations.suite import PendingVerdicts, VerdictRun
+if TYPE_CHECKING:  # neither Spark nor Great Expectations is needed to draw a page
+    from pyspark.sql import DataFrame
 
-__all__ = [
-    "connection_summary",
-    "frame_counts",
-    "violation_counts",
-    "violation_examples",
-    "write_report",
-    "anchor",
-]
+    from amqpscope.expectations.suite import PendingVerdicts, VerdictRun
+    from amqpscope.jobs.lake import Lake
+
+__all__ = ["write_report", "write_gold_report", "gold_rows", "anchor", "REPORT_GOLD", "GIVEN"]
 
 TEMPLATES = Path(__file__).with_name("templates")
-FINDINGS_SHOWN = 50  # bottleneck findings per capture
-FRAMES_PER_FINDING = 20  # bottlenecks.packet_numbers holds up to 20
 
 TLS_ADVICE = (
     "Their records were not decrypted, so their AMQP is not in the tables, the timelines or the diagnosis "
@@ -90,111 +70,182 @@ def anchor(capture_id: str, kind: str, *key: Any) -> str:
     return f"{kind[:4]}-{digest}"
 
 
-# The gold tables a report reads besides the chart series; given as their rows (``GoldRows``) by
-# the report job and analyze.
-REPORT_GOLD = ("diagnosis", "bottlenecks", "dq_summary")
-# A gold table's rows read without Spark (``Lake.read_rows``: delta-rs), in place of its DataFrame.
+# The gold tables a report reads, through delta-rs (``Lake.read_rows``) by the report job and analyze.
+REPORT_GOLD = ("report_sections", "diagnosis", "bottlenecks", "dq_summary", "chart_series")
+# A gold table's rows read without Spark (``Lake.read_rows``: delta-rs), or collected.
 GoldRows = Sequence[Mapping[str, Any]]
+# The optional tables a page has sections for when they are given (a lake derive wrote has them all):
+# without one, its section says it was not computed rather than that it is empty.
+GIVEN = frozenset({"consumer_unacked", "link_state", "quarantine", "diagnosis"})
 
 
-@dataclass(frozen=True)
-class Inputs:
-    """Every table the report reads (flow-state tables by name; any may be missing)."""
+def gold_rows(lake: Lake, capture_ids: Sequence[str]) -> dict[str, GoldRows | None]:
+    """The rows of ``capture_ids`` in the report's gold tables, read through delta-rs (no Spark
+    query), as ``write_gold_report``'s keyword arguments; a table not in the lake gives none."""
+    from amqpscope.pipelines import tables
 
-    frames: DataFrame
-    connections: DataFrame
-    violations: DataFrame
-    captures: DataFrame | None
-    flow: Mapping[str, DataFrame]
-    quarantine: DataFrame | None
-    diagnosis: DataFrame | GoldRows | None
-    bottlenecks: DataFrame | GoldRows | None
-    dq_summary: DataFrame | GoldRows | None
-    accounting: DataFrame | None = None  # byte_accounting of the bronze tables, when already made
-
-
-def _spans(inputs: Inputs, shown: Sequence[str]) -> DataFrame:
-    # Per capture: its first and last packet time in epoch microseconds (the charts' time origin).
-    source = inputs.captures if inputs.captures is not None else inputs.connections
-    return (
-        source.where(F.col("capture_id").isin(list(shown)))
-        .groupBy("capture_id")
-        .agg(F.min(F.unix_micros("first_ts")).alias("first"), F.max(F.unix_micros("last_ts")).alias("last"))
-    )
-
-
-def _finding_frames(frames: DataFrame, findings: Mapping[str, list[dict]]) -> dict[tuple[str, int], list[dict]]:
-    # The frames a finding points at (its packet_numbers), by (capture, packet number).
-    wanted = {
-        (c, p) for c, rows in findings.items() for r in rows for p in (r["packet_numbers"] or [])[:FRAMES_PER_FINDING]
+    read = {
+        name: lake.read_rows(name, tables.table(name).schema, capture_ids) if lake.exists(name) else None
+        for name in REPORT_GOLD
     }
-    if not wanted:
-        return {}
-    rows = (
-        frames.where(
-            F.col("capture_id").isin(sorted({c for c, _ in wanted}))
-            & F.col("packet_number").isin(sorted({p for _, p in wanted}))
-        )
-        .select(
-            "capture_id",
-            "packet_number",
-            "connection_id",
-            "direction",
-            "channel",
-            "frame_type",
-            "method",
-            "frame_size",
-            ts_text("ts"),
-        )
-        .orderBy("capture_id", "packet_number", "connection_id")
-        .limit(10 * len(wanted))
-        .collect()
+    return {
+        "sections": read["report_sections"] or [],
+        "diagnosis": read["diagnosis"],
+        "bottlenecks": read["bottlenecks"],
+        "dq_summary": read["dq_summary"],
+        "chart_series": read["chart_series"] or [],
+    }
+
+
+def write_report(
+    path: Path,
+    *,
+    frames: DataFrame,
+    connections: DataFrame,
+    violations: DataFrame,
+    captures: DataFrame | None,
+    verdicts: VerdictRun | PendingVerdicts | None,
+    data_docs_index: Path | None,
+    flow: Mapping[str, DataFrame] | None = None,
+    quarantine: DataFrame | None = None,
+    diagnosis: DataFrame | None = None,
+    bottlenecks: DataFrame | None = None,
+    dq_summary: DataFrame | None = None,
+    accounting: DataFrame | None = None,
+    chart_series: GoldRows = (),
+    left_out: Sequence[Mapping[str, Any]] = (),
+) -> Path:
+    """Write the HTML report of the tables given as DataFrames to `path` and return it: the page
+    ``write_gold_report`` draws from the lake's gold tables, with their rows computed here
+    (``pipelines.report_sections``, one Spark action, and the gold tables given collected).
+
+    ``flow`` holds flow-state tables by name (consumer_unacked, link_state: the consumers and
+    links sections; throughput: the queues' traffic). ``accounting`` is the byte accounting when
+    the caller has it (``pipelines.accounting.byte_accounting``), else it is computed."""
+    from pyspark.sql import functions as F
+
+    from amqpscope.pipelines.accounting import byte_accounting
+    from amqpscope.pipelines.report_sections import report_sections
+
+    flow = dict(flow or {})
+    if accounting is None and quarantine is not None:
+        accounting = byte_accounting(connections, frames, quarantine)
+    sections = report_sections(
+        captures,
+        frames,
+        connections,
+        violations,
+        quarantine,
+        accounting,
+        flow.get("throughput"),
+        flow.get("consumer_unacked"),
+        flow.get("link_state"),
+        bottlenecks,
     )
-    found: dict[tuple[str, int], list[dict]] = {}
-    for row in rows:
-        if (row["capture_id"], row["packet_number"]) in wanted:
-            found.setdefault((row["capture_id"], row["packet_number"]), []).append(row.asDict())
-    return found
+    ids = sorted({r["capture_id"] for r in sections.where(F.col("section") == "capture").collect()})[:MAX_CAPTURES]
+    shown = sections.where(F.col("capture_id").isin(ids))
 
+    def collected(given: DataFrame | None) -> GoldRows | None:
+        if given is None:
+            return None
+        return [r.asDict(recursive=True) for r in given.where(F.col("capture_id").isin(ids)).collect()]
 
-def _gold_rows(given: DataFrame | GoldRows | None, shown: Sequence[str]) -> GoldRows | None:
-    # A gold table's rows: as given (read through delta-rs), or the shown captures' rows of the
-    # DataFrame given, collected (a gold table is small: pipelines.tables, read_without_spark).
-    if isinstance(given, DataFrame):
-        return [r.asDict(recursive=True) for r in given.where(F.col("capture_id").isin(list(shown))).collect()]
-    return given
-
-
-def _accounting(inputs: Inputs) -> DataFrame | None:
-    # Per capture and direction: the byte accounting's sums and its unbalanced connections.
-    if inputs.quarantine is None:
-        return None
-    accounting = inputs.accounting
-    if accounting is None:
-        accounting = byte_accounting(inputs.connections, inputs.frames, inputs.quarantine)
-    return accounting.groupBy("capture_id", "direction").agg(
-        *[F.sum(c).alias(c) for c in ("payload_bytes", "framed_bytes", "quarantined_bytes", "missing_bytes")],
-        F.count(F.when(~F.col("balanced"), 1)).alias("unbalanced"),
+    present = {"consumer_unacked", "link_state"} & flow.keys()
+    present |= {n for n, df in (("quarantine", quarantine), ("diagnosis", diagnosis)) if df is not None}
+    return write_gold_report(
+        path,
+        sections=[r.asDict() for r in shown.collect()],
+        diagnosis=collected(diagnosis),
+        bottlenecks=collected(bottlenecks),
+        dq_summary=collected(dq_summary),
+        chart_series=chart_series,
+        verdicts=verdicts,
+        data_docs_index=data_docs_index,
+        left_out=left_out,
+        given=frozenset(present),
     )
 
 
-def _quarantine_reasons(inputs: Inputs, shown: Sequence[str]) -> DataFrame | None:
-    if inputs.quarantine is None:
-        return None
-    # One row a cause: its reason id with what it means (rows stored before reason ids: their sentence).
-    meanings = F.create_map(*[F.lit(x) for reason_id, meaning in REASONS.items() for x in (reason_id, meaning)])
-    reason_id = F.coalesce(F.col("reason_id"), F.col("reason"))
-    reasons = (
-        inputs.quarantine.withColumn("reason_id", reason_id)
-        .groupBy("capture_id", "reason_id", "missing")
-        .agg(
-            F.count(F.lit(1)).alias("runs"),
-            F.sum("byte_count").alias("bytes"),
-            F.min("packet_number").alias("first_packet"),
+def write_gold_report(
+    path: Path,
+    *,
+    sections: GoldRows,
+    diagnosis: GoldRows | None,
+    bottlenecks: GoldRows | None,
+    dq_summary: GoldRows | None,
+    chart_series: GoldRows,
+    verdicts: VerdictRun | PendingVerdicts | None,
+    data_docs_index: Path | None,
+    left_out: Sequence[Mapping[str, Any]] = (),
+    given: frozenset[str] = GIVEN,
+) -> Path:
+    """Write the HTML report of the captures whose rows are given to `path` and return it. No
+    Spark: every argument is a gold table's rows (``REPORT_GOLD``), read through delta-rs.
+
+    ``sections`` are the report_sections rows (``pipelines.report_sections``: the captures, their
+    tables and context), ``chart_series`` the chart_series rows (each chart is drawn when the
+    capture has rows of it); ``diagnosis`` / ``bottlenecks`` (schemas.diagnosis) and
+    ``dq_summary`` (schemas.quality) add their sections. ``left_out`` lists the captures the
+    report leaves out (capture_id, file_name, why); ``given`` names the optional tables that were
+    computed (``GIVEN``). `data_docs_index` defaults to the Data Docs of `verdicts`, when there are
+    verdicts. Pending verdicts (GX still validating) are waited for last.
+    """
+    found = sections_of(sections)
+    lines = sorted((s.rows[0] for s in found.get("capture", {}).values()), key=lambda r: r["capture_id"])
+    listed = lines[:MAX_CAPTURES]
+    shown = [c["capture_id"] for c in listed]
+    # Lists per capture: (rows, their order, at most how many in all).
+    findings = [r for r in bottlenecks if r["rank"] <= FINDINGS_SHOWN] if bottlenecks is not None else None
+    listed_in_order: dict[str, tuple[GoldRows | None, list[str], int]] = {
+        "diagnoses": (diagnosis, [], MAX_CAPTURES),
+        "findings": (findings, ["rank"], MAX_CAPTURES * FINDINGS_SHOWN),
+        "dq": (dq_summary, ["run_ts"], MAX_CAPTURES),
+    }
+    lists = {
+        name: listed_by_capture(first_read_rows(rows, shown, order, limit) if rows is not None else [], order)
+        for name, (rows, order, limit) in listed_in_order.items()
+    }
+    frames_of: dict[tuple[str, int], list[dict]] = {}
+    for capture, section in found.get("finding_frames", {}).items():
+        for row in section.rows:
+            frames_of.setdefault((capture, row["packet_number"]), []).append(row)
+
+    models = [
+        _capture_model(
+            capture,
+            found,
+            given,
+            lists["diagnoses"].get(capture["capture_id"]),
+            lists["findings"].get(capture["capture_id"], []),
+            frames_of,
+            lists["dq"].get(capture["capture_id"], []),
         )
-        .withColumn("reason", F.concat_ws(": ", "reason_id", meanings[F.col("reason_id")]))
+        for capture in listed
+    ]
+    series = by_capture(chart_series)
+    for model in models:
+        charts = series.get(model["capture_id"], {})
+        names = {e["row"]["connection_id"]: e["label"] for e in model["entities"]}
+        # No chart rows and no finding: nothing was measured over time, so no chart (not even a
+        # timeline of bare lifetimes).
+        model["charts"] = (
+            capture_figures(model, charts, lambda c, names=names: str(names.get(c) or c or "—"))
+            if charts or model["findings"]
+            else []
+        )
+        model["utilisation"] = _utilisation(charts)
+    verdicts = verdicts.result() if verdicts is not None else None  # pending: GX ran meanwhile
+    index = data_docs_index or (verdicts.data_docs_index if verdicts is not None else None)
+    return render_page(
+        path,
+        captures=models,
+        capture_total=len(lines),
+        left_out=left_out,
+        suites=_suites(verdicts),
+        data_docs_index=index,
+        # The times on the page are written in derive's session time zone (report_sections).
+        time_zone=str(listed[0]["time_zone"]) if listed else "UTC",
     )
-    return ranked_rows(reasons, shown, [F.col("bytes").desc(), F.col("reason_id")])
 
 
 def _wireshark_filter(connection: Mapping[str, Any] | None, packet_number: int | None) -> str | None:
@@ -253,170 +304,6 @@ def _plotly_js() -> str:
     if "</script" in script.lower():
         raise ValueError(f"{asset(*PLOTLY)} holds '</script': it cannot be inlined in the page")
     return script
-
-
-def write_report(
-    path: Path,
-    *,
-    frames: DataFrame,
-    connections: DataFrame,
-    violations: DataFrame,
-    captures: DataFrame | None,
-    verdicts: VerdictRun | PendingVerdicts | None,
-    data_docs_index: Path | None,
-    flow: Mapping[str, DataFrame] | None = None,
-    quarantine: DataFrame | None = None,
-    diagnosis: DataFrame | GoldRows | None = None,
-    bottlenecks: DataFrame | GoldRows | None = None,
-    dq_summary: DataFrame | GoldRows | None = None,
-    accounting: DataFrame | None = None,
-    chart_series: Sequence[Mapping[str, Any]] = (),
-    left_out: Sequence[Mapping[str, Any]] = (),
-) -> Path:
-    """Write the HTML report of the captures to `path` and return it.
-
-    ``flow`` holds flow-state tables by name (consumer_unacked, link_state: the consumers and
-    links tables; throughput: the queues' traffic). ``chart_series`` are the rows of the
-    chart_series gold table (``pipelines.chart_series``) of these captures: each chart is drawn
-    when the capture has rows of it. ``diagnosis`` / ``bottlenecks`` (schemas.diagnosis),
-    ``quarantine`` and ``dq_summary`` (schemas.quality) add their sections (the three gold tables
-    as their rows read without Spark, ``Lake.read_rows``, or as DataFrames whose rows are collected);
-    ``accounting`` is their byte accounting when the caller has it
-    (``pipelines.accounting.byte_accounting``), else it is computed. ``left_out`` lists the
-    captures the report leaves out (capture_id, file_name, why). `data_docs_index` defaults to the
-    Data Docs of `verdicts`, when there are verdicts. Pending verdicts (GX still validating) are
-    waited for after every query of the report has run.
-    """
-    path = Path(path)
-    inputs = Inputs(
-        frames,
-        connections,
-        violations,
-        captures,
-        dict(flow or {}),
-        quarantine,
-        diagnosis,
-        bottlenecks,
-        dq_summary,
-        accounting,
-    )
-    listed, capture_total = capture_rows(captures, [connections, frames, violations])
-    shown = [c["capture_id"] for c in listed]
-
-    # Every section's query, run together (one Spark action): ranked sections, and lists in an order.
-    ranked: dict[str, DataFrame | None] = {
-        "connections": ranked_rows(
-            connection_summary(connections),
-            shown,
-            [(F.col("c2s_bytes") + F.col("s2c_bytes")).desc(), F.col("connection_id")],
-        ),
-        "frames": ranked_rows(
-            frame_counts(frames),
-            shown,
-            [F.col("frames").desc(), F.col("protocol"), F.col("frame_type"), F.col("method")],
-        ),
-        "counts": ranked_rows(
-            violation_counts(violations),
-            shown,
-            [severity_rank("severity"), F.col("violations").desc(), F.col("rule_id")],
-        ),
-        "context": ranked_rows(
-            connection_context(frames, connections), shown, [F.col("frames").desc(), F.col("connection_id")]
-        ),
-        "queues": ranked_rows(
-            queue_context(frames, inputs.flow.get("throughput")),
-            shown,
-            [F.coalesce(F.col("messages_in"), F.lit(0)).desc(), F.col("address")],
-        ),
-        "quarantine": _quarantine_reasons(inputs, shown),
-    }
-    if "consumer_unacked" in inputs.flow:
-        ranked["consumers"] = ranked_rows(
-            consumer_context(inputs.flow["consumer_unacked"]),
-            shown,
-            [F.col("deliveries").desc(), F.col("consumer_tag")],
-        )
-    if "link_state" in inputs.flow:
-        ranked["links"] = ranked_rows(
-            link_context(inputs.flow["link_state"]), shown, [F.col("deliveries").desc(), F.col("link_name")]
-        )
-    # Lists per capture: (rows, their order, at most how many in all). The gold tables' lists are
-    # made from their rows, without Spark (``_gold_rows``); the others are queried.
-    found = _gold_rows(bottlenecks, shown)
-    listed_in_order: dict[str, tuple[DataFrame | GoldRows | None, list[str], int]] = {
-        "examples": (violation_examples(violations), ["rule_id", "example"], MAX_CAPTURES * 50 * EXAMPLES_PER_RULE),
-        "diagnoses": (_gold_rows(diagnosis, shown), [], MAX_CAPTURES),
-        "findings": (
-            [r for r in found if r["rank"] <= FINDINGS_SHOWN] if found is not None else None,
-            ["rank"],
-            MAX_CAPTURES * FINDINGS_SHOWN,
-        ),
-        "dq": (_gold_rows(dq_summary, shown), ["run_ts"], MAX_CAPTURES),
-        "accounting": (_accounting(inputs), ["direction"], 2 * MAX_CAPTURES),
-    }
-    queries = {
-        **{name: df for name, df in ranked.items() if df is not None},
-        **{
-            name: first_rows(df, shown, order, limit)
-            for name, (df, order, limit) in listed_in_order.items()
-            if isinstance(df, DataFrame)
-        },
-        "spans": _spans(inputs, shown),
-    }
-    rows: dict[str, list[Any]] = {
-        **collect_each(queries),
-        **{
-            name: first_read_rows(given, shown, order, limit)
-            for name, (given, order, limit) in listed_in_order.items()
-            if given is not None and not isinstance(given, DataFrame)
-        },
-    }
-    sections = {name: section_rows(rows.get(name, [])) for name in ranked}
-    lists = {name: listed_by_capture(rows.get(name, []), order) for name, (_, order, _) in listed_in_order.items()}
-    examples, diagnoses, findings = lists["examples"], lists["diagnoses"], lists["findings"]
-    dq_rows, accounting = lists["dq"], lists["accounting"]
-    spans = {r["capture_id"]: (r["first"], r["last"]) for r in rows["spans"] if r["first"] is not None}
-    finding_frames = _finding_frames(frames, findings)
-
-    time_zone = frames.sparkSession.conf.get("spark.sql.session.timeZone")
-    models = [
-        _capture_model(
-            capture,
-            inputs,
-            sections,
-            examples.get(capture["capture_id"], []),
-            diagnoses.get(capture["capture_id"]),
-            findings.get(capture["capture_id"], []),
-            finding_frames,
-            dq_rows.get(capture["capture_id"], []),
-            accounting.get(capture["capture_id"], []),
-            spans.get(capture["capture_id"]),
-        )
-        for capture in listed
-    ]
-    series = by_capture(chart_series)
-    for model in models:
-        charts = series.get(model["capture_id"], {})
-        names = {e["row"]["connection_id"]: e["label"] for e in model["entities"]}
-        # No chart rows and no finding: nothing was measured over time, so no chart (not even a
-        # timeline of bare lifetimes).
-        model["charts"] = (
-            capture_figures(model, charts, lambda c, names=names: str(names.get(c) or c or "—"))
-            if charts or model["findings"]
-            else []
-        )
-        model["utilisation"] = _utilisation(charts)
-    verdicts = verdicts.result() if verdicts is not None else None  # pending: GX ran meanwhile
-    index = data_docs_index or (verdicts.data_docs_index if verdicts is not None else None)
-    return render_page(
-        path,
-        captures=models,
-        capture_total=capture_total,
-        left_out=left_out,
-        suites=_suites(verdicts),
-        data_docs_index=index,
-        time_zone=str(time_zone),
-    )
 
 
 def render_page(
@@ -541,15 +428,12 @@ def _suites(verdicts: VerdictRun | None) -> list[dict[str, Any]] | None:
 
 def _capture_model(
     capture: Mapping[str, Any],
-    inputs: Inputs,
-    sections: Mapping[str, Mapping[str, Section]],
-    examples: list[dict],
+    sections: Sections,
+    given: frozenset[str],
     diagnosis: list[dict] | None,
     findings: list[dict],
     finding_frames: Mapping[tuple[str, int], list[dict]],
     dq_rows: list[dict],
-    accounting: list[dict],
-    span: tuple[int, int] | None,
 ) -> dict[str, Any]:
     """Everything the template shows of one capture, with the anchors that tie it together."""
     capture_id = capture["capture_id"]
@@ -631,7 +515,8 @@ def _capture_model(
         if f["connection_id"] in entities:
             entities[f["connection_id"]]["findings"].append(model)
     example_models = []
-    for e in examples:
+    examples = rows("examples")
+    for e in examples.rows if examples else ():
         connection = connections.get(e["connection_id"])
         model = {
             **e,
@@ -647,10 +532,10 @@ def _capture_model(
         "capture_id": capture_id,
         "anchor": anchor(capture_id, "capture"),
         "capture": capture,
-        "duration_s": (span[1] - span[0]) / 1e6 if span else None,
-        "start_s": span[0] / 1e6 if span else None,
+        "duration_s": (capture["last_us"] - capture["first_us"]) / 1e6 if capture["first_us"] is not None else None,
+        "start_s": capture["first_us"] / 1e6 if capture["first_us"] is not None else None,
         "diagnosis": diagnosis[0] if diagnosis else None,
-        "diagnosed": inputs.diagnosis is not None,
+        "diagnosed": "diagnosis" in given,
         "findings": finding_models,
         "counts": rows("counts"),
         "examples": example_models,
@@ -661,13 +546,13 @@ def _capture_model(
         "queues_total": queues.total if queues else 0,
         "consumers": rows("consumers"),
         "links": rows("links"),
-        "has_consumers": "consumers" in sections,
-        "has_links": "links" in sections,
+        "has_consumers": "consumer_unacked" in given,
+        "has_links": "link_state" in given,
         "tls": tls,
         "frames": rows("frames"),
         "quarantine": rows("quarantine"),
-        "has_quarantine": inputs.quarantine is not None,
-        "accounting": accounting,
+        "has_quarantine": "quarantine" in given,
+        "accounting": list(rows("accounting").rows) if rows("accounting") else [],
         "dq": dq_rows,
         "charts": [],
     }

@@ -356,14 +356,14 @@ def timeline_figure(
         )
     for entity in model["entities"]:
         row = entity["row"]
-        if row["first_ts"] is None:
+        if row["first_us"] is None:
             continue
         name = who(row["connection_id"])
         lanes.append(
             {
                 "label": lane_label(name),
-                "start": row["first_ts"].timestamp() - start,
-                "end": row["last_ts"].timestamp() - start,
+                "start": row["first_us"] / 1e6 - start,
+                "end": row["last_us"] / 1e6 - start,
                 "hover": wire(f"connection {row['client']} → {row['server']}"),
             }
         )
@@ -371,8 +371,8 @@ def timeline_figure(
             lanes.append(
                 {
                     "label": lane_label(name, "consumer", consumer["consumer_tag"]),
-                    "start": consumer["first_ts"].timestamp() - start,
-                    "end": consumer["last_ts"].timestamp() - start,
+                    "start": consumer["first_us"] / 1e6 - start,
+                    "end": consumer["last_us"] / 1e6 - start,
                     "hover": wire(f"consumer {consumer['consumer_tag']} on {consumer['queue']}"),
                 }
             )
@@ -380,8 +380,8 @@ def timeline_figure(
             lanes.append(
                 {
                     "label": lane_label(name, "link", link["link_name"]),
-                    "start": link["first_ts"].timestamp() - start,
-                    "end": link["last_ts"].timestamp() - start,
+                    "start": link["first_us"] / 1e6 - start,
+                    "end": link["last_us"] / 1e6 - start,
                     "hover": wire(f"link {link['link_name']} ({link['sender_side']} sends)"),
                 }
             )

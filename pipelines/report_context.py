@@ -1,20 +1,142 @@
-"""Operator context per capture: who talked to whom, with what limits, over which queues, consumers and links.
+"""The report's queries per capture: who talked to whom, with what limits, over which queues,
+consumers and links; frames, violations, quarantined bytes and the byte accounting summed.
 
 Everything here is what a RabbitMQ operator checks first in the management UI: products and versions
 of the broker and the clients (0-9-1 ``server-properties`` / ``client-properties``, 1.0 ``open``
 properties), connection names, virtual host, the negotiated limits, the queues / addresses, the
 consumers with their prefetch and the links with their credit window. Aggregated in Spark, one row
-per connection, queue, consumer or link. No credential is read: the decoders never keep the SASL
-responses nor ``start-ok``'s response, and user names are not shown.
+per connection, queue, consumer or link; ``pipelines.report_sections`` ranks them into the report's
+gold table. No credential is read: the decoders never keep the SASL responses nor ``start-ok``'s
+response, and user names are not shown. Times shown are text in the session's time zone
+(``ts_text``); times the charts place are epoch microseconds.
 """
 
 from __future__ import annotations
 
 import pyspark.sql.functions as F
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 
-from amqpscope.jobs.report.tables import endpoint
+from amqpscope.expectations.catalogue import SEVERITIES
+from amqpscope.ingest.reasons import REASONS
 from amqpscope.pipelines.addresses import queue_address
+
+_TS_FORMAT = "yyyy-MM-dd HH:mm:ss.SSSSSS"
+_TLS_COLUMNS = ("tls_version", "tls_cipher_suite", "tls_sni", "tls_status")
+
+
+def endpoint(address: str, port: str) -> Column:
+    # IPv6 addresses are bracketed so the port stays readable: [::1]:5672.
+    host = F.when(F.col(address).contains(":"), F.concat(F.lit("["), F.col(address), F.lit("]")))
+    return F.concat(host.otherwise(F.col(address)), F.lit(":"), F.col(port).cast("string"))
+
+
+def ts_text(column: str) -> Column:
+    # Formatted in Spark, in the session time zone, so the page does not depend on the reader's.
+    return F.date_format(F.col(column), _TS_FORMAT).alias(column)
+
+
+def epoch_micros(column: str, name: str) -> Column:
+    # A time the charts place on their axis: microseconds since the epoch, whatever the time zone.
+    return F.unix_micros(F.col(column)).alias(name)
+
+
+def connection_summary(connections: DataFrame) -> DataFrame:
+    """One row per connection: endpoints, protocol, frames, bytes and bytes the capture missed, and
+    for a TLS connection its version, cipher suite, server name and whether it was decrypted."""
+    return connections.select(
+        "capture_id",
+        "connection_id",
+        endpoint("client_address", "client_port").alias("client"),
+        endpoint("server_address", "server_port").alias("server"),
+        "protocol",
+        "frames",
+        "c2s_bytes",
+        "s2c_bytes",
+        (F.col("c2s_missing_bytes") + F.col("s2c_missing_bytes")).alias("missing_bytes"),
+        ts_text("first_ts"),
+        ts_text("last_ts"),
+        # A lake written before TLS was decoded has no such columns.
+        *[(F.col(c) if c in connections.columns else F.lit(None).cast("string")).alias(c) for c in _TLS_COLUMNS],
+    )
+
+
+def frame_counts(frames: DataFrame) -> DataFrame:
+    """Frames and bytes on the wire per capture, protocol, frame type and method."""
+    return frames.groupBy("capture_id", "protocol", "frame_type", "method").agg(
+        F.count(F.lit(1)).alias("frames"), F.sum("frame_size").alias("bytes")
+    )
+
+
+def severity_rank(column: str) -> Column:
+    # Errors first, then warnings, then capture problems; anything else last.
+    rank = F.lit(len(SEVERITIES))
+    for position, severity in enumerate(SEVERITIES):
+        rank = F.when(F.col(column) == severity, F.lit(position)).otherwise(rank)
+    return rank
+
+
+def _packet_number(df: DataFrame) -> Column:
+    if "packet_number" in df.columns:
+        return F.col("packet_number").cast("long").alias("packet_number")
+    return F.lit(None).cast("long").alias("packet_number")
+
+
+def violation_counts(violations: DataFrame) -> DataFrame:
+    """Violations per capture, rule and severity, with the rule's description."""
+    return violations.groupBy("capture_id", "rule_id", "severity").agg(
+        F.count(F.lit(1)).alias("violations"), F.min("description").alias("description")
+    )
+
+
+def violation_examples(violations: DataFrame, per_rule: int) -> DataFrame:
+    """The first `per_rule` violations of each rule in each capture, in capture order.
+
+    ``packet_number`` is null where the violations table has no such column (written before it had one).
+    """
+    # Orders a rule's violations in time within its capture, to show the earliest ones.
+    first_seen = Window.partitionBy("capture_id", "rule_id").orderBy("ts", "connection_id", "frame_index")
+    return (
+        violations.withColumn("example", F.row_number().over(first_seen))
+        .where(F.col("example") <= per_rule)
+        .select(
+            "capture_id",
+            "rule_id",
+            "example",
+            "connection_id",
+            "channel",
+            "handle",
+            "frame_index",
+            _packet_number(violations),
+            ts_text("ts"),
+            "evidence",
+        )
+    )
+
+
+def quarantine_reasons(quarantine: DataFrame) -> DataFrame:
+    """One row per capture and cause of quarantined or missing bytes: its reason id with what it
+    means (rows stored before reason ids: their sentence), runs, bytes and first packet."""
+    meanings = F.create_map(*[F.lit(x) for reason_id, meaning in REASONS.items() for x in (reason_id, meaning)])
+    reason_id = F.coalesce(F.col("reason_id"), F.col("reason"))
+    return (
+        quarantine.withColumn("reason_id", reason_id)
+        .groupBy("capture_id", "reason_id", "missing")
+        .agg(
+            F.count(F.lit(1)).alias("runs"),
+            F.sum("byte_count").alias("bytes"),
+            F.min("packet_number").alias("first_packet"),
+        )
+        .withColumn("reason", F.concat_ws(": ", "reason_id", meanings[F.col("reason_id")]))
+    )
+
+
+def accounting_sums(accounting: DataFrame) -> DataFrame:
+    """Per capture and direction: the byte accounting's sums (``pipelines.accounting``) and how
+    many of its connections do not balance."""
+    return accounting.groupBy("capture_id", "direction").agg(
+        *[F.sum(c).alias(c) for c in ("payload_bytes", "framed_bytes", "quarantined_bytes", "missing_bytes")],
+        F.count(F.when(~F.col("balanced"), 1)).alias("unbalanced"),
+    )
 
 
 def _json(map_key: str, path: str) -> Column:
@@ -102,8 +224,8 @@ def connection_context(frames: DataFrame, connections: DataFrame) -> DataFrame:
         endpoint("server_address", "server_port").alias("server"),
         "client_address",
         "client_port",
-        "first_ts",
-        "last_ts",
+        epoch_micros("first_ts", "first_us"),
+        epoch_micros("last_ts", "last_us"),
         "frames",
     ).join(per_connection, ["capture_id", "connection_id"], "left")
 
@@ -148,8 +270,8 @@ def consumer_context(consumer_unacked: DataFrame) -> DataFrame:
         F.max("channel_prefetch_count").alias("channel_prefetch_count"),
         F.count(F.when(F.col("method").isin("basic.deliver", "basic.get-ok"), 1)).alias("deliveries"),
         F.max("unacked").alias("max_unacked"),
-        F.min("ts").alias("first_ts"),
-        F.max("ts").alias("last_ts"),
+        F.min(F.unix_micros("ts")).alias("first_us"),
+        F.max(F.unix_micros("ts")).alias("last_us"),
     )
 
 
@@ -163,6 +285,6 @@ def link_context(link_state: DataFrame) -> DataFrame:
         F.max("link_credit_rcv").alias("max_link_credit"),
         F.min("link_credit_snd").alias("min_link_credit_snd"),
         F.max("unsettled").alias("max_unsettled"),
-        F.min("ts").alias("first_ts"),
-        F.max("ts").alias("last_ts"),
+        F.min(F.unix_micros("ts")).alias("first_us"),
+        F.max(F.unix_micros("ts")).alias("last_us"),
     )
