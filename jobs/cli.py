@@ -291,7 +291,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         "report",
         help="write the HTML report of captures from the lake",
         description="Write the HTML report of the chosen captures (default: every capture in the lake) from the "
-        "stored tables. Captures whose derive did not finish on their latest ingest are not reported: they are "
+        "gold tables derive wrote, read with delta-rs: on a local lake of the delta-rs storage no Spark session "
+        "is started (with --master, under spark-submit, on Databricks or with Delta's jars configured, one is). "
+        "Captures whose derive did not finish on their latest ingest are not reported: they are "
         "listed as incomplete in the output.",
     )
     p.add_argument(

@@ -54,12 +54,16 @@ def derive(config: AnalyzeConfig, capture_ids: Sequence[str] | None = None, prog
 
 
 def report(config: AnalyzeConfig, capture_ids: Sequence[str] | None = None, progress: str = "auto"):
-    """``amqpscope report``: the HTML report of complete captures from the lake."""
+    """``amqpscope report``: the HTML report of complete captures from the lake: from its gold
+    tables through delta-rs, with no Spark session to start where the lake allows it
+    (``report_job.reads_without_spark``)."""
     from amqpscope.jobs.progress import Progress
-    from amqpscope.jobs.report_job import report_lake
+    from amqpscope.jobs.report_job import reads_without_spark, report_lake
     from amqpscope.jobs.stages import StageClock, job_session
 
     check_lake_writable(config.lake)
+    if reads_without_spark(config):
+        return report_lake(None, config, capture_ids, clock=StageClock())
     with job_session(config, "amqpscope-report") as spark, Progress(spark, mode=progress) as reporter:
         return report_lake(spark, config, capture_ids, clock=StageClock(progress=reporter))
 

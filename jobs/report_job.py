@@ -12,6 +12,7 @@ report's sections were a gold table has them computed from its stored tables.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,8 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
 from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.report import gold_rows, render_page, write_gold_report
-from amqpscope.jobs.stages import StageClock
+from amqpscope.jobs.session import session_time_zone
+from amqpscope.jobs.stages import StageClock, job_session
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.accounting import byte_accounting
 from amqpscope.pipelines.report_sections import report_sections
@@ -38,15 +40,35 @@ class ReportResult:
     incomplete: tuple[tuple[str, str], ...]  # (capture id, why it is not reported)
 
 
+def reads_without_spark(config: AnalyzeConfig) -> bool:
+    """True when the report job reads ``config``'s lake with delta-rs alone, with no Spark session
+    to start: a lake of local directories written by the delta-rs backend (``--storage delta-rs``,
+    or ``auto`` where the session would have no Delta jars), and no Spark asked for: no master
+    given, not under spark-submit (its JVM already runs), not in a Databricks runtime or beside a
+    running session."""
+    if config.catalog is not None or config.storage == "delta-spark" or "://" in str(config.lake):
+        return False
+    if config.master is not None or SparkSession.getActiveSession() is not None:
+        return False
+    if {"DATABRICKS_RUNTIME_VERSION", "PYSPARK_GATEWAY_PORT"} & os.environ.keys():
+        return False
+    # "auto" picks delta-spark when the JVM can load Delta: the jars the session would be given.
+    jars = " ".join(str(v) for k, v in config.spark_conf.items() if "jars" in k or "extensions" in k)
+    return config.storage == "delta-rs" or "delta" not in jars.lower()
+
+
 def report_lake(
-    spark: SparkSession,
+    spark: SparkSession | None,
     config: AnalyzeConfig,
     capture_ids: Sequence[str] | None = None,
     *,
     run_id: str | None = None,
     clock: StageClock | None = None,
 ) -> ReportResult:
-    """Write the report of ``capture_ids`` (default: every capture in the lake) from the stored tables."""
+    """Write the report of ``capture_ids`` (default: every capture in the lake) from the stored
+    tables. Without ``spark`` the lake is read and marked with delta-rs alone
+    (``reads_without_spark``); a Spark session is started only for captures derived before the
+    report_sections table existed."""
     run_id = run_id or runs.new_run_id()
     clock = clock or StageClock()
     lake = Lake.of(spark, config, run_id=run_id)
@@ -80,7 +102,7 @@ def report_lake(
                 left_out=left_out,
                 suites=None,
                 data_docs_index=_data_docs_index(config.data_docs_dir),
-                time_zone=str(spark.conf.get("spark.sql.session.timeZone")),
+                time_zone=_time_zone(spark, config),
             )
             return ReportResult(report, (), incomplete)
         gold = gold_rows(lake, complete)
@@ -91,7 +113,7 @@ def report_lake(
             # Derived by a version before the report's sections were a gold table: computed from
             # their stored tables (one Spark action) until derive runs on them again.
             log.info("%d capture(s) derived without report_sections: their sections computed", len(older))
-            sections += _sections_computed(lake, older)
+            sections += _sections_computed(spark, config, older)
         report = write_gold_report(
             path,
             **{**gold, "sections": sections},
@@ -105,9 +127,13 @@ def report_lake(
     return ReportResult(report, tuple(complete), incomplete)
 
 
-def _sections_computed(lake: Lake, capture_ids: Sequence[str]) -> list[dict]:
+def _sections_computed(spark: SparkSession | None, config: AnalyzeConfig, capture_ids: Sequence[str]) -> list[dict]:
     """The report_sections rows of ``capture_ids`` computed from their stored tables, as derive
-    computes them."""
+    computes them (in a session of its own when the report runs without one)."""
+    if spark is None:
+        with job_session(config, "amqpscope-report") as session:
+            return _sections_computed(session, config, capture_ids)
+    lake = Lake.of(spark, config)
     keep = lake_capture_filter(capture_ids)
 
     def stored(name: str) -> DataFrame | None:
@@ -127,6 +153,13 @@ def _sections_computed(lake: Lake, capture_ids: Sequence[str]) -> list[dict]:
         stored("bottlenecks"),
     )
     return [r.asDict() for r in sections.collect()]
+
+
+def _time_zone(spark: SparkSession | None, config: AnalyzeConfig) -> str:
+    # The zone the page's times are written in: the session's (derive's when it wrote them).
+    if spark is not None:
+        return str(spark.conf.get("spark.sql.session.timeZone"))
+    return session_time_zone(config.spark_conf)
 
 
 def _why_not(capture: dict, state: dict) -> str:

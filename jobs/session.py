@@ -7,7 +7,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from pyspark import SparkContext
@@ -293,6 +293,11 @@ def is_connect(spark: SparkSession) -> bool:
     """True for a Spark Connect session (Databricks' standard access mode and serverless compute),
     which has no SparkContext, JVM gateway or status tracker in this process."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def session_time_zone(conf: Mapping[str, str]) -> str:
+    """The time zone a session built with ``conf`` (``build_session``) writes times in."""
+    return str({**_BASE_CONF, **conf}["spark.sql.session.timeZone"])
 
 
 def jvm_has_delta(spark: SparkSession) -> bool:

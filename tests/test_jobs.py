@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -281,3 +283,34 @@ def test_the_report_job_reads_the_gold_tables_without_spark_and_draws_the_page_t
     shutil.rmtree(config.lake / "report_sections")
     again = report_lake(spark, config)
     assert again.report != result.report and again.report.read_text(encoding="utf-8") == queried
+
+
+def test_the_report_job_starts_no_spark_where_the_lake_is_read_with_delta_rs(spark, clean, tmp_path):
+    lake = tmp_path / "lake"
+    shutil.copytree(clean[0], lake)
+    # `amqpscope report` as a scheduled stage runs it, in a process of its own: no Spark session
+    # is started, so no JVM is launched at all.
+    script = (
+        "import json, sys\n"
+        "from pyspark import SparkContext\n"
+        "from amqpscope.jobs import cli\n"
+        "code = cli.main(['report', '--lake', sys.argv[1], '--report', sys.argv[2], '--progress', 'never'])\n"
+        "print(json.dumps({'exit': int(code), 'jvm': SparkContext._gateway is not None}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(lake), str(tmp_path / "alone.html")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"exit": 0, "jvm": False}
+    # The page is the one the job draws beside a running session.
+    from amqpscope.jobs.report_job import report_lake
+
+    beside = report_lake(spark, AnalyzeConfig(lake=lake, report=tmp_path / "beside.html", storage="delta-rs"))
+    assert beside.captures == (capture_id(FIRST),)
+    assert (tmp_path / "alone.html").read_text(encoding="utf-8") == beside.report.read_text(encoding="utf-8")

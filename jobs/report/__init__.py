@@ -13,12 +13,12 @@ of each capture, ranked and cut to their first rows (``pipelines.report_sections
 series (``pipelines.chart_series``), the diagnosis, its findings and the data-quality summary. The
 report job and analyze read them through delta-rs, so a page of a capture of any size is drawn
 without a Spark query (``write_gold_report``); given as DataFrames, the same rows are computed and
-collected (``write_report``), and the page is the same. The
-page is rendered from Jinja2 templates with autoescaping on, and the charts are Plotly figures
-whose library (plotly.js's basic bundle, installed from npm: ``amqpscope.web_assets``) is inlined
-once: nothing is fetched when the page opens, and a capture's charts are drawn when its section is
-opened. Every value from the wire is hostile input: escaped in the HTML, escaped again inside the
-charts' JSON and shown by Plotly as text (``charts``).
+collected (``write_report``), and the page is the same. The page is rendered from Jinja2 templates
+with autoescaping on, and the charts are Plotly figures whose library (plotly.js's basic bundle,
+installed from npm: ``amqpscope.web_assets``) is inlined once: nothing is fetched when the page
+opens, and a capture's charts are drawn when its section is opened. Every value from the wire is
+hostile input: escaped in the HTML, escaped again inside the charts' JSON and shown by Plotly as
+text (``charts``).
 """
 
 from __future__ import annotations
@@ -122,8 +122,6 @@ def write_report(
     ``flow`` holds flow-state tables by name (consumer_unacked, link_state: the consumers and
     links sections; throughput: the queues' traffic). ``accounting`` is the byte accounting when
     the caller has it (``pipelines.accounting.byte_accounting``), else it is computed."""
-    from pyspark.sql import functions as F
-
     from amqpscope.pipelines.accounting import byte_accounting
     from amqpscope.pipelines.report_sections import report_sections
 
@@ -142,19 +140,15 @@ def write_report(
         flow.get("link_state"),
         bottlenecks,
     )
-    ids = sorted({r["capture_id"] for r in sections.where(F.col("section") == "capture").collect()})[:MAX_CAPTURES]
-    shown = sections.where(F.col("capture_id").isin(ids))
 
     def collected(given: DataFrame | None) -> GoldRows | None:
-        if given is None:
-            return None
-        return [r.asDict(recursive=True) for r in given.where(F.col("capture_id").isin(ids)).collect()]
+        return [r.asDict(recursive=True) for r in given.collect()] if given is not None else None
 
     present = {"consumer_unacked", "link_state"} & flow.keys()
     present |= {n for n, df in (("quarantine", quarantine), ("diagnosis", diagnosis)) if df is not None}
     return write_gold_report(
         path,
-        sections=[r.asDict() for r in shown.collect()],
+        sections=[r.asDict() for r in sections.collect()],
         diagnosis=collected(diagnosis),
         bottlenecks=collected(bottlenecks),
         dq_summary=collected(dq_summary),
