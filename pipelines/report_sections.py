@@ -188,17 +188,20 @@ def _capture_lines(
 
 def finding_frames(frames: DataFrame, bottlenecks: DataFrame) -> DataFrame:
     """The frames of the packets the shown bottleneck findings point at (their first
-    FRAMES_PER_FINDING ``packet_numbers``): what a reader opens first in Wireshark."""
+    FRAMES_PER_FINDING ``packet_numbers``), the first FRAMES_PER_PACKET of each packet, with how many
+    the packet carries (``frames_in_packet``): what a reader opens first in Wireshark."""
     wanted = (
         bottlenecks.where(F.col("rank") <= FINDINGS_SHOWN)
         .select("capture_id", F.explode(F.slice("packet_numbers", 1, FRAMES_PER_FINDING)).alias("packet_number"))
         .distinct()
     )
     # A packet's frames in the order they completed on the wire.
-    in_packet = Window.partitionBy("capture_id", "packet_number").orderBy("connection_id", "frame_index")
+    packet = Window.partitionBy("capture_id", "packet_number")  # unordered: counts a packet's frames
+    in_packet = packet.orderBy("connection_id", "frame_index")
     return (
         frames.join(F.broadcast(wanted), ["capture_id", "packet_number"])
         .withColumn("_in_packet", F.row_number().over(in_packet))
+        .withColumn("frames_in_packet", F.count(F.lit(1)).over(packet))
         .where(F.col("_in_packet") <= FRAMES_PER_PACKET)
         .select(
             "capture_id",
@@ -211,5 +214,6 @@ def finding_frames(frames: DataFrame, bottlenecks: DataFrame) -> DataFrame:
             "method",
             "frame_size",
             ts_text("ts"),
+            "frames_in_packet",
         )
     )

@@ -4,12 +4,14 @@ every packet a finding points at with its frames."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
+from amqpscope.jobs.report import write_report
 from amqpscope.pipelines import report_sections as sections
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA, FRAMES_SCHEMA
@@ -77,8 +79,51 @@ def test_every_packet_a_finding_points_at_keeps_its_first_frames(spark):
     frames = table(spark, FRAMES_SCHEMA, FRAMES)
     # Finding 1 points at the batch and at the two acks; finding 2 (beyond those shown) at packet 3 only.
     bottlenecks = table(spark, BOTTLENECKS_SCHEMA, [finding(1, [1, 2]), finding(sections.FINDINGS_SHOWN + 1, [3])])
-    got = [(r.packet_number, r.frame_index) for r in sections.finding_frames(frames, bottlenecks).collect()]
-    assert sorted(got) == [(1, i) for i in range(sections.FRAMES_PER_PACKET)] + [(2, 15)]
+    got = [
+        (r.packet_number, r.frame_index, r.frames_in_packet)
+        for r in sections.finding_frames(frames, bottlenecks).collect()
+    ]
+    # Each packet's first frames in wire order, with how many it carries.
+    assert sorted(got) == [(1, i, 15) for i in range(sections.FRAMES_PER_PACKET)] + [(2, 15, 1)]
+
+
+def test_the_page_says_which_packets_carry_more_frames_than_it_shows(spark, tmp_path):
+    finding = dict(
+        capture_id="cap",
+        rank=1,
+        finding_id="f1",
+        rule_id="bottleneck.queue",
+        entity_kind="connection",
+        entity="c1",
+        connection_id="c1",
+        component="queue",
+        effect="flow",
+        severity="bottleneck",
+        start_ts=T0,
+        start_packet_number=1,
+        duration_us=1000,
+        lifetime_share=0.5,
+        confidence=0.9,
+        evidence={"k": "v"},
+        packet_numbers=[1, 2],
+        wireshark_filter="frame.number in {1, 2}",
+        explanation="the batch",
+    )
+    page = write_report(
+        tmp_path / "report.html",
+        frames=table(spark, FRAMES_SCHEMA, FRAMES),
+        connections=table(spark, CONNECTIONS_SCHEMA, CONNECTIONS),
+        violations=table(spark, VIOLATIONS_SCHEMA, []),
+        captures=None,
+        verdicts=None,
+        data_docs_index=None,
+        bottlenecks=table(spark, BOTTLENECKS_SCHEMA, [finding]),
+    ).read_text(encoding="utf-8")
+    kept = sections.FRAMES_PER_PACKET
+    assert f"Packet 1: its first {kept} of 15 frames. The Wireshark filter shows them all." in page
+    assert "Packet 2:" not in page  # it carries one frame, shown
+    [evidence] = re.findall(r"<summary>evidence</summary>(.*?)</details>", page, flags=re.S)
+    assert evidence.count("<td>basic.publish</td>") == kept and evidence.count("<td>basic.ack</td>") == 1
 
 
 def test_sections_are_ranked_counted_and_keep_their_null_columns(spark, monkeypatch):

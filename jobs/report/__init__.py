@@ -493,16 +493,23 @@ def _capture_model(
 
     finding_models = []
     for f in findings:
+        packets = [finding_frames.get((capture_id, p), []) for p in (f["packet_numbers"] or [])[:FRAMES_PER_FINDING]]
         frames = [
             fr
-            for p in (f["packet_numbers"] or [])[:FRAMES_PER_FINDING]
-            for fr in finding_frames.get((capture_id, p), [])
+            for found in packets
+            for fr in found
             if f["connection_id"] is None or fr["connection_id"] == f["connection_id"]
         ]
         model = {
             **f,
             "target": target(f["connection_id"], f["channel"], f["consumer_tag"], f["link_name"], None, f["queue"]),
             "frames": frames,
+            # Packets carrying more frames than the page keeps of them: (packet, kept, carried).
+            "frames_cut": [
+                (found[0]["packet_number"], len(found), found[0]["frames_in_packet"])
+                for found in packets
+                if found and (found[0].get("frames_in_packet") or 0) > len(found)
+            ],
             "evidence": sorted((f["evidence"] or {}).items()),
         }
         finding_models.append(model)
