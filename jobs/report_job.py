@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
@@ -26,7 +26,6 @@ from amqpscope.jobs.report import gold_rows, render_page, write_gold_report
 from amqpscope.jobs.session import session_time_zone
 from amqpscope.jobs.stages import StageClock, job_session
 from amqpscope.pipelines import tables
-from amqpscope.pipelines.accounting import byte_accounting
 from amqpscope.pipelines.report_sections import report_sections
 from amqpscope.schemas.runs import OUTCOME_OK
 
@@ -106,7 +105,7 @@ def report_lake(
             )
             return ReportResult(report, (), incomplete)
         gold = gold_rows(lake, complete)
-        sections = list(gold["sections"] or [])
+        sections = list(gold["sections"])
         covered = {r["capture_id"] for r in sections if r["section"] == "capture"}
         older = [cid for cid in complete if cid not in covered]
         if older:
@@ -135,24 +134,13 @@ def _sections_computed(spark: SparkSession | None, config: AnalyzeConfig, captur
             return _sections_computed(session, config, capture_ids)
     lake = Lake.of(spark, config)
     keep = lake_capture_filter(capture_ids)
-
-    def stored(name: str) -> DataFrame | None:
-        return lake.read(name).filter(keep) if lake.exists(name) else None
-
-    frames, connections, quarantine = stored("frames"), stored("connections"), stored("quarantine")
-    sections = report_sections(
-        stored("captures"),
-        frames,
-        connections,
-        stored("violations"),
-        quarantine,
-        byte_accounting(connections, frames, quarantine) if quarantine is not None else None,
-        stored("throughput"),
-        stored("consumer_unacked"),
-        stored("link_state"),
-        stored("bottlenecks"),
-    )
-    return [r.asDict() for r in sections.collect()]
+    # Its declared inputs as stored; a shared result (the byte accounting) the pipeline computes.
+    stored = {
+        name: lake.read(name).filter(keep) if lake.exists(name) else None
+        for name in tables.inputs_of("report_sections")
+        if name in tables.TABLES
+    }
+    return [r.asDict() for r in report_sections(**stored).collect()]
 
 
 def _time_zone(spark: SparkSession | None, config: AnalyzeConfig) -> str:

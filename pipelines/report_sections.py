@@ -15,6 +15,7 @@ from functools import reduce
 import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame, Window
 
+from amqpscope.pipelines.accounting import byte_accounting
 from amqpscope.pipelines.report_context import (
     accounting_sums,
     connection_context,
@@ -55,8 +56,12 @@ def report_sections(
 ) -> DataFrame:
     """Every section of the report of each capture (schemas.report.REPORT_SECTIONS_SCHEMA). A
     section whose table is not given has no rows; without ``captures`` the captures are those of
-    the connections, frames and violations, their span the connections'."""
+    the connections, frames and violations, their span the connections'. ``accounting`` is the
+    byte accounting (``pipelines.accounting.byte_accounting``) when the caller has it (derive's
+    shared result), else it is computed from the tables given."""
     col = F.col
+    if accounting is None and quarantine is not None:
+        accounting = byte_accounting(connections, frames, quarantine)
     sections: list[tuple[str, DataFrame, Sequence[Column], int]] = [
         ("capture", _capture_lines(captures, connections, frames, violations), [], 1),
         (

@@ -122,12 +122,9 @@ def write_report(
     ``flow`` holds flow-state tables by name (consumer_unacked, link_state: the consumers and
     links sections; throughput: the queues' traffic). ``accounting`` is the byte accounting when
     the caller has it (``pipelines.accounting.byte_accounting``), else it is computed."""
-    from amqpscope.pipelines.accounting import byte_accounting
     from amqpscope.pipelines.report_sections import report_sections
 
     flow = dict(flow or {})
-    if accounting is None and quarantine is not None:
-        accounting = byte_accounting(connections, frames, quarantine)
     sections = report_sections(
         captures,
         frames,
