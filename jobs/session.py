@@ -34,6 +34,15 @@ _BASE_CONF = {
     # object written reachable until reset (default: every 100 objects, i.e. up to 100 batches of
     # 10,000 rows outside Spark's memory accounting). Reset after each: memory flat in capture size.
     "spark.serializer.objectStreamReset": "1",
+    # Spark's memory pages are 8 MiB here by default (its memory pool / cores / 16, rounded up to
+    # a power of two). A task whose chained window operators buffer one large partition (a queue's
+    # events, in the diagnosis) then makes each operator take a whole page, push the next to spill
+    # to get it back, and so on: the derive job on a stored 1 M-frame capture spilled 1.44 GB of
+    # pages as 4.65 MB of files in one task (some 170 page-sized spills or more), and ran out of
+    # heap reading them back (each file read opens with 2 MiB of buffers). With 2 MiB pages the
+    # same job spills once a pool share is full and completes (docs/BENCHMARKS.md, twenty-third
+    # session).
+    "spark.buffer.pageSize": "2m",
     # Spark keeps 100 compiled code-generated classes by default. One flow-state table's plan alone
     # needs more (link_state: 32 window operators), so each of its tasks compiled them again with
     # Janino: link_state took 3.5 s a query warm, 0.6 s with this. Bounded by entries, not by data.
