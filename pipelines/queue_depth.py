@@ -119,10 +119,17 @@ def depth_at(points: DataFrame, events: DataFrame) -> DataFrame:
     # The changes since the latest set: all changes so far less those up to that set, so that one
     # ordering of the queue's timeline answers everything.
     changes = F.sum(F.when(F.col("kind") == _CHANGE, F.col("value")).otherwise(0)).over(window)
+    # The three running values read nothing of one another: one window operator computes them, so
+    # that a queue's timeline (the largest partition of a run) is buffered once for them, not three
+    # times in a row.
     counted = (
-        timeline.withColumn("_since", F.sum((F.col("kind") == _SET).cast("long")).over(window))
-        .withColumn("_base", F.last(F.when(F.col("kind") == _SET, F.col("value")), True).over(window))
-        .withColumn("_changes", changes)
+        timeline.withColumns(
+            {
+                "_since": F.sum((F.col("kind") == _SET).cast("long")).over(window),
+                "_base": F.last(F.when(F.col("kind") == _SET, F.col("value")), True).over(window),
+                "_changes": changes,
+            }
+        )
         .withColumn("_changes_at_set", F.last(F.when(F.col("kind") == _SET, F.col("_changes")), True).over(window))
         .withColumn(
             "_ready", F.when(F.col("_since") > 0, F.col("_base") + F.col("_changes") - F.col("_changes_at_set"))

@@ -56,3 +56,18 @@ def test_each_point_gets_the_ready_count_just_before_it(spark):
         "capture_id string, queue string, ts_us long, owner string, ready long",
     )
     assertDataFrameEqual(depth_at(points, events), expected)
+
+
+def test_a_queues_timeline_is_buffered_by_one_window_operator_for_its_running_values(spark):
+    # Each window operator buffers a whole partition, here a queue's timeline (a run's largest):
+    # the running set count, base and changes in one, the changes at the latest set (which reads
+    # the changes) in a second, the whole-queue check in a third.
+    events = spark.createDataFrame(
+        [("c", "q", 100, SET, 5)], "capture_id string, queue string, ts_us long, kind int, value long"
+    )
+    points = spark.createDataFrame([("c", "q", 300)], "capture_id string, queue string, ts_us long")
+    plan = depth_at(points, events)._jdf.queryExecution().executedPlan().toString()
+    windows = [line for line in plan.splitlines() if line.lstrip(" :+-").startswith("Window ")]
+    assert len(windows) == 3, plan
+    running = [w for w in windows if "unboundedpreceding$(), currentrow$()" in w]
+    assert [w.count("windowspecdefinition") for w in running] == [1, 3], plan
