@@ -3,7 +3,8 @@
 One command:
 
     .venv/bin/python benchmarks/ingest.py [--frames 1000000] [--out out/bench] [--only throughput|memory]
-                                          [--memory-sizes 256,2048] [--memory-conf KEY=VALUE] [--keep]
+                                          [--memory-sizes 256,2048] [--memory-conf KEY=VALUE] [--memory-derive]
+                                          [--keep]
 
 1. The capture is ``benchmarks/decode.py``'s (``build_capture``): the bundled real captures
    replicated with a distinct client address per copy until it holds ``--frames`` AMQP frames.
@@ -22,6 +23,9 @@ One command:
    default driver memory, while the process tree is sampled every 0.5 s from ``/proc``: peak RSS
    of the driver's JVM (which runs the tasks in local mode), of the Python workers, and of the
    driver's Python process. ``--memory-conf`` adds Spark settings to these runs (never driver memory).
+   With ``--memory-derive`` each run's lake is then derived (``jobs.derive.derive_lake``, what
+   ``amqpscope derive --lake`` runs: every table after the bronze ones) in a process of its own, with
+   the same default driver memory, measured the same way as a run of its own.
 
 Besides wall clock, every run records the CPU seconds of its processes (and of which the JVMs and the
 Python workers) and the CPU seconds the rest of the machine used meanwhile (``/proc/stat``), since
@@ -258,6 +262,26 @@ def ingest_once(landing: Path, lake: Path, master: str, ports: tuple[int, ...], 
     }
 
 
+def derive_once(lake: Path, master: str, ports: tuple[int, ...], conf: dict[str, str]) -> dict:
+    """Time ``derive_lake`` (what ``amqpscope derive --lake LAKE`` runs) over every capture ingested into
+    ``lake``; count the frames it derived from (runs in the child)."""
+    from amqpscope.conf.settings import AnalyzeConfig
+    from amqpscope.jobs.derive import derive_lake
+    from amqpscope.jobs.lake import Lake
+    from amqpscope.jobs.session import build_session
+
+    spark = build_session(master, APP_NAME, conf)
+    try:
+        config = AnalyzeConfig(lake=lake, master=master, ports=ports, spark_conf=conf)
+        started = time.perf_counter()
+        result = derive_lake(spark, config)
+        seconds = time.perf_counter() - started
+        frames = Lake(spark, lake).read("frames").count()
+    finally:
+        spark.stop()
+    return {"seconds": round(seconds, 2), "frames": frames, "captures_ingested": len(result.derived), "failed": []}
+
+
 @dataclass
 class Run:
     name: str  # what was measured: setup and input
@@ -278,15 +302,22 @@ class Run:
 
 
 def run_ingest(
-    run: Run, landing: Path, lake: Path, ports: tuple[int, ...], log: Path, cluster: StandaloneCluster | None = None
+    run: Run,
+    landing: Path | None,
+    lake: Path,
+    ports: tuple[int, ...],
+    log: Path,
+    cluster: StandaloneCluster | None = None,
+    keep_lake: bool = False,
 ) -> Run:
-    """One ``ingest_once`` in a child process, sampled; fills ``run`` in."""
-    shutil.rmtree(lake, ignore_errors=True)
+    """One ``ingest_once`` of ``landing`` into a fresh ``lake`` in a child process, sampled; fills ``run``
+    in. Without ``landing``: one ``derive_once`` of the captures already in ``lake``."""
+    if landing is not None:
+        shutil.rmtree(lake, ignore_errors=True)
     command = [
         sys.executable,
         __file__,
-        "one",
-        str(landing),
+        *(("one", str(landing)) if landing is not None else ("one-derive",)),
         str(lake),
         run.master,
         "--ports",
@@ -325,7 +356,8 @@ def run_ingest(
             )
         elif cluster is not None and run.executors < cluster.workers:
             run.error = f"the master launched {run.executors} executors for {cluster.workers} workers"
-    shutil.rmtree(lake, ignore_errors=True)
+    if not keep_lake:
+        shutil.rmtree(lake, ignore_errors=True)
     print(f"[{time.strftime('%H:%M:%S')}] {run.name}: {_summary(run)}", file=sys.stderr, flush=True)
     return run
 
@@ -453,8 +485,10 @@ def memory(
     out: Path,
     runs: list[Run],
     save: Callable[[], None],
+    derive: bool = False,
 ) -> None:
-    """A capture of each size ingested on local[2] with default driver memory (and ``conf``); into ``runs``."""
+    """A capture of each size ingested on local[2] with default driver memory (and ``conf``); into ``runs``.
+    With ``derive``, its lake then derived (``amqpscope derive``) in a process of its own, as a run of its own."""
     for size in sizes_mib:
         capture = out / "captures" / f"memory-{size}mib.pcap"
         capture.parent.mkdir(parents=True, exist_ok=True)
@@ -471,9 +505,14 @@ def memory(
             frames,
             conf,
         )
-        runs.append(run_ingest(run, landing, out / "lake", ports, out / "logs" / f"memory-{size}.log"))
+        lake = out / "lake"
+        runs.append(run_ingest(run, landing, lake, ports, out / "logs" / f"memory-{size}.log", keep_lake=derive))
         save()
         shutil.rmtree(landing)
+        if derive and not run.error:
+            derived = Run(f"{run.name}: derive", "local[2]", 1, megabytes, frames, conf)
+            runs.append(run_ingest(derived, None, lake, ports, out / "logs" / f"memory-{size}-derive.log"))
+            save()
 
 
 def ratios(runs: list[Run]) -> dict[str, float]:
@@ -514,7 +553,7 @@ def markdown(result: dict) -> str:
     lines += [
         "",
         (
-            "| run | capture MB | frames (read back) | ingest s | frames/s | peak RSS driver JVM MB | "
+            "| run | capture MB | frames (read back) | ingest (derive) s | frames/s | peak RSS driver JVM MB | "
             "peak RSS one Python worker MB | peak RSS all Python workers MB | peak RSS driver Python MB |"
         ),
         "|---|---|---|---|---|---|---|---|---|",
@@ -533,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["one"]:
         return _one(argv[1:])
+    if argv[:1] == ["one-derive"]:
+        return _one_derive(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=1_000_000, help="AMQP frames in the capture (default 1 M)")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench", help="captures, lakes, logs, ingest.json")
@@ -545,6 +586,11 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="KEY=VALUE",
         help="a Spark setting for the memory runs (repeatable; driver memory stays the default)",
+    )
+    parser.add_argument(
+        "--memory-derive",
+        action="store_true",
+        help="derive each memory run's lake too (amqpscope derive, its own process), measured the same way",
     )
     parser.add_argument("--keep", action="store_true", help="keep the captures")
     args = parser.parse_args(argv)
@@ -580,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(
                     "the memory runs are about the default driver memory: no --memory-conf spark.driver.memory"
                 )
-            memory(seeds, sizes, ports, conf, args.out, memory_runs, save)
+            memory(seeds, sizes, ports, conf, args.out, memory_runs, save, derive=args.memory_derive)
     finally:
         if not args.keep:
             shutil.rmtree(args.out / "captures", ignore_errors=True)
@@ -599,6 +645,21 @@ def _one(argv: list[str]) -> int:
     conf = dict(item.split("=", 1) for item in args.conf)
     ports = tuple(int(p) for p in args.ports.split(","))
     print(json.dumps(ingest_once(args.landing, args.lake, args.master, ports, conf)))
+    return 0
+
+
+def _one_derive(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ingest.py one-derive", description="one timed derive (the benchmark runs it)"
+    )
+    parser.add_argument("lake", type=Path)
+    parser.add_argument("master")
+    parser.add_argument("--ports", required=True)
+    parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE Spark setting")
+    args = parser.parse_args(argv)
+    conf = dict(item.split("=", 1) for item in args.conf)
+    ports = tuple(int(p) for p in args.ports.split(","))
+    print(json.dumps(derive_once(args.lake, args.master, ports, conf)))
     return 0
 
 
