@@ -570,10 +570,8 @@ def markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["one"]:
-        return _one(argv[1:])
-    if argv[:1] == ["one-derive"]:
-        return _one_derive(argv[1:])
+    if argv[:1] in (["one"], ["one-derive"]):
+        return _one(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=1_000_000, help="AMQP frames in the capture (default 1 M)")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench", help="captures, lakes, logs, ingest.json")
@@ -635,31 +633,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="ingest.py one", description="one timed ingest (the benchmark runs it)")
-    parser.add_argument("landing", type=Path)
-    parser.add_argument("lake", type=Path)
-    parser.add_argument("master")
-    parser.add_argument("--ports", required=True)
-    parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE Spark setting")
-    args = parser.parse_args(argv)
-    conf = dict(item.split("=", 1) for item in args.conf)
-    ports = tuple(int(p) for p in args.ports.split(","))
-    print(json.dumps(ingest_once(args.landing, args.lake, args.master, ports, conf)))
-    return 0
-
-
-def _one_derive(argv: list[str]) -> int:
+    """A child run: ``one LANDING LAKE MASTER`` ingests, ``one-derive LAKE MASTER`` derives; prints its JSON."""
+    derive = argv[:1] == ["one-derive"]
     parser = argparse.ArgumentParser(
-        prog="ingest.py one-derive", description="one timed derive (the benchmark runs it)"
+        prog=f"ingest.py {argv[0]}", description=f"one timed {'derive' if derive else 'ingest'} (the benchmark runs it)"
     )
+    if not derive:
+        parser.add_argument("landing", type=Path)
     parser.add_argument("lake", type=Path)
     parser.add_argument("master")
     parser.add_argument("--ports", required=True)
     parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE Spark setting")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv[1:])
     conf = dict(item.split("=", 1) for item in args.conf)
     ports = tuple(int(p) for p in args.ports.split(","))
-    print(json.dumps(derive_once(args.lake, args.master, ports, conf)))
+    if derive:
+        result = derive_once(args.lake, args.master, ports, conf)
+    else:
+        result = ingest_once(args.landing, args.lake, args.master, ports, conf)
+    print(json.dumps(result))
     return 0
 
 
