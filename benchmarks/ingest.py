@@ -257,7 +257,7 @@ def ingest_once(landing: Path, lake: Path, master: str, ports: tuple[int, ...], 
     return {
         "seconds": round(seconds, 2),
         "frames": frames,
-        "captures_ingested": len(result.ingested),
+        "captures": len(result.ingested),
         "failed": [list(f) for f in result.failed],
     }
 
@@ -279,7 +279,7 @@ def derive_once(lake: Path, master: str, ports: tuple[int, ...], conf: dict[str,
         frames = Lake(spark, lake).read("frames").count()
     finally:
         spark.stop()
-    return {"seconds": round(seconds, 2), "frames": frames, "captures_ingested": len(result.derived), "failed": []}
+    return {"seconds": round(seconds, 2), "frames": frames, "captures": len(result.derived), "failed": []}
 
 
 @dataclass
@@ -349,9 +349,9 @@ def run_ingest(
         run.frames_per_second = round(run.frames / run.seconds)
         run.megabytes_per_second = round(run.file_megabytes / run.seconds, 2)
         run.frames_per_cpu_second = round(run.frames / run.usage.cpu_seconds) if run.usage.cpu_seconds else 0
-        if run.frames != run.expected_frames or result["captures_ingested"] != run.captures or result["failed"]:
+        if run.frames != run.expected_frames or result["captures"] != run.captures or result["failed"]:
             run.error = (
-                f"wrote {run.frames} frames of {result['captures_ingested']} captures "
+                f"wrote {run.frames} frames of {result['captures']} captures "
                 f"(expected {run.expected_frames} of {run.captures}); failed: {result['failed']}"
             )
         elif cluster is not None and run.executors < cluster.workers:

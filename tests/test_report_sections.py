@@ -66,8 +66,8 @@ CONNECTIONS = [
 ]
 
 
-def finding(rank: int, packets: list[int]) -> dict[str, Any]:
-    return dict(capture_id="cap", rank=rank, packet_numbers=packets)
+def finding(rank: int, packets: list[int], **values: Any) -> dict[str, Any]:
+    return dict(capture_id="cap", rank=rank, packet_numbers=packets, **values)
 
 
 def section_rows(df: DataFrame, name: str) -> list[tuple[int, int, dict]]:
@@ -88,9 +88,9 @@ def test_every_packet_a_finding_points_at_keeps_its_first_frames(spark):
 
 
 def test_the_page_says_which_packets_carry_more_frames_than_it_shows(spark, tmp_path):
-    finding = dict(
-        capture_id="cap",
-        rank=1,
+    shown = finding(
+        1,
+        [1, 2],
         finding_id="f1",
         rule_id="bottleneck.queue",
         entity_kind="connection",
@@ -105,7 +105,6 @@ def test_the_page_says_which_packets_carry_more_frames_than_it_shows(spark, tmp_
         lifetime_share=0.5,
         confidence=0.9,
         evidence={"k": "v"},
-        packet_numbers=[1, 2],
         wireshark_filter="frame.number in {1, 2}",
         explanation="the batch",
     )
@@ -117,7 +116,7 @@ def test_the_page_says_which_packets_carry_more_frames_than_it_shows(spark, tmp_
         captures=None,
         verdicts=None,
         data_docs_index=None,
-        bottlenecks=table(spark, BOTTLENECKS_SCHEMA, [finding]),
+        bottlenecks=table(spark, BOTTLENECKS_SCHEMA, [shown]),
     ).read_text(encoding="utf-8")
     kept = sections.FRAMES_PER_PACKET
     assert f"Packet 1: its first {kept} of 15 frames. The Wireshark filter shows them all." in page
