@@ -1,0 +1,58 @@
+"""The least-work run of benchmarks/end_to_end.py stands for analyze's ingest with a decoder that
+costs nothing: its stand-in decode task must hand Spark exactly the rows analyze decoded, or the
+floor it measures is not the floor of analyze's work."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+from pyspark import cloudpickle
+
+from amqpscope.jobs import ingest as ingest_job
+from amqpscope.jobs.ingest import decode_tables, resolve_captures
+from amqpscope.jobs.lake import Lake
+from tests.paths import ROOT, SAMPLE_CAPTURES
+
+
+@pytest.fixture(scope="module")
+def end_to_end():
+    path = ROOT / "benchmarks" / "end_to_end.py"
+    spec = importlib.util.spec_from_file_location("bench_end_to_end", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)  # the Python workers cannot import it by name
+    yield module
+    cloudpickle.unregister_pickle_by_value(module)
+    del sys.modules[spec.name]
+
+
+def _value(value):
+    return str(sorted(value.items())) if isinstance(value, dict) else str(value)
+
+
+def _rows(df, columns):
+    return sorted(tuple(_value(r[c]) for c in columns) for r in df.select(*columns).collect())
+
+
+def test_stand_in_decoder_gives_the_rows_analyze_decoded(spark, samples_lake, end_to_end, monkeypatch):
+    root, config, _ = samples_lake
+    stored = Lake(spark, root)
+    captures = resolve_captures([str(c) for c in SAMPLE_CAPTURES], config.group_rotated)
+    ids = [c.capture_id for c in captures]
+    monkeypatch.setattr(ingest_job, "_decode_connections", end_to_end._stored_rows_decoder(str(root)))
+    # Two byte ranges a capture at least (the shuffled path a large capture takes) and one a capture.
+    for range_bytes in (ingest_job.DEFAULT_RANGE_BYTES, 64 * 1024):
+        decoded, persisted = decode_tables(spark, captures, config.ports, range_bytes=range_bytes)
+        try:
+            for name in ("frames", "connections", "tcp_segments", "quarantine"):
+                table = stored.read(name)
+                columns = table.columns
+                expected = table.filter(table.capture_id.isin(ids))
+                assert _rows(decoded[name], columns) == _rows(expected, columns), (name, range_bytes)
+            assert decoded["frames"].count() > 1000
+        finally:
+            for df in persisted:
+                df.unpersist()
