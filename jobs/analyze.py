@@ -54,7 +54,7 @@ class AnalyzeResult:
 # Called with the captures' diagnoses (``headlines``) as soon as they are stored, before the tables
 # the diagnosis does not read (jobs.derive), the verdicts and the report: the answer an operator
 # waits for, 29 % (1 M frames) to 38 % (the sample) of the run early (docs/BENCHMARKS.md,
-# thirteenth session).
+# "What is set": the answer first).
 Answered = Callable[[tuple[dict[str, object], ...]], None]
 
 

@@ -4,7 +4,7 @@ PySpark's driver talks to the JVM through Py4J, and Py4J asks the JVM what every
 uses it: ``sc._jvm.functions.col("x")`` is three round trips over the gateway's socket, one to find
 the class ``functions``, one to learn that ``col`` is a method, and the call. Building the plans of
 one analyze makes about 23,000 such lookups, a third of all its round trips, and a round trip costs
-0.13 to 0.37 ms on this machine (docs/BENCHMARKS.md, sixth session).
+0.13 to 0.37 ms on this machine (docs/BENCHMARKS.md, "What is set": Py4J lookups remembered).
 
 A class, a nested class or a static method keeps its identity for the life of the JVM, so the
 answer can be remembered on the Python object that asked: the JVM view (per view, as its imports

@@ -40,8 +40,8 @@ _BASE_CONF = {
     # to get it back, and so on: the derive job on a stored 1 M-frame capture spilled 1.44 GB of
     # pages as 4.65 MB of files in one task (some 170 page-sized spills or more), and ran out of
     # heap reading them back (each file read opens with 2 MiB of buffers). With 2 MiB pages the
-    # same job spills once a pool share is full and completes (docs/BENCHMARKS.md, twenty-third
-    # session).
+    # same job spills once a pool share is full and completes (docs/BENCHMARKS.md, "What is set":
+    # 2 MiB memory pages).
     "spark.buffer.pageSize": "2m",
     # Spark keeps 100 compiled code-generated classes by default. One flow-state table's plan alone
     # needs more (link_state: 32 window operators), so each of its tasks compiled them again with
@@ -56,8 +56,8 @@ _BASE_CONF = {
     # two tables derived from them is on the connection and more (channel, direction, frame). By
     # default Spark shuffles both sides again unless they are partitioned on all the join keys; a
     # connection's rows are never skewed enough to need that. Analyze of the sample: 174 Spark jobs
-    # instead of 184, its wall time level; 0.95-0.99x at 100 k frames (docs/BENCHMARKS.md, eleventh
-    # session).
+    # instead of 184, its wall time level; 0.95-0.99x at 100 k frames (docs/BENCHMARKS.md, "What is
+    # set": joins that keep the partitioning).
     "spark.sql.requireAllClusterKeysForCoPartition": "false",
 }
 
@@ -65,7 +65,7 @@ _BASE_CONF = {
 # The collector of a local driver JVM. HotSpot's default, G1, spends CPU beside the application
 # (concurrent marking, remembered sets, write barriers) to keep pauses short; a batch job on a
 # couple of saturated cores wants the CPU instead. Analyze of the sample: 0.907x the wall time
-# with the parallel collector (docs/BENCHMARKS.md, fourth session).
+# with the parallel collector (docs/BENCHMARKS.md, "What is set": the parallel collector).
 _COLLECTOR = "-XX:+UseParallelGC"
 _CHOOSES_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
 
@@ -202,7 +202,7 @@ def _end_jvm() -> bool:
 # Janino and the JIT compiles the classes again; on captures this small that costs more than the
 # rows. Analyze interpreted: 0.795x the wall time on the sample (0.4 MB), 0.876x at 100 k frames
 # (18 MB), level at 1 M frames (178 MB: ingest faster, flow state slower), so above this size
-# code is generated. docs/BENCHMARKS.md, fifth session.
+# code is generated. docs/BENCHMARKS.md, "What is set": interpreted expressions for small runs.
 INTERPRETED_UP_TO_BYTES = 64 * 1024 * 1024
 # Spark's settings and its defaults: no whole-stage code, no generated projections and predicates.
 _INTERPRETED = {
@@ -212,28 +212,31 @@ _INTERPRETED = {
 # A small run also shuffles into one partition a core, not _BASE_CONF's 8: every stage that reads
 # the frames (kept partitioned by connection, jobs.ingest) runs a task a partition, and on a few
 # thousand rows a task's fixed cost is most of its work. Analyze: 0.97x the wall time on the
-# sample, 0.95x at 100 k frames (docs/BENCHMARKS.md, ninth session).
+# sample, 0.95x at 100 k frames (docs/BENCHMARKS.md, "What is set": one shuffle partition a core for
+# small runs).
 _PARTITIONS = "spark.sql.shuffle.partitions"
 # And plans each query once, without adaptive execution: on a small run AQE submits every shuffle
 # and broadcast of a plan as a job of its own, and the diagnosis's plan (its rules' union) holds
 # some 160. Analyze of the 1,899-frame sample: 317 Spark jobs to 149, 0.977x the wall time (four
-# pairs, fifteenth session in docs/BENCHMARKS.md); tests/test_same_rows.py compares the rows of a
-# small run with those of a large one (sums of doubles are exact where a plan's order could show).
+# pairs; docs/BENCHMARKS.md, "What is set": adaptive execution off for small runs);
+# tests/test_same_rows.py compares the rows of a small run with those of a large one (sums of
+# doubles are exact where a plan's order could show).
 _ADAPTIVE = "spark.sql.adaptive.enabled"
 # And, on the smallest captures (JOINS_UNBROADCAST_UP_TO_BYTES), one shuffle partition, not one a
 # core: a stage of a few thousand rows is mostly its tasks' fixed cost, and the diagnosis alone runs
-# some 120 stages. Paired against a partition a core (twentieth session in docs/BENCHMARKS.md): the
-# sample (0.4 MB) 0.932x the wall time (four pairs, 0.889-0.970), a 4.0 MB capture level (1.012x,
-# two pairs, 0.960-1.064).
+# some 120 stages. Paired against a partition a core (docs/BENCHMARKS.md, "What is set": one shuffle
+# partition for the smallest runs): the sample (0.4 MB) 0.932x the wall time (four pairs,
+# 0.889-0.970), a 4.0 MB capture level (1.012x, two pairs, 0.960-1.064).
 # And, on the smallest captures, joins without broadcasts (neither Spark's own choice of a small side
 # nor the pipelines' hints, which larger runs need) or runtime Bloom filters: without adaptive
 # execution each broadcast, and each Bloom filter Spark puts before a join, is a Spark job of its
 # own run before the query that joins, and on a few thousand rows a sort-merge join in one partition
 # a core costs less than that job. Analyze with these settings for every small run and the report's
-# queries as one action, against the code before both (paired, seventeenth session in
-# docs/BENCHMARKS.md): the sample (0.4 MB) 140 Spark jobs to 40 and 0.904x the wall time; a 4.0 MB
-# capture 0.991x; an 18 MB one 1.041x, its sorts costing more than the jobs saved. So up to the
-# largest capture measured not to lose. The rows are the same (tests/test_same_rows.py).
+# queries as one action, against the code before both (paired; docs/BENCHMARKS.md, "What is set":
+# joins without broadcasts for the smallest runs): the sample (0.4 MB) 140 Spark jobs to 40 and
+# 0.904x the wall time; a 4.0 MB capture 0.991x; an 18 MB one 1.041x, its sorts costing more than
+# the jobs saved. So up to the largest capture measured not to lose. The rows are the same
+# (tests/test_same_rows.py).
 JOINS_UNBROADCAST_UP_TO_BYTES = 4 * 1024 * 1024
 _UNBROADCAST = {
     "spark.sql.autoBroadcastJoinThreshold": ("-1", "10485760b"),
@@ -243,7 +246,8 @@ _UNBROADCAST = {
 # And the delta-rs lake stages a table's rows through the driver (Arrow, written by pyarrow) rather
 # than by Spark's Parquet writer: on rows this few, the writer's tasks and output committer are most
 # of a write's time (the sample's 29 tables, rows computed beforehand: 5.4 s written by Spark, 1.1 s
-# through Arrow; docs/BENCHMARKS.md, fifteenth session). Read by jobs.lake.
+# through Arrow; docs/BENCHMARKS.md, "What is set": small tables staged through the driver). Read by
+# jobs.lake.
 STAGE_ON_DRIVER = "amqpscope.lake.stage_on_driver"
 
 

@@ -141,11 +141,11 @@ _BRONZE_ORDER = {
 # The shared results, by name. The 0-9-1 channel tables start from one pass over the channels'
 # frames (pipelines.channels: incarnations, confirm mode, consumers, lifecycle state); the two
 # unacked tables from one ledger of deliveries and their settlements drawn from it (computed once,
-# the pair took 0.72-0.83x the time at 1 M frames: docs/BENCHMARKS.md). The AMQP 1.0 tables that
-# bind frames to sessions share one session map (a row per begin). The byte accounting is checked
-# before anything is derived and summed by dq_summary. The message events (a row per message, both
-# versions: a pass over the frames with a window per channel and direction) are summed per second
-# by throughput and per bucket by the report's charts.
+# the pair took 0.72-0.83x the time at 1 M frames: docs/BENCHMARKS.md, "What is set": shared results
+# computed once). The AMQP 1.0 tables that bind frames to sessions share one session map (a row per
+# begin). The byte accounting is checked before anything is derived and summed by dq_summary. The
+# message events (a row per message, both versions: a pass over the frames with a window per channel
+# and direction) are summed per second by throughput and per bucket by the report's charts.
 SHARED: dict[str, Shared] = {
     s.name: s
     for s in (

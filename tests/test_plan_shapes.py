@@ -2,10 +2,10 @@
 
 A window over a key needs the rows sorted by that key; windows over one key next to each other
 share one sort, and a table evaluated twice in one plan sorts twice. Sorts of a million frames
-are what the 0-9-1 tables spend their time on (docs/BENCHMARKS.md, eighth session), so these
-tests pin down the sorts the pipelines were rid of, and the shuffles that ingest's partitioning of
-its decoded rows spares them. The plans are read, not run; only a persisted input is computed
-first, as a real run has it in place before planning on it.
+are what the 0-9-1 tables spend their time on (docs/BENCHMARKS.md, "What is set": fewer sorts in the
+0-9-1 pipelines), so these tests pin down the sorts the pipelines were rid of, and the shuffles that
+ingest's partitioning of its decoded rows spares them. The plans are read, not run; only a persisted
+input is computed first, as a real run has it in place before planning on it.
 """
 
 from __future__ import annotations
