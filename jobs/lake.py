@@ -97,9 +97,6 @@ CAPTURE_ID = "capture_id"
 # Spark's directory rendering and Delta's partition value serialization are the same text.
 _PARTITION_TYPES = (StringType, BooleanType, ByteType, ShortType, IntegerType, LongType, DateType)
 _TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
-# A partition value Spark writes into a directory name as it is (no escaping): capture ids are hashes.
-_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.-]+")
-_STRAY_ROWS = re.compile(r"rows of captures \['[^']*'\] are not in replace_capture_ids \['[^']*'\]")
 
 
 class Lake:
@@ -524,39 +521,10 @@ def _write_delta_rs(
         (
             (lambda staging: stage_arrow(df.toArrow(), df.schema, staging, partition_columns))
             if spark.conf.get(STAGE_ON_DRIVER, "false") == "true"
-            else _spark_stage(df, capture_ids, partition_columns)
+            else (lambda staging: df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging))
         ),
         writer,
     )
-
-
-def _spark_stage(df: DataFrame, capture_ids: list[str], partition_columns: list[str]) -> Callable[[str], None]:
-    """Spark's write of ``df`` into a staging folder, in Spark's partition layout.
-
-    A write partitioned by capture sorts every task's rows by capture first (Spark's writer keeps
-    one file open at a time): for the rows of one capture, a sort of all of them for nothing; of the
-    1 M-frame capture's 93-column frames, about half the write (docs/BENCHMARKS.md, "What is set":
-    one capture's rows written without a sort). Those rows go into that capture's directory as they
-    come, each checked on the way to be of that capture: a row of another one fails the write with
-    the ValueError the commit's check of the staged partitions raises."""
-    if partition_columns != [CAPTURE_ID] or len(capture_ids) != 1 or not _PLAIN_VALUE.fullmatch(capture_ids[0]):
-        return lambda staging: df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging)
-    only = capture_ids[0]
-    stray = F.concat(
-        F.lit("rows of captures ['"), F.col(CAPTURE_ID), F.lit(f"'] are not in replace_capture_ids ['{only}']")
-    )
-    rows = df.filter(F.when(F.col(CAPTURE_ID) == only, F.lit(True)).otherwise(F.raise_error(stray))).drop(CAPTURE_ID)
-
-    def stage(staging: str) -> None:
-        try:
-            rows.write.mode("errorifexists").parquet(os.path.join(staging, f"{CAPTURE_ID}={only}"))
-        except Exception as exc:
-            found = _STRAY_ROWS.search(str(exc))
-            if found is None:
-                raise
-            raise ValueError(found.group(0)) from exc
-
-    return stage
 
 
 def _read_snapshot(path: str, table: str, read_version: int | None) -> tuple[int, DeltaTable | None]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -160,28 +159,6 @@ def test_rows_of_other_captures_are_rejected_and_nothing_is_committed(spark, lak
 
     assert DeltaTable(table_dir).version() == 0
     assert sorted(os.path.join(d, f) for d, _, fs in os.walk(table_dir) for f in fs) == files_before
-
-
-def _last_write_sorts(spark) -> bool:
-    """Whether the physical plan of the session's latest SQL execution has a Sort node (its plan
-    from Spark's SQL status store, in either of its formats: "Sort [keys]" or "* Sort (3)")."""
-    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
-    plan = executions.apply(executions.size() - 1).physicalPlanDescription()
-    return re.search(r"(^|[\s*])Sort (\(|\[)", plan, re.MULTILINE) is not None
-
-
-def test_one_captures_rows_are_written_without_a_sort_by_capture(spark, lake):
-    # Spark's partitioned write sorts a task's rows by the partition column first; for one
-    # capture's rows that sort is skipped, and the files are where a partitioned write puts them.
-    lake.write(spark.createDataFrame(rows_a(), SCHEMA).repartition(2), "frames", replace_capture_ids=["cap-a"])
-    assert not _last_write_sorts(spark)
-    lake.write(spark.createDataFrame(rows_a() + rows_b(), SCHEMA), "both", replace_capture_ids=["cap-a", "cap-b"])
-    assert _last_write_sorts(spark)
-
-    dirs = {os.path.relpath(os.path.dirname(f), lake.table_path("frames")) for f in log_files(lake, "frames")}
-    assert dirs == {"capture_id=cap-a"}
-    assert table_rows(lake, "frames") == table_rows(lake, "both")[:2]
-    assertDataFrameEqual(lake.read("frames"), spark.createDataFrame(rows_a(), SCHEMA))
 
 
 def test_columns_added_at_the_end_widen_the_table_and_earlier_rows_read_them_as_null(spark, lake):
