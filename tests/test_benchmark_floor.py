@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from pathlib import Path
 
 import pytest
 from pyspark import cloudpickle
@@ -19,6 +20,9 @@ from tests.paths import ROOT, SAMPLE_CAPTURES
 @pytest.fixture(scope="module")
 def end_to_end():
     path = ROOT / "benchmarks" / "end_to_end.py"
+    # The script puts benchmarks/ first on sys.path and imports its siblings as top-level modules
+    # (decode, ingest): sys.path is put back and those modules forgotten afterwards.
+    saved_path = list(sys.path)
     spec = importlib.util.spec_from_file_location("bench_end_to_end", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -26,7 +30,11 @@ def end_to_end():
     cloudpickle.register_pickle_by_value(module)  # the Python workers cannot import it by name
     yield module
     cloudpickle.unregister_pickle_by_value(module)
-    del sys.modules[spec.name]
+    sys.path[:] = saved_path
+    benchmarks = path.parent
+    for name, loaded in list(sys.modules.items()):
+        if Path(getattr(loaded, "__file__", None) or "/").parent == benchmarks:
+            del sys.modules[name]
 
 
 def _value(value):
