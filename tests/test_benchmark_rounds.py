@@ -1,0 +1,66 @@
+"""benchmarks/derive_rounds.py times derive's tables built again and again in one process: what it
+builds must be the tables derive wrote, or its first and later rounds say nothing of derive."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from amqpscope.jobs.lake import Lake
+from tests.paths import ROOT
+
+
+@pytest.fixture(scope="module")
+def derive_rounds():
+    path = ROOT / "benchmarks" / "derive_rounds.py"
+    spec = importlib.util.spec_from_file_location("bench_derive_rounds", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def _rows(df, columns):
+    return sorted(
+        tuple(str(sorted(v.items())) if isinstance(v, dict) else str(v) for v in r)
+        for r in df.select(*columns).collect()
+    )
+
+
+def test_rounds_build_the_tables_derive_wrote(spark, samples_lake, derive_rounds, tmp_path):
+    root, _, _ = samples_lake
+    lake = Lake(spark, root)
+    # The capture with the most frames of both protocols' messages.
+    by_size = sorted(lake.read("frames").groupBy("capture_id").count().collect(), key=lambda r: -r["count"])
+    capture_id = by_size[0]["capture_id"]
+    setting = "spark.sql.windowExec.buffer.in.memory.threshold"
+    done = derive_rounds.rounds(spark, lake, capture_id, ["messages"], "AB", {setting: "8192"}, tmp_path)
+
+    assert [(r["round"], r["letter"]) for r in done] == [(0, "A"), (1, "B")]
+    assert spark.conf.get(setting, None) is None  # a B round's setting is put back
+    built = set(done[1]["tables"])
+    expected_tables = {"messages_091", "deliveries_10"}
+    assert built <= expected_tables and built  # the sample speaks at least one of the two
+    for name in built:
+        stored = lake.read(name).filter(f"capture_id = '{capture_id}'")
+        written = spark.read.parquet(str(tmp_path / "round-1" / name))
+        assert _rows(written, stored.columns) == _rows(stored, stored.columns), name
+        assert stored.count() > 0, name
+    for r in done:
+        assert r["jvm_cpu_s"] > 0 and r["wall_s"] > 0
+        assert set(r["threads_cpu_s"]) <= {"c1", "c2", "tasks", "gc", "other", "ended"}
+
+
+def test_a_later_step_reads_the_earlier_steps_as_stored(spark, samples_lake, derive_rounds, tmp_path):
+    root, _, _ = samples_lake
+    lake = Lake(spark, root)
+    capture_id = sorted(lake.capture_ids("frames"))[0]
+    done = derive_rounds.rounds(spark, lake, capture_id, ["diagnosis"], "A", {}, tmp_path)
+
+    assert set(done[0]["tables"]) == {"bottlenecks", "diagnosis"}  # the flow tables were not built again
+    stored = lake.read("bottlenecks").filter(f"capture_id = '{capture_id}'")
+    written = spark.read.parquet(str(tmp_path / "round-0" / "bottlenecks"))
+    assert _rows(written, stored.columns) == _rows(stored, stored.columns)
