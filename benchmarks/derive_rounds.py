@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import time
@@ -64,16 +63,22 @@ def _thread_kind(name: str) -> str:
     return "other"
 
 
+def _cpu_seconds(stat: Path) -> float:
+    """user + system CPU seconds of a /proc ``stat`` file (a process's or a thread's)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm) "; comm may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
 def jvm_threads_cpu(pid: int) -> dict[str, tuple[str, float]]:
     """The JVM ``pid``'s live threads: thread id -> (kind, ``_thread_kind``; CPU seconds so far)."""
     out: dict[str, tuple[str, float]] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
-            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu = _cpu_seconds(Path(f"/proc/{pid}/task/{tid}/stat"))
         except OSError:  # the thread ended meanwhile
             continue
-        out[tid] = (_thread_kind(name), (int(fields[11]) + int(fields[12])) / _TICK)
+        out[tid] = (_thread_kind(name), cpu)
     return out
 
 
@@ -89,8 +94,7 @@ def threads_delta(before: dict[str, tuple[str, float]], after: dict[str, tuple[s
 
 def jvm_cpu(pid: int) -> float:
     """CPU seconds of the whole JVM ``pid`` (its ended threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return _cpu_seconds(Path(f"/proc/{pid}/stat"))
 
 
 def _janino_compilations(spark: SparkSession) -> int:
@@ -230,8 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         with sized_for(spark, capture_bytes):  # set up as analyze is for that capture
             done = rounds(spark, lake, capture_id, steps, args.rounds, settings, args.out / "tables")
+    # Run as a script, benchmarks/ is first on sys.path: the machine and the code measured are
+    # recorded as the other benchmarks record them.
+    from ingest import _commit, machine
+
     result = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0]},
+        "machine": machine(),
+        "commit": _commit(),
         "lake": str(args.lake),
         "capture_id": capture_id,
         "steps": steps,

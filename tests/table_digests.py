@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 import pyspark.sql.functions as F
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.analyze import analyze
@@ -56,6 +56,16 @@ def table_digests(spark: SparkSession, lake_root: Path, tables=TABLES) -> dict[s
             for capture, ds in sorted(rows.items())
         }
     return digests
+
+
+def sorted_rows(df: DataFrame, columns: list[str]) -> list[tuple[str, ...]]:
+    """Every row of ``df``'s ``columns`` as strings (a map as its sorted items), sorted: two tables
+    hold the same rows when these are equal, whatever order they were written in."""
+
+    def value(v: object) -> str:
+        return str(sorted(v.items())) if isinstance(v, dict) else str(v)
+
+    return sorted(tuple(value(r[c]) for c in columns) for r in df.select(*columns).collect())
 
 
 def analyze_samples(spark: SparkSession, lake_root: Path, runs: int = 1) -> None:

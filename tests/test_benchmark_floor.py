@@ -15,6 +15,7 @@ from amqpscope.jobs import ingest as ingest_job
 from amqpscope.jobs.ingest import decode_tables, resolve_captures
 from amqpscope.jobs.lake import Lake
 from tests.paths import ROOT, SAMPLE_CAPTURES
+from tests.table_digests import sorted_rows
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +38,6 @@ def end_to_end():
             del sys.modules[name]
 
 
-def _value(value):
-    return str(sorted(value.items())) if isinstance(value, dict) else str(value)
-
-
-def _rows(df, columns):
-    return sorted(tuple(_value(r[c]) for c in columns) for r in df.select(*columns).collect())
-
-
 def test_stand_in_decoder_gives_the_rows_analyze_decoded(spark, samples_lake, end_to_end, monkeypatch):
     root, config, _ = samples_lake
     stored = Lake(spark, root)
@@ -59,7 +52,7 @@ def test_stand_in_decoder_gives_the_rows_analyze_decoded(spark, samples_lake, en
                 table = stored.read(name)
                 columns = table.columns
                 expected = table.filter(table.capture_id.isin(ids))
-                assert _rows(decoded[name], columns) == _rows(expected, columns), (name, range_bytes)
+                assert sorted_rows(decoded[name], columns) == sorted_rows(expected, columns), (name, range_bytes)
             assert decoded["frames"].count() > 1000
         finally:
             for df in persisted:

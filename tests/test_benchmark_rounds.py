@@ -10,6 +10,7 @@ import pytest
 
 from amqpscope.jobs.lake import Lake
 from tests.paths import ROOT
+from tests.table_digests import sorted_rows
 
 
 @pytest.fixture(scope="module")
@@ -23,17 +24,10 @@ def derive_rounds():
     del sys.modules[spec.name]
 
 
-def _rows(df, columns):
-    return sorted(
-        tuple(str(sorted(v.items())) if isinstance(v, dict) else str(v) for v in r)
-        for r in df.select(*columns).collect()
-    )
-
-
 def test_rounds_build_the_tables_derive_wrote(spark, samples_lake, derive_rounds, tmp_path):
     root, _, _ = samples_lake
     lake = Lake(spark, root)
-    # The capture with the most frames of both protocols' messages.
+    # The capture with the most frames.
     by_size = sorted(lake.read("frames").groupBy("capture_id").count().collect(), key=lambda r: -r["count"])
     capture_id = by_size[0]["capture_id"]
     setting = "spark.sql.windowExec.buffer.in.memory.threshold"
@@ -47,7 +41,7 @@ def test_rounds_build_the_tables_derive_wrote(spark, samples_lake, derive_rounds
     for name in built:
         stored = lake.read(name).filter(f"capture_id = '{capture_id}'")
         written = spark.read.parquet(str(tmp_path / "round-1" / name))
-        assert _rows(written, stored.columns) == _rows(stored, stored.columns), name
+        assert sorted_rows(written, stored.columns) == sorted_rows(stored, stored.columns), name
         assert stored.count() > 0, name
     for r in done:
         assert r["jvm_cpu_s"] > 0 and r["wall_s"] > 0
@@ -63,4 +57,4 @@ def test_a_later_step_reads_the_earlier_steps_as_stored(spark, samples_lake, der
     assert set(done[0]["tables"]) == {"bottlenecks", "diagnosis"}  # the flow tables were not built again
     stored = lake.read("bottlenecks").filter(f"capture_id = '{capture_id}'")
     written = spark.read.parquet(str(tmp_path / "round-0" / "bottlenecks"))
-    assert _rows(written, stored.columns) == _rows(stored, stored.columns)
+    assert sorted_rows(written, stored.columns) == sorted_rows(stored, stored.columns)
