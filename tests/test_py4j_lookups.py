@@ -57,7 +57,8 @@ def test_a_missing_name_fails_every_time(spark, round_trips):
         round_trips.clear()
         with pytest.raises(Py4JError, match="java.lang.Math.no_such_member does not exist"):
             _ = math.no_such_member
-        assert round_trips == ["r"]  # asked again, not remembered
+        # Asked again, not remembered (Py4J's releases of earlier objects may be interleaved: "m").
+        assert [c for c in round_trips if c != "m"] == ["r"]
 
 
 def test_installing_twice_keeps_one_layer(spark):
