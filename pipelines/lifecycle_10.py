@@ -100,18 +100,33 @@ def lifecycle_10_timeline(frames: DataFrame, sessions: DataFrame | None = None) 
             (F.col("protocol") == AMQP10) & F.col("frame_type").isin("protocol-header", "amqp", "empty")
         ).select(*_COLUMNS)
     )
-    started = _seen(header, _direction_before())
+    # Each group of windows below is one window operator: none of a group reads another's result.
     endpoint = (
-        amqp.withColumn("started", started)
-        .withColumn("opened_before", F.when(F.col("started"), _seen(method == "open", _direction_before())))
-        .withColumn("closed_before", F.when(F.col("started"), _seen(method == "close", _direction_before())))
+        amqp.withColumns(
+            {
+                "started": _seen(header, _direction_before()),
+                "_opened": _seen(method == "open", _direction_before()),
+                "_closed": _seen(method == "close", _direction_before()),
+            }
+        )
+        .withColumns(
+            {
+                "opened_before": F.when(F.col("started"), F.col("_opened")),
+                "closed_before": F.when(F.col("started"), F.col("_closed")),
+            }
+        )
+        .drop("_opened", "_closed")
         .filter(F.col("frame_type") != "protocol-header")
     )
     performatives = bind_sessions(endpoint.filter(F.col("frame_type") == "amqp"), sessions)
     is_begin = method == "begin"
     sessions = (
-        performatives.withColumn("_session", F.sum(is_begin.cast("int")).over(_endpoint_channel(0)))
-        .withColumn("session_begun", F.when(F.col("started"), _state(is_begin, method == "end", _endpoint_channel(-1))))
+        performatives.withColumns(
+            {
+                "_session": F.sum(is_begin.cast("int")).over(_endpoint_channel(0)),
+                "session_begun": F.when(F.col("started"), _state(is_begin, method == "end", _endpoint_channel(-1))),
+            }
+        )
         .withColumn("_attached", _state(method == "attach", method == "detach", _endpoint_handle_before()))
         .withColumn(
             "handle_attached",
@@ -120,15 +135,19 @@ def lifecycle_10_timeline(frames: DataFrame, sessions: DataFrame | None = None) 
                 F.when(F.col("session_begun"), F.col("_attached")).otherwise(F.col("session_begun")),
             ),
         )
-    )
-    for direction in ("c2s", "s2c"):
-        peer_begin = is_begin & (F.col("direction") == direction)
-        sessions = sessions.withColumn(
-            f"_{direction}_handle_max",
-            F.last(F.when(peer_begin, F.coalesce(F.col("handle_max"), F.lit(DEFAULT_HANDLE_MAX))), True).over(
-                _session_before()
-            ),
+        .withColumns(
+            {
+                f"_{direction}_handle_max": F.last(
+                    F.when(
+                        is_begin & (F.col("direction") == direction),
+                        F.coalesce(F.col("handle_max"), F.lit(DEFAULT_HANDLE_MAX)),
+                    ),
+                    True,
+                ).over(_session_before())
+                for direction in ("c2s", "s2c")
+            }
         )
+    )
     peer_handle_max = F.when(F.col("direction") == "c2s", F.col("_s2c_handle_max")).otherwise(F.col("_c2s_handle_max"))
     # bind_sessions joins an answering begin to the peer's begin on its remote-channel: unmatched,
     # the session is its own (session_id = its frame_index).

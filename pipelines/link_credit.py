@@ -23,6 +23,8 @@ link's state as of that frame, so the last row of a link counts every settlement
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
@@ -146,9 +148,10 @@ def _last(col: Column, window: WindowSpec | None = None) -> Column:
     return F.last(col, ignorenulls=True).over(window if window is not None else _link_so_far())
 
 
-def _credit_state(events: DataFrame) -> DataFrame:
+def _credit_state(events: DataFrame, also: Sequence[tuple[str, Column]] = ()) -> DataFrame:
     """Link frames (attach, flow, transfer, detach with a handle) with the sender's and receiver's
-    state; other rows pass through with a null ``link_name``."""
+    state; other rows pass through with a null ``link_name``. ``also``: more columns, computed with
+    the link's first windows (they may read the frame's columns and the link's, nothing else)."""
     is_attach = F.col("method") == "attach"
     bound = with_columns(
         events,
@@ -170,6 +173,8 @@ def _credit_state(events: DataFrame) -> DataFrame:
     # An aborted transfer ends its delivery whatever its more flag says (2.7.5).
     continues = F.coalesce(F.col("more"), F.lit(False)) & ~F.coalesce(F.col("aborted"), F.lit(False))
 
+    # In dependency order, so that the link's windows are four operators (none of a group's windows
+    # reads another's result): what the frames say, then what reads it.
     return with_columns(
         linked,
         [
@@ -178,31 +183,18 @@ def _credit_state(events: DataFrame) -> DataFrame:
             ("_initial_count", _last(F.when(is_attach & from_sender, F.col("initial_delivery_count")))),
             # A delivery starts with a transfer whose predecessor on the link did not say more=true.
             ("_prev_more", _last(F.when(is_transfer, continues), _link_before())),
-            ("is_new_delivery", is_transfer & ~F.coalesce(F.col("_prev_more"), F.lit(False))),
-            ("_deliveries", F.sum(F.col("is_new_delivery").cast("long")).over(_link_so_far())),
-            ("_delivery_start", _last(F.when(F.col("is_new_delivery"), F.col("frame_index")))),
             # The sender's attach, and its own flows (e.g. after a drain), state its delivery-count.
             (
                 "_base_count",
                 _last(F.when(sender_count, F.coalesce(F.col("delivery_count"), F.col("initial_delivery_count")))),
             ),
-            ("_base_deliveries", _last(F.when(sender_count, F.col("_deliveries")))),
-            ("delivery_count_snd", serial(F.col("_base_count") + F.col("_deliveries") - F.col("_base_deliveries"))),
             # A receiver's flow without delivery-count had not seen the sender's attach: the
             # initial-delivery-count applies (2.7.4). -1 marks such a flow.
             ("_rcv_count", _last(F.when(receiver_flow, F.coalesce(F.col("delivery_count"), F.lit(-1))))),
-            (
-                "delivery_count_rcv",
-                F.when(F.col("_rcv_count") >= 0, F.col("_rcv_count")).otherwise(F.col("_initial_count")),
-            ),
             ("link_credit_rcv", _last(F.when(receiver_flow, F.col("link_credit")))),
             ("drain", _last(F.when(receiver_flow, F.coalesce(F.col("drain"), F.lit(False))))),
             ("available", _last(F.when(is_flow & from_sender, F.col("available")))),
             ("echo", F.when(is_flow, F.coalesce(F.col("echo"), F.lit(False)))),
-            ("deliveries_in_flight", serial_diff(F.col("delivery_count_snd"), F.col("delivery_count_rcv"))),
-            # Until the receiver's first flow the sender has no credit (2.6.7: initially 0).
-            ("link_credit_snd", F.coalesce(F.col("link_credit_rcv"), F.lit(0)) - F.col("deliveries_in_flight")),
-            ("link_credit_snd_before", F.when(F.col("is_new_delivery"), F.col("link_credit_snd") + 1)),
             ("sender_side", F.when(F.col("sender_direction") == "c2s", "client").otherwise("server")),
             # A link's last flow is the sender's, saying credit 0: until the receiver flows again.
             (
@@ -213,8 +205,22 @@ def _credit_state(events: DataFrame) -> DataFrame:
                     )
                 ),
             ),
+            *also,
+            ("is_new_delivery", is_transfer & ~F.coalesce(F.col("_prev_more"), F.lit(False))),
+            (
+                "delivery_count_rcv",
+                F.when(F.col("_rcv_count") >= 0, F.col("_rcv_count")).otherwise(F.col("_initial_count")),
+            ),
+            ("_deliveries", F.sum(F.col("is_new_delivery").cast("long")).over(_link_so_far())),
+            ("_delivery_start", _last(F.when(F.col("is_new_delivery"), F.col("frame_index")))),
             ("delivery_first_id", F.when(is_transfer, _last(F.when(F.col("is_new_delivery"), F.col("delivery_id"))))),
+            ("_base_deliveries", _last(F.when(sender_count, F.col("_deliveries")))),
+            ("delivery_count_snd", serial(F.col("_base_count") + F.col("_deliveries") - F.col("_base_deliveries"))),
+            ("deliveries_in_flight", serial_diff(F.col("delivery_count_snd"), F.col("delivery_count_rcv"))),
             ("delivery_count_snd_before", F.lag("delivery_count_snd").over(_link_in_order())),
+            # Until the receiver's first flow the sender has no credit (2.6.7: initially 0).
+            ("link_credit_snd", F.coalesce(F.col("link_credit_rcv"), F.lit(0)) - F.col("deliveries_in_flight")),
+            ("link_credit_snd_before", F.when(F.col("is_new_delivery"), F.col("link_credit_snd") + 1)),
         ],
     )
 
@@ -256,12 +262,13 @@ def _settled_at(state: DataFrame) -> DataFrame:
     is_disposition = (
         (F.col("method") == "disposition") & F.coalesce(F.col("settled"), F.lit(False)) & F.col("first").isNotNull()
     )
-    numbered = (
-        state.withColumn(
-            "_id_direction", F.when(is_new, F.col("sender_direction")).otherwise(F.col("_disposition_target"))
-        )
-        .withColumn("_sent", F.sum(is_new.cast("long")).over(_session_direction_so_far()))
-        .withColumn("_last_sent", F.last(F.when(is_new, F.col("delivery_id")), True).over(_session_direction_so_far()))
+    numbered = state.withColumn(
+        "_id_direction", F.when(is_new, F.col("sender_direction")).otherwise(F.col("_disposition_target"))
+    ).withColumns(
+        {
+            "_sent": F.sum(is_new.cast("long")).over(_session_direction_so_far()),
+            "_last_sent": F.last(F.when(is_new, F.col("delivery_id")), True).over(_session_direction_so_far()),
+        }
     )
     # Only ids sent by then can be settled: that also bounds the explode of a malformed range.
     last = F.coalesce(F.col("last"), F.col("first"))
@@ -300,9 +307,9 @@ def link_state_timeline(frames: DataFrame, sessions: DataFrame | None = None) ->
     )
     link_frame = F.col("method").isin(*_LINK_METHODS) & F.col("handle").isNotNull() & F.col("link_name").isNotNull()
     # Each endpoint's handle of the link, for the rows of the dispositions it sends.
-    state = with_columns(
-        _credit_state(bound),
-        [
+    state = _credit_state(
+        bound,
+        also=[
             (f"_{direction}_handle", _last(F.when(F.col("direction") == direction, F.col("handle"))))
             for direction in ("c2s", "s2c")
         ],
@@ -337,11 +344,11 @@ def link_state_timeline(frames: DataFrame, sessions: DataFrame | None = None) ->
                 ),
             )
             for name in _CARRIED
-        ],
+        ]
+        + [("unsettled", F.sum("_delta").over(_link_after_frame()))],
     )
     timeline = (
-        doubled.withColumn("unsettled", F.sum("_delta").over(_link_after_frame()))
-        .filter((F.col("_is_event") & F.col("_link_frame")) | by_disposition)
+        doubled.filter((F.col("_is_event") & F.col("_link_frame")) | by_disposition)
         .withColumn("_nth", F.row_number().over(_link_frame_rows()))
         .filter(~by_disposition | (F.col("_nth") == 1))
         .withColumn(

@@ -21,6 +21,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.columns import with_columns
 from amqpscope.pipelines.partitioning import by_connection
 from amqpscope.pipelines.serial import serial, serial_diff
 from amqpscope.schemas.flow import SESSION_WINDOW_SCHEMA
@@ -141,35 +142,45 @@ def session_window_timeline(frames: DataFrame, sessions: DataFrame | None = None
     is_transfer = F.col("method") == "transfer"
     announces = F.col("method").isin("begin", "flow")
     restates = announces & F.col("next_outgoing_id").isNotNull()
+    # Both endpoints' running values first, in one window operator (none reads another), then those
+    # that read them: a projection between two windows of one key keeps them in two operators.
+    running: list[tuple[str, Column]] = []
+    rebased: list[tuple[str, Column]] = []
     for side, direction in _SIDES.items():
         by_side = F.col("direction") == direction
-        state = (
-            state.withColumn(f"_{side}_transfers", F.sum((by_side & is_transfer).cast("long")).over(_session_so_far()))
-            .withColumn(f"_{side}_base_id", _last(F.when(by_side & restates, F.col("next_outgoing_id"))))
-            .withColumn(f"_{side}_base_transfers", _last(F.when(by_side & restates, F.col(f"_{side}_transfers"))))
-            .withColumn(
-                f"_{side}_initial_id", _last(F.when(by_side & (F.col("method") == "begin"), F.col("next_outgoing_id")))
-            )
+        running += [
+            (f"_{side}_transfers", F.sum((by_side & is_transfer).cast("long")).over(_session_so_far())),
+            (f"_{side}_base_id", _last(F.when(by_side & restates, F.col("next_outgoing_id")))),
+            (f"_{side}_initial_id", _last(F.when(by_side & (F.col("method") == "begin"), F.col("next_outgoing_id")))),
             # The next-incoming-id of the endpoint's latest begin / flow; -1: that frame had none.
-            .withColumn(
+            (
                 f"_{side}_flow_incoming_id",
                 _last(F.when(by_side & announces, F.coalesce(F.col("next_incoming_id"), F.lit(-1)))),
-            )
-            .withColumn(f"{side}_incoming_window", _last(F.when(by_side & announces, F.col("incoming_window"))))
-            .withColumn(f"{side}_outgoing_window", _last(F.when(by_side & announces, F.col("outgoing_window"))))
-            .withColumn(
-                f"{side}_next_outgoing_id",
-                serial(F.col(f"_{side}_base_id") + F.col(f"_{side}_transfers") - F.col(f"_{side}_base_transfers")),
-            )
+            ),
+            (f"{side}_incoming_window", _last(F.when(by_side & announces, F.col("incoming_window")))),
+            (f"{side}_outgoing_window", _last(F.when(by_side & announces, F.col("outgoing_window")))),
+        ]
+        rebased.append((f"_{side}_base_transfers", _last(F.when(by_side & restates, F.col(f"_{side}_transfers")))))
+    next_ids = [
+        (
+            f"{side}_next_outgoing_id",
+            serial(F.col(f"_{side}_base_id") + F.col(f"_{side}_transfers") - F.col(f"_{side}_base_transfers")),
         )
+        for side in _SIDES
+    ]
+    peers: list[tuple[str, Column]] = []
     for side, peer in (("client", "server"), ("server", "client")):
         granted_from = F.when(F.col(f"_{peer}_flow_incoming_id") >= 0, F.col(f"_{peer}_flow_incoming_id")).otherwise(
             F.col(f"_{side}_initial_id")
         )
-        state = state.withColumn(f"{side}_next_incoming_id", F.col(f"{peer}_next_outgoing_id")).withColumn(
-            f"{side}_remote_incoming_window",
-            F.col(f"{peer}_incoming_window") - serial_diff(F.col(f"{side}_next_outgoing_id"), granted_from),
-        )
+        peers += [
+            (f"{side}_next_incoming_id", F.col(f"{peer}_next_outgoing_id")),
+            (
+                f"{side}_remote_incoming_window",
+                F.col(f"{peer}_incoming_window") - serial_diff(F.col(f"{side}_next_outgoing_id"), granted_from),
+            ),
+        ]
+    state = with_columns(state, [*running, *rebased, *next_ids, *peers])
     sender_window = F.when(F.col("direction") == "c2s", F.col("client_remote_incoming_window")).otherwise(
         F.col("server_remote_incoming_window")
     )

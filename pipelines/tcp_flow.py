@@ -20,6 +20,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.columns import with_columns
 from amqpscope.schemas.tcp import TCP_FLOW_SCHEMA
 
 _RST = 0x04
@@ -68,19 +69,22 @@ def tcp_flow_timeline(tcp_segments: DataFrame) -> DataFrame:
     """The tcp_flow table (``schemas.tcp.TCP_FLOW_SCHEMA``) from the tcp_segments table."""
     is_reset = (F.col("flags").bitwiseAND(F.lit(_RST))) != 0
     sent_end = F.col("seq_offset") + F.col("payload_length")
-    state = tcp_segments.withColumn("is_zero_window", (F.col("effective_window") == 0) & ~is_reset)
+    # A RST's window means nothing (RFC 9293 3.10.7): it neither opens nor closes one. Each side's
+    # running values in one window operator (none reads another's), as are the two windows over a
+    # direction below.
+    so_far = {}
     for direction in ("c2s", "s2c"):
-        # A RST's window means nothing (RFC 9293 3.10.7): it neither opens nor closes one.
-        state = (
-            state.withColumn(
-                f"_{direction}_window",
-                F.last(_from(direction, F.when(~is_reset, F.col("effective_window"))), True).over(_connection_so_far()),
-            )
-            .withColumn(
-                f"_{direction}_acked", F.last(_from(direction, F.col("ack_offset")), True).over(_connection_so_far())
-            )
-            .withColumn(f"_{direction}_sent", F.max(_from(direction, sent_end)).over(_connection_so_far()))
-        )
+        so_far |= {
+            f"_{direction}_window": F.last(_from(direction, F.when(~is_reset, F.col("effective_window"))), True),
+            f"_{direction}_acked": F.last(_from(direction, F.col("ack_offset")), True),
+            f"_{direction}_sent": F.max(_from(direction, sent_end)),
+        }
+    state = tcp_segments.withColumns(
+        {
+            "is_zero_window": (F.col("effective_window") == 0) & ~is_reset,
+            **{name: running.over(_connection_so_far()) for name, running in so_far.items()},
+        }
+    )
     peer_window = F.when(F.col("direction") == "c2s", F.col("_s2c_window")).otherwise(F.col("_c2s_window"))
     # Sent by this side and not yet acknowledged by the other.
     in_flight = F.when(F.col("direction") == "c2s", F.col("_c2s_sent") - F.col("_s2c_acked")).otherwise(
@@ -88,26 +92,29 @@ def tcp_flow_timeline(tcp_segments: DataFrame) -> DataFrame:
     )
     own_before = F.lag(F.when(~is_reset, F.col("effective_window"))).over(_direction_in_order())
     has_payload = F.col("payload_length") > 0
-    state = (
-        state.withColumn("peer_window", peer_window)
-        .withColumn("bytes_in_flight", in_flight)
-        .withColumn("is_window_update", (own_before == 0) & (F.col("effective_window") > 0) & ~is_reset)
-        .withColumn(
-            "is_window_full",
-            has_payload & (F.col("bytes_in_flight") >= F.col("peer_window")) & (F.col("peer_window") > 0),
-        )
-        .withColumn("is_retransmission", F.col("retransmitted_bytes") > 0)
-        # seq one below the next byte to send, at most one byte, no SYN / FIN / RST.
-        .withColumn(
-            "is_keep_alive",
-            (F.col("payload_length") <= 1)
-            & (F.col("flags").bitwiseAND(F.lit(_SYN_FIN_RST)) == 0)
-            & (F.col("seq_offset") == F.max(sent_end).over(_direction_before()) - 1),
-        )
-        .withColumn(
-            "is_zero_window_probe",
-            has_payload & (F.col("peer_window") == 0) & ~F.coalesce(F.col("is_keep_alive"), F.lit(False)),
-        )
+    state = with_columns(
+        state,
+        [
+            ("peer_window", peer_window),
+            ("bytes_in_flight", in_flight),
+            ("is_window_update", (own_before == 0) & (F.col("effective_window") > 0) & ~is_reset),
+            ("is_retransmission", F.col("retransmitted_bytes") > 0),
+            # seq one below the next byte to send, at most one byte, no SYN / FIN / RST.
+            (
+                "is_keep_alive",
+                (F.col("payload_length") <= 1)
+                & (F.col("flags").bitwiseAND(F.lit(_SYN_FIN_RST)) == 0)
+                & (F.col("seq_offset") == F.max(sent_end).over(_direction_before()) - 1),
+            ),
+            (
+                "is_window_full",
+                has_payload & (F.col("bytes_in_flight") >= F.col("peer_window")) & (F.col("peer_window") > 0),
+            ),
+            (
+                "is_zero_window_probe",
+                has_payload & (F.col("peer_window") == 0) & ~F.coalesce(F.col("is_keep_alive"), F.lit(False)),
+            ),
+        ],
     )
     # The peer's latest acknowledgement before this segment (a segment does not move its peer's),
     # and the next D-SACK the peer sends after it.

@@ -14,18 +14,23 @@ import re
 from collections import Counter
 
 import pytest
+from pyspark.sql import Window
+from pyspark.sql import functions as F
 
 from amqpscope.jobs.ingest import decode_captures, decode_tables, resolve_captures, write_bronze
 from amqpscope.jobs.lake import Lake
 from amqpscope.pipelines.channel_unacked import consumer_unacked_timeline
 from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
+from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
 from amqpscope.pipelines.link_credit import link_state_timeline
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.pipelines.partitioning import by_connection
+from amqpscope.pipelines.sessions import session_window_timeline
 from amqpscope.pipelines.tables import Build
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.frames import FRAMES_SCHEMA
+from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA
 from tests.paths import SAMPLES
 
 # A channel number's frames in order: the sort that numbers a 0-9-1 channel's incarnations.
@@ -180,3 +185,75 @@ def test_written_bronze_hands_on_the_stored_captures_table(spark, tmp_path):
     finally:
         bronze.release()
         computed.release()
+
+
+def window_operators(df) -> Counter:
+    """The Window operators in ``df``'s physical plan, counted by their partition keys (column names)."""
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    found = Counter()
+    for line in plan.splitlines():
+        if line.lstrip(" :+-").startswith("Window "):
+            # Window [expressions], [partition keys] and, but for a whole partition, [order]
+            partition = re.search(r"\], \[([^\]]*)\](?:, \[[^\]]*\])?\s*$", line).group(1)
+            found[tuple(re.sub(r"#\d+L?", "", key) for key in partition.split(", "))] += 1
+    return found
+
+
+CONNECTION = ("capture_id", "connection_id")
+
+
+def test_window_operators_reads_a_plans_windows_by_key(spark):
+    rows = frames(spark)
+    by_channel = Window.partitionBy(*CONNECTION, "channel").orderBy("frame_index")
+    apart = rows.withColumn("a", F.lag("method").over(by_channel)).withColumn("b", F.lead("method").over(by_channel))
+    together = rows.withColumns({"a": F.lag("method").over(by_channel), "b": F.lead("method").over(by_channel)})
+    assert window_operators(together) == {(*CONNECTION, "channel"): 1}
+    assert window_operators(apart.select("a", F.col("b").alias("c"))) == {(*CONNECTION, "channel"): 1}
+    assert window_operators(
+        rows.withColumn("a", F.lag("method").over(by_channel)).withColumn("b", F.lead("a").over(by_channel))
+    ) == {(*CONNECTION, "channel"): 2}
+
+
+# Each window operator buffers its partitions whole and passes over them: the windows of one key go
+# in one operator, but for those reading another window's result (docs/BENCHMARKS.md, "Fewer window
+# operators").
+def test_session_window_runs_each_endpoints_state_in_two_window_operators(spark):
+    # Transfers and the announced values so far, then the transfer count at the latest announce.
+    assert window_operators(session_window_timeline(frames(spark))) == {
+        (*CONNECTION, "session_id"): 2,
+        (*CONNECTION, "direction", "channel"): 1,  # the frame's begin (bind_sessions)
+    }
+
+
+def test_tcp_flow_runs_one_window_operator_per_order(spark):
+    segments = spark.createDataFrame([], TCP_SEGMENTS_SCHEMA)
+    assert window_operators(tcp_flow_timeline(segments)) == {
+        CONNECTION: 2,  # both sides' windows, acks and data so far; the next D-SACK (descending)
+        (*CONNECTION, "direction"): 1,  # the window before, the data sent before
+    }
+
+
+def test_lifecycle_10_runs_its_endpoints_windows_together(spark):
+    assert window_operators(lifecycle_10_timeline(frames(spark))) == {
+        # Header, open and close seen before: once for the performatives, once for the empty
+        # frames (the union at the end reads both).
+        (*CONNECTION, "direction"): 2,
+        (*CONNECTION, "direction", "channel"): 2,  # the frame's begin (bind_sessions); sessions begun
+        (*CONNECTION, "direction", "channel", "_session", "handle"): 1,  # attached
+        (*CONNECTION, "session_id"): 1,  # each endpoint's begin's handle-max
+    }
+
+
+def test_link_state_runs_the_links_windows_in_five_operators(spark):
+    link = (*CONNECTION, "link_name", "sender_direction")
+    assert window_operators(link_state_timeline(frames(spark))) == {
+        (*CONNECTION, "direction", "channel"): 1,  # the frame's begin (bind_sessions)
+        (*CONNECTION, "direction", "channel", "handle"): 1,  # the attach that bound the handle
+        # What the frames say; then what reads it: the deliveries so far, the count at the sender's
+        # last stated delivery-count, the count before; then the settlement rows' carried state.
+        link: 5,
+        (*CONNECTION, "session_id", "_id_direction"): 1,  # delivery-ids sent so far
+        (*CONNECTION, "session_id", "_id_direction", "_id"): 1,  # the disposition naming one
+        (*link, "_delivery_start"): 1,  # a settled transfer of the delivery
+        (*link, "frame_index"): 1,  # a disposition's first row
+    }
