@@ -31,6 +31,7 @@ from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.pipelines.consumer_window import consumer_windows
 from amqpscope.pipelines.held import MAX_PACKETS, clipped, first_packets, held_time, merged_intervals, timestamp
 from amqpscope.pipelines.messages import settlement_times
+from amqpscope.pipelines.partitioning import next_value
 from amqpscope.pipelines.publishing import publish_routes, publishing, queue_declarations
 from amqpscope.pipelines.queue_depth import depth_events
 from amqpscope.pipelines.tcp_pressure import (
@@ -466,7 +467,6 @@ class Measures:
         unacked = self.tables.consumer_unacked
         # One consumer's unacked timeline in order: what follows each ack.
         order = Window.partitionBy(*_CONNECTION, "channel", "consumer_tag").orderBy("frame_index")
-        later = order.rowsBetween(1, Window.unboundedFollowing)
         limit = F.coalesce(F.col("prefetch_count"), F.lit(0))
         slots = unacked.select(
             *_CONNECTION,
@@ -478,9 +478,11 @@ class Measures:
             ((limit > 0) & (F.lag("unacked").over(order) >= limit)).alias("_was_full"),
             # The next delivery, whatever comes between: the acks the consumer sent while the broker
             # did not read the socket reach the wire together, before the delivery they free.
-            F.first(F.when(F.col("method") == "basic.deliver", _us("ts")), ignorenulls=True)
-            .over(later)
-            .alias("_next_us"),
+            next_value(
+                F.when(F.col("method") == "basic.deliver", _us("ts")),
+                (*_CONNECTION, "channel", "consumer_tag"),
+                "frame_index",
+            ).alias("_next_us"),
         )
         keys = (*_CONNECTION, "channel", "consumer_tag")
         waits = (

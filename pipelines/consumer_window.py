@@ -26,6 +26,7 @@ from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.pipelines.addresses import queue_of_address
 from amqpscope.pipelines.held import clipped, held_time
 from amqpscope.pipelines.messages import settlement_times
+from amqpscope.pipelines.partitioning import next_value
 from amqpscope.pipelines.queue_depth import depth_at
 
 _CONSUMER = ("capture_id", "connection_id", "channel", "consumer_tag")
@@ -44,11 +45,6 @@ def _consumer_in_order() -> WindowSpec:
 def _link_in_order() -> WindowSpec:
     """One link's state timeline in order: what follows each credit grant."""
     return Window.partitionBy(*_LINK).orderBy("frame_index")
-
-
-def _link_after_row() -> WindowSpec:
-    """The rows of a link after each row: the next delivery after a credit grant."""
-    return _link_in_order().rowsBetween(1, Window.unboundedFollowing)
 
 
 # Who freed a slot, in one shape for both protocols: a 0-9-1 consumer (its channel and tag) or an
@@ -183,9 +179,7 @@ def _windows_10(flow_intervals: DataFrame, link_state: DataFrame) -> tuple[DataF
     grants = (
         receiving.withColumn("_credit_before", F.lag("link_credit_snd").over(window))
         # The next delivery, whatever comes between (RabbitMQ answers a flow with a flow of its own).
-        .withColumn(
-            "_next_us", F.first(F.when(F.col("is_new_delivery"), _us("ts")), ignorenulls=True).over(_link_after_row())
-        )
+        .withColumn("_next_us", next_value(F.when(F.col("is_new_delivery"), _us("ts")), _LINK, "frame_index"))
         .filter(
             (F.col("method") == "flow")
             & (F.col("role") == "receiver")

@@ -9,7 +9,9 @@ would compute the chain twice), shuffles its rows exactly once.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window, WindowSpec
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 CONNECTION = ("capture_id", "connection_id")
@@ -49,3 +51,14 @@ def channel_after_frame() -> WindowSpec:
 def frame_of_channel() -> WindowSpec:
     """A channel incarnation's rows of one frame: what that frame settled."""
     return Window.partitionBy(*CHANNEL, "frame_index")
+
+
+def next_value(value: Column, keys: Sequence[str], order: str) -> Column:
+    """``value`` on the nearest later row (by ``order`` within ``keys``) where it is not null.
+
+    A growing frame over the rows in reverse order: Spark evaluates a frame from the next row to
+    ``unboundedFollowing`` by aggregating the rest of the partition again for every row, which is
+    quadratic in a partition's rows (a TCP direction, a consumer or a link of a long capture).
+    """
+    later_first = Window.partitionBy(*keys).orderBy(F.col(order).desc()).rowsBetween(Window.unboundedPreceding, -1)
+    return F.last(value, ignorenulls=True).over(later_first)

@@ -27,6 +27,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.partitioning import next_value
+
 _CONNECTION = ("capture_id", "connection_id")
 
 
@@ -123,7 +125,7 @@ def zero_windows(flow_intervals: DataFrame, lifetimes: DataFrame, direction: str
 
 
 def _advertised_in_order() -> WindowSpec:
-    """One direction's segments in capture order: where each run of zero windows it advertised ends."""
+    """One direction's segments in capture order: where each run of zero windows it advertised starts."""
     return Window.partitionBy(*_CONNECTION, "direction").orderBy("packet_number")
 
 
@@ -140,9 +142,9 @@ def zero_windows_advertised(tcp_flow: DataFrame, direction: str) -> DataFrame:
         "ts_us",
         "is_zero_window",
         (F.col("is_zero_window") & ~F.coalesce(F.lag("is_zero_window").over(window), F.lit(False))).alias("_starts"),
-        F.first(F.when(~F.col("is_zero_window"), F.col("ts_us")), ignorenulls=True)
-        .over(window.rowsBetween(1, Window.unboundedFollowing))
-        .alias("_reopened_us"),
+        next_value(
+            F.when(~F.col("is_zero_window"), F.col("ts_us")), (*_CONNECTION, "direction"), "packet_number"
+        ).alias("_reopened_us"),
     )
     last_us = tcp_flow.groupBy(*_CONNECTION).agg(F.max("ts_us").alias("_last_us"))
     return (

@@ -1,7 +1,9 @@
-"""pipelines.columns.with_columns: the rows of the same withColumn chain, in fewer plans."""
+"""pipelines.columns.with_columns: the rows of the same withColumn chain, in fewer plans; and
+pipelines.partitioning.next_value, a window's nearest later value."""
 
 from __future__ import annotations
 
+import random
 from functools import reduce
 
 import pyspark.sql.functions as F
@@ -11,6 +13,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.pipelines import columns
 from amqpscope.pipelines.columns import with_columns
+from amqpscope.pipelines.partitioning import next_value
 
 
 @pytest.fixture
@@ -86,3 +89,17 @@ def test_columns_that_do_not_use_each_other_are_one_plan(spark, rows, monkeypatc
 def test_uses(spark, column, names, used):
     # Built in the test: a Column needs the session's JVM.
     assert columns._uses(column(), names) is used
+
+
+def test_next_value_is_the_nearest_later_value_of_the_rows_partition(spark):
+    draw = random.Random(7)
+    data = [(key, i, draw.choice([None, None, draw.randrange(100)])) for key in "abc" for i in range(40)]
+    draw.shuffle(data)
+    df = spark.createDataFrame(data, "k string, i int, v int")
+    expected = {
+        (key, i): next((w for k2, j, w in sorted(data) if k2 == key and j > i and w is not None), None)
+        for key, i, _ in data
+    }
+    found = df.select("k", "i", next_value(F.col("v"), ["k"], "i").alias("n")).collect()
+    assert {(r.k, r.i): r.n for r in found} == expected
+    assert sum(n is None for n in expected.values()) >= 3  # each key's last rows have none after them

@@ -4,6 +4,7 @@ the code and of the rows."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -80,7 +81,10 @@ def test_the_answer_is_what_the_diagnosis_reads():
     assert ANSWER[-1] == "diagnosis"
 
 
-def test_every_builder_gives_its_declared_columns(spark):
+@pytest.fixture(scope="module")
+def every_table(spark):
+    """Every built table, from empty inputs, and the analysed plans of what derive checkpoints on
+    the way (the shared results, the diagnosis's intermediates), which the tables' plans only read."""
     empty = {name: spark.createDataFrame([], schema) for name, schema in lake_tables.schemas("bronze").items()}
     empty["frames"] = by_connection(empty["frames"])
     empty["violations"] = spark.createDataFrame([], lake_tables.table("violations").schema)
@@ -95,8 +99,41 @@ def test_every_builder_gives_its_declared_columns(spark):
             "suites_run": [],
         },
     )
-    for name in lake_tables.names(built=True):
-        assert columns(build.table(name).schema) == columns(lake_tables.table(name).schema), name
+    checkpointed: list[str] = []
+    frame_class = type(empty["frames"])
+    checkpoint = frame_class.localCheckpoint
+
+    def recorded(df, *args, **kwargs):
+        checkpointed.append(df._jdf.queryExecution().analyzed().toString())
+        return checkpoint(df, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(frame_class, "localCheckpoint", recorded)
+        built = {name: build.table(name) for name in lake_tables.names(built=True)}
+    return built, checkpointed
+
+
+def test_every_builder_gives_its_declared_columns(every_table):
+    built, _ = every_table
+    for name, df in built.items():
+        assert columns(df.schema) == columns(lake_tables.table(name).schema), name
+
+
+# A frame from a later row to the partition's end, e.g. rowsBetween(1, unboundedFollowing): Spark
+# aggregates the rest of the partition again for every row, quadratic in a partition's rows (a TCP
+# direction, a consumer, a link of a long capture; pipelines.partitioning.next_value).
+REAGGREGATING = re.compile(
+    r"specifiedwindowframe\((?:Row|Range)Frame, (?!unboundedpreceding\$\(\))[^,]+, unboundedfollowing"
+)
+
+
+def test_no_window_aggregates_the_rest_of_its_partition_again_for_every_row(every_table):
+    built, checkpointed = every_table
+    assert len(checkpointed) >= 5  # the shared results and the diagnosis's own
+    plans = {name: df._jdf.queryExecution().analyzed().toString() for name, df in built.items()}
+    plans |= {f"checkpoint {i}": plan for i, plan in enumerate(checkpointed)}
+    assert any("unboundedfollowing" in plan for plan in plans.values())  # whole partitions: one pass
+    assert {name: REAGGREGATING.findall(plan) for name, plan in plans.items() if REAGGREGATING.search(plan)} == {}
 
 
 def test_no_two_rows_share_their_declared_order(spark, samples_lake):
