@@ -1,19 +1,21 @@
-"""The nearest later value of a partition, two ways: Spark's frame to the partition's end against a
-growing frame in reverse order (``pipelines.partitioning.next_value``).
+"""The nearest later value of a partition, three ways: Spark's frame to the partition's end, a
+growing frame in reverse order, and ``lead IGNORE NULLS`` (``pipelines.partitioning.next_value``).
 
 One command:
 
     .venv/bin/python benchmarks/window_frames.py [--rows 10000,20000,40000] [--out out/bench-window-frames]
 
 For each row count, one partition (a TCP direction, a consumer, a link of a long capture) of that many
-rows, one in seven holding a value, is given each row's nearest later value both ways and summed
-(one Spark job each, in one warm session; the first job warms the JVM and is not counted):
+rows, one in seven holding a value, is given each row's nearest later value each way and summed (one
+Spark job each, in one warm session; a first job each way warms the JVM and is not counted):
 
-- ``to the end``: ``first(value, ignorenulls).over(rowsBetween(1, unboundedFollowing))``, what three
-  diagnosis measures used until 2026-11-28;
-- ``reversed``: ``next_value``: ``last(value, ignorenulls)`` over the rows before, ordered backwards.
+- ``to the end``: ``first(value, ignorenulls)`` over ``rowsBetween(1, unboundedFollowing)``, what
+  three diagnosis measures used until 2026-11-28;
+- ``reversed``: ``last(value, ignorenulls)`` over the rows before, ordered backwards (one more sort
+  where the ascending order is sorted for other windows anyway);
+- ``lead``: ``next_value``, ``lead(value, 1) IGNORE NULLS`` over the ascending order.
 
-Both must give the same sum. Wall seconds printed and written to ``OUT/window_frames.json`` with the
+All must give the same sum. Wall seconds printed and written to ``OUT/window_frames.json`` with the
 machine.
 """
 
@@ -31,17 +33,23 @@ from pyspark.sql import functions as F
 from amqpscope.pipelines.partitioning import next_value
 
 
-def to_the_end(value: Column) -> Column:
-    return F.first(value, ignorenulls=True).over(
+def to_the_end(name: str) -> Column:
+    return F.first(name, ignorenulls=True).over(
         Window.partitionBy("k").orderBy("i").rowsBetween(1, Window.unboundedFollowing)
     )
 
 
-def reversed_frame(value: Column) -> Column:
-    return next_value(value, ["k"], "i")
+def reversed_frame(name: str) -> Column:
+    return F.last(name, ignorenulls=True).over(
+        Window.partitionBy("k").orderBy(F.col("i").desc()).rowsBetween(Window.unboundedPreceding, -1)
+    )
 
 
-WAYS = {"to the end": to_the_end, "reversed": reversed_frame}
+def lead_ignoring_nulls(name: str) -> Column:
+    return next_value(name, Window.partitionBy("k").orderBy("i"))
+
+
+WAYS = {"to the end": to_the_end, "reversed": reversed_frame, "lead": lead_ignoring_nulls}
 
 
 def timed(spark: SparkSession, rows: int, way: str) -> tuple[float, int]:
@@ -50,7 +58,7 @@ def timed(spark: SparkSession, rows: int, way: str) -> tuple[float, int]:
         F.lit(1).alias("k"), F.col("id").alias("i"), F.when(F.col("id") % 7 == 0, F.col("id")).alias("v")
     )
     started = time.perf_counter()
-    total = df.select(WAYS[way](F.col("v")).alias("x")).agg(F.sum("x")).collect()[0][0]
+    total = df.select(WAYS[way]("v").alias("x")).agg(F.sum("x")).collect()[0][0]
     return time.perf_counter() - started, int(total or 0)
 
 
@@ -60,7 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("out/bench-window-frames"))
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.rows.split(",")]
-    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     try:
         for way in WAYS:  # the JVM warmed on both ways' code first
@@ -73,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append({"rows": rows, "way": way, "wall_s": round(seconds, 3)})
                 print(f"{rows:>9} rows  {way:<10}  {seconds:8.3f} s", flush=True)
             if len(set(sums.values())) != 1:
-                raise SystemExit(f"the two ways disagree at {rows} rows: {sums}")
+                raise SystemExit(f"the ways disagree at {rows} rows: {sums}")
     finally:
         spark.stop()
     # Run as a script, benchmarks/ is first on sys.path.

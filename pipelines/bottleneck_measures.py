@@ -468,7 +468,7 @@ class Measures:
         # One consumer's unacked timeline in order: what follows each ack.
         order = Window.partitionBy(*_CONNECTION, "channel", "consumer_tag").orderBy("frame_index")
         limit = F.coalesce(F.col("prefetch_count"), F.lit(0))
-        slots = unacked.select(
+        slots = unacked.withColumn("_delivery_us", F.when(F.col("method") == "basic.deliver", _us("ts"))).select(
             *_CONNECTION,
             "channel",
             "consumer_tag",
@@ -478,11 +478,7 @@ class Measures:
             ((limit > 0) & (F.lag("unacked").over(order) >= limit)).alias("_was_full"),
             # The next delivery, whatever comes between: the acks the consumer sent while the broker
             # did not read the socket reach the wire together, before the delivery they free.
-            next_value(
-                F.when(F.col("method") == "basic.deliver", _us("ts")),
-                (*_CONNECTION, "channel", "consumer_tag"),
-                "frame_index",
-            ).alias("_next_us"),
+            next_value("_delivery_us", order).alias("_next_us"),
         )
         keys = (*_CONNECTION, "channel", "consumer_tag")
         waits = (

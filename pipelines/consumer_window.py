@@ -177,9 +177,14 @@ def _windows_10(flow_intervals: DataFrame, link_state: DataFrame) -> tuple[DataF
     )
     window = _link_in_order()
     grants = (
-        receiving.withColumn("_credit_before", F.lag("link_credit_snd").over(window))
-        # The next delivery, whatever comes between (RabbitMQ answers a flow with a flow of its own).
-        .withColumn("_next_us", next_value(F.when(F.col("is_new_delivery"), _us("ts")), _LINK, "frame_index"))
+        receiving.withColumn("_delivery_us", F.when(F.col("is_new_delivery"), _us("ts")))
+        .withColumns(
+            {
+                "_credit_before": F.lag("link_credit_snd").over(window),
+                # The next delivery, whatever comes between (RabbitMQ answers a flow with a flow of its own).
+                "_next_us": next_value("_delivery_us", window),
+            }
+        )
         .filter(
             (F.col("method") == "flow")
             & (F.col("role") == "receiver")

@@ -9,8 +9,6 @@ would compute the chain twice), shuffles its rows exactly once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
@@ -53,12 +51,12 @@ def frame_of_channel() -> WindowSpec:
     return Window.partitionBy(*CHANNEL, "frame_index")
 
 
-def next_value(value: Column, keys: Sequence[str], order: str) -> Column:
-    """``value`` on the nearest later row (by ``order`` within ``keys``) where it is not null.
+def next_value(name: str, window: WindowSpec) -> Column:
+    """Column ``name``'s value on the nearest later row of ``window`` (a partition in order) where it
+    is not null: ``lead(name, 1) IGNORE NULLS``, one pass over the window's sorted rows.
 
-    A growing frame over the rows in reverse order: Spark evaluates a frame from the next row to
-    ``unboundedFollowing`` by aggregating the rest of the partition again for every row, which is
-    quadratic in a partition's rows (a TCP direction, a consumer or a link of a long capture).
+    (Not ``first(name, ignorenulls)`` over a frame from the next row to ``unboundedFollowing``:
+    Spark evaluates that frame by aggregating the rest of the partition again for every row, which
+    is quadratic in a partition's rows: a TCP direction, a consumer or a link of a long capture.)
     """
-    later_first = Window.partitionBy(*keys).orderBy(F.col(order).desc()).rowsBetween(Window.unboundedPreceding, -1)
-    return F.last(value, ignorenulls=True).over(later_first)
+    return F.expr(f"lead(`{name}`, 1) IGNORE NULLS").over(window)

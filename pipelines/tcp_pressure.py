@@ -135,16 +135,16 @@ def zero_windows_advertised(tcp_flow: DataFrame, direction: str) -> DataFrame:
     from the peer's first zero-window segment of a run to its next segment with room (or the
     connection's last segment)."""
     window = _advertised_in_order()
-    peer = tcp_flow.filter(F.col("direction") == _flipped(direction))
+    peer = tcp_flow.filter(F.col("direction") == _flipped(direction)).withColumn(
+        "_room_us", F.when(~F.col("is_zero_window"), F.col("ts_us"))
+    )
     marked = peer.select(
         *_CONNECTION,
         "packet_number",
         "ts_us",
         "is_zero_window",
         (F.col("is_zero_window") & ~F.coalesce(F.lag("is_zero_window").over(window), F.lit(False))).alias("_starts"),
-        next_value(
-            F.when(~F.col("is_zero_window"), F.col("ts_us")), (*_CONNECTION, "direction"), "packet_number"
-        ).alias("_reopened_us"),
+        next_value("_room_us", window).alias("_reopened_us"),
     )
     last_us = tcp_flow.groupBy(*_CONNECTION).agg(F.max("ts_us").alias("_last_us"))
     return (

@@ -100,6 +100,6 @@ def test_next_value_is_the_nearest_later_value_of_the_rows_partition(spark):
         (key, i): next((w for k2, j, w in sorted(data) if k2 == key and j > i and w is not None), None)
         for key, i, _ in data
     }
-    found = df.select("k", "i", next_value(F.col("v"), ["k"], "i").alias("n")).collect()
+    found = df.select("k", "i", next_value("v", Window.partitionBy("k").orderBy("i")).alias("n")).collect()
     assert {(r.k, r.i): r.n for r in found} == expected
     assert sum(n is None for n in expected.values()) >= 3  # each key's last rows have none after them
