@@ -28,7 +28,7 @@ import pika
 from amqpscope.testbed.amqp10_clients import _Handler, _run
 from amqpscope.testbed.broker import PrivateBroker
 from amqpscope.testbed.capture import DRAIN_SECONDS, Tcpdump, default_capture_port, truth_path
-from amqpscope.testbed.scenarios import GUEST, message_body
+from amqpscope.testbed.scenarios import GUEST, ClosedInTurn, message_body
 
 QUEUE = "amqpscope.long-link"
 
@@ -63,7 +63,7 @@ def publish(host: str, port: int, messages: int, body_size: int) -> float:
     return time.monotonic() - started
 
 
-class _LongReceiver(_Handler):  # type: ignore[misc]
+class _LongReceiver(ClosedInTurn, _Handler):  # type: ignore[misc]
     """One receiving link on /amq/queue/QUEUE; credit window ``window`` topped up when half used;
     every message accepted (auto_accept); link, session, connection closed one after the other."""
 
@@ -96,18 +96,6 @@ class _LongReceiver(_Handler):  # type: ignore[misc]
             receiver.close()
         elif receiver.credit < self.window // 2:
             self.grant(receiver, self.window - receiver.credit)  # 2.6.7: credit is set; proton adds
-
-    def on_link_closed(self, event: Any) -> None:
-        if event.link.is_receiver and self.received == self.messages:
-            event.session.close()
-
-    def on_link_remote_detach(self, event: Any) -> None:
-        # RabbitMQ 3.10 answers a closing detach without closed=true (see scenarios._CreditHandler).
-        self.on_link_closed(event)
-
-    def on_session_closed(self, event: Any) -> None:
-        if self.received == self.messages:
-            event.connection.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -334,7 +334,30 @@ def amqp10_credit(
     return asdict(truth)
 
 
-class _CreditHandler(MessagingHandler):  # type: ignore[misc]
+class ClosedInTurn:
+    """A proton receiver's handler that, once it has ``received`` all its ``messages`` and closed
+    its receiving link, closes the session and then the connection, each after the peer answered:
+    closing all at once races RabbitMQ 3.10, which can send its detach and end after its close, so
+    the socket is gone and the kernel answers RST."""
+
+    received: int
+    messages: int
+
+    def on_link_closed(self, event: Any) -> None:
+        if event.link.is_receiver and self.received == self.messages:
+            event.session.close()
+
+    def on_link_remote_detach(self, event: Any) -> None:
+        # RabbitMQ 3.10 answers our closing detach with a detach without closed=true, which
+        # proton reports as a detach, not a close (so on_link_closed never comes).
+        self.on_link_closed(event)
+
+    def on_session_closed(self, event: Any) -> None:
+        if self.received == self.messages:
+            event.connection.close()
+
+
+class _CreditHandler(ClosedInTurn, MessagingHandler):  # type: ignore[misc]
     """Sender first, receiver once every transfer is accepted; credit granted by hand."""
 
     def __init__(self, host: str, port: int, address: str, messages: int, window: int, body_size: int) -> None:
@@ -410,19 +433,6 @@ class _CreditHandler(MessagingHandler):  # type: ignore[misc]
             receiver.close()
         elif receiver.credit == 0:
             self._grant(receiver)
-
-    def on_link_closed(self, event: Any) -> None:
-        if event.link.is_receiver and self.received == self.messages:
-            event.session.close()
-
-    def on_link_remote_detach(self, event: Any) -> None:
-        # RabbitMQ 3.10 answers our closing detach with a detach without closed=true, which
-        # proton reports as a detach, not a close (so on_link_closed never comes).
-        self.on_link_closed(event)
-
-    def on_session_closed(self, event: Any) -> None:
-        if self.received == self.messages:
-            event.connection.close()
 
     def on_transport_closed(self, event: Any) -> None:
         # A cancelled timer still keeps the reactor waiting for its next wake-up (~3 s).
