@@ -74,12 +74,10 @@ class _LongReceiver(ClosedInTurn, _Handler):  # type: ignore[misc]
         self.received = 0
         self.grants = 0
         self.credit_granted = 0
-        self.receiver: Any = None
 
     def on_start(self, event: Any) -> None:
         connection = self.connect(event)
-        self.receiver = event.container.create_receiver(connection, self.address, name="long-link")
-        self.grant(self.receiver, self.window)
+        self.grant(event.container.create_receiver(connection, self.address, name="long-link"), self.window)
 
     def grant(self, receiver: Any, amount: int) -> None:
         receiver.flow(amount)
@@ -90,10 +88,8 @@ class _LongReceiver(ClosedInTurn, _Handler):  # type: ignore[misc]
         self.received += 1
         receiver = event.receiver
         if self.received == self.messages:
-            self.closing = True
-            for timer in self._timers:
-                timer.cancel()
-            receiver.close()
+            self.stop_timers()
+            receiver.close()  # then the session and the connection, in turn (ClosedInTurn)
         elif receiver.credit < self.window // 2:
             self.grant(receiver, self.window - receiver.credit)  # 2.6.7: credit is set; proton adds
 
@@ -106,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("out/bench-long-link"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    args.output = args.out / "long-link.pcap"
+    capture = args.out / "long-link.pcap"
 
     t0 = time.monotonic()
     with PrivateBroker(port=default_capture_port()) as broker:
@@ -116,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"published {args.messages} in {t_publish:.1f} s", file=sys.stderr)
         handler = _LongReceiver(broker.host, broker.port, args.messages, args.window)
         t1 = time.monotonic()
-        with Tcpdump(args.output, broker.port) as tcpdump:
+        with Tcpdump(capture, broker.port) as tcpdump:
             _run(handler)
             t_consume = time.monotonic() - t1
             time.sleep(DRAIN_SECONDS)
@@ -146,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             "credit_granted_total": handler.credit_granted,
         },
         "capture": {
-            "file": args.output.name,
+            "file": capture.name,
             "filter": tcpdump.filter,
             "packets_captured": tcpdump.stats.counter("packets captured"),
             "packets_dropped_by_kernel": dropped,
@@ -159,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             "total_including_broker_stop": round(total, 2),
         },
     }
-    truth_path(args.output).write_text(json.dumps(record, indent=2) + "\n")
+    truth_path(capture).write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record["seconds"]), file=sys.stderr)
     if dropped:
         print(f"WARNING: {dropped} packets dropped by kernel", file=sys.stderr)

@@ -58,10 +58,14 @@ class _Handler(MessagingHandler):  # type: ignore[misc]
     def on_connection_opened(self, event: Any) -> None:
         self.client_port = _local_port(event)
 
-    def finish(self) -> None:
+    def stop_timers(self) -> None:
+        """No more timers: those pending are cancelled, later ones not scheduled (the handler is closing)."""
         self.closing = True
         for timer in self._timers:
             timer.cancel()
+
+    def finish(self) -> None:
+        self.stop_timers()
         if self.connection is not None:
             self.connection.close()
 
