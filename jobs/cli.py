@@ -29,6 +29,7 @@ class ExitCode(IntEnum):
     USAGE = 2
     BOTTLENECK = 3  # diagnose only
     NOTHING_TO_JUDGE = 4  # diagnose only
+    INTERRUPTED = 130  # watch only: a second signal (128 + SIGINT, as a shell reports Ctrl-C)
 
 
 EXIT_MEANINGS: dict[ExitCode, str] = {
@@ -41,6 +42,15 @@ DIAGNOSE_EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "no bottleneck in any capture",
     ExitCode.BOTTLENECK: "a bottleneck found in at least one capture (the answer names the component)",
     ExitCode.NOTHING_TO_JUDGE: "no capture could be judged (no AMQP traffic found, or all of it encrypted and not decoded)",
+}
+# watch's own, in its --help only (its 0 and 1 are the last round's).
+WATCH_EXIT_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.INTERRUPTED: "stopped at once by a second signal, during a round (the next run does what it left)",
+}
+# The meanings of one command only, by command.
+COMMAND_EXIT_MEANINGS: dict[str, dict[ExitCode, str]] = {
+    "diagnose": DIAGNOSE_EXIT_MEANINGS,
+    "watch": WATCH_EXIT_MEANINGS,
 }
 # Wrong input: the message says it all (a capture or landing directory that cannot be read, a bad
 # setting, a lake that cannot be written).
@@ -242,6 +252,106 @@ def _run_ingest(args: argparse.Namespace) -> ExitCode:
         )
     )
     return ExitCode.OK
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"seconds are a number of 0 or more, got {text!r}")
+    return value
+
+
+def _rounds(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"rounds are a whole number of 0 or more, got {text!r}")
+    return int(text)
+
+
+def _add_watch(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "watch",
+        help="ingest, derive and report each capture as it lands in a directory, in one process",
+        description="Watch LANDING_DIR: each round ingests its new captures (as `amqpscope ingest` does), derives "
+        "every capture that needs it (as `amqpscope derive` does) and writes the report of those derived; then it "
+        "waits --interval seconds. One Spark session serves every round, so from the second round on the JVM's "
+        "code is already compiled: a small capture's answer comes in about half the time of a run of its own "
+        "(docs/BENCHMARKS.md). A file is taken once it has not changed for --settle seconds (tcpdump writes its "
+        "files under their final names). Each round prints one JSON line on stdout, and each capture's diagnosis "
+        "headline on stderr. A failed round is reported and the watch goes on (the next round does what it left). "
+        "SIGTERM or Ctrl-C ends the watch after the round under way; a second one ends it at once.",
+    )
+    p.add_argument(
+        "landing", type=Path, metavar="LANDING_DIR", help="directory of pcap/pcapng files (searched recursively)"
+    )
+    p.add_argument(
+        "--interval", type=_seconds, default=30.0, help="seconds from the end of a round to the next (default 30)"
+    )
+    p.add_argument(
+        "--settle",
+        type=_seconds,
+        default=10.0,
+        help="take a file once it has not changed for this many seconds (default 10; 0: at once)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=_rounds,
+        default=0,
+        help="stop after this many rounds (default 0: until a signal); the exit status is the last round's",
+    )
+    _add_lake_arguments(p)
+    _add_report_arguments(p)
+    _add_tls_argument(p)
+    p.set_defaults(run=_run_watch)
+
+
+def _run_watch(args: argparse.Namespace) -> ExitCode:
+    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+
+    last: list[ExitCode] = [ExitCode.OK]
+
+    def each(done) -> None:
+        for answer in done.diagnoses:
+            print(f"{str(answer['capture_id'])[:12]}: {answer['headline']}", file=sys.stderr, flush=True)
+        if done.error is not None:
+            print(f"amqpscope watch: round {done.number}: error: {_one_line(done.error)}", file=sys.stderr, flush=True)
+        last[0] = ExitCode.OK if done.error is None else exit_code(done.error)
+        print(json.dumps(_round_json(done)), flush=True)
+
+    try:
+        entry.watch(
+            args.landing,
+            _config(args),
+            interval=args.interval,
+            settle=args.settle,
+            rounds=args.rounds,
+            each=each,
+            progress=args.progress,
+        )
+    except KeyboardInterrupt:
+        print("amqpscope watch: stopped during a round; the next run does what it left", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    return last[0]
+
+
+def _round_json(done) -> dict[str, Any]:
+    """One round of ``watch`` as one line of JSON."""
+    ingested, derived, report = done.ingested, done.derived, done.report
+    return {
+        "round": done.number,
+        "seconds": round(done.seconds, 2),
+        "ingested": list(ingested.ingested) if ingested else [],
+        "failed": [{"file": f, "reason": r} for f, r in ingested.failed] if ingested else [],
+        "derived": list(derived.derived) if derived else [],
+        "suites_passed": derived.suites_passed if derived else None,
+        "diagnosis": {
+            a["capture_id"]: {"bottleneck": a["bottleneck"], "headline": a["headline"]} for a in done.diagnoses
+        },
+        "report": str(report.report) if report else None,
+        "error": _one_line(done.error) if done.error is not None else None,
+    }
 
 
 def _add_derive(sub: argparse._SubParsersAction) -> None:
@@ -446,11 +556,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ingest(sub)
     _add_derive(sub)
     _add_report(sub)
+    _add_watch(sub)
     _add_maintain(sub)
     _add_diagnose(sub)
     _add_capture(sub)
     for name, command in sub.choices.items():
-        command.epilog = _exit_codes_epilog(DIAGNOSE_EXIT_MEANINGS if name == "diagnose" else None)
+        command.epilog = _exit_codes_epilog(COMMAND_EXIT_MEANINGS.get(name))
         command.set_defaults(parser=command)  # a UsageError prints its command's usage
     return parser
 

@@ -24,6 +24,7 @@ from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
 from amqpscope.jobs.lake import Lake, lake_capture_filter
+from amqpscope.jobs.session import sized_for
 from amqpscope.jobs.stages import StageClock, one_line
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.accounting import assert_bytes_accounted
@@ -197,16 +198,18 @@ def derive_lake(
     suites_passed = True
     if todo or orphans:
         log.info("deriving %d capture(s)%s", len(todo), f", removing {len(orphans)} gone" if orphans else "")
-        derived = derive(
-            lake,
-            bronze_tables(lake, todo),
-            todo,
-            run_id=run_id,
-            data_docs_dir=config.data_docs_dir,
-            diagnosis_limits=config.diagnosis,
-            replace=orphans,
-            clock=clock,
-        )
+        # Set up for the captures' size as analyze is (jobs.session.sized_for).
+        with sized_for(spark, _captures_bytes(lake, todo)):
+            derived = derive(
+                lake,
+                bronze_tables(lake, todo),
+                todo,
+                run_id=run_id,
+                data_docs_dir=config.data_docs_dir,
+                diagnosis_limits=config.diagnosis,
+                replace=orphans,
+                clock=clock,
+            )
         with runs.verdicts_failing_derive(lake, run_id, todo, derived.verdicts.validation):
             suites_passed = derived.verdicts.result().success
         runs.forget(lake, orphans)
@@ -220,6 +223,11 @@ def ingested_captures(lake: Lake) -> list[str]:
         return []
     df = lake.read("captures").filter(~F.coalesce(F.col("status"), F.lit("")).startswith("failed"))
     return sorted(r.capture_id for r in df.select("capture_id").collect())
+
+
+def _captures_bytes(lake: Lake, capture_ids: Sequence[str]) -> int:
+    """The size of ``capture_ids``' files, all parts (the captures table, read without Spark)."""
+    return sum(r["file_size"] or 0 for r in lake.read_rows("captures", tables.table("captures").schema, capture_ids))
 
 
 def _derived_capture_ids(lake: Lake) -> set[str]:

@@ -68,6 +68,34 @@ def report(config: AnalyzeConfig, capture_ids: Sequence[str] | None = None, prog
         return report_lake(spark, config, capture_ids, clock=StageClock(progress=reporter))
 
 
+def watch(landing: Path, config: AnalyzeConfig, *, interval: float, settle: float, rounds: int, each, progress="auto"):
+    """``amqpscope watch``: rounds of ingest, derive and report of the landing directory in one
+    Spark session, until a signal or after ``rounds``; ``each`` gets every round as it ends."""
+    from amqpscope.jobs.derive import VERDICTS_MODULE
+    from amqpscope.jobs.landing import landing_files
+    from amqpscope.jobs.progress import Progress
+    from amqpscope.jobs.stages import job_session
+    from amqpscope.jobs.watch import stop_requests
+    from amqpscope.jobs.watch import watch as watch_landing
+
+    landing_files(landing)  # before Spark: not a directory fails at once
+    check_lake_writable(config.lake)
+    with stop_requests() as stop:
+        session = job_session(config, "amqpscope-watch", preload_modules=(VERDICTS_MODULE,))
+        with session as spark, Progress(spark, mode=progress) as reporter:
+            return watch_landing(
+                spark,
+                landing,
+                config,
+                interval=interval,
+                settle=settle,
+                rounds=rounds,
+                stop=stop,
+                progress=reporter,
+                each=each,
+            )
+
+
 def maintain(config: AnalyzeConfig, retain_hours: int):
     """``amqpscope maintain``: compact every table of the lake and remove the files it no longer needs."""
     from amqpscope.jobs.maintain import maintain_lake

@@ -9,6 +9,7 @@ its size, while the rest of the batch commits; it is not retried until its bytes
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,15 +45,47 @@ class LandingResult:
     busy: tuple[tuple[str, str], ...] = ()  # (capture id, the live run writing it): left to that run
 
 
-def landing_files(landing: Path) -> list[Path]:
-    """Regular files of the landing directory (recursively), in name order, minus work in progress."""
+def landing_files(landing: Path, settled_for: float = 0.0) -> list[Path]:
+    """Regular files of the landing directory (recursively), in name order, minus work in progress:
+    hidden files, names writers give files being written, and files changed within the last
+    ``settled_for`` seconds (tcpdump writes its files under their final names)."""
     if not landing.is_dir():
         raise CaptureError(landing, "landing directory", "not a directory")
+    changed_after = time.time() - settled_for
     return sorted(
         p
         for p in landing.rglob("*")
-        if p.is_file() and not p.name.startswith(".") and not p.name.endswith(_IN_PROGRESS_SUFFIXES)
+        if p.is_file()
+        and not p.name.startswith(".")
+        and not p.name.endswith(_IN_PROGRESS_SUFFIXES)
+        and (settled_for <= 0 or _changed_before(p, changed_after))
     )
+
+
+# A file as listed (path, size, change time in ns), and what reading it gave: its content hash and its
+# description, or the reason it is not a readable capture (None: not read beyond its hash).
+_FileKey = tuple[str, int, int]
+_Described = tuple[str, CapturePart | str | None]
+
+
+def _file_key(path: Path) -> _FileKey:
+    stat = path.stat()
+    return str(path), stat.st_size, stat.st_mtime_ns
+
+
+def _describe(path: Path, cid: str) -> CapturePart | str:
+    try:
+        return describe_part(path, cid)
+    except CaptureError as exc:
+        return exc.reason
+
+
+def _changed_before(path: Path, when: float) -> bool:
+    """Whether ``path`` was last changed before ``when`` (a file gone meanwhile was not)."""
+    try:
+        return path.stat().st_mtime <= when
+    except OSError:
+        return False
 
 
 def ingest_files(
@@ -92,9 +125,14 @@ def ingest_landing(
     config: AnalyzeConfig,
     progress: Progress | None = None,
     run_id: str | None = None,
+    settled_for: float = 0.0,
+    remembered: dict[_FileKey, _Described] | None = None,
 ) -> LandingResult:
     """Decode every capture of ``landing`` not in the lake yet (or whose last ingest did not
-    finish); record the ones that cannot be read.
+    finish); record the ones that cannot be read. Files changed within the last ``settled_for``
+    seconds are left for a later run (``landing_files``). ``remembered``, kept by the caller from
+    one run to the next (``jobs.watch``), saves reading files again whose path, size and change time
+    are as they were.
 
     Rotated files are decoded as one capture (``ingest.rotation``); when a new part joins a
     capture already in the lake, the whole capture is decoded again and replaces its rows."""
@@ -105,14 +143,25 @@ def ingest_landing(
     failed_before = {cid for cid, hashes in known.items() if hashes is None}
     parts: dict[str, CapturePart] = {}
     failed: dict[str, tuple[Path, str]] = {}
-    for path in landing_files(landing):
-        cid = capture_id(path)
+    described: dict[_FileKey, _Described] = {}
+    for path in landing_files(landing, settled_for):
+        try:
+            key = _file_key(path)
+            cid, part = described[key] = (remembered or {}).get(key) or (capture_id(path), None)
+        except FileNotFoundError:
+            continue  # removed since the directory was listed
         if cid in parts or cid in failed or cid in failed_before:
             continue  # the same bytes under an earlier name, or recorded as unreadable before
-        try:
-            parts[cid] = describe_part(path, cid)
-        except CaptureError as exc:
-            failed[cid] = (path, exc.reason)
+        if part is None:
+            part = _describe(path, cid)
+            described[key] = (cid, part)
+        if isinstance(part, str):
+            failed[cid] = (path, part)
+        else:
+            parts[cid] = part
+    if remembered is not None:  # the files of this run only: a long watch sees files come and go
+        remembered.clear()
+        remembered.update(described)
     grouping = group_parts(parts.values(), config.group_rotated)
     for line in grouping.explain():  # which files are one capture, and why (and which are not)
         if progress is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from amqpscope.jobs import cli
-from amqpscope.jobs.cli import DIAGNOSE_EXIT_MEANINGS, EXIT_MEANINGS, ExitCode, build_parser, main
+from amqpscope.jobs.cli import COMMAND_EXIT_MEANINGS, EXIT_MEANINGS, ExitCode, build_parser, main
 from tests.paths import SAMPLES
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -74,23 +74,24 @@ def test_argparse_usage_errors_exit_2_too(capsys):
 
 def test_every_exit_code_is_in_help_and_in_the_readme():
     parser = build_parser()
-    helps = [parser.format_help()] + [p.format_help() for p in parser._subparsers._group_actions[0].choices.values()]
+    commands = parser._subparsers._group_actions[0].choices
+    helps = {"amqpscope": parser.format_help(), **{name: p.format_help() for name, p in commands.items()}}
+    helps = {name: " ".join(text.split()) for name, text in helps.items()}
     readme = README.read_text(encoding="utf-8")
     table = dict(re.findall(r"^\s*\| `(\d+)` \| (.+?) \|$", readme, flags=re.MULTILINE))
     assert {int(code) for code in table} == {int(code) for code in ExitCode}
-    commands = parser._subparsers._group_actions[0].choices
-    diagnose_help = " ".join(commands["diagnose"].format_help().split())
+    assert set(EXIT_MEANINGS).union(*COMMAND_EXIT_MEANINGS.values()) == set(ExitCode)
     for code, meaning in EXIT_MEANINGS.items():
-        shown = [h for h in helps if code not in DIAGNOSE_EXIT_MEANINGS or h != commands["diagnose"].format_help()]
-        assert all(f"{int(code)} {' '.join(meaning.split())}" in " ".join(h.split()) for h in shown)
-        assert table[str(int(code))].split(" (`diagnose`: ")[0] == meaning
-    assert set(EXIT_MEANINGS) | set(DIAGNOSE_EXIT_MEANINGS) == set(ExitCode)
-    for code, meaning in DIAGNOSE_EXIT_MEANINGS.items():
-        assert f"{int(code)} {' '.join(meaning.split())}" in diagnose_help
-        expected = (
-            f"{EXIT_MEANINGS[code]} (`diagnose`: {meaning})" if code in EXIT_MEANINGS else f"`diagnose` only: {meaning}"
-        )
-        assert table[str(int(code))] == expected
+        # Every help says what the code means, but a command's own meaning of it replaces the common one.
+        shown = [text for name, text in helps.items() if code not in COMMAND_EXIT_MEANINGS.get(name, {})]
+        assert all(f"{int(code)} {' '.join(meaning.split())}" in text for text in shown)
+        assert table[str(int(code))].split(" (`")[0] == meaning
+    for command, meanings in COMMAND_EXIT_MEANINGS.items():
+        for code, meaning in meanings.items():
+            assert f"{int(code)} {' '.join(meaning.split())}" in helps[command]
+            own = f"`{command}`: {meaning}"
+            expected = f"{EXIT_MEANINGS[code]} ({own})" if code in EXIT_MEANINGS else f"`{command}` only: {meaning}"
+            assert table[str(int(code))] == expected
 
 
 def test_outcomes_become_codes_in_one_place():
