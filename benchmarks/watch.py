@@ -9,12 +9,14 @@ One command:
 
 Each pair, in alternating order:
 
-- **analyze**: ``amqpscope analyze CAPTURE`` into a fresh lake, its process timed from its start to
-  its end (what a scheduled run of one capture costs);
+- **analyze**: analyze of CAPTURE into a fresh lake in a process of its own, as ``end_to_end.py
+  one-analyze`` runs it (the command's session), timed from its start to its end (what a scheduled
+  run of one capture costs) and to its answer (the diagnosis headline known);
 - **watch**: ``amqpscope watch LANDING --interval 1 --settle 0`` into a fresh lake, with the
   ``--warm-up`` capture in LANDING: once its first round has ended, CAPTURE is copied into LANDING,
-  and the round that takes it is timed (its own ``seconds``: ingest, derive and report; and from
-  the copy to its line on stdout, which adds up to the 1 s interval); then SIGTERM;
+  and the round that takes it is timed (its own ``seconds``: ingest, derive and report), as is the
+  time from the copy to the capture's headline on stderr (which adds up to the 1 s interval); then
+  SIGTERM;
 - **bare**: a SparkSession started, one action, stopped (``end_to_end.py one-spark``).
 
 Printed and written to ``OUT/watch.json``: every run, the machine and its load, the medians and
@@ -32,6 +34,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -41,7 +44,8 @@ from end_to_end import SAMPLE, _measure
 from amqpscope.ingest.pcap import capture_id
 from ingest import _commit, machine
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 WARM_UP = ROOT / "samples" / "amqp091-qos-confirms.pcap"
 ROUND_TIMEOUT_S = 1800
 
@@ -70,50 +74,58 @@ def watched(capture: Path, warm_up: Path, out: Path) -> dict:
     wanted = capture_id(capture)
     command = [sys.executable, "-m", "amqpscope", "watch", str(landing), "--lake", str(lake)]
     started = time.perf_counter()
-    with open(out / "watch.log", "w") as stderr:
-        proc = subprocess.Popen(
-            [*command, "--interval", "1", "--settle", "0", "--progress", "never"],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            start_new_session=True,
-            cwd=ROOT,
-        )
-        log: list[dict] = []
-        try:
-            rounds = _rounds(proc, log)
-            first = next(rounds)
-            first_s = time.perf_counter() - started
-            copied = time.perf_counter()
-            shutil.copy(capture, landing / capture.name)
-            taken = next(r for r in rounds if wanted in r["derived"])
-            to_answer = time.perf_counter() - copied
-            os.kill(proc.pid, signal.SIGTERM)
-            exit_code = proc.wait(timeout=300)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)  # the watch's own process group, started above
-                proc.wait()
-            proc.stdout.close()
+    proc = subprocess.Popen(
+        [*command, "--interval", "1", "--settle", "0", "--progress", "never"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=ROOT,
+    )
+    said: list[tuple[float, str]] = []  # stderr's lines and when they came
+    reader = threading.Thread(target=lambda: said.extend((time.perf_counter(), line) for line in proc.stderr))
+    reader.start()
+    log: list[dict] = []
+    try:
+        rounds = _rounds(proc, log)
+        first = next(rounds)
+        first_s = time.perf_counter() - started
+        copied = time.perf_counter()
+        shutil.copy(capture, landing / capture.name)
+        taken = next(r for r in rounds if wanted in r["derived"])
+        to_round_end = time.perf_counter() - copied
+        os.kill(proc.pid, signal.SIGTERM)
+        exit_code = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the watch's own process group, started above
+            proc.wait()
+        reader.join()
+        proc.stdout.close()
+        proc.stderr.close()
+        (out / "watch.log").write_text("".join(line for _, line in said))
+    headline = next(t for t, line in said if line.startswith(f"{wanted[:12]}: ")) - copied
     if first["error"] or taken["error"] or exit_code != 0:
         raise SystemExit(f"the watch failed (exit {exit_code}): {log}; see {out / 'watch.log'}")
     return {
         "first_round_s": first["seconds"],
         "start_to_first_round_end_s": round(first_s, 2),
         "round_s": taken["seconds"],
-        "copy_to_answer_s": round(to_answer, 2),
+        "copy_to_answer_s": round(headline, 2),  # the headline on stderr, as soon as the diagnosis is written
+        "copy_to_round_end_s": round(to_round_end, 2),
         "rounds": log,
     }
 
 
 def analyzed(capture: Path, out: Path) -> dict:
-    command = [sys.executable, "-m", "amqpscope", "analyze", str(capture), "--lake", str(out / "lake")]
-    result = _measure([*command, "--progress", "never"], out / "analyze.log")
-    return {"wall_s": result["wall_s"], "cpu_s": result["cpu_s"], "seconds": result.get("seconds", {})}
+    """analyze in a process of its own, as ``end_to_end.py`` runs it (its session as the command's)."""
+    command = [sys.executable, str(HERE / "end_to_end.py"), "one-analyze", str(capture), str(out / "lake"), "5672,5671"]
+    result = _measure(command, out / "analyze.log")
+    return {"wall_s": result["wall_s"], "cpu_s": result["cpu_s"], "answer_s": result["answer_s"]}
 
 
 def bare(out: Path) -> dict:
-    return _measure([sys.executable, str(Path(__file__).resolve().parent / "end_to_end.py"), "one-spark"], out)
+    return _measure([sys.executable, str(HERE / "end_to_end.py"), "one-spark"], out)
 
 
 def run(capture: Path, warm_up: Path, pairs: int, out: Path) -> dict:
@@ -146,42 +158,52 @@ def run(capture: Path, warm_up: Path, pairs: int, out: Path) -> dict:
 
 
 def summary(runs: list[dict]) -> dict:
+    """Medians, and each pair's ratios (min-max): the round against analyze's process, the answer
+    after the copy against analyze's answer after its start, both against the bare session."""
+
     def median(values: list[float]) -> float:
         return round(statistics.median(values), 2)
 
-    def spread(values: list[float]) -> list[float]:
-        return [round(min(values), 3), round(max(values), 3)]
+    def ratio(part: list[float], whole: list[float]) -> dict:
+        values = [p / w for p, w in zip(part, whole, strict=True)]
+        return {
+            "median": round(statistics.median(values), 3),
+            "min_max": [round(min(values), 3), round(max(values), 3)],
+        }
 
     analyze = [r["analyze"]["wall_s"] for r in runs]
+    analyze_answer = [r["analyze"]["answer_s"] for r in runs]
     round_s = [r["watch"]["round_s"] for r in runs]
     answer = [r["watch"]["copy_to_answer_s"] for r in runs]
     bare_s = [r["bare"]["wall_s"] for r in runs]
-    per_pair = {
-        "watch_round_vs_analyze": [w / a for w, a in zip(round_s, analyze, strict=True)],
-        "watch_round_vs_bare": [w / b for w, b in zip(round_s, bare_s, strict=True)],
-        "analyze_vs_bare": [a / b for a, b in zip(analyze, bare_s, strict=True)],
-    }
     return {
         "analyze_wall_s": median(analyze),
+        "analyze_answer_s": median(analyze_answer),
         "watch_round_s": median(round_s),
-        "watch_copy_to_answer_s": median(answer),
+        "watch_answer_s": median(answer),
         "watch_first_round_s": median([r["watch"]["first_round_s"] for r in runs]),
         "bare_session_s": median(bare_s),
-        **{name: {"median": round(statistics.median(v), 3), "min_max": spread(v)} for name, v in per_pair.items()},
+        "round_vs_analyze": ratio(round_s, analyze),
+        "answer_vs_analyze_answer": ratio(answer, analyze_answer),
+        "round_vs_bare": ratio(round_s, bare_s),
+        "analyze_vs_bare": ratio(analyze, bare_s),
     }
 
 
 def markdown(result: dict) -> str:
     s = result["summary"]
+
+    def r(name: str) -> str:
+        return f"{s[name]['median']} ({s[name]['min_max'][0]}-{s[name]['min_max'][1]})"
+
     return "\n".join(
         [
-            "| pairs | analyze s | watch round s | copy to answer s | bare session s "
-            "| round / analyze | round / bare | analyze / bare |",
+            "| pairs | analyze s (answer s) | watch round s (answer s) | bare session s "
+            "| round / analyze | answer / analyze's answer | round / bare | analyze / bare |",
             "|---|---|---|---|---|---|---|---|",
-            f"| {len(result['runs'])} | {s['analyze_wall_s']} | {s['watch_round_s']} | {s['watch_copy_to_answer_s']} "
-            f"| {s['bare_session_s']} | {s['watch_round_vs_analyze']['median']} {s['watch_round_vs_analyze']['min_max']} "
-            f"| {s['watch_round_vs_bare']['median']} {s['watch_round_vs_bare']['min_max']} "
-            f"| {s['analyze_vs_bare']['median']} {s['analyze_vs_bare']['min_max']} |",
+            f"| {len(result['runs'])} | {s['analyze_wall_s']} ({s['analyze_answer_s']}) "
+            f"| {s['watch_round_s']} ({s['watch_answer_s']}) | {s['bare_session_s']} | {r('round_vs_analyze')} "
+            f"| {r('answer_vs_analyze_answer')} | {r('round_vs_bare')} | {r('analyze_vs_bare')} |",
         ]
     )
 

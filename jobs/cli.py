@@ -312,9 +312,11 @@ def _run_watch(args: argparse.Namespace) -> ExitCode:
 
     last: list[ExitCode] = [ExitCode.OK]
 
-    def each(done) -> None:
-        for answer in done.diagnoses:
+    def answered(answers) -> None:  # as soon as the diagnoses are written, before the rest of the round
+        for answer in answers:
             print(f"{str(answer['capture_id'])[:12]}: {answer['headline']}", file=sys.stderr, flush=True)
+
+    def each(done) -> None:
         if done.error is not None:
             print(f"amqpscope watch: round {done.number}: error: {_one_line(done.error)}", file=sys.stderr, flush=True)
         last[0] = ExitCode.OK if done.error is None else exit_code(done.error)
@@ -328,6 +330,7 @@ def _run_watch(args: argparse.Namespace) -> ExitCode:
             settle=args.settle,
             rounds=args.rounds,
             each=each,
+            answered=answered,
             progress=args.progress,
         )
     except KeyboardInterrupt:

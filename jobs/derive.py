@@ -176,9 +176,11 @@ def derive_lake(
     *,
     run_id: str | None = None,
     clock: StageClock | None = None,
+    diagnosed: Callable[[tuple[str, ...]], None] | None = None,
 ) -> DeriveResult:
     """Derive every capture of the lake whose bronze rows are newer than its derived rows (or the
-    given ``capture_ids``, again); remove the derived rows of captures gone from the bronze tables."""
+    given ``capture_ids``, again); remove the derived rows of captures gone from the bronze tables.
+    ``diagnosed`` gets the captures as soon as their diagnosis is written (``derive``)."""
     run_id = run_id or runs.new_run_id()
     lake = Lake.of(spark, config, run_id=run_id)
     in_bronze = ingested_captures(lake)
@@ -209,6 +211,7 @@ def derive_lake(
                 diagnosis_limits=config.diagnosis,
                 replace=orphans,
                 clock=clock,
+                diagnosed=None if diagnosed is None else lambda: diagnosed(tuple(todo)),
             )
         with runs.verdicts_failing_derive(lake, run_id, todo, derived.verdicts.validation):
             suites_passed = derived.verdicts.result().success

@@ -68,9 +68,20 @@ def report(config: AnalyzeConfig, capture_ids: Sequence[str] | None = None, prog
         return report_lake(spark, config, capture_ids, clock=StageClock(progress=reporter))
 
 
-def watch(landing: Path, config: AnalyzeConfig, *, interval: float, settle: float, rounds: int, each, progress="auto"):
+def watch(
+    landing: Path,
+    config: AnalyzeConfig,
+    *,
+    interval: float,
+    settle: float,
+    rounds: int,
+    each,
+    answered=None,
+    progress: str = "auto",
+):
     """``amqpscope watch``: rounds of ingest, derive and report of the landing directory in one
-    Spark session, until a signal or after ``rounds``; ``each`` gets every round as it ends."""
+    Spark session, until a signal or after ``rounds``; ``each`` gets every round as it ends,
+    ``answered`` the diagnoses as soon as they are written."""
     from amqpscope.jobs.derive import VERDICTS_MODULE
     from amqpscope.jobs.landing import landing_files
     from amqpscope.jobs.progress import Progress
@@ -93,6 +104,7 @@ def watch(landing: Path, config: AnalyzeConfig, *, interval: float, settle: floa
                 stop=stop,
                 progress=reporter,
                 each=each,
+                answered=answered,
             )
 
 

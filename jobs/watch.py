@@ -31,6 +31,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.jobs.analyze import Answered, headlines
 from amqpscope.jobs.derive import DeriveResult, derive_lake
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.landing import LandingResult, ingest_landing
@@ -38,7 +39,6 @@ from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.report_job import ReportResult, reads_without_spark, report_lake
 from amqpscope.jobs.session import is_connect
 from amqpscope.jobs.stages import StageClock
-from amqpscope.pipelines import tables
 
 log = logging.getLogger("amqpscope.watch")
 
@@ -67,20 +67,25 @@ def watch_round(
     number: int = 1,
     progress: Progress | None = None,
     remembered: dict | None = None,
+    answered: Answered | None = None,
 ) -> Round:
     """Ingest the captures of ``landing`` that settled and are new, derive every capture of the lake
     that needs it, report those derived. A failure ends the round, not the watch: it is returned.
-    ``remembered`` is the landing files read before (``jobs.landing.ingest_landing``)."""
+    ``remembered`` is the landing files read before (``jobs.landing.ingest_landing``); ``answered``
+    gets the captures' diagnoses as soon as they are written, before the rest of derive."""
     start = time.perf_counter()
     done: dict[str, object] = {}
+
+    def diagnosed(capture_ids: tuple[str, ...]) -> None:
+        done["diagnoses"] = headlines(Lake.of(spark, config), capture_ids)
+        if answered is not None:
+            answered(done["diagnoses"])
+
     try:
         done["ingested"] = ingest_landing(spark, landing, config, progress, settled_for=settle, remembered=remembered)
-        derived = done["derived"] = derive_lake(spark, config, clock=StageClock(progress=progress))
+        clock = StageClock(progress=progress)
+        derived = done["derived"] = derive_lake(spark, config, clock=clock, diagnosed=diagnosed)
         if derived.derived:
-            lake = Lake.of(spark, config)
-            done["diagnoses"] = tuple(
-                lake.read_rows("diagnosis", tables.table("diagnosis").schema, list(derived.derived))
-            )
             reader = None if reads_without_spark(config) else spark
             done["report"] = report_lake(reader, config, list(derived.derived), clock=StageClock(progress=progress))
     except Exception as exc:  # returned to the caller, which reports it; the runs table keeps the work pending
@@ -140,10 +145,12 @@ def watch(
     stop: threading.Event | None = None,
     progress: Progress | None = None,
     each: Callable[[Round], None] = lambda _: None,
+    answered: Answered | None = None,
 ) -> list[Round]:
     """Rounds (``watch_round``) every ``interval`` seconds, from the end of one to the start of the
     next, until ``stop`` is set or after ``rounds`` (0: no limit); ``each`` gets every round as it
-    ends. Only failed rounds and those that took a capture are returned (a watch may last weeks)."""
+    ends, ``answered`` the diagnoses as they are written. Only failed rounds and those that took a
+    capture are returned (a watch may last weeks)."""
     stop = stop or threading.Event()
     kept: list[Round] = []
     remembered: dict = {}
@@ -153,7 +160,14 @@ def watch(
         if number > 1:
             release(spark)  # what the end of the last round could not: its last references are gone
         done = watch_round(
-            spark, landing, config, settle=settle, number=number, progress=progress, remembered=remembered
+            spark,
+            landing,
+            config,
+            settle=settle,
+            number=number,
+            progress=progress,
+            remembered=remembered,
+            answered=answered,
         )
         each(done)
         if done.error is not None or (done.derived is not None and done.derived.derived):

@@ -65,7 +65,12 @@ def test_each_capture_is_taken_once_and_a_failed_round_is_done_again(spark, tmp_
         if done.number == 2:  # a capture lands between two rounds
             shutil.copy(SECOND, landing / SECOND.name)
 
-    kept = watch(spark, landing, config, interval=0, settle=0, rounds=4, each=each)
+    answers = []  # (rounds ended before, the captures answered), as soon as their diagnosis is written
+
+    def answered(diagnoses):
+        answers.append((len(rounds), [d["capture_id"] for d in diagnoses]))
+
+    kept = watch(spark, landing, config, interval=0, settle=0, rounds=4, each=each, answered=answered)
 
     assert [r.number for r in rounds] == [1, 2, 3, 4]
     one, two, three, four = rounds
@@ -84,6 +89,7 @@ def test_each_capture_is_taken_once_and_a_failed_round_is_done_again(spark, tmp_
     # Round 4 found nothing new.
     assert four.error is None and four.ingested.ingested == () and four.derived.derived == ()
     assert four.report is None and four.diagnoses == ()
+    assert answers == [(1, [first]), (2, [second])]  # during rounds 2 and 3
     assert kept == [one, two, three]  # the rounds that failed or took a capture
     # What a round kept in the JVM is gone once the next has ended: a watch of weeks does not grow.
     # (Rounds 2 and 3 checkpoint their shared results; round 4 has nothing to derive.)
