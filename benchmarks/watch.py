@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from end_to_end import SAMPLE, _measure
 
 from amqpscope.ingest.pcap import capture_id
+from amqpscope.testbed.processes import watch_process
 from ingest import _commit, machine
 
 HERE = Path(__file__).resolve().parent
@@ -72,16 +73,8 @@ def watched(capture: Path, warm_up: Path, out: Path) -> dict:
     landing.mkdir(parents=True)
     shutil.copy(warm_up, landing / warm_up.name)
     wanted = capture_id(capture)
-    command = [sys.executable, "-m", "amqpscope", "watch", str(landing), "--lake", str(lake)]
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        [*command, "--interval", "1", "--settle", "0", "--progress", "never"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        cwd=ROOT,
-    )
+    proc = watch_process(landing, lake, interval=1, cwd=ROOT)
     said: list[tuple[float, str]] = []  # stderr's lines and when they came
     reader = threading.Thread(target=lambda: said.extend((time.perf_counter(), line) for line in proc.stderr))
     reader.start()

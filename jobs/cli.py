@@ -6,6 +6,7 @@ import argparse
 import importlib.metadata
 import json
 import logging
+import math
 import sys
 import traceback
 from collections.abc import Sequence
@@ -259,7 +260,7 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if value < 0:
+    if not 0 <= value < math.inf:  # nan and inf too
         raise argparse.ArgumentTypeError(f"seconds are a number of 0 or more, got {text!r}")
     return value
 

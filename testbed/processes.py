@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +99,20 @@ def kill_all(refs: set[ProcessRef], timeout: float = 5.0) -> set[ProcessRef]:
     for ref in refs:
         ref.signal(signal.SIGKILL)
     return wait_gone(refs, timeout)
+
+
+def watch_process(landing: Path, lake: Path, *, interval: float, cwd: Path | None = None) -> subprocess.Popen:
+    """``amqpscope watch LANDING --lake LAKE`` started in a session of its own (files taken at once,
+    no progress), its stdout and stderr piped as text: the caller stops it, and what it started, by PID."""
+    command = [sys.executable, "-m", "amqpscope", "watch", str(landing), "--lake", str(lake)]
+    return subprocess.Popen(
+        [*command, "--interval", str(interval), "--settle", "0", "--progress", "never"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=cwd,
+    )
 
 
 def free_port(host: str = "127.0.0.1") -> int:

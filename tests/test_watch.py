@@ -12,7 +12,6 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,8 +23,8 @@ from amqpscope.jobs import landing as landing_module
 from amqpscope.jobs import watch as watch_module
 from amqpscope.jobs.landing import landing_files
 from amqpscope.jobs.watch import stop_requests, watch
+from amqpscope.testbed.processes import descendants, kill_all, wait_gone, watch_process
 from tests.table_digests import table_digests
-from tests.test_jobs_kill import descendants
 from tests.test_same_rows import EXPECTED, differences
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -139,15 +138,6 @@ def test_a_signal_asks_for_a_stop_and_a_second_one_stops_at_once():
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, ended but not reaped by an init that does not reap, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _line(stream, proc: subprocess.Popen, seconds: float) -> str:
     """The next line of ``stream``, waiting at most ``seconds`` (the process must still run)."""
     deadline = time.monotonic() + seconds
@@ -163,15 +153,8 @@ def test_the_command_answers_each_round_and_ends_on_sigterm(tmp_path):
     landing, lake = tmp_path / "landing", tmp_path / "lake"
     landing.mkdir()
     shutil.copy(SECOND, landing / SECOND.name)
-    command = [sys.executable, "-m", "amqpscope", "watch", str(landing), "--lake", str(lake)]
-    proc = subprocess.Popen(
-        [*command, "--interval", "3600", "--settle", "0", "--progress", "never"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    below: list[int] = []
+    proc = watch_process(landing, lake, interval=3600)
+    below: set = set()
     try:
         first_round = json.loads(_line(proc.stdout, proc, 600))
         below = descendants(proc.pid)
@@ -180,19 +163,12 @@ def test_the_command_answers_each_round_and_ends_on_sigterm(tmp_path):
         assert proc.wait(timeout=300) == 0
         stderr = proc.stderr.read()
         # The JVM exits once its standard input closes with the watch: soon after it, not with it.
-        deadline = time.monotonic() + 120
-        while [pid for pid in below if _alive(pid)] and time.monotonic() < deadline:
-            time.sleep(0.5)
-        outlived = [pid for pid in below if _alive(pid)]
+        outlived = wait_gone(below, timeout=120)
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-        for pid in below:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_all(below)
         proc.stdout.close()
         proc.stderr.close()
     cid = capture_id(SECOND)
@@ -202,4 +178,4 @@ def test_the_command_answers_each_round_and_ends_on_sigterm(tmp_path):
     headline = first_round["diagnosis"][cid]["headline"]
     assert f"{cid[:12]}: {headline}" in stderr.splitlines()
     assert "SIGTERM: stopping after this round" in stderr
-    assert outlived == [], "a process of the watch outlived it"
+    assert outlived == set(), "a process of the watch outlived it"
