@@ -35,7 +35,7 @@ from amqpscope.schemas.runs import OUTCOME_OK
 
 log = logging.getLogger("amqpscope.analyze")
 
-__all__ = ["AnalyzeResult", "analyze", "analyze_files", "headlines", "main"]
+__all__ = ["AnalyzeResult", "analyze", "analyze_files", "headline_line", "headlines", "main"]
 
 
 @dataclass
@@ -165,6 +165,11 @@ def headlines(lake: Lake, capture_ids: Sequence[str]) -> tuple[dict[str, object]
     return tuple(sorted(rows, key=lambda r: capture_ids.index(str(r["capture_id"]))))
 
 
+def headline_line(answer: dict[str, object]) -> str:
+    """The line a capture's diagnosis is printed as on stderr: its id's first 12 characters and its headline."""
+    return f"{str(answer['capture_id'])[:12]}: {answer['headline']}"
+
+
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -187,7 +192,7 @@ def main(captures: Sequence[str], config: AnalyzeConfig, progress: str = "auto")
             def answered(answers: tuple[dict[str, object], ...]) -> None:
                 timings["answer"] = time.perf_counter() - start
                 for answer in answers:
-                    reporter.announce(f"{str(answer['capture_id'])[:12]}: {answer['headline']}")
+                    reporter.announce(headline_line(answer))
 
             result = analyze_files(spark, files, config, timings, reporter, answered=answered)
     timings["total"] = time.perf_counter() - start
@@ -199,6 +204,6 @@ def _no_packets(files: Sequence[CaptureFile], timings: dict[str, float], start: 
     diagnosis ``no_amqp`` (there is nothing to judge), printed on stderr as analyze prints its answers."""
     answers = tuple(no_packets_diagnosis(c.capture_id) for c in files)
     for answer in answers:
-        print(f"{str(answer['capture_id'])[:12]}: {answer['headline']}", file=sys.stderr, flush=True)
+        print(headline_line(answer), file=sys.stderr, flush=True)
     timings["answer"] = timings["total"] = time.perf_counter() - start
     return AnalyzeResult(tuple(c.capture_id for c in files), None, None, {}, timings, True, runs.new_run_id(), answers)

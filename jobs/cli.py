@@ -202,10 +202,7 @@ def _run_analyze(args: argparse.Namespace) -> ExitCode:
             {
                 "run_id": result.run_id,
                 "captures": list(result.capture_ids),
-                "diagnosis": {
-                    a["capture_id"]: {"bottleneck": a["bottleneck"], "headline": a["headline"]}
-                    for a in result.diagnoses
-                },
+                "diagnosis": _diagnosis_json(result.diagnoses),
                 "lake": str(config.lake),
                 "tables": result.row_counts,
                 "suites_passed": result.suites_passed,
@@ -217,6 +214,11 @@ def _run_analyze(args: argparse.Namespace) -> ExitCode:
         )
     )
     return ExitCode.OK
+
+
+def _diagnosis_json(diagnoses) -> dict[str, dict[str, Any]]:
+    """Per capture: its bottleneck and headline, as analyze and watch print them."""
+    return {a["capture_id"]: {"bottleneck": a["bottleneck"], "headline": a["headline"]} for a in diagnoses}
 
 
 def _add_ingest(sub: argparse._SubParsersAction) -> None:
@@ -310,12 +312,13 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
 
 def _run_watch(args: argparse.Namespace) -> ExitCode:
     from amqpscope.jobs import entry  # Spark is imported only when a job runs
+    from amqpscope.jobs.analyze import headline_line
 
     last: list[ExitCode] = [ExitCode.OK]
 
     def answered(answers) -> None:  # as soon as the diagnoses are written, before the rest of the round
         for answer in answers:
-            print(f"{str(answer['capture_id'])[:12]}: {answer['headline']}", file=sys.stderr, flush=True)
+            print(headline_line(answer), file=sys.stderr, flush=True)
 
     def each(done) -> None:
         if done.error is not None:
@@ -350,9 +353,7 @@ def _round_json(done) -> dict[str, Any]:
         "failed": [{"file": f, "reason": r} for f, r in ingested.failed] if ingested else [],
         "derived": list(derived.derived) if derived else [],
         "suites_passed": derived.suites_passed if derived else None,
-        "diagnosis": {
-            a["capture_id"]: {"bottleneck": a["bottleneck"], "headline": a["headline"]} for a in done.diagnoses
-        },
+        "diagnosis": _diagnosis_json(done.diagnoses),
         "report": str(report.report) if report else None,
         "error": _one_line(done.error) if done.error is not None else None,
     }
