@@ -94,8 +94,9 @@ def derive(
                     [], table.schema, table.name, replace_capture_ids=replace, partition_by=table.partition_by
                 )
                 return tables.no_rows(bronze["frames"], table)
-            lake.write(rows, table.name, replace_capture_ids=replace, partition_by=table.partition_by)
-            return lake.read(table.name).filter(lake_capture_filter(ids))
+            return lake.write_and_read(
+                rows, table.name, replace_capture_ids=replace, capture_ids=ids, partition_by=table.partition_by
+            )
 
         # A capture of one AMQP version has no rows in the other's tables: those are not built (nor
         # the diagnosis's rules that read only another protocol's connections).
@@ -123,13 +124,16 @@ def derive(
 
             # Rules are evaluated once: the violations are written as they are counted (expectations.suite).
             clock.writing("violations")
+            stored: list[DataFrame] = []
             verdicts = start_verdicts(
                 build.tables,
                 data_docs_dir,
                 capture_ids=ids,
-                store=lambda found: lake.write(found, "violations", replace_capture_ids=replace),
+                store=lambda found: stored.append(
+                    lake.write_and_read(found, "violations", replace_capture_ids=replace, capture_ids=ids)
+                ),
             )
-            build.tables["violations"] = lake.read("violations").filter(lake_capture_filter(ids))
+            build.tables["violations"] = stored[0]
         # dq_summary: one row per capture and run for data-quality dashboards, written while GX
         # validates the counts.
         build.settings.update(

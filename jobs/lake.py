@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import pyarrow as pa
 import pyspark.sql.functions as F
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction
@@ -87,7 +88,7 @@ from amqpscope.jobs.lake_files import (
 )
 from amqpscope.jobs.lake_read import add_actions, is_delta_table, open_table, read_table
 from amqpscope.jobs.lake_stats import file_stats
-from amqpscope.jobs.session import STAGE_ON_DRIVER, jvm_has_delta
+from amqpscope.jobs.session import jvm_has_delta, staged_on_driver
 from amqpscope.schemas.catalog import description, documented
 
 BACKENDS = ("auto", "delta-spark", "delta-rs")
@@ -182,6 +183,7 @@ class Lake:
         replace_capture_ids: Sequence[str],
         partition_by: Sequence[str] = (CAPTURE_ID,),
         read_version: int | None = None,
+        kept: list[pa.Table] | None = None,
     ) -> None:
         """Replace the rows of `replace_capture_ids` in `table` by `df`'s rows, in one commit.
 
@@ -189,7 +191,8 @@ class Lake:
         those captures' rows (and creates the table with `df`'s schema if it is new). delta-spark
         clusters a new table by `partition_by` instead of partitioning it. The commit conflicts with
         any made after `read_version` (``version``; default: the version current when the write
-        starts) that touched the same captures.
+        starts) that touched the same captures. Rows staged through the driver (``staged_on_driver``)
+        are appended to ``kept`` as committed (``write_and_read``).
         """
         path = self.table_path(table)
         capture_ids = _checked_capture_ids(replace_capture_ids)
@@ -210,12 +213,33 @@ class Lake:
                     table,
                     capture_ids,
                     _write_delta_rs(
-                        self.spark, df, path, capture_ids, partition_columns, self._writer(table, read_version)
+                        self.spark, df, path, capture_ids, partition_columns, self._writer(table, read_version), kept
                     ),
                 )
         except Exception as exc:
             name_table(exc, table)
             raise
+
+    def write_and_read(
+        self,
+        df: DataFrame,
+        table: str,
+        *,
+        replace_capture_ids: Sequence[str],
+        capture_ids: Sequence[str],
+        partition_by: Sequence[str] = (CAPTURE_ID,),
+    ) -> DataFrame:
+        """``write``, then the rows of ``capture_ids`` in ``table`` as stored, as ``read`` gives them
+        (the columns of ``df``, nullable). Where the rows were staged through the driver (a small
+        run's delta-rs lake) and take at most KEPT_UP_TO_BYTES, they are those rows, kept: a table
+        of a few rows that the tables after it read is not scanned from its Parquet files by each
+        of their queries (derive)."""
+        kept: list[pa.Table] = []
+        self.write(df, table, replace_capture_ids=replace_capture_ids, partition_by=partition_by, kept=kept)
+        if not kept or kept[0].nbytes > KEPT_UP_TO_BYTES:
+            return self.read(table).filter(lake_capture_filter(capture_ids))
+        schema = _as_read(df.schema)
+        return self.spark.createDataFrame(kept[0], schema).filter(lake_capture_filter(capture_ids))
 
     def write_rows(
         self,
@@ -497,6 +521,24 @@ class _Writer:
     read_version: int | None
 
 
+# A table's rows kept in the driver's memory by write_and_read, at most (the bundled sample's largest
+# table takes 1.0 MiB as Arrow): 29 tables of that size take 116 MiB of the driver's default 1 GiB
+# heap until derive ends. Larger tables are scanned from their files.
+KEPT_UP_TO_BYTES = 4 << 20
+
+
+def _as_read(schema: StructType) -> StructType:
+    """``schema`` as ``read`` gives a table of it back: every field nullable, no column comments."""
+    fields = json.loads(_delta_schema_json(schema))["fields"]
+    return StructType.fromJson({"type": "struct", "fields": [{**f, "metadata": {}} for f in fields]})
+
+
+def _kept(rows: pa.Table, kept: list[pa.Table] | None) -> pa.Table:
+    if kept is not None:
+        kept.append(rows)
+    return rows
+
+
 def _open(path: str, table: str, version: int | None = None) -> DeltaTable:
     """The table at ``version`` (default latest) through delta-rs, its log checked for damage first."""
     delta_log.check_log(path, table)
@@ -504,7 +546,13 @@ def _open(path: str, table: str, version: int | None = None) -> DeltaTable:
 
 
 def _write_delta_rs(
-    spark: SparkSession, df: DataFrame, path: str, capture_ids: list[str], partition_columns: list[str], writer: _Writer
+    spark: SparkSession,
+    df: DataFrame,
+    path: str,
+    capture_ids: list[str],
+    partition_columns: list[str],
+    writer: _Writer,
+    kept: list[pa.Table] | None = None,
 ) -> dict[str, int]:
     # delta-rs and every non-Spark Parquet reader need TIMESTAMP_MICROS (INT96 is legacy).
     timestamp_type = spark.conf.get("spark.sql.parquet.outputTimestampType")
@@ -519,8 +567,8 @@ def _write_delta_rs(
         capture_ids,
         partition_columns,
         (
-            (lambda staging: stage_arrow(df.toArrow(), df.schema, staging, partition_columns))
-            if spark.conf.get(STAGE_ON_DRIVER, "false") == "true"
+            (lambda staging: stage_arrow(_kept(df.toArrow(), kept), df.schema, staging, partition_columns))
+            if staged_on_driver(spark)
             else (lambda staging: df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging))
         ),
         writer,

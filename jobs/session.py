@@ -251,6 +251,11 @@ _UNBROADCAST = {
 STAGE_ON_DRIVER = "amqpscope.lake.stage_on_driver"
 
 
+def staged_on_driver(spark: SparkSession) -> bool:
+    """Whether the lake stages tables' rows through the driver (set up for a small run: ``sized_for``)."""
+    return spark.conf.get(STAGE_ON_DRIVER, "false") == "true"
+
+
 @contextmanager
 def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     """Within this block, a local ``spark`` is set up for a run over ``capture_bytes`` of captures:

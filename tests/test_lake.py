@@ -11,6 +11,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.testing import assertDataFrameEqual
 
+from amqpscope.jobs import lake as lake_module
 from amqpscope.jobs import session
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.lake_read import read_table
@@ -368,6 +369,33 @@ def test_a_small_run_stages_rows_through_the_driver_as_spark_writes_them(spark, 
     }
     assert directories["on_driver"] == directories["by_spark"]
     assert len(files) == len(directories["on_driver"]) == 7  # a file a capture
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["spark-writer", "staged-on-driver"])
+def test_write_and_read_gives_the_rows_as_stored(spark, lake, small):
+    # derive reads each table it writes back as stored; a small run keeps the rows it staged
+    # instead of scanning its files: the same rows, columns and types as a read of the table.
+    lake.write(spark.createDataFrame(rows_b(), SCHEMA), "t", replace_capture_ids=["cap-b"])
+    df = spark.createDataFrame(rows_a() + [("cap-c", 3, TS, None, None, None)], SCHEMA)
+    with session.sized_for(spark, 1 if small else 1 << 40):
+        got = lake.write_and_read(df, "t", replace_capture_ids=["cap-a", "cap-c"], capture_ids=["cap-a"])
+        kept = "LocalTableScan" in got._jdf.queryExecution().executedPlan().toString()
+        stored = lake.read("t").filter("capture_id = 'cap-a'")
+        assert got.schema == stored.schema
+        assertDataFrameEqual(got, stored)
+        assert sorted(r.n for r in got.collect()) == [1, 2]
+    assert kept == small  # rows kept on the driver only where they were staged there
+    assert sorted(r["capture_id"] for r in table_rows(lake, "t")) == ["cap-a", "cap-a", "cap-b", "cap-c"]
+
+
+def test_write_and_read_scans_the_files_of_rows_too_large_to_keep(spark, lake, monkeypatch):
+    monkeypatch.setattr(lake_module, "KEPT_UP_TO_BYTES", 0)
+    df = spark.createDataFrame(rows_a(), SCHEMA)
+    with session.sized_for(spark, 1):
+        got = lake.write_and_read(df, "t", replace_capture_ids=["cap-a"], capture_ids=["cap-a"])
+        plan = got._jdf.queryExecution().executedPlan().toString()
+    assert "LocalTableScan" not in plan and "FileScan parquet" in plan
+    assertDataFrameEqual(got, lake.read("t"))
 
 
 def test_read_rows_gives_the_rows_of_the_chosen_captures(spark, lake):
