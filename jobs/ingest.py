@@ -37,7 +37,7 @@ from amqpscope.ingest.quarantine import capture_status, damage_row
 from amqpscope.ingest.ranges import read_container, split
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.ingest.tls_keylog import KeyLog
-from amqpscope.jobs.lake import Lake, lake_capture_filter
+from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.progress import Progress, TaskCounters
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.packets import PACKETS_SCHEMA
@@ -348,15 +348,23 @@ def write_bronze(
     if progress is not None:
         counters = progress.decoding(sum(c.size for c in captures))
     bronze = decode_captures(spark, captures, ports, counters=counters, tls_keylog=tls_keylog)
+    written = {}
     for name in BRONZE_SCHEMAS:
         if progress is not None:
             # The first table written runs the decode: its tasks are the ranges, then the connections.
             progress.detail(f"writing {name}")
-        lake.write(bronze.table(name), name, replace_capture_ids=[*bronze.capture_ids, *superseded])
-    # The captures table aggregates every packet read: what follows (the diagnosis, the verdicts,
-    # the report) reads its stored rows, one small file a capture, instead of aggregating again.
-    stored = lake.read("captures", BRONZE_SCHEMAS["captures"]).filter(lake_capture_filter(bronze.capture_ids))
-    return replace(bronze, tables={**bronze.tables, "captures": stored})
+        # What derives from them reads the rows a small run kept (Lake.write_and_read), else the
+        # persisted ones; but the captures table aggregates every packet read: what follows (the
+        # diagnosis, the verdicts, the report) reads its stored rows, one small file a capture,
+        # instead of aggregating again.
+        written[name] = lake.write_and_read(
+            bronze.table(name),
+            name,
+            replace_capture_ids=[*bronze.capture_ids, *superseded],
+            capture_ids=bronze.capture_ids,
+            unkept=None if name == "captures" else bronze.table(name),
+        )
+    return replace(bronze, tables=written)
 
 
 def decode_tables(
