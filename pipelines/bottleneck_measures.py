@@ -199,9 +199,13 @@ class Measures:
         return gaps.unionByName(closed)
 
     def measure(self, name: str) -> DataFrame:
-        """The measure ``name`` (``MEASURES``), computed once."""
+        """The measure ``name`` (``MEASURES``), computed once, with its ``held_share`` (the time held
+        back over the span) where it has none of its own."""
         if name not in self._computed:
-            self._computed[name] = MEASURES[name](self)
+            rows = MEASURES[name](self)
+            if "held_share" not in rows.columns:
+                rows = rows.withColumn("held_share", F.col("held_us") / F.greatest(F.col("span_us"), F.lit(1)))
+            self._computed[name] = rows
         return self._computed[name]
 
     def found(self, rule_id: str) -> DataFrame:

@@ -110,13 +110,11 @@ def rule_findings(rule: BottleneckRule, measures: Measures, kept: bool = False) 
     read them (``Measures.found``)."""
     limits = measures.limits
     rows = measures.measure(rule.measure)
-    if "held_share" not in rows.columns:
-        rows = rows.withColumn("held_share", F.col("held_us") / F.greatest(F.col("span_us"), F.lit(1)))
     try:
-        if rule.where:
-            rows = rows.filter(F.expr(rule.where))
+        # One filter (each DataFrame step analyses the measure's whole plan again).
+        test = F.expr(bind(rule.test, limits))
         component, confidence, because = _cases(rule, limits)
-        passed = rows.filter(F.expr(bind(rule.test, limits))).withColumns(
+        passed = rows.filter(F.expr(rule.where) & test if rule.where else test).withColumns(
             {
                 "component": component,
                 "confidence": F.least(F.lit(1.0), F.greatest(F.lit(0.0), confidence.cast("double"))),
