@@ -467,7 +467,7 @@ class Build:
     """Tables of ``TABLES`` built from the ``given`` ones (the bronze tables), each after its inputs;
     each shared result is computed once, when a first table needs it, and kept (a local checkpoint:
     one Spark job). ``store`` gets each table's rows as built and returns them as the tables built
-    from it should read them: derive writes them and reads them back from the lake; by default
+    from it should read them: derive writes them and reads them as stored (``Lake.write_and_read``); by default
     they are used as built (tests, benchmarks). The tables of ``empty`` are known to have no rows
     (``without_rows``): they are not built, ``store`` gets None for their rows."""
 
