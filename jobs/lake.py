@@ -240,7 +240,8 @@ class Lake:
         self.write(df, table, replace_capture_ids=replace_capture_ids, partition_by=partition_by, kept=kept)
         if not kept or kept[0].nbytes > KEPT_UP_TO_BYTES:
             return self.read(table).filter(lake_capture_filter(capture_ids)) if unkept is None else unkept
-        schema = _as_read(df.schema)
+        # Typed as read gives them: the table's Delta schema (every field nullable), no comments.
+        schema = _plain_schema(_delta_schema_json(df.schema))
         return self.spark.createDataFrame(kept[0], schema).filter(lake_capture_filter(capture_ids))
 
     def write_rows(
@@ -412,12 +413,8 @@ def _checked_schema_change(path: str, table: StructType, rows: StructType) -> bo
     Compared as Delta stores them (every field nullable), field by field.
     """
     # Column comments (metadata) may change freely: only names, types and order count.
-    table_fields = [
-        {k: v for k, v in f.items() if k != "metadata"} for f in json.loads(_delta_schema_json(table))["fields"]
-    ]
-    rows_fields = [
-        {k: v for k, v in f.items() if k != "metadata"} for f in json.loads(_delta_schema_json(rows))["fields"]
-    ]
+    table_fields = _plain_fields(_delta_schema_json(table))
+    rows_fields = _plain_fields(_delta_schema_json(rows))
     if rows_fields[: len(table_fields)] == table_fields:
         return len(rows_fields) > len(table_fields)
     by_name = {f["name"]: f for f in rows_fields}
@@ -523,16 +520,24 @@ class _Writer:
     read_version: int | None
 
 
-# A table's rows kept in the driver's memory by write_and_read, at most (the bundled sample's largest
-# table takes 1.0 MiB as Arrow): 29 tables of that size take 116 MiB of the driver's default 1 GiB
-# heap until derive ends. Larger tables are scanned from their files.
+# A table's rows kept in the driver's memory by write_and_read, at most (the largest of the 29 tables
+# an analyze of the bundled sample writes takes 1.0 MiB as Arrow, all 29 together 2.8 MiB): 29 tables
+# at the bound would take 116 MiB of the driver's default 1 GiB heap until derive ends. Larger tables
+# are scanned from their files.
 KEPT_UP_TO_BYTES = 4 << 20
 
 
-def _as_read(schema: StructType) -> StructType:
-    """``schema`` as ``read`` gives a table of it back: every field nullable, no column comments."""
-    fields = json.loads(_delta_schema_json(schema))["fields"]
-    return StructType.fromJson({"type": "struct", "fields": [{**f, "metadata": {}} for f in fields]})
+def _plain_fields(schema_json: str) -> list[dict[str, Any]]:
+    """The fields of a schema's JSON without their column comments (metadata)."""
+    return [{k: v for k, v in f.items() if k != "metadata"} for f in json.loads(schema_json)["fields"]]
+
+
+def _plain_schema(schema_json: str) -> StructType:
+    """A schema's JSON as rows read back are typed: no column comments (they are for the lake's other
+    readers)."""
+    return StructType.fromJson(
+        {"type": "struct", "fields": [{**f, "metadata": {}} for f in _plain_fields(schema_json)]}
+    )
 
 
 def _kept(rows: pa.Table, kept: list[pa.Table] | None) -> pa.Table:
@@ -696,9 +701,7 @@ def _hive_layout_matches(
 
 def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) -> DataFrame:
     table = _open(path, os.path.basename(path))
-    # Column comments are for the lake's other readers; rows read back have the plain schema.
-    fields = [{k: v for k, v in f.items() if k != "metadata"} for f in json.loads(table.schema().to_json())["fields"]]
-    table_schema = StructType.fromJson({"type": "struct", "fields": [{**f, "metadata": {}} for f in fields]})
+    table_schema = _plain_schema(table.schema().to_json())
     schema = table_schema if schema is None else schema
     partition_columns = table.metadata().partition_columns
     actions = add_actions(path, table)
