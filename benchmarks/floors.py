@@ -1,0 +1,166 @@
+"""The sample's analyze against its floors, in rounds: how near can any analyze of this design come
+to a bare Spark session?
+
+One command:
+
+    .venv/bin/python benchmarks/floors.py [--rounds 6] [--out out/bench-floors]
+
+Issue 36 asks analyze of the bundled sample to take at most 3x a bare ``SparkSession`` start, one
+action and stop, and asks that a target out of reach by design be shown by a measurement, for
+example the same work as a bare Spark job of the same shape. ``end_to_end.py`` measures such jobs
+once each, beside one analyze; from one of its runs to the next the same job has measured 2.3x to
+3.8x the bare session, as the machine's load moved the bare session more than the jobs. Here every
+yardstick runs once per round, each in its own process (its own JVM, mapping the class archive as
+a user's runs after the first do), the four in a rotated order so that none always follows another:
+
+- ``bare``: the bare session (``end_to_end.py one-spark``);
+- ``analyze``: ``amqpscope analyze``'s steps on the sample into a fresh lake (``one-analyze``);
+- ``least_work``: analyze's session and ingest with a decoder that costs nothing, then every derived
+  table read from analyze's lake and written (``one-floor``, ``end_to_end._child_floor``): no
+  decoding, flow state, diagnosis, Great Expectations or report;
+- ``same_shape``: every table of the lake through a window and written, and small window queries
+  up to analyze's count of Spark jobs (``one-writes``, ``end_to_end._child_writes``).
+
+Each run is divided by the bare session of its own round. Printed and written to
+``OUT/floors.json``: every round's seconds and ratios, then each yardstick's median, lowest and
+highest ratio. A floor whose lowest ratio is above the goal is a measurement that no analyze doing
+at least that work comes under the goal on this machine; the difference between analyze and its
+least work is what an analyze of this design could still save.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode import broker_port
+from end_to_end import GOALS, SAMPLE, _measure, class_archive
+
+from ingest import _commit, machine
+
+ROOT = Path(__file__).resolve().parent.parent
+KINDS = ("bare", "analyze", "least_work", "same_shape")
+GOAL = GOALS["small_vs_bare_spark_wall"]
+
+
+def rotated(round_index: int) -> tuple[str, ...]:
+    """The yardsticks in round ``round_index``'s order: each round starts one further along."""
+    shift = round_index % len(KINDS)
+    return KINDS[shift:] + KINDS[:shift]
+
+
+def summary(rounds: list[dict]) -> dict:
+    """Per yardstick but the bare session: the median, lowest and highest of its ratio to its
+    round's bare session, and the same for analyze over its least work."""
+    result = {}
+    for kind in KINDS[1:]:
+        ratios = [r["ratios"][kind] for r in rounds]
+        result[kind] = {"median": round(statistics.median(ratios), 2), "low": min(ratios), "high": max(ratios)}
+    over = [r["seconds"]["analyze"] / r["seconds"]["least_work"] for r in rounds]
+    result["analyze_over_least_work"] = {
+        "median": round(statistics.median(over), 2),
+        "low": round(min(over), 2),
+        "high": round(max(over), 2),
+    }
+    return result
+
+
+def run(out: Path, rounds: int) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    me = [sys.executable, str(Path(__file__).resolve().parent / "end_to_end.py")]
+    ports = str(broker_port(SAMPLE))
+    archive = class_archive(out, me)
+    # The lake the floors read their rows from: a first analyze, not counted (it also brings the
+    # sample and the project's files into the page cache for every run after it).
+    source = Path(tempfile.mkdtemp(prefix="lake-", dir=out))
+    try:
+        print(f"[{time.strftime('%H:%M:%S')}] a first analyze, whose lake the floors read ...", file=sys.stderr)
+        first = _measure([*me, "one-analyze", str(SAMPLE), str(source), ports], out / "analyze-source.log")
+        commands = {
+            "bare": lambda _lake: [*me, "one-spark"],
+            "analyze": lambda lake: [*me, "one-analyze", str(SAMPLE), str(lake), ports],
+            "least_work": lambda lake: [*me, "one-floor", str(SAMPLE), str(source), str(lake), ports],
+            "same_shape": lambda lake: [
+                *me,
+                "one-writes",
+                str(source),
+                str(lake),
+                str(SAMPLE.stat().st_size),
+                str(first["jobs"]),
+            ],
+        }
+        measured = []
+        for index in range(rounds):
+            seconds, jobs, others = {}, {}, {}
+            for kind in rotated(index):
+                lake = Path(tempfile.mkdtemp(prefix="lake-", dir=out))
+                try:
+                    print(f"[{time.strftime('%H:%M:%S')}] round {index + 1}: {kind} ...", file=sys.stderr, flush=True)
+                    result = _measure(commands[kind](lake), out / f"{kind}-{index + 1}.log")
+                finally:
+                    shutil.rmtree(lake, ignore_errors=True)
+                seconds[kind] = result["wall_s"]
+                jobs[kind] = result.get("jobs", result.get("spark_jobs"))
+                others[kind] = result["other_cpu_s"]
+            bare = seconds["bare"]
+            measured.append(
+                {
+                    "order": list(rotated(index)),
+                    "seconds": seconds,
+                    "spark_jobs": jobs,
+                    # The CPU seconds the rest of the machine used during each run.
+                    "other_cpu_s": others,
+                    "ratios": {kind: round(seconds[kind] / bare, 2) for kind in KINDS[1:]},
+                }
+            )
+    finally:
+        shutil.rmtree(source, ignore_errors=True)
+    return {
+        "machine": machine(),
+        "commit": _commit(),
+        "goal": GOAL,
+        "class_archive": archive,
+        "rounds": measured,
+        "summary": summary(measured),
+    }
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        f"Commit {result['commit']}; {result['machine']}",
+        "",
+        "| round | order | bare s | analyze | least work | same shape |",
+        "|---|---|---|---|---|---|",
+    ]
+    for index, r in enumerate(result["rounds"], 1):
+        s, x = r["seconds"], r["ratios"]
+        lines.append(
+            f"| {index} | {', '.join(r['order'])} | {s['bare']} | {s['analyze']} s = {x['analyze']}x | "
+            f"{s['least_work']} s = {x['least_work']}x | {s['same_shape']} s = {x['same_shape']}x |"
+        )
+    lines += ["", "| yardstick / bare session of its round | median | lowest | highest |", "|---|---|---|---|"]
+    for kind, row in result["summary"].items():
+        lines.append(f"| {kind} | {row['median']}x | {row['low']}x | {row['high']}x |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of the four runs (default 6)")
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench-floors")
+    args = parser.parse_args(argv)
+    result = run(args.out, args.rounds)
+    (args.out / "floors.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
