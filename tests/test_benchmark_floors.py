@@ -1,0 +1,54 @@
+"""benchmarks/floors.py puts the sample's analyze beside its floors in rounds: each yardstick must
+take every place in the order as often as the others, and each ratio must be to its own round's
+bare session, or a drift of the machine reads as a floor."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.paths import ROOT
+
+
+@pytest.fixture(scope="module")
+def floors():
+    path = ROOT / "benchmarks" / "floors.py"
+    # The script puts benchmarks/ first on sys.path and imports its siblings as top-level modules
+    # (end_to_end, decode, ingest): sys.path is put back and those modules forgotten afterwards.
+    saved_path = list(sys.path)
+    spec = importlib.util.spec_from_file_location("bench_floors", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path[:] = saved_path
+        for name, loaded in list(sys.modules.items()):
+            if name == spec.name or Path(getattr(loaded, "__file__", None) or "/").parent == path.parent:
+                del sys.modules[name]
+
+
+def test_each_yardstick_takes_each_place_once_in_four_rounds(floors):
+    orders = [floors.rotated(i) for i in range(4)]
+    assert all(sorted(order) == sorted(floors.KINDS) for order in orders)
+    for place in range(4):
+        assert sorted(order[place] for order in orders) == sorted(floors.KINDS)
+    assert floors.rotated(4) == floors.rotated(0)
+
+
+def test_ratios_are_to_the_bare_session_of_their_own_round(floors):
+    def measured(bare, analyze, least, shape):
+        seconds = {"bare": bare, "analyze": analyze, "least_work": least, "same_shape": shape}
+        return {"seconds": seconds, "ratios": {k: round(v / bare, 2) for k, v in seconds.items() if k != "bare"}}
+
+    # A slow round (the bare session twice as long) has the same ratios as a fast one.
+    rounds = [measured(4.0, 28.0, 12.0, 13.0), measured(8.0, 56.0, 24.0, 26.0), measured(5.0, 40.0, 14.0, 15.0)]
+    summary = floors.summary(rounds)
+    assert summary["analyze"] == {"median": 7.0, "low": 7.0, "high": 8.0}
+    assert summary["least_work"] == {"median": 3.0, "low": 2.8, "high": 3.0}
+    assert summary["same_shape"] == {"median": 3.25, "low": 3.0, "high": 3.25}
+    assert summary["analyze_over_least_work"] == {"median": 2.33, "low": 2.33, "high": 2.86}
