@@ -4,38 +4,23 @@ floor it measures is not the floor of analyze's work."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 from pyspark import cloudpickle
 
 from amqpscope.jobs import ingest as ingest_job
 from amqpscope.jobs.ingest import decode_tables, resolve_captures
 from amqpscope.jobs.lake import Lake
-from tests.paths import ROOT, SAMPLE_CAPTURES
+from tests.benchmark_scripts import benchmark_script
+from tests.paths import SAMPLE_CAPTURES
 from tests.table_digests import sorted_rows
 
 
 @pytest.fixture(scope="module")
 def end_to_end():
-    path = ROOT / "benchmarks" / "end_to_end.py"
-    # The script puts benchmarks/ first on sys.path and imports its siblings as top-level modules
-    # (decode, ingest): sys.path is put back and those modules forgotten afterwards.
-    saved_path = list(sys.path)
-    spec = importlib.util.spec_from_file_location("bench_end_to_end", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    cloudpickle.register_pickle_by_value(module)  # the Python workers cannot import it by name
-    yield module
-    cloudpickle.unregister_pickle_by_value(module)
-    sys.path[:] = saved_path
-    benchmarks = path.parent
-    for name, loaded in list(sys.modules.items()):
-        if Path(getattr(loaded, "__file__", None) or "/").parent == benchmarks:
-            del sys.modules[name]
+    with benchmark_script("end_to_end") as module:
+        cloudpickle.register_pickle_by_value(module)  # the Python workers cannot import it by name
+        yield module
+        cloudpickle.unregister_pickle_by_value(module)
 
 
 def test_stand_in_decoder_gives_the_rows_analyze_decoded(spark, samples_lake, end_to_end, monkeypatch):

@@ -4,32 +4,15 @@ bare session, or a drift of the machine reads as a floor."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-from tests.paths import ROOT
+from tests.benchmark_scripts import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def floors():
-    path = ROOT / "benchmarks" / "floors.py"
-    # The script puts benchmarks/ first on sys.path and imports its siblings as top-level modules
-    # (end_to_end, decode, ingest): sys.path is put back and those modules forgotten afterwards.
-    saved_path = list(sys.path)
-    spec = importlib.util.spec_from_file_location("bench_floors", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_script("floors") as module:
         yield module
-    finally:
-        sys.path[:] = saved_path
-        for name, loaded in list(sys.modules.items()):
-            if name == spec.name or Path(getattr(loaded, "__file__", None) or "/").parent == path.parent:
-                del sys.modules[name]
 
 
 def test_each_yardstick_takes_each_place_once_in_four_rounds(floors):
