@@ -29,5 +29,5 @@ def benchmark_script(script: str) -> Iterator[ModuleType]:
     finally:
         sys.path[:] = saved_path
         for name, loaded in list(sys.modules.items()):
-            if name == spec.name or Path(getattr(loaded, "__file__", None) or "/").parent == BENCHMARKS:
+            if Path(getattr(loaded, "__file__", None) or "/").parent == BENCHMARKS:  # the script too
                 del sys.modules[name]

@@ -3,25 +3,17 @@ builds must be the tables derive wrote, or its first and later rounds say nothin
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
 from amqpscope.jobs.lake import Lake
-from tests.paths import ROOT
+from tests.benchmark_scripts import benchmark_script
 from tests.table_digests import sorted_rows
 
 
 @pytest.fixture(scope="module")
 def derive_rounds():
-    path = ROOT / "benchmarks" / "derive_rounds.py"
-    spec = importlib.util.spec_from_file_location("bench_derive_rounds", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with benchmark_script("derive_rounds") as module:
+        yield module
 
 
 def test_rounds_build_the_tables_derive_wrote(spark, samples_lake, derive_rounds, tmp_path):
