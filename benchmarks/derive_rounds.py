@@ -20,7 +20,8 @@ for the whole process (a JIT setting, say), compared between processes.
 For every round: its wall seconds; the JVM's CPU seconds by thread (HotSpot's C2 and C1 compilers,
 Spark's task threads, the garbage collector, the rest: the driver's threads that analyse and plan;
 and the threads that ended during the round), read from ``/proc/<pid>/task``; the classes Spark
-generated and Janino compiled (``CodegenMetrics``); and each table's wall and JVM CPU seconds. The
+generated and Janino compiled (``CodegenMetrics``); and each table's wall and JVM CPU seconds, and
+each shared result's (``pipelines.tables.SHARED``, as "shared NAME": its checkpoint). The
 first round is analyze's case: a JVM that has run none of this code yet. Printed and written to
 ``OUT/derive_rounds.json``.
 """
@@ -132,7 +133,21 @@ def build_round(
         }
         return spark.read.parquet(str(out / table.name))
 
-    build = tables.Build(
+    class Timed(tables.Build):
+        """Build, with each shared result's computation (its checkpoint) timed as a table's write is."""
+
+        def value(self, name: str) -> DataFrame:
+            if name not in tables.SHARED or name in self._shared:
+                return super().value(name)
+            started, cpu = time.perf_counter(), jvm_cpu(pid)
+            rows = super().value(name)
+            per_table[f"shared {name}"] = {
+                "wall_s": round(time.perf_counter() - started, 2),
+                "jvm_cpu_s": round(jvm_cpu(pid) - cpu, 2),
+            }
+            return rows
+
+    build = Timed(
         bronze,
         {"limits": DiagnosisThresholds(), "run_id": "derive-rounds", "spoken": spoken},
         store,

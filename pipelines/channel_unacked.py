@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.channels import channel_pass
+from amqpscope.pipelines.columns import with_columns
 from amqpscope.pipelines.consumers import method_sent
 from amqpscope.pipelines.partitioning import CHANNEL, channel_after_frame, frame_of_channel
 from amqpscope.pipelines.settlement import settle, with_settlement_rows
@@ -120,26 +121,28 @@ def unacked_ledger(frames: DataFrame, channels: DataFrame | None = None) -> Data
     )
     event_qos = is_qos & F.col("_is_event")
     highest_tag = F.max(F.when(any_delivery & F.col("_is_event"), F.col("delivery_tag"))).over(channel_after_frame())
-    return (
-        with_settlement_rows(settled)
-        .withColumn("unacked", F.sum("_delta").over(channel_after_frame()))
-        # Incarnation 0: the channel was open before the capture began, its earlier tags unknown.
-        .withColumn("delivered", F.when(F.col("incarnation") > 0, F.coalesce(highest_tag, F.lit(0))))
-        .withColumn(
-            "settled",
-            F.when(
-                settlement & ~recover & F.col("_is_event"),
-                F.sum((~F.col("_is_event")).cast("long")).over(frame_of_channel()),
+    # Every column over the channel's rows after each frame in one window operator, and the
+    # frame's own count beside it (the same sort serves both).
+    return with_columns(
+        with_settlement_rows(settled),
+        [
+            ("unacked", F.sum("_delta").over(channel_after_frame())),
+            # Incarnation 0: the channel was open before the capture began, its earlier tags unknown.
+            ("delivered", F.when(F.col("incarnation") > 0, F.coalesce(highest_tag, F.lit(0)))),
+            (
+                "settled",
+                F.when(
+                    settlement & ~recover & F.col("_is_event"),
+                    F.sum((~F.col("_is_event")).cast("long")).over(frame_of_channel()),
+                ),
             ),
-        )
-        .withColumn(
-            "_last_prefetch", F.last(F.when(event_qos, F.col("prefetch_count")), True).over(channel_after_frame())
-        )
-        .withColumn("_last_global", F.last(F.when(event_qos, F.col("global")), True).over(channel_after_frame()))
-        .withColumn(
-            "_channel_prefetch",
-            F.last(F.when(event_qos & is_global, F.col("prefetch_count")), True).over(channel_after_frame()),
-        )
+            ("_last_prefetch", F.last(F.when(event_qos, F.col("prefetch_count")), True).over(channel_after_frame())),
+            ("_last_global", F.last(F.when(event_qos, F.col("global")), True).over(channel_after_frame())),
+            (
+                "_channel_prefetch",
+                F.last(F.when(event_qos & is_global, F.col("prefetch_count")), True).over(channel_after_frame()),
+            ),
+        ],
     )
 
 

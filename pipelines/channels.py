@@ -7,7 +7,7 @@ protocol header, method, content header and body frame of the capture, hash-part
 connection (one sort per key: the connection, the channel number, the incarnation, a request and
 its reply, a consumer):
 
-- the incarnation of each frame's channel number (``partitioning.with_channel_incarnation``);
+- the incarnation of each frame's channel number (``partitioning.channel_incarnation``);
 - whether the channel is in confirm mode and how many publishes it has numbered (publisher
   confirms: ``messages_091`` counts a confirm.select of either direction, ``channel_confirms`` the
   client's);
@@ -26,13 +26,13 @@ from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.columns import with_columns
-from amqpscope.pipelines.consumers import with_consumers
+from amqpscope.pipelines.consumers import consumer_columns
 from amqpscope.pipelines.partitioning import (
     CHANNEL,
     CONNECTION,
     by_connection,
+    channel_incarnation,
     channel_so_far,
-    with_channel_incarnation,
 )
 
 AMQP091 = "amqp-0-9-1"
@@ -176,20 +176,23 @@ def channel_windows(rows: DataFrame) -> DataFrame:
                     ),
                 )
             ],
+            ("incarnation", channel_incarnation()),
         ],
     )
     is_select = method == "confirm.select"
     is_publish = (method == "basic.publish") & (direction == "c2s")
     deliveries = method.isin("basic.deliver", "basic.get-ok")
     so_far = channel_so_far()
-    incarnations = with_columns(
-        with_channel_incarnation(state),
+    # The consumers' first columns are running values over the incarnation too: they join the
+    # publishes' group, one window operator for both.
+    return with_columns(
+        state,
         [
             ("_confirming", F.max(is_select.cast("int")).over(so_far) == 1),
             ("_in_mode", F.max((is_select & (direction == "c2s")).cast("int")).over(so_far) == 1),
             ("_publishes", F.sum((is_publish & F.col("_confirming")).cast("long")).over(so_far)),
             ("_published", F.sum((is_publish & F.col("_in_mode")).cast("long")).over(so_far)),
             ("_delivered_before", F.max(F.when(deliveries, F.col("delivery_tag"))).over(_incarnation_before())),
+            *consumer_columns(),
         ],
     )
-    return with_consumers(incarnations)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.columns import with_columns
 from amqpscope.pipelines.partitioning import CHANNEL, channel_so_far
 
 # Window specifications are built per call: PySpark needs an active session to build one.
@@ -37,10 +38,17 @@ def method_sent(method: str, direction: str) -> Column:
 
 
 def with_consumers(frames: DataFrame) -> DataFrame:
-    """``frames`` (0-9-1, with ``incarnation``) with ``_request`` on requests and their replies
-    (the request's no_ack, queue, and the consumer prefetch then in force), ``_consumer`` on a
-    consumer's rows from its consume-ok on, and ``_no_ack``: on deliveries, whether they need no
-    ack (null where the capture missed the consume or get that tells)."""
+    """``frames`` (0-9-1, with ``incarnation``) with ``consumer_columns``."""
+    return with_columns(frames, consumer_columns())
+
+
+def consumer_columns() -> list[tuple[str, Column]]:
+    """The columns, in order, that give 0-9-1 frames (with ``incarnation``) ``_request`` on
+    requests and their replies (the request's no_ack, queue, and the consumer prefetch then in
+    force), ``_consumer`` on a consumer's rows from its consume-ok on, and ``_no_ack``: on
+    deliveries, whether they need no ack (null where the capture missed the consume or get that
+    tells). For ``with_columns``: the first ones are running values over the channel incarnation, so
+    a caller may add them beside its own windows of that key (``channels.channel_windows``)."""
     is_qos = method_sent("basic.qos", "c2s")
     is_global = F.coalesce(F.col("global"), F.lit(False))
     consume, consume_ok = method_sent("basic.consume", "c2s"), method_sent("basic.consume-ok", "s2c")
@@ -52,21 +60,23 @@ def with_consumers(frames: DataFrame) -> DataFrame:
     def running_count(condition: Column) -> Column:
         return F.sum(condition.cast("long")).over(channel_so_far())
 
-    paired = (
-        frames.withColumn(
+    delivery = F.col("method").isin("basic.deliver", "basic.get-ok") & (F.col("direction") == "s2c")
+    no_ack = F.when(F.col("method") == "basic.get-ok", F.col("_request.no_ack")).otherwise(F.col("_consumer.no_ack"))
+    return [
+        (
             "_consumer_prefetch",
             F.last(F.when(is_qos & ~is_global, F.col("prefetch_count")), True).over(channel_so_far()),
-        )
-        .withColumn("_pair_kind", F.when(consume | consume_ok, "consume").when(get | get_reply, "get"))
-        .withColumn(
+        ),
+        ("_pair_kind", F.when(consume | consume_ok, "consume").when(get | get_reply, "get")),
+        (
             "_pair_n",
             F.when(consume, running_count(consume))
             .when(consume_ok, running_count(consume_ok))
             .when(get, running_count(get))
             .when(get_reply, running_count(get_reply))
             .otherwise(-1 - F.col("frame_index")),
-        )
-        .withColumn(
+        ),
+        (
             "_request",
             F.first(
                 F.when(
@@ -79,10 +89,8 @@ def with_consumers(frames: DataFrame) -> DataFrame:
                 ),
                 ignorenulls=True,
             ).over(_request_and_reply()),
-        )
+        ),
         # A consumer is what the consume-ok answering its basic.consume says, from then on.
-        .withColumn("_consumer", F.last(F.when(consume_ok, F.col("_request")), True).over(_consumer_so_far()))
-    )
-    delivery = F.col("method").isin("basic.deliver", "basic.get-ok") & (F.col("direction") == "s2c")
-    no_ack = F.when(F.col("method") == "basic.get-ok", F.col("_request.no_ack")).otherwise(F.col("_consumer.no_ack"))
-    return paired.withColumn("_no_ack", F.when(delivery, no_ack))
+        ("_consumer", F.last(F.when(consume_ok, F.col("_request")), True).over(_consumer_so_far())),
+        ("_no_ack", F.when(delivery, no_ack)),
+    ]

@@ -9,12 +9,34 @@ would compute the chain twice), shuffles its rows exactly once.
 
 from __future__ import annotations
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 CONNECTION = ("capture_id", "connection_id")
 # A 0-9-1 channel number is reused after channel.close: each channel.open starts a new incarnation.
 CHANNEL = (*CONNECTION, "channel", "incarnation")
+_ADAPTIVE = "spark.sql.adaptive.enabled"
+
+
+def checkpointed(rows: DataFrame) -> DataFrame:
+    """``rows`` computed now and kept on disk (a local checkpoint, as ingest keeps its intermediates:
+    the heap stays the same whatever the capture), still known to be partitioned as they were.
+
+    A checkpoint keeps the partitioning its plan states, and a plan of adaptive execution states
+    none: every window over a connection's rows after it would shuffle them again (at 1 M frames,
+    ``messages_091`` shuffled the channels' rows four times). So the checkpoint is planned without
+    adaptive execution (its windows gain nothing from it); the session's setting is put back after.
+    """
+    spark = rows.sparkSession
+    adaptive = spark.conf.get(_ADAPTIVE, "true")
+    if adaptive != "false":
+        spark.conf.set(_ADAPTIVE, "false")
+    try:
+        return rows.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
+    finally:
+        if adaptive != "false":
+            spark.conf.set(_ADAPTIVE, adaptive)
 
 
 def by_connection(df: DataFrame) -> DataFrame:
@@ -22,15 +44,15 @@ def by_connection(df: DataFrame) -> DataFrame:
     return df.repartition(*CONNECTION)
 
 
-def with_channel_incarnation(df: DataFrame) -> DataFrame:
-    """``df`` with ``incarnation``: how many channel.open its channel number has seen so far."""
+def channel_incarnation() -> Column:
+    """A frame's ``incarnation``: how many channel.open its channel number has seen so far."""
     # A channel number's frames in order, across re-opens.
     number_so_far = (
         Window.partitionBy(*CONNECTION, "channel")
         .orderBy("frame_index")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    return df.withColumn("incarnation", F.sum((F.col("method") == "channel.open").cast("int")).over(number_so_far))
+    return F.sum((F.col("method") == "channel.open").cast("int")).over(number_so_far)
 
 
 def channel_so_far() -> WindowSpec:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
@@ -39,6 +38,7 @@ from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
 from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
 from amqpscope.pipelines.link_credit import link_credit_of, link_state_timeline
 from amqpscope.pipelines.messages import deliveries_10, messages_091
+from amqpscope.pipelines.partitioning import checkpointed
 from amqpscope.pipelines.report_sections import report_sections
 from amqpscope.pipelines.sessions import session_map, session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
@@ -495,9 +495,7 @@ class Build:
         if shared is None:
             return self.table(name)
         if name not in self._shared:
-            # On disk, as ingest keeps its intermediates: the heap stays the same whatever the capture.
-            rows = shared.build(**{i: self.value(i) for i in shared.inputs})
-            self._shared[name] = rows.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
+            self._shared[name] = checkpointed(shared.build(**{i: self.value(i) for i in shared.inputs}))
         return self._shared[name]
 
     def table(self, name: str) -> DataFrame:

@@ -19,13 +19,14 @@ from pyspark.sql import functions as F
 
 from amqpscope.jobs.ingest import decode_captures, decode_tables, resolve_captures, write_bronze
 from amqpscope.jobs.lake import Lake
-from amqpscope.pipelines.channel_unacked import consumer_unacked_timeline
+from amqpscope.pipelines.channel_unacked import consumer_unacked_timeline, unacked_ledger
+from amqpscope.pipelines.channels import channel_pass
 from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
 from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
 from amqpscope.pipelines.link_credit import link_state_timeline
 from amqpscope.pipelines.messages import deliveries_10, messages_091
-from amqpscope.pipelines.partitioning import by_connection
+from amqpscope.pipelines.partitioning import by_connection, checkpointed
 from amqpscope.pipelines.sessions import session_window_timeline
 from amqpscope.pipelines.tables import Build
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
@@ -257,3 +258,40 @@ def test_link_state_runs_the_links_windows_in_five_operators(spark):
         (*link, "_delivery_start"): 1,  # a settled transfer of the delivery
         (*link, "frame_index"): 1,  # a disposition's first row
     }
+
+
+def test_the_channel_pass_runs_each_keys_windows_together(spark):
+    channel = (*CONNECTION, "channel")
+    assert window_operators(channel_pass(frames(spark))) == {
+        CONNECTION: 1,  # the client's header, start-ok and closes seen before
+        channel: 1,  # the channel number's open, close and flow states, and its incarnation
+        # Confirm mode; then the publishes it numbers, the tags delivered before and the consumers'
+        # prefetch and request numbers (none of these reads another).
+        (*channel, "incarnation"): 2,
+        (*channel, "incarnation", "_pair_kind", "_pair_n"): 1,  # a request's reply
+        (*channel, "incarnation", "consumer_tag"): 1,  # the consumer from its consume-ok on
+    }
+
+
+def test_the_unacked_ledger_reads_the_channel_after_each_frame_in_one_operator(spark):
+    # Drawn from the channels' pass (as derive's shared result), the ledger's own windows are left:
+    # the settlement's, then the unacked count, the highest tag and the prefetch after each frame in
+    # one operator, and what a frame settled beside it.
+    channels = channel_pass(frames(spark)).localCheckpoint()
+    found = window_operators(unacked_ledger(frames(spark), channels))
+    incarnation = (*CONNECTION, "channel", "incarnation")
+    assert found[incarnation] == 3  # the highest tag sent so far, the first multiple above; after each frame
+    assert found[(*incarnation, "frame_index")] == 1
+
+
+def test_a_shared_result_stays_partitioned_by_connection_under_adaptive_execution(spark):
+    # A checkpoint keeps the partitioning its plan states, and adaptive execution's plan states
+    # none: the tables drawn from the channels' pass then shuffle its rows again, messages_091 on
+    # every key it windows or joins on.
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+    rows = frames(spark)
+    assert shuffles(messages_091(rows, channel_pass(rows).localCheckpoint())) != []
+    kept = checkpointed(channel_pass(rows))
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"  # put back
+    assert shuffles(messages_091(rows, kept)) == []
+    assert shuffles(channel_confirms_timeline(rows, kept)) == []
