@@ -26,12 +26,17 @@ def checkpointed(rows: DataFrame) -> DataFrame:
     A checkpoint keeps the partitioning its plan states, and a plan of adaptive execution states
     none: every window over a connection's rows after it would shuffle them again (at 1 M frames,
     ``messages_091`` shuffled the channels' rows four times). So the checkpoint is planned without
-    adaptive execution (its windows gain nothing from it); the session's setting is put back after.
+    adaptive execution (its windows gain nothing from it), and the session's setting is put back
+    after. A session that does not let the setting change (a shared cluster's may not) checkpoints
+    as it is set.
     """
     spark = rows.sparkSession
     adaptive = spark.conf.get(_ADAPTIVE, "true")
-    if adaptive != "false":
-        spark.conf.set(_ADAPTIVE, "false")
+    try:
+        if adaptive != "false":
+            spark.conf.set(_ADAPTIVE, "false")
+    except Exception:  # not a setting this session lets a job change
+        adaptive = "false"
     try:
         return rows.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
     finally:
