@@ -20,8 +20,8 @@ for the whole process (a JIT setting, say), compared between processes.
 For every round: its wall seconds; the JVM's CPU seconds by thread (HotSpot's C2 and C1 compilers,
 Spark's task threads, the garbage collector, the rest: the driver's threads that analyse and plan;
 and the threads that ended during the round), read from ``/proc/<pid>/task``; the classes Spark
-generated and Janino compiled (``CodegenMetrics``); and each table's wall and JVM CPU seconds, and
-each shared result's (``pipelines.tables.SHARED``, as "shared NAME": its checkpoint). The
+generated and Janino compiled (``CodegenMetrics``); each table's wall and JVM CPU seconds; and each
+shared result's (``pipelines.tables.SHARED``: its checkpoint, apart from the tables). The
 first round is analyze's case: a JVM that has run none of this code yet. Printed and written to
 ``OUT/derive_rounds.json``.
 """
@@ -121,6 +121,7 @@ def build_round(
     pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     shutil.rmtree(out, ignore_errors=True)
     per_table: dict[str, dict[str, float]] = {}
+    per_shared: dict[str, dict[str, float]] = {}
 
     def store(table: tables.Table, rows: DataFrame | None) -> DataFrame:
         if rows is None:
@@ -141,7 +142,7 @@ def build_round(
                 return super().value(name)
             started, cpu = time.perf_counter(), jvm_cpu(pid)
             rows = super().value(name)
-            per_table[f"shared {name}"] = {
+            per_shared[name] = {
                 "wall_s": round(time.perf_counter() - started, 2),
                 "jvm_cpu_s": round(jvm_cpu(pid) - cpu, 2),
             }
@@ -165,6 +166,7 @@ def build_round(
         "threads_cpu_s": threads_delta(threads, after, used),
         "janino_compilations": _janino_compilations(spark) - janino,
         "tables": per_table,
+        "shared": per_shared,
     }
 
 
