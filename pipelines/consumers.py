@@ -9,10 +9,9 @@ is settled on sending: it carries a delivery tag, but no ack may name it (spec 1
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import Column, Window, WindowSpec
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.columns import with_columns
 from amqpscope.pipelines.partitioning import CHANNEL, channel_so_far
 
 # Window specifications are built per call: PySpark needs an active session to build one.
@@ -37,18 +36,13 @@ def method_sent(method: str, direction: str) -> Column:
     return (F.col("method") == method) & (F.col("direction") == direction)
 
 
-def with_consumers(frames: DataFrame) -> DataFrame:
-    """``frames`` (0-9-1, with ``incarnation``) with ``consumer_columns``."""
-    return with_columns(frames, consumer_columns())
-
-
 def consumer_columns() -> list[tuple[str, Column]]:
     """The columns, in order, that give 0-9-1 frames (with ``incarnation``) ``_request`` on
     requests and their replies (the request's no_ack, queue, and the consumer prefetch then in
     force), ``_consumer`` on a consumer's rows from its consume-ok on, and ``_no_ack``: on
     deliveries, whether they need no ack (null where the capture missed the consume or get that
-    tells). For ``with_columns``: the first ones are running values over the channel incarnation, so
-    a caller may add them beside its own windows of that key (``channels.channel_windows``)."""
+    tells). Added with ``columns.with_columns``: the first ones are running values over the channel
+    incarnation, so ``channels.channel_windows`` adds them beside its own windows of that key."""
     is_qos = method_sent("basic.qos", "c2s")
     is_global = F.coalesce(F.col("global"), F.lit(False))
     consume, consume_ok = method_sent("basic.consume", "c2s"), method_sent("basic.consume-ok", "s2c")

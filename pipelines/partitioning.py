@@ -32,15 +32,17 @@ def checkpointed(rows: DataFrame) -> DataFrame:
     """
     spark = rows.sparkSession
     adaptive = spark.conf.get(_ADAPTIVE, "true")
-    try:
-        if adaptive != "false":
+    changed = False
+    if adaptive != "false":
+        try:
             spark.conf.set(_ADAPTIVE, "false")
-    except Exception:  # not a setting this session lets a job change
-        adaptive = "false"
+            changed = True
+        except Exception:  # not a setting this session lets a job change
+            pass
     try:
         return rows.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
     finally:
-        if adaptive != "false":
+        if changed:
             spark.conf.set(_ADAPTIVE, adaptive)
 
 

@@ -30,9 +30,8 @@ def test_rounds_build_the_tables_derive_wrote(spark, samples_lake, derive_rounds
     built = set(done[1]["tables"])
     expected_tables = {"messages_091", "deliveries_10"}
     assert built <= expected_tables and built  # the sample speaks at least one of the two
-    # The shared results these read are timed apart: the channels' pass for messages_091.
-    assert ("channels" in done[1]["shared"]) == ("messages_091" in built)
-    assert set(done[1]["shared"]) <= {"channels", "sessions"}
+    # The shared result these read is timed apart: the channels' pass, for messages_091 alone.
+    assert set(done[1]["shared"]) == ({"channels"} if "messages_091" in built else set())
     for name in built:
         stored = lake.read(name).filter(f"capture_id = '{capture_id}'")
         written = spark.read.parquet(str(tmp_path / "round-1" / name))
