@@ -1,27 +1,31 @@
-"""The sample's analyze against its floors, in rounds: how near can any analyze of this design come
-to a bare Spark session?
+"""An analyze against its floors, in rounds: how near can any analyze of this design come to its
+goal's yardstick (a bare Spark session for the sample, tshark for a large capture)?
 
 One command:
 
-    .venv/bin/python benchmarks/floors.py [--rounds 6] [--out out/bench-floors]
+    .venv/bin/python benchmarks/floors.py [--rounds 6] [--frames N] [--out out/bench-floors]
 
 Issue 36 asks analyze of the bundled sample to take at most 3x a bare ``SparkSession`` start, one
-action and stop, and asks that a target out of reach by design be shown by a measurement, for
-example the same work as a bare Spark job of the same shape. ``end_to_end.py`` measures such jobs
-once each, beside one analyze; from one of its runs to the next the same job has measured 2.3x to
-3.8x the bare session, as the machine's load moved the bare session more than the jobs. Here every
-yardstick runs once per round, each in its own process (its own JVM, mapping the class archive as
-a user's runs after the first do), the four in a rotated order so that none always follows another:
+action and stop, and of a 1 M-frame capture at most 6x tshark's wall (``-T fields`` on the same
+file), and asks that a target out of reach by design be shown by a measurement, for example the
+same work as a bare Spark job of the same shape. ``end_to_end.py`` measures such jobs once each,
+beside one analyze; from one of its runs to the next the same job has measured 2.3x to 3.8x the
+bare session (5.9x to 7.6x tshark at 1 M frames), as the machine's load moved the yardstick more
+than the jobs. Here every run is repeated once per round, each in its own process (its own JVM,
+mapping the class archive as a user's runs after the first do), the four in a rotated order so
+that none always follows another. Without ``--frames`` the capture is the bundled sample; with it,
+a capture of N AMQP frames built as ``end_to_end.py`` builds it (reused from ``--out`` if there):
 
-- ``bare``: the bare session (``end_to_end.py one-spark``);
-- ``analyze``: ``amqpscope analyze``'s steps on the sample into a fresh lake (``one-analyze``);
+- ``yardstick``: the bare session (``end_to_end.py one-spark``) for the sample, tshark for a
+  built capture (``end_to_end.tshark_command``);
+- ``analyze``: ``amqpscope analyze``'s steps on the capture into a fresh lake (``one-analyze``);
 - ``least_work``: analyze's session and ingest with a decoder that costs nothing, then every derived
   table read from analyze's lake and written (``one-floor``, ``end_to_end._child_floor``): no
   decoding, flow state, diagnosis, Great Expectations or report;
 - ``same_shape``: every table of the lake through a window and written, and small window queries
   up to analyze's count of Spark jobs (``one-writes``, ``end_to_end._child_writes``).
 
-Each run is divided by the bare session of its own round. Printed and written to
+Each run is divided by the yardstick of its own round. Printed and written to
 ``OUT/floors.json``: every round's seconds and ratios, then each yardstick's median, lowest and
 highest ratio. A floor whose lowest ratio is above the goal is a measurement that no analyze doing
 at least that work comes under the goal on this machine; the difference between analyze and its
@@ -41,13 +45,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode import broker_port
-from end_to_end import GOALS, SAMPLE, _measure, class_archive
+from end_to_end import GOALS, SAMPLE, _measure, captures, class_archive, tshark_command
 
 from ingest import _commit, machine
 
 ROOT = Path(__file__).resolve().parent.parent
-KINDS = ("bare", "analyze", "least_work", "same_shape")
-GOAL = GOALS["small_vs_bare_spark_wall"]
+KINDS = ("yardstick", "analyze", "least_work", "same_shape")
 
 
 def rotated(round_index: int) -> tuple[str, ...]:
@@ -57,8 +60,8 @@ def rotated(round_index: int) -> tuple[str, ...]:
 
 
 def summary(rounds: list[dict]) -> dict:
-    """Per yardstick but the bare session: the median, lowest and highest of its ratio to its
-    round's bare session, and the same for analyze over its least work."""
+    """Per run but the yardstick: the median, lowest and highest of its ratio to its round's
+    yardstick, and the same for analyze over its least work."""
     result = {}
     for kind in KINDS[1:]:
         ratios = [r["ratios"][kind] for r in rounds]
@@ -72,27 +75,35 @@ def summary(rounds: list[dict]) -> dict:
     return result
 
 
-def run(out: Path, rounds: int) -> dict:
+def run(out: Path, rounds: int, frames: int | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     me = [sys.executable, str(Path(__file__).resolve().parent / "end_to_end.py")]
-    ports = str(broker_port(SAMPLE))
+    if frames is None:
+        capture, ports = SAMPLE, (broker_port(SAMPLE),)
+        yardstick, goal = [*me, "one-spark"], GOALS["small_vs_bare_spark_wall"]
+        named = "a bare SparkSession start, one action and stop"
+    else:
+        _, capture, ports = captures(out, (frames,))[1]
+        yardstick, goal = tshark_command(capture, ports), GOALS["large_vs_tshark_wall"]
+        named = "tshark -T fields on the same file"
+    listed = ",".join(map(str, ports))
     archive = class_archive(out, me)
     # The lake the floors read their rows from: a first analyze, not counted (it also brings the
-    # sample and the project's files into the page cache for every run after it).
+    # capture and the project's files into the page cache for every run after it).
     source = Path(tempfile.mkdtemp(prefix="lake-", dir=out))
     try:
         print(f"[{time.strftime('%H:%M:%S')}] a first analyze, whose lake the floors read ...", file=sys.stderr)
-        first = _measure([*me, "one-analyze", str(SAMPLE), str(source), ports], out / "analyze-source.log")
+        first = _measure([*me, "one-analyze", str(capture), str(source), listed], out / "analyze-source.log")
         commands = {
-            "bare": lambda _lake: [*me, "one-spark"],
-            "analyze": lambda lake: [*me, "one-analyze", str(SAMPLE), str(lake), ports],
-            "least_work": lambda lake: [*me, "one-floor", str(SAMPLE), str(source), str(lake), ports],
+            "yardstick": lambda _lake: yardstick,
+            "analyze": lambda lake: [*me, "one-analyze", str(capture), str(lake), listed],
+            "least_work": lambda lake: [*me, "one-floor", str(capture), str(source), str(lake), listed],
             "same_shape": lambda lake: [
                 *me,
                 "one-writes",
                 str(source),
                 str(lake),
-                str(SAMPLE.stat().st_size),
+                str(capture.stat().st_size),
                 str(first["jobs"]),
             ],
         }
@@ -107,9 +118,9 @@ def run(out: Path, rounds: int) -> dict:
                 finally:
                     shutil.rmtree(lake, ignore_errors=True)
                 seconds[kind] = result["wall_s"]
-                jobs[kind] = result.get("jobs", result.get("spark_jobs"))
+                jobs[kind] = result.get("jobs", result.get("spark_jobs")) if kind != "yardstick" else None
                 others[kind] = result["other_cpu_s"]
-            bare = seconds["bare"]
+            base = seconds["yardstick"]
             measured.append(
                 {
                     "order": list(rotated(index)),
@@ -117,7 +128,7 @@ def run(out: Path, rounds: int) -> dict:
                     "spark_jobs": jobs,
                     # The CPU seconds the rest of the machine used during each run.
                     "other_cpu_s": others,
-                    "ratios": {kind: round(seconds[kind] / bare, 2) for kind in KINDS[1:]},
+                    "ratios": {kind: round(seconds[kind] / base, 2) for kind in KINDS[1:]},
                 }
             )
     finally:
@@ -125,7 +136,13 @@ def run(out: Path, rounds: int) -> dict:
     return {
         "machine": machine(),
         "commit": _commit(),
-        "goal": GOAL,
+        "capture": {
+            "file": str(capture),
+            "megabytes": round(capture.stat().st_size / 1e6, 1),
+            "frames": first["frames"],
+        },
+        "yardstick": named,
+        "goal": goal,
         "class_archive": archive,
         "rounds": measured,
         "summary": summary(measured),
@@ -135,17 +152,19 @@ def run(out: Path, rounds: int) -> dict:
 def markdown(result: dict) -> str:
     lines = [
         f"Commit {result['commit']}; {result['machine']}",
+        f"Capture {result['capture']['file']} ({result['capture']['frames']:,} frames); yardstick: "
+        f"{result['yardstick']}; goal {result['goal']}x",
         "",
-        "| round | order | bare s | analyze | least work | same shape |",
+        "| round | order | yardstick s | analyze | least work | same shape |",
         "|---|---|---|---|---|---|",
     ]
     for index, r in enumerate(result["rounds"], 1):
         s, x = r["seconds"], r["ratios"]
         lines.append(
-            f"| {index} | {', '.join(r['order'])} | {s['bare']} | {s['analyze']} s = {x['analyze']}x | "
+            f"| {index} | {', '.join(r['order'])} | {s['yardstick']} | {s['analyze']} s = {x['analyze']}x | "
             f"{s['least_work']} s = {x['least_work']}x | {s['same_shape']} s = {x['same_shape']}x |"
         )
-    lines += ["", "| yardstick / bare session of its round | median | lowest | highest |", "|---|---|---|---|"]
+    lines += ["", "| run / yardstick of its round | median | lowest | highest |", "|---|---|---|---|"]
     for kind, row in result["summary"].items():
         lines.append(f"| {kind} | {row['median']}x | {row['low']}x | {row['high']}x |")
     return "\n".join(lines)
@@ -154,9 +173,12 @@ def markdown(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6, help="rounds of the four runs (default 6)")
+    parser.add_argument(
+        "--frames", type=int, help="a capture of this many AMQP frames, against tshark (default: the sample)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench-floors")
     args = parser.parse_args(argv)
-    result = run(args.out, args.rounds)
+    result = run(args.out, args.rounds, args.frames)
     (args.out / "floors.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(markdown(result))
     return 0

@@ -1,6 +1,6 @@
-"""benchmarks/floors.py puts the sample's analyze beside its floors in rounds: each yardstick must
-take every place in the order as often as the others, and each ratio must be to its own round's
-bare session, or a drift of the machine reads as a floor."""
+"""benchmarks/floors.py puts an analyze beside its floors in rounds: each run must take every place
+in the order as often as the others, and each ratio must be to its own round's yardstick (the bare
+session, or tshark), or a drift of the machine reads as a floor."""
 
 from __future__ import annotations
 
@@ -23,12 +23,12 @@ def test_each_yardstick_takes_each_place_once_in_four_rounds(floors):
     assert floors.rotated(4) == floors.rotated(0)
 
 
-def test_ratios_are_to_the_bare_session_of_their_own_round(floors):
-    def measured(bare, analyze, least, shape):
-        seconds = {"bare": bare, "analyze": analyze, "least_work": least, "same_shape": shape}
-        return {"seconds": seconds, "ratios": {k: round(v / bare, 2) for k, v in seconds.items() if k != "bare"}}
+def test_ratios_are_to_the_yardstick_of_their_own_round(floors):
+    def measured(base, analyze, least, shape):
+        seconds = {"yardstick": base, "analyze": analyze, "least_work": least, "same_shape": shape}
+        return {"seconds": seconds, "ratios": {k: round(v / base, 2) for k, v in seconds.items() if k != "yardstick"}}
 
-    # A slow round (the bare session twice as long) has the same ratios as a fast one.
+    # A slow round (the yardstick twice as long) has the same ratios as a fast one.
     rounds = [measured(4.0, 28.0, 12.0, 13.0), measured(8.0, 56.0, 24.0, 26.0), measured(5.0, 40.0, 14.0, 15.0)]
     summary = floors.summary(rounds)
     assert summary["analyze"] == {"median": 7.0, "low": 7.0, "high": 8.0}
