@@ -97,8 +97,10 @@ def _child_spark() -> dict:
 
 
 def _tree_cpu() -> float:
-    """CPU seconds so far of this process and of everything it started (the JVM, the Python workers)."""
-    table = _proc_table()
+    """CPU seconds so far of this process and of everything it started (the JVM, the Python workers),
+    those that ended included: Spark ends a Python worker idle for a minute, and without its CPU
+    counted in the process that waited for it, the step it ends in would lose what it used before."""
+    table = _proc_table(reaped=True)
     children: dict[int, list[int]] = {}
     for pid, (ppid, _rss, _cpu) in table.items():
         children.setdefault(ppid, []).append(pid)
