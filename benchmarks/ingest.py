@@ -130,10 +130,8 @@ class Usage:
     samples: int = 0
 
 
-def _proc_table(reaped: bool = False) -> dict[int, tuple[int, float, float]]:
-    """pid -> (parent pid, RSS in MB, CPU seconds) for every process; with ``reaped``, the CPU
-    seconds include those of its children that ended and were waited for (a sum over a process
-    tree then keeps what a Python worker used after it exits, where its own entry is gone)."""
+def _proc_table() -> dict[int, tuple[int, float, float]]:
+    """pid -> (parent pid, RSS in MB, CPU seconds) for every process."""
     table = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -145,8 +143,7 @@ def _proc_table(reaped: bool = False) -> dict[int, tuple[int, float, float]]:
             continue  # gone since the listing
         fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (comm) "; comm may hold spaces
         ppid, utime, stime, rss = int(fields[1]), int(fields[11]), int(fields[12]), int(fields[21])
-        ticks = utime + stime + (int(fields[13]) + int(fields[14]) if reaped else 0)  # cutime, cstime
-        table[int(entry.name)] = (ppid, rss * _PAGE / _MB, ticks / _TICK)
+        table[int(entry.name)] = (ppid, rss * _PAGE / _MB, (utime + stime) / _TICK)
     return table
 
 

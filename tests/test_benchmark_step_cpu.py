@@ -1,12 +1,11 @@
 """benchmarks/end_to_end.py splits a run's CPU into its steps by reading the CPU of the run's
-process tree at each step's start and end. Spark ends a Python worker idle for a minute: a sum
-over the processes alive at the end of a step would lose the worker's CPU in that step, and the
-step's share would come out short by what the worker used before (at 10 M frames, the decode's
-168 CPU seconds went missing that way). What a child used must stay counted after it exits."""
+process tree at each step's start and end. PySpark's daemon ignores SIGCHLD, so the kernel reaps a
+Python worker that ends and its CPU is counted in no process left: a sum over the processes alive
+at the end of a step lost it (at 10 M frames the steps came 168 CPU s short of the whole, the
+decode's). What a process used must stay counted after it ends, and be counted once."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -15,7 +14,24 @@ import pytest
 
 from tests.benchmark_scripts import benchmark_script
 
-BURN = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\n"
+BURN = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\n"
+# A parent that ignores SIGCHLD, as PySpark's daemon does, and a worker it forks that burns CPU and
+# ends, reaped by the kernel; the parent says so and stays until its stdin closes.
+DAEMON = f"""
+import os, signal, sys, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+pid = os.fork()
+if pid == 0:
+{"".join("    " + line + chr(10) for line in BURN.splitlines())}    os._exit(0)
+while True:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.02)
+print("ended", flush=True)
+sys.stdin.read()
+"""
 
 
 @pytest.fixture(scope="module")
@@ -24,36 +40,48 @@ def end_to_end():
         yield module
 
 
-def test_a_child_that_ended_keeps_its_cpu_counted(end_to_end):
-    before = end_to_end._tree_cpu()
-    child = subprocess.Popen([sys.executable, "-c", BURN])
-    child.wait()  # ended and waited for, as the PySpark daemon waits for its workers
-    after = end_to_end._tree_cpu()
-    assert after - before >= 0.4
+@pytest.fixture
+def tree(end_to_end):
+    cpu = end_to_end.TreeCpu(every=0.05)
+    cpu.start()
+    yield cpu
+    cpu.stop()
 
 
-def test_a_running_child_is_counted_once(end_to_end):
-    """Its CPU moves from its own entry to this process's (the children it waited for) as it ends:
-    the same sum before and after. Read for this process and the child alone: the tree may hold a
-    JVM of the test session, busy on its own."""
+def _own(end_to_end, *pids: int) -> float:
+    table = end_to_end._proc_table()
+    return sum(table[pid][2] for pid in pids if pid in table)
 
-    def this_and(table: dict, pid: int) -> float:
-        return table[os.getpid()][2] + (table[pid][2] if pid in table else 0.0)
 
+def test_a_worker_reaped_by_the_kernel_stays_counted(end_to_end, tree):
+    before = tree.now()
+    daemon = subprocess.Popen([sys.executable, "-c", DAEMON], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert daemon.stdout.readline().strip() == b"ended"
+        # The worker is gone and counted nowhere in /proc: not in the daemon's own times.
+        assert _own(end_to_end, daemon.pid) < 0.3
+        counted = tree.now() - before
+    finally:
+        daemon.stdin.close()
+        daemon.wait()
+    # Its 0.6 s less at most one interval of the reading (and whatever the test session's JVM used).
+    assert counted >= 0.5
+
+
+def test_a_child_is_counted_once(end_to_end, tree):
     child = subprocess.Popen([sys.executable, "-c", BURN + "import sys; sys.stdin.read()\n"], stdin=subprocess.PIPE)
     try:
         for _ in range(100):  # until it has burnt its CPU and waits, alive
-            table = end_to_end._proc_table(reaped=True)
-            if child.pid in table and table[child.pid][2] >= 0.45:
+            if _own(end_to_end, child.pid) >= 0.55:
                 break
             time.sleep(0.05)
-        alive = this_and(end_to_end._proc_table(reaped=True), child.pid)
+        alive = tree.now()
         child.stdin.close()
         child.wait()
-        ended = this_and(end_to_end._proc_table(reaped=True), child.pid)
+        ended = tree.now()
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
-    assert alive >= 0.45
-    assert ended - alive == pytest.approx(0.0, abs=0.15)
+    # Read for the whole tree: only a test session's JVM could add anything between the two.
+    assert ended - alive == pytest.approx(0.0, abs=0.3)
