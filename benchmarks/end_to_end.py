@@ -51,7 +51,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -60,7 +59,7 @@ from decode import DEFAULT_SEEDS, broker_port, build_capture
 
 from amqpscope.testbed import browser
 from amqpscope.testbed.tshark import TSHARK_PREFERENCES
-from ingest import Sampler, _commit, _proc_table, machine
+from ingest import Sampler, _commit, machine
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "mixed.pcapng"
@@ -97,44 +96,6 @@ def _child_spark() -> dict:
     return {"session_start_s": round(up, 2), "seconds": round(time.perf_counter() - started, 2)}
 
 
-class TreeCpu(threading.Thread):
-    """CPU seconds so far of this process and of everything it started (the JVM, the Python
-    workers), those that ended included. PySpark's daemon ignores SIGCHLD, so the kernel reaps a
-    Python worker that ends and its CPU is counted nowhere, not even in the daemon's children's
-    times: a sum over the processes alive at a step's end would lose it from that step (at 10 M
-    frames, the decode's 168 CPU s). So the tree is read every ``every`` seconds and each process's
-    highest reading is kept; an ended process loses at most its last interval."""
-
-    def __init__(self, every: float = 0.2) -> None:
-        super().__init__(daemon=True)
-        self._every = every
-        self._seen: dict[int, float] = {}
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        while not self._done.wait(self._every):
-            self.now()
-
-    def now(self) -> float:
-        table = _proc_table()
-        children: dict[int, list[int]] = {}
-        for pid, (ppid, _rss, _cpu) in table.items():
-            children.setdefault(ppid, []).append(pid)
-        with self._lock:
-            pending = [os.getpid()]
-            while pending:
-                pid = pending.pop()
-                if pid in table:
-                    self._seen[pid] = max(self._seen.get(pid, 0.0), table[pid][2])
-                    pending += children.get(pid, [])
-            return sum(self._seen.values())
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join()
-
-
 def _child_analyze(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
     from amqpscope.conf.settings import AnalyzeConfig
     from amqpscope.jobs.analyze import analyze
@@ -146,32 +107,34 @@ def _child_analyze(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
         """Progress that also notes the CPU seconds of the run's process tree in each step (what
         runs between two steps counts to the one before, as its Spark jobs do)."""
 
-        def __init__(self, spark, cpu: TreeCpu) -> None:
+        def __init__(self, spark, tree: Sampler) -> None:
             super().__init__(spark, mode="never")
-            self._tree = cpu
+            self._tree = tree
             self.cpu: dict[str, float] = {}
             self._open: tuple[str, float] | None = None
 
         def step(self, label: str) -> None:
             self.close_step()
             super().step(label)
-            self._open = (label, self._tree.now())
+            self._open = (label, self._tree.cpu_so_far())
 
         def close_step(self) -> None:
             if self._open is not None:
                 label, at = self._open
-                self.cpu[label] = self.cpu.get(label, 0.0) + self._tree.now() - at
+                self.cpu[label] = self.cpu.get(label, 0.0) + self._tree.cpu_so_far() - at
                 self._open = None
 
     config = AnalyzeConfig(lake=Path(lake), ports=ports, report=Path(lake) / "report.html")
     timings: dict[str, float] = {}
-    tree = TreeCpu()
+    # This process's tree, sampled often so that a Python worker that ends loses little (a sum over
+    # the processes alive at a step's end lost them: at 10 M frames, the decode's 168 CPU s).
+    tree = Sampler(os.getpid(), every=0.2)
     tree.start()
     started = time.perf_counter()
     # As `amqpscope analyze` starts its session (jobs.analyze.main), stopped at the end.
     with job_session(config, "amqpscope-analyze", preload_modules=(VERDICTS_MODULE,)) as spark:
         timings["spark_start"] = time.perf_counter() - started
-        start_cpu = tree.now()
+        start_cpu = tree.cpu_so_far()
         with StepCpu(spark, tree) as progress:
             result = analyze(
                 spark,

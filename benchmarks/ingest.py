@@ -162,22 +162,32 @@ def _machine_busy_seconds() -> float:
 
 
 class Sampler(threading.Thread):
-    """Samples the descendants of ``roots`` (the run's process; the cluster's workers) every 0.5 s."""
+    """Samples the descendants of ``roots`` (the run's process; the cluster's workers) every
+    ``every`` seconds, keeping each process's highest CPU reading: a process that ended stays
+    counted (PySpark's daemon ignores SIGCHLD, so the kernel reaps its Python workers and their CPU
+    is left in no process), less at most its last interval."""
 
-    def __init__(self, driver: int, cluster_roots: tuple[int, ...] = ()) -> None:
+    def __init__(self, driver: int, cluster_roots: tuple[int, ...] = (), every: float = SAMPLE_EVERY_S) -> None:
         super().__init__(daemon=True)
-        self.driver, self.cluster_roots = driver, cluster_roots
+        self.driver, self.cluster_roots, self.every = driver, cluster_roots, every
         self.usage = Usage()
         self._cpu: dict[int, float] = {}
         self._kinds: dict[int, str] = {}
+        self._lock = threading.Lock()
         self._done = threading.Event()
         self._busy_at_start = _machine_busy_seconds()
 
     def run(self) -> None:
         while not self._done.is_set():
             self._sample()
-            self._done.wait(SAMPLE_EVERY_S)
+            self._done.wait(self.every)
         self._sample()
+
+    def cpu_so_far(self) -> float:
+        """The CPU seconds of the sampled processes so far, those that ended included (sampled now)."""
+        self._sample()
+        with self._lock:
+            return sum(self._cpu.values())
 
     def stop(self) -> Usage:
         self._done.set()
@@ -212,6 +222,10 @@ class Sampler(threading.Thread):
         return kind
 
     def _sample(self) -> None:
+        with self._lock:  # the thread's samples and cpu_so_far's
+            self._sample_now()
+
+    def _sample_now(self) -> None:
         table = _proc_table()
         children: dict[int, list[int]] = {}
         for pid, (ppid, _rss, _cpu) in table.items():

@@ -1,11 +1,12 @@
 """benchmarks/end_to_end.py splits a run's CPU into its steps by reading the CPU of the run's
-process tree at each step's start and end. PySpark's daemon ignores SIGCHLD, so the kernel reaps a
+process tree (``ingest.Sampler``) at each step's start and end. PySpark's daemon ignores SIGCHLD, so the kernel reaps a
 Python worker that ends and its CPU is counted in no process left: a sum over the processes alive
 at the end of a step lost it (at 10 M frames the steps came 168 CPU s short of the whole, the
 decode's). What a process used must stay counted after it ends, and be counted once."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -35,32 +36,33 @@ sys.stdin.read()
 
 
 @pytest.fixture(scope="module")
-def end_to_end():
-    with benchmark_script("end_to_end") as module:
+def ingest():
+    with benchmark_script("ingest") as module:
         yield module
 
 
 @pytest.fixture
-def tree(end_to_end):
-    cpu = end_to_end.TreeCpu(every=0.05)
-    cpu.start()
-    yield cpu
-    cpu.stop()
+def tree(ingest):
+    """This process's tree sampled as end_to_end.py samples an analyze's (more often, for speed)."""
+    sampler = ingest.Sampler(os.getpid(), every=0.05)
+    sampler.start()
+    yield sampler
+    sampler.stop()
 
 
-def _own(end_to_end, *pids: int) -> float:
-    table = end_to_end._proc_table()
+def _own(ingest, *pids: int) -> float:
+    table = ingest._proc_table()
     return sum(table[pid][2] for pid in pids if pid in table)
 
 
-def test_a_worker_reaped_by_the_kernel_stays_counted(end_to_end, tree):
-    before = tree.now()
+def test_a_worker_reaped_by_the_kernel_stays_counted(ingest, tree):
+    before = tree.cpu_so_far()
     daemon = subprocess.Popen([sys.executable, "-c", DAEMON], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert daemon.stdout.readline().strip() == b"ended"
         # The worker is gone and counted nowhere in /proc: not in the daemon's own times.
-        assert _own(end_to_end, daemon.pid) < 0.3
-        counted = tree.now() - before
+        assert _own(ingest, daemon.pid) < 0.3
+        counted = tree.cpu_so_far() - before
     finally:
         daemon.stdin.close()
         daemon.wait()
@@ -68,17 +70,17 @@ def test_a_worker_reaped_by_the_kernel_stays_counted(end_to_end, tree):
     assert counted >= 0.5
 
 
-def test_a_child_is_counted_once(end_to_end, tree):
+def test_a_child_is_counted_once(ingest, tree):
     child = subprocess.Popen([sys.executable, "-c", BURN + "import sys; sys.stdin.read()\n"], stdin=subprocess.PIPE)
     try:
         for _ in range(100):  # until it has burnt its CPU and waits, alive
-            if _own(end_to_end, child.pid) >= 0.55:
+            if _own(ingest, child.pid) >= 0.55:
                 break
             time.sleep(0.05)
-        alive = tree.now()
+        alive = tree.cpu_so_far()
         child.stdin.close()
         child.wait()
-        ended = tree.now()
+        ended = tree.cpu_so_far()
     finally:
         if child.poll() is None:
             child.kill()
