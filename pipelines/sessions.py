@@ -68,7 +68,12 @@ def _session_so_far() -> WindowSpec:
 def session_map(frames: DataFrame) -> DataFrame:
     """Per AMQP 1.0 begin of ``frames`` (``_begin_index``, its frame_index): the session it opened or
     answered (``session_id``) and that session's ``client_channel`` and ``server_channel``. A few
-    rows: ``flow_timelines`` computes them once for the pipelines that bind frames to sessions."""
+    rows: ``flow_timelines`` computes them once for the pipelines that bind frames to sessions.
+
+    One pass over the begins, in windows, not joins of the begins with themselves (each join would
+    scan the frames for them again): each begin stands once as a begin the peer may answer, keyed by
+    its sender and channel, and once as an answer, keyed by the peer and the remote-channel it
+    names; an answer's session is that of the latest begin before it under its key."""
     begins = frames.filter(
         (F.col("protocol") == "amqp-1.0")
         & (F.col("frame_type") == "amqp")
@@ -82,30 +87,32 @@ def session_map(frames: DataFrame) -> DataFrame:
         "remote_channel",
         F.col("frame_index").alias("_begin_index"),
     )
-    # An answering begin joins the session of the latest begin the peer sent on its remote-channel.
-    answers = begins.filter(F.col("remote_channel").isNotNull()).alias("a")
-    opened = begins.alias("b")
-    initiator = (
-        answers.join(
-            opened,
-            (F.col("a.capture_id") == F.col("b.capture_id"))
-            & (F.col("a.connection_id") == F.col("b.connection_id"))
-            & (F.col("a.direction") != F.col("b.direction"))
-            & (F.col("a.remote_channel") == F.col("b.channel"))
-            & (F.col("b._begin_index") < F.col("a._begin_index")),
-        )
-        .groupBy("a.capture_id", "a.connection_id", "a.direction", "a._begin_index")
-        .agg(F.max("b._begin_index").alias("_opened_by"))
+    peer = F.when(F.col("direction") == "c2s", F.lit("s2c")).otherwise(F.lit("c2s"))
+    roles = F.array(
+        F.struct(F.lit(False).alias("answer"), F.col("direction").alias("sender"), F.col("channel").alias("on")),
+        F.struct(F.lit(True).alias("answer"), peer.alias("sender"), F.col("remote_channel").alias("on")),
     )
-    endpoints = begins.join(
-        initiator, on=["capture_id", "connection_id", "direction", "_begin_index"], how="left"
-    ).withColumn("session_id", F.coalesce(F.col("_opened_by"), F.col("_begin_index")))
-    channels = endpoints.groupBy(*_SESSION).agg(
-        F.max(F.when(F.col("direction") == "c2s", F.col("channel"))).alias("client_channel"),
-        F.max(F.when(F.col("direction") == "s2c", F.col("channel"))).alias("server_channel"),
+    as_both = begins.withColumn("_role", F.explode(roles)).select("*", "_role.*").drop("_role")
+    latest_begin = (
+        Window.partitionBy("capture_id", "connection_id", "sender", "on")
+        .orderBy("_begin_index")
+        .rowsBetween(Window.unboundedPreceding, -1)
     )
-    return endpoints.select("capture_id", "connection_id", "direction", "_begin_index", "session_id").join(
-        channels, on=list(_SESSION)
+    opened_by = F.last(F.when(~F.col("answer"), F.col("_begin_index")), True).over(latest_begin)
+    endpoints = (
+        as_both.withColumn("_opened_by", opened_by)
+        .filter(F.col("answer"))
+        .withColumn("session_id", F.coalesce(F.col("_opened_by"), F.col("_begin_index")))
+    )
+    session = Window.partitionBy(*_SESSION)
+    return endpoints.select(
+        "capture_id",
+        "connection_id",
+        "direction",
+        "_begin_index",
+        "session_id",
+        F.max(F.when(F.col("direction") == "c2s", F.col("channel"))).over(session).alias("client_channel"),
+        F.max(F.when(F.col("direction") == "s2c", F.col("channel"))).over(session).alias("server_channel"),
     )
 
 

@@ -27,7 +27,7 @@ from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
 from amqpscope.pipelines.link_credit import link_state_timeline
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.pipelines.partitioning import by_connection, checkpointed
-from amqpscope.pipelines.sessions import session_window_timeline
+from amqpscope.pipelines.sessions import session_map, session_window_timeline
 from amqpscope.pipelines.tables import Build
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.frames import FRAMES_SCHEMA
@@ -218,9 +218,28 @@ def test_window_operators_reads_a_plans_windows_by_key(spark):
 # Each window operator buffers its partitions whole and passes over them: the windows of one key go
 # in one operator, but for those reading another window's result (docs/BENCHMARKS.md, "Fewer window
 # operators").
+def sessions_of(rows):
+    """The session map of ``rows`` as derive hands it to the 1.0 timelines: a shared result, kept."""
+    return checkpointed(session_map(rows))
+
+
+def test_session_map_reads_the_begins_once(spark):
+    # Windows, not joins of the begins with themselves: one scan of the frames, no join, and no
+    # shuffle of the frames as ingest hands them over (kept, partitioned by connection).
+    rows = checkpointed(frames(spark))
+    plan = session_map(rows)
+    assert window_operators(plan) == {
+        (*CONNECTION, "sender", "on"): 1,  # the latest begin each answer names
+        (*CONNECTION, "session_id"): 1,  # the session's channels on both ends
+    }
+    assert "Join" not in plan._jdf.queryExecution().executedPlan().toString()
+    assert shuffles(plan) == []
+
+
 def test_session_window_runs_each_endpoints_state_in_two_window_operators(spark):
     # Transfers and the announced values so far, then the transfer count at the latest announce.
-    assert window_operators(session_window_timeline(frames(spark))) == {
+    rows = frames(spark)
+    assert window_operators(session_window_timeline(rows, sessions_of(rows))) == {
         (*CONNECTION, "session_id"): 2,
         (*CONNECTION, "direction", "channel"): 1,  # the frame's begin (bind_sessions)
     }
@@ -235,7 +254,8 @@ def test_tcp_flow_runs_one_window_operator_per_order(spark):
 
 
 def test_lifecycle_10_runs_its_endpoints_windows_together(spark):
-    assert window_operators(lifecycle_10_timeline(frames(spark))) == {
+    rows = frames(spark)
+    assert window_operators(lifecycle_10_timeline(rows, sessions_of(rows))) == {
         # Header, open and close seen before: once for the performatives, once for the empty
         # frames (the union at the end reads both).
         (*CONNECTION, "direction"): 2,
@@ -247,7 +267,8 @@ def test_lifecycle_10_runs_its_endpoints_windows_together(spark):
 
 def test_link_state_runs_the_links_windows_in_five_operators(spark):
     link = (*CONNECTION, "link_name", "sender_direction")
-    assert window_operators(link_state_timeline(frames(spark))) == {
+    rows = frames(spark)
+    assert window_operators(link_state_timeline(rows, sessions_of(rows))) == {
         (*CONNECTION, "direction", "channel"): 1,  # the frame's begin (bind_sessions)
         (*CONNECTION, "direction", "channel", "handle"): 1,  # the attach that bound the handle
         # What the frames say; then what reads it: the deliveries so far, the count at the sender's
