@@ -4,6 +4,7 @@ A chain of ``withColumn`` calls builds and analyses one plan per column, and eac
 expression in it becomes a ``Window`` operator of its own. ``with_columns`` adds consecutive
 columns that do not use one another in one ``withColumns``: one plan analysed for the group, and
 Spark puts the group's window expressions over one window specification into one operator.
+``other_direction`` is the direction the other end of a connection sends in.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections.abc import Iterable
 
 from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
 # A star (``struct(*)``, ``count(*)``) stands for every column; a product is printed ``a * b``.
 _STAR = re.compile(r"(^|[(,]\s*)\*")
@@ -36,3 +38,8 @@ def _uses(column: Column, names: Iterable[str]) -> bool:
     if _STAR.search(text):
         return True
     return any(re.search(rf"(?<![\w`]){re.escape(name)}(?![\w`])|`{re.escape(name)}`", text) for name in names)
+
+
+def other_direction(direction: Column) -> Column:
+    """The direction the peer of the endpoint sending in ``direction`` sends in (c2s <-> s2c)."""
+    return F.when(direction == "c2s", "s2c").otherwise("c2s")

@@ -24,13 +24,10 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.columns import other_direction
 from amqpscope.pipelines.intervals import intervals
 from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.flow import FLOW_INTERVALS_SCHEMA
-
-
-def _flipped(direction: Column) -> Column:
-    return F.when(direction == "c2s", "s2c").otherwise("c2s")
 
 
 def _shaped(df: DataFrame, entity: str, cause: str, **columns: Column) -> DataFrame:
@@ -153,7 +150,7 @@ def blocking_intervals(connection_blocked: DataFrame, channel_flow: DataFrame) -
         channel_flow,
         "channel",
         "channel_flow",
-        direction=_flipped(F.col("direction")),
+        direction=other_direction(F.col("direction")),
         detail=F.lit("channel.flow active=false"),
     )
     return blocked.unionByName(stopped)
@@ -168,7 +165,7 @@ def tcp_zero_window_intervals(tcp_flow: DataFrame) -> DataFrame:
         found,
         "tcp",
         "tcp_zero_window",
-        direction=_flipped(F.col("direction")),
+        direction=other_direction(F.col("direction")),
         detail=F.concat(F.lit("zero window from "), F.col("direction")),
     )
 

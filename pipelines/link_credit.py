@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.columns import with_columns
+from amqpscope.pipelines.columns import other_direction, with_columns
 from amqpscope.pipelines.partitioning import by_connection
 from amqpscope.pipelines.serial import serial, serial_diff
 from amqpscope.pipelines.sessions import bind_sessions
@@ -160,9 +160,10 @@ def _credit_state(events: DataFrame, also: Sequence[tuple[str, Column]] = ()) ->
             ("role", _last(F.when(is_attach, F.col("role")), _endpoint_handle())),
         ],
     )
-    flipped = F.when(F.col("direction") == "c2s", "s2c").otherwise("c2s")
     from_sender = F.col("role") == "sender"
-    linked = bound.withColumn("sender_direction", F.when(from_sender, F.col("direction")).otherwise(flipped))
+    linked = bound.withColumn(
+        "sender_direction", F.when(from_sender, F.col("direction")).otherwise(other_direction(F.col("direction")))
+    )
 
     is_transfer = (F.col("method") == "transfer") & from_sender
     is_flow = F.col("method") == "flow"
@@ -245,7 +246,7 @@ def link_credit_of(link_state: DataFrame) -> DataFrame:
 def _disposition_target() -> Column:
     """The sending direction of the deliveries a disposition names: those flowing towards a
     receiver-role sender of it, or those a sender-role one sent (2.7.6)."""
-    towards_it = F.when(F.col("direction") == "c2s", "s2c").otherwise("c2s")
+    towards_it = other_direction(F.col("direction"))
     return F.when(
         F.col("method") == "disposition", F.when(F.col("role") == "receiver", towards_it).otherwise(F.col("direction"))
     )

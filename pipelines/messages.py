@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from amqpscope.ingest.specs import amqp091
 from amqpscope.pipelines.channels import channel_pass
+from amqpscope.pipelines.columns import other_direction
 from amqpscope.pipelines.settlement import settle
 from amqpscope.schemas.messages import DELIVERIES_10_SCHEMA, MESSAGES_091_SCHEMA
 
@@ -266,7 +267,7 @@ def _dispositions_by_id(dispositions: DataFrame) -> DataFrame:
     """
     first, last = F.col("first"), F.coalesce(F.col("last"), F.col("first"))
     width = F.pmod(last - first, F.lit(1 << 32))  # serial numbers (RFC 1982) may wrap
-    flipped = F.when(F.col("direction") == "c2s", "s2c").otherwise("c2s")
+    flipped = other_direction(F.col("direction"))
     ids = (
         dispositions.filter(width < _MAX_DISPOSITION_RANGE)
         .withColumn("delivery_direction", F.when(F.col("role") == "receiver", flipped).otherwise(F.col("direction")))

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.columns import with_columns
+from amqpscope.pipelines.columns import other_direction, with_columns
 from amqpscope.pipelines.partitioning import by_connection
 from amqpscope.pipelines.serial import serial, serial_diff
 from amqpscope.schemas.flow import SESSION_WINDOW_SCHEMA
@@ -87,7 +87,7 @@ def session_map(frames: DataFrame) -> DataFrame:
         "remote_channel",
         F.col("frame_index").alias("_begin_index"),
     )
-    peer = F.when(F.col("direction") == "c2s", F.lit("s2c")).otherwise(F.lit("c2s"))
+    peer = other_direction(F.col("direction"))
     roles = F.array(
         F.struct(F.lit(False).alias("answer"), F.col("direction").alias("sender"), F.col("channel").alias("on")),
         F.struct(F.lit(True).alias("answer"), peer.alias("sender"), F.col("remote_channel").alias("on")),

@@ -70,6 +70,11 @@ def frames(spark):
     return by_connection(spark.createDataFrame([], FRAMES_SCHEMA))
 
 
+def sessions_of(rows):
+    """The session map of ``rows`` as derive hands it to the 1.0 timelines: a shared result, kept."""
+    return checkpointed(session_map(rows))
+
+
 def test_sorts_reads_a_plans_sort_orders(spark):
     df = frames(spark).sortWithinPartitions("connection_id", "frame_index")
     assert sorts(df) == [("connection_id", "frame_index")]
@@ -218,11 +223,6 @@ def test_window_operators_reads_a_plans_windows_by_key(spark):
 # Each window operator buffers its partitions whole and passes over them: the windows of one key go
 # in one operator, but for those reading another window's result (docs/BENCHMARKS.md, "Fewer window
 # operators").
-def sessions_of(rows):
-    """The session map of ``rows`` as derive hands it to the 1.0 timelines: a shared result, kept."""
-    return checkpointed(session_map(rows))
-
-
 def test_session_map_reads_the_begins_once(spark):
     # Windows, not joins of the begins with themselves: one scan of the frames, no join, and no
     # shuffle of the frames as ingest hands them over (kept, partitioned by connection).
