@@ -125,8 +125,9 @@ def derive(
             # Rules are evaluated once: the violations are written as they are counted (expectations.suite).
             clock.writing("violations")
             stored: list[DataFrame] = []
+            # The rules test each frame alone: they read the frames as stored (pipelines.tables.STORED_FRAMES).
             verdicts = start_verdicts(
-                build.tables,
+                {**build.tables, "frames": build.stored_frames()},
                 data_docs_dir,
                 capture_ids=ids,
                 store=lambda found: stored.append(

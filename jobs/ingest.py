@@ -37,8 +37,9 @@ from amqpscope.ingest.quarantine import capture_status, damage_row
 from amqpscope.ingest.ranges import read_container, split
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.ingest.tls_keylog import KeyLog
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.progress import Progress, TaskCounters
+from amqpscope.pipelines.tables import STORED_FRAMES
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.packets import PACKETS_SCHEMA
 
@@ -382,19 +383,25 @@ def write_bronze(
         if progress is not None:
             # The first table written runs the decode: its tasks are the ranges, then the connections.
             progress.detail(f"writing {name}")
-        # What derives from them reads the rows a small run kept (Lake.write_and_read), else the
-        # persisted ones (the frames and the TCP segments, partitioned by connection). But the
-        # captures table aggregates every packet read, and the connections and quarantine are a
-        # few rows split out of the persisted rows of every kind, which every query reading them
-        # reads whole from disk (at 10 M frames, 13 of the 89 reads in derive's plans): what
-        # follows reads their stored rows instead.
-        written[name] = lake.write_and_read(
+        # What derives from them reads the rows a small run kept (Lake.write_and_keep), else the
+        # stored rows, except for the frames and the TCP segments: those are the persisted rows,
+        # partitioned by connection as every window over a connection's frames wants them. The
+        # captures table aggregates every packet read, and the connections and quarantine are a few
+        # rows split out of the persisted rows of every kind, which every query reading them reads
+        # whole from disk (at 10 M frames, 13 of the 89 reads in derive's plans). So does a query
+        # that picks a few kinds of frame: those read the stored frames (pipelines.tables.STORED_FRAMES).
+        rows = lake.write_and_keep(
             bronze.table(name),
             name,
             replace_capture_ids=[*bronze.capture_ids, *superseded],
             capture_ids=bronze.capture_ids,
-            unkept=bronze.table(name) if name in _READ_PERSISTED else None,
         )
+        if rows is None:
+            stored = lake.read(name).filter(lake_capture_filter(bronze.capture_ids))
+            rows = bronze.table(name) if name in _READ_PERSISTED else stored
+            if name == "frames":
+                written[STORED_FRAMES] = stored
+        written[name] = rows
     return replace(bronze, tables=written)
 
 

@@ -228,18 +228,31 @@ class Lake:
         replace_capture_ids: Sequence[str],
         capture_ids: Sequence[str],
         partition_by: Sequence[str] = (CAPTURE_ID,),
-        unkept: DataFrame | None = None,
     ) -> DataFrame:
         """``write``, then the rows of ``capture_ids`` in ``table`` as stored, as ``read`` gives them
-        (the columns of ``df``, nullable). Where the rows were staged through the driver (a small
-        run's delta-rs lake) and take at most KEPT_UP_TO_BYTES, they are those rows, kept: a table
-        of a few rows that the tables after it read is not scanned from its Parquet files by each
-        of their queries (derive). Otherwise they are read back, or are ``unkept`` when given (the
-        same rows: ingest's bronze tables, persisted)."""
+        (the columns of ``df``, nullable): those ``write_and_keep`` kept, else read back."""
+        kept = self.write_and_keep(
+            df, table, replace_capture_ids=replace_capture_ids, capture_ids=capture_ids, partition_by=partition_by
+        )
+        return kept if kept is not None else self.read(table).filter(lake_capture_filter(capture_ids))
+
+    def write_and_keep(
+        self,
+        df: DataFrame,
+        table: str,
+        *,
+        replace_capture_ids: Sequence[str],
+        capture_ids: Sequence[str],
+        partition_by: Sequence[str] = (CAPTURE_ID,),
+    ) -> DataFrame | None:
+        """``write``; where the rows were staged through the driver (a small run's delta-rs lake) and
+        take at most KEPT_UP_TO_BYTES, the rows of ``capture_ids`` as ``read`` would give them, kept:
+        a table of a few rows that the tables after it read is not scanned from its Parquet files by
+        each of their queries (derive). Otherwise None."""
         kept: list[pa.Table] = []
         self.write(df, table, replace_capture_ids=replace_capture_ids, partition_by=partition_by, kept=kept)
         if not kept or kept[0].nbytes > KEPT_UP_TO_BYTES:
-            return self.read(table).filter(lake_capture_filter(capture_ids)) if unkept is None else unkept
+            return None
         # Typed as read gives them: the table's Delta schema (every field nullable), no comments.
         schema = _plain_schema(_delta_schema_json(df.schema))
         return self.spark.createDataFrame(kept[0], schema).filter(lake_capture_filter(capture_ids))

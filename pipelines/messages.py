@@ -144,9 +144,14 @@ def settlement_times(frames: DataFrame, ts: str, name: str) -> DataFrame:
     """What a message joins to its settlement on (capture_id, connection_id, settled_frame_index)
     and the settling frame's ``ts`` column as ``name``. A message's ``settled_frame_index`` names a
     frame of its ``settled_by`` method, so only the frames of those methods are read (at 1 M frames
-    of publishers and consumers, a fifth of the frames)."""
-    return frames.filter(F.col("method").isin(*_SETTLEMENTS)).select(
-        "capture_id", "connection_id", F.col("frame_index").alias("settled_frame_index"), F.col(ts).alias(name)
+    of publishers and consumers, a fifth of the frames). Joined by a sort-merge join, never a
+    broadcast: read from the stored frames, a few of their compressed columns look small enough to
+    broadcast to a planner that cannot tell how few rows the filter keeps, and at 10 M frames those
+    were 1.9 M rows, more than a 1 GiB driver holds."""
+    return (
+        frames.filter(F.col("method").isin(*_SETTLEMENTS))
+        .select("capture_id", "connection_id", F.col("frame_index").alias("settled_frame_index"), F.col(ts).alias(name))
+        .hint("shuffle_merge")
     )
 
 
@@ -193,10 +198,12 @@ def _link_previous() -> WindowSpec:
     return Window.partitionBy("capture_id", "connection_id", "direction", "channel", "handle").orderBy("frame_index")
 
 
-def deliveries_10(frames: DataFrame) -> DataFrame:
-    """The deliveries_10 table (``schemas.messages.DELIVERIES_10_SCHEMA``) from the frames table."""
-    amqp = frames.filter(F.col("protocol") == "amqp-1.0")
-    sessions = _session_channels(amqp)
+def deliveries_10(frames: DataFrame, stored_frames: DataFrame | None = None) -> DataFrame:
+    """The deliveries_10 table (``schemas.messages.DELIVERIES_10_SCHEMA``) from the frames table, the
+    sessions found in ``stored_frames`` when given (the frames as stored: pipelines.tables.STORED_FRAMES)."""
+    is_10 = F.col("protocol") == "amqp-1.0"
+    amqp = frames.filter(is_10)
+    sessions = _session_channels((frames if stored_frames is None else stored_frames).filter(is_10))
     transfers = amqp.filter(F.col("method") == "transfer")
     ends_delivery = F.coalesce(F.col("aborted"), F.lit(False)) | ~F.coalesce(F.col("more"), F.lit(False))
     starts = F.coalesce(F.lag(ends_delivery).over(_link_previous()), F.lit(True))

@@ -75,6 +75,14 @@ AMQP091, AMQP10 = "amqp-0-9-1", "amqp-1.0"
 # Within a connection, the order frames completed on the wire.
 _FRAME = ("connection_id", "frame_index")
 _CHANNEL = ("connection_id", "channel", "frame_index")
+# The frames as stored, which derive may be given besides the frames it reads for windows
+# (jobs.ingest.write_bronze): in a large run those are the decoded rows kept partitioned by
+# connection, which a window over every frame of a connection reads without a shuffle, but every
+# read of them takes every column of every kind; the stored Parquet files give a query the columns
+# it takes (at 1 M frames, half the CPU for the begins: docs/BENCHMARKS.md). Without it (a small
+# run, the derive job, tests), the frames serve both. A builder that reads both has it as an input
+# of this name; one that only picks a few kinds of frame says ``frames_as_stored``.
+STORED_FRAMES = "stored_frames"
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,7 @@ class Shared:
     name: str
     build: Callable[..., DataFrame]
     inputs: tuple[str, ...]
+    frames_as_stored: bool = False  # as Table's
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,9 @@ class Table:
     # The AMQP version whose frames its rows come from, when only one's: without a connection of
     # that version among the run's captures it has no rows, and derive does not build it.
     protocol: str | None = None
+    # Its builder picks a few kinds of frame or sums their columns, with no window over every frame:
+    # it reads the frames as stored (STORED_FRAMES), a columnar read of the columns it takes.
+    frames_as_stored: bool = False
 
     def __post_init__(self) -> None:
         if self.step is not None and self.step not in STEPS:
@@ -127,8 +139,19 @@ def _timeline(
     *inputs: str,
     order_by: tuple[str, ...],
     protocol: str | None = None,
+    frames_as_stored: bool = False,
 ) -> Table:
-    return Table(name, schema, "silver", "flow_state", build, inputs, order_by=order_by, protocol=protocol)
+    return Table(
+        name,
+        schema,
+        "silver",
+        "flow_state",
+        build,
+        inputs,
+        order_by=order_by,
+        protocol=protocol,
+        frames_as_stored=frames_as_stored,
+    )
 
 
 _BRONZE_ORDER = {
@@ -149,11 +172,11 @@ _BRONZE_ORDER = {
 SHARED: dict[str, Shared] = {
     s.name: s
     for s in (
-        Shared("accounting", byte_accounting, ("connections", "frames", "quarantine")),
+        Shared("accounting", byte_accounting, ("connections", "frames", "quarantine"), frames_as_stored=True),
         Shared("channels", channel_pass, ("frames",)),
         Shared("ledger", unacked_ledger, ("frames", "channels")),
-        Shared("sessions", session_map, ("frames",)),
-        Shared("message_events", message_events, ("frames", "link_state")),
+        Shared("sessions", session_map, ("frames",), frames_as_stored=True),
+        Shared("message_events", message_events, ("frames", "link_state", STORED_FRAMES)),
     )
 }
 
@@ -183,7 +206,7 @@ TABLES: dict[str, Table] = {
             "silver",
             "messages",
             deliveries_10,
-            ("frames",),
+            ("frames", STORED_FRAMES),
             order_by=("connection_id", "direction", "channel", "handle", "frame_index"),
             protocol=AMQP10,
         ),
@@ -248,6 +271,7 @@ TABLES: dict[str, Table] = {
             "frames",
             order_by=("connection_id", "start_frame_index"),
             protocol=AMQP091,
+            frames_as_stored=True,
         ),
         _timeline(
             "channel_flow",
@@ -256,6 +280,7 @@ TABLES: dict[str, Table] = {
             "frames",
             order_by=("connection_id", "channel", "direction", "start_frame_index"),
             protocol=AMQP091,
+            frames_as_stored=True,
         ),
         _timeline("frame_limits", FRAME_LIMITS_SCHEMA, frame_limits_timeline, "frames", order_by=_FRAME),
         _timeline("idle_gaps", IDLE_GAPS_SCHEMA, idle_gaps_timeline, "frames", order_by=_FRAME),
@@ -277,7 +302,9 @@ TABLES: dict[str, Table] = {
             order_by=_FRAME,
             protocol=AMQP091,
         ),
-        _timeline("events", EVENTS_SCHEMA, events_timeline, "frames", order_by=(*_FRAME, "event_id")),
+        _timeline(
+            "events", EVENTS_SCHEMA, events_timeline, "frames", order_by=(*_FRAME, "event_id"), frames_as_stored=True
+        ),
         _timeline(
             "tcp_flow", TCP_FLOW_SCHEMA, tcp_flow_timeline, "tcp_segments", order_by=("connection_id", "packet_number")
         ),
@@ -333,6 +360,7 @@ TABLES: dict[str, Table] = {
             ("limits", "spoken"),
             order_by=("rank",),
             read_without_spark=True,
+            frames_as_stored=True,
         ),
         Table(
             "diagnosis",
@@ -356,6 +384,7 @@ TABLES: dict[str, Table] = {
             ("suite_of_rule", "suites_run", "run_id", "run_ts"),
             order_by=("capture_id",),
             read_without_spark=True,
+            frames_as_stored=True,
         ),
         # The report's charts (pipelines.chart_series): every point it draws, so that it reads them
         # through delta-rs and a capture of any size is drawn without a Spark query.
@@ -378,6 +407,7 @@ TABLES: dict[str, Table] = {
                 "violations",
             ),
             read_without_spark=True,
+            frames_as_stored=True,
         ),
         # Every other row the report shows (pipelines.report_sections): with the gold tables above,
         # the page of a capture of any size is drawn from rows read through delta-rs.
@@ -401,6 +431,7 @@ TABLES: dict[str, Table] = {
             ),
             order_by=("section", "position"),
             read_without_spark=True,
+            frames_as_stored=True,
         ),
         # Bookkeeping: each stage's latest run per capture, marked without Spark (jobs.runs).
         Table("runs", RUNS_SCHEMA, "bookkeeping", None, order_by=("capture_id", "stage")),
@@ -439,6 +470,8 @@ FLOW: tuple[str, ...] = names(step="flow_state")
 
 def inputs_of(name: str) -> tuple[str, ...]:
     """What ``name`` is built from directly: tables and shared results."""
+    if name == STORED_FRAMES:
+        return ("frames",)
     node = TABLES.get(name) or SHARED.get(name)
     if node is None:
         raise KeyError(f"no table or shared result {name!r} in pipelines.tables")
@@ -479,6 +512,7 @@ class Build:
         empty: Iterable[str] = (),
     ) -> None:
         self.tables: dict[str, DataFrame] = dict(given)
+        self._stored_frames = self.tables.pop(STORED_FRAMES, None)
         self.settings: dict[str, object] = dict(settings or {})
         self._store = store or self._as_built
         self._empty = frozenset(empty)
@@ -495,8 +529,16 @@ class Build:
         if shared is None:
             return self.table(name)
         if name not in self._shared:
-            self._shared[name] = checkpointed(shared.build(**{i: self.value(i) for i in shared.inputs}))
+            self._shared[name] = checkpointed(shared.build(**self._inputs(shared)))
         return self._shared[name]
+
+    def stored_frames(self) -> DataFrame:
+        """The frames as stored when given (STORED_FRAMES), else the frames."""
+        return self._stored_frames if self._stored_frames is not None else self.value("frames")
+
+    def _inputs(self, node: Table | Shared) -> dict[str, DataFrame]:
+        stored = {STORED_FRAMES, *(("frames",) if node.frames_as_stored else ())}
+        return {i: self.stored_frames() if i in stored else self.value(i) for i in node.inputs}
 
     def table(self, name: str) -> DataFrame:
         """Table ``name``, built from its inputs (and stored) unless it already was."""
@@ -507,9 +549,7 @@ class Build:
             rows = (
                 None
                 if name in self._empty
-                else declared.build(
-                    **{i: self.value(i) for i in declared.inputs}, **{s: self.settings[s] for s in declared.settings}
-                )
+                else declared.build(**self._inputs(declared), **{s: self.settings[s] for s in declared.settings})
             )
             self.tables[name] = self._store(declared, rows)
         return self.tables[name]
@@ -534,13 +574,13 @@ def no_rows(like: DataFrame, table: Table) -> DataFrame:
 def _check_graph() -> None:
     """Every input is declared before what reads it (so declaration order is a build order): a
     table that reads a shared result comes after every table that result is drawn from."""
-    earlier: set[str] = set()
+    earlier: set[str] = {STORED_FRAMES}
     for shared in SHARED.values():
         missing = [i for i in shared.inputs if i not in TABLES and i not in earlier]
         if missing:
             raise ValueError(f"shared result {shared.name}: no table or earlier shared result {', '.join(missing)}")
         earlier.add(shared.name)
-    seen: set[str] = set(SHARED)
+    seen: set[str] = {*SHARED, STORED_FRAMES}
     for t in TABLES.values():
         needed = {*t.inputs, *(u for i in t.inputs if i in SHARED for u in upstream(i))}
         missing = sorted(needed - seen)

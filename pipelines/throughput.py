@@ -74,11 +74,11 @@ def _queues(frames: DataFrame) -> DataFrame:
     )
 
 
-def _amqp091_messages(frames: DataFrame) -> DataFrame:
-    content = frames.filter(
-        (F.col("protocol") == "amqp-0-9-1")
-        & (F.col("method").isin(*_MESSAGES, *_REQUESTS, *_REQUESTS.values()) | (F.col("frame_type") == "header"))
-    )
+def _amqp091_messages(frames: DataFrame, lookups: DataFrame) -> DataFrame:
+    """The 0-9-1 message rows of ``frames``, their queues found in the requests of ``lookups`` (the
+    same frames, as stored)."""
+    is_091 = F.col("protocol") == "amqp-0-9-1"
+    content = frames.filter(is_091 & (F.col("method").isin(*_MESSAGES) | (F.col("frame_type") == "header")))
     window = _channel_direction_in_order()
     messages = (
         content.withColumn("_next_type", F.lead("frame_type").over(window))
@@ -89,7 +89,7 @@ def _amqp091_messages(frames: DataFrame) -> DataFrame:
         )
         .withColumn("bytes", F.when(F.col("_next_type") == "header", F.col("_next_size")).otherwise(F.lit(0)))
     )
-    queues = _queues(content)
+    queues = _queues(lookups.filter(is_091 & F.col("method").isin(*_REQUESTS, *_REQUESTS.values())))
     consumers = queues.filter(F.col("_kind") == "basic.consume").select(
         "capture_id", "connection_id", "channel", "consumer_tag", F.col("queue").alias("_consumer_queue")
     )
@@ -142,14 +142,17 @@ def _amqp10_messages(link_state: DataFrame) -> DataFrame:
     )
 
 
-def message_events(frames: DataFrame, link_state: DataFrame | None) -> DataFrame:
+def message_events(
+    frames: DataFrame, link_state: DataFrame | None, stored_frames: DataFrame | None = None
+) -> DataFrame:
     """One row per message frame (0-9-1 publish / deliver / get-ok, 1.0 transfer carrying bytes):
     capture_id, connection_id, protocol, direction, channel, link_name, address, ts, messages, bytes,
-    redelivered (0-9-1 deliveries: the broker's redelivered flag).
+    redelivered (0-9-1 deliveries: the broker's redelivered flag). The queues consumed from are
+    looked up in ``stored_frames`` when given (the frames as stored: pipelines.tables.STORED_FRAMES).
 
     The rows the throughput table sums per second; the report buckets them at other widths.
     """
-    messages = _amqp091_messages(frames)
+    messages = _amqp091_messages(frames, frames if stored_frames is None else stored_frames)
     if link_state is not None:
         messages = messages.unionByName(_amqp10_messages(link_state))
     return messages.filter((F.col("messages") > 0) | (F.col("bytes") > 0))

@@ -17,6 +17,7 @@ import pytest
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
+from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.jobs.ingest import decode_captures, decode_tables, resolve_captures, write_bronze
 from amqpscope.jobs.lake import Lake
 from amqpscope.pipelines.channel_unacked import consumer_unacked_timeline, unacked_ledger
@@ -25,10 +26,10 @@ from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.lifecycle_091 import lifecycle_091_timeline
 from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
 from amqpscope.pipelines.link_credit import link_state_timeline
-from amqpscope.pipelines.messages import deliveries_10, messages_091
+from amqpscope.pipelines.messages import deliveries_10, messages_091, settlement_times
 from amqpscope.pipelines.partitioning import by_connection, checkpointed
 from amqpscope.pipelines.sessions import session_map, session_window_timeline
-from amqpscope.pipelines.tables import Build
+from amqpscope.pipelines.tables import STORED_FRAMES, Build, no_rows
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.frames import FRAMES_SCHEMA
 from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA
@@ -38,31 +39,47 @@ from tests.paths import SAMPLES
 CHANNEL_NUMBER_ORDER = ("capture_id", "connection_id", "channel", "frame_index")
 
 
+def plan_of(df) -> str:
+    """``df``'s physical plan, as text."""
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
 def sorts(df) -> list[tuple[str, ...]]:
     """The sort orders in ``df``'s physical plan, one per Sort operator: column names in order."""
-    plan = df._jdf.queryExecution().executedPlan().toString()
+    plan = plan_of(df)
     return [
         tuple(re.sub(r"#\d+L?", "", key).split()[0] for key in keys.split(", "))
         for keys in re.findall(r"Sort \[([^\]]*)\]", plan)
     ]
 
 
-def shuffles(df) -> list[str]:
-    """The shuffles ``df``'s plan would run, each as its partitioning: the plan's own, not those
-    of persisted inputs it reads (already done)."""
-    found = []
+def plan_nodes(df):
+    """The operators of ``df``'s physical plan, depth first: the plan's own, not those of persisted
+    inputs it reads (already done)."""
 
     def walk(node):
         if node.nodeName() == "AdaptiveSparkPlan":  # adaptive execution's plan as it stands before running
             node = node.executedPlan()
-        if node.nodeName() == "Exchange":
-            found.append(re.sub(r"#\d+L?", "", node.outputPartitioning().toString()))
+        yield node
         children = node.children()
         for i in range(children.size()):
-            walk(children.apply(i))
+            yield from walk(children.apply(i))
 
-    walk(df._jdf.queryExecution().executedPlan())
-    return found
+    return list(walk(df._jdf.queryExecution().executedPlan()))
+
+
+def shuffles(df) -> list[str]:
+    """The shuffles ``df``'s plan would run, each as its partitioning."""
+    return [
+        re.sub(r"#\d+L?", "", node.outputPartitioning().toString())
+        for node in plan_nodes(df)
+        if node.nodeName() == "Exchange"
+    ]
+
+
+def persisted_reads(df) -> int:
+    """How many times ``df``'s plan reads persisted rows (ingest's decoded rows: each read takes them whole)."""
+    return sum(node.nodeName() == "InMemoryTableScan" for node in plan_nodes(df))
 
 
 def frames(spark):
@@ -185,7 +202,7 @@ def test_written_bronze_hands_on_the_stored_captures_table(spark, tmp_path):
     computed = decode_captures(spark, captures, (5672,))
     bronze = write_bronze(spark, Lake(spark, tmp_path / "lake"), captures, (5672,))
     try:
-        plan = bronze.captures._jdf.queryExecution().executedPlan().toString()
+        plan = plan_of(bronze.captures)
         assert "Aggregate" not in plan and "InMemoryTableScan" not in plan
         assert bronze.captures.collect() == computed.captures.collect()
     finally:
@@ -193,9 +210,63 @@ def test_written_bronze_hands_on_the_stored_captures_table(spark, tmp_path):
         computed.release()
 
 
+def test_written_bronze_hands_on_the_stored_frames_for_lookups(spark, tmp_path):
+    # Written by Spark (a large run), the frames derive reads are the persisted decoded rows,
+    # partitioned by connection for the windows; the stored frames, the same rows, are what the
+    # tables that pick a few kinds of frame read: a columnar scan of the Parquet files.
+    captures = resolve_captures([SAMPLES / "mixed.pcapng"])
+    bronze = write_bronze(spark, Lake(spark, tmp_path / "lake"), captures, (5672,))
+    try:
+        persisted, stored = bronze.frames, bronze.table(STORED_FRAMES)
+        assert "InMemoryTableScan" in plan_of(persisted) and "InMemoryTableScan" not in plan_of(stored)
+        assert sorted(stored.collect()) == sorted(persisted.collect())
+        # Each table built from its inputs stored without rows: its plan's own reads are what is left.
+        rows = {}
+
+        def store(table, built):
+            rows[table.name] = built
+            return no_rows(stored, table)
+
+        build = Build(bronze.tables, {"limits": DiagnosisThresholds(), "spoken": None}, store)
+        lookups, windows = (
+            ("connection_blocked", "channel_flow", "events", "bottlenecks"),
+            ("frame_limits", "idle_gaps"),
+        )
+        build.build([*lookups, *windows, "deliveries_10"])
+        for table in lookups:
+            assert persisted_reads(rows[table]) == 0, table
+        for table in windows:
+            assert persisted_reads(rows[table]) > 0, table
+        # deliveries_10 reads the persisted frames for the transfers and the dispositions, the stored
+        # ones for the begins; given the persisted frames alone it reads them for the begins too.
+        assert persisted_reads(rows["deliveries_10"]) == 2
+        assert persisted_reads(deliveries_10(persisted)) > 2
+        # The rules test each frame alone: derive hands them the stored frames.
+        assert build.stored_frames() is stored
+    finally:
+        bronze.release()
+
+
+def test_a_settlement_is_joined_by_a_sort_merge_join(spark, tmp_path):
+    # The settlements are a fifth of the frames: read from the stored frames, their few columns look
+    # small to the planner (compressed, the filter's effect unknown), which would broadcast them.
+    captures = resolve_captures([SAMPLES / "mixed.pcapng"])
+    bronze = write_bronze(spark, Lake(spark, tmp_path / "lake"), captures, (5672,))
+    try:
+        messages = checkpointed(messages_091(bronze.frames))  # its own joins done: the plan below is the one join
+        joined = messages.join(
+            settlement_times(bronze.table(STORED_FRAMES), "ts", "_settled_ts"),
+            ["capture_id", "connection_id", "settled_frame_index"],
+            "left",
+        )
+        assert "SortMergeJoin" in plan_of(joined) and "BroadcastHashJoin" not in plan_of(joined)
+    finally:
+        bronze.release()
+
+
 def window_operators(df) -> Counter:
     """The Window operators in ``df``'s physical plan, counted by their partition keys (column names)."""
-    plan = df._jdf.queryExecution().executedPlan().toString()
+    plan = plan_of(df)
     found = Counter()
     for line in plan.splitlines():
         if line.lstrip(" :+-").startswith("Window "):
@@ -232,7 +303,7 @@ def test_session_map_reads_the_begins_once(spark):
         (*CONNECTION, "sender", "on"): 1,  # the latest begin each answer names
         (*CONNECTION, "session_id"): 1,  # the session's channels on both ends
     }
-    assert "Join" not in plan._jdf.queryExecution().executedPlan().toString()
+    assert "Join" not in plan_of(plan)
     assert shuffles(plan) == []
 
 
