@@ -396,11 +396,12 @@ def write_bronze(
             replace_capture_ids=[*bronze.capture_ids, *superseded],
             capture_ids=bronze.capture_ids,
         )
-        if rows is None:
-            stored = lake.read(name).filter(lake_capture_filter(bronze.capture_ids))
-            rows = bronze.table(name) if name in _READ_PERSISTED else stored
+        if rows is None and name in _READ_PERSISTED:
+            rows = bronze.table(name)
             if name == "frames":
-                written[STORED_FRAMES] = stored
+                written[STORED_FRAMES] = lake.read(name).filter(lake_capture_filter(bronze.capture_ids))
+        elif rows is None:
+            rows = lake.read(name).filter(lake_capture_filter(bronze.capture_ids))
         written[name] = rows
     return replace(bronze, tables=written)
 

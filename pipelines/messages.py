@@ -242,8 +242,9 @@ def deliveries_10(frames: DataFrame, stored_frames: DataFrame | None = None) -> 
 def _session_channels(amqp: DataFrame) -> DataFrame:
     """(connection, broker channel) -> client channel, from begin frames answering the other end's.
 
-    Both directions' begins in one pass over the frames, not a union of two: the rows stay
-    partitioned by connection as ingest hands them over, so nothing is shuffled to find them."""
+    Both directions' begins in one pass over the frames, not a union of two: from the frames as
+    ingest hands them over, partitioned by connection, nothing is shuffled to find them (from the
+    stored frames, deliveries_10 reads a few columns and shuffles the few begins)."""
     begins = amqp.filter(
         (F.col("method") == "begin") & F.col("remote_channel").isNotNull() & F.col("direction").isin("s2c", "c2s")
     )

@@ -195,73 +195,69 @@ def test_ingest_hands_frames_and_segments_over_partitioned_by_connection(spark, 
             df.unpersist()
 
 
-def test_written_bronze_hands_on_the_stored_captures_table(spark, tmp_path):
+@pytest.fixture(scope="module")
+def written(spark, tmp_path_factory):
+    """The mixed sample's bronze tables as a large run hands them on: written by Spark, nothing kept."""
+    captures = resolve_captures([SAMPLES / "mixed.pcapng"])
+    bronze = write_bronze(spark, Lake(spark, tmp_path_factory.mktemp("lake")), captures, (5672,))
+    yield bronze
+    bronze.release()
+
+
+def test_written_bronze_hands_on_the_stored_captures_table(spark, written):
     # The captures table aggregates every packet read. Once written, the steps after ingest read
     # its stored rows (a scan of one small file a capture) rather than aggregate the packets again.
-    captures = resolve_captures([SAMPLES / "mixed.pcapng"])
-    computed = decode_captures(spark, captures, (5672,))
-    bronze = write_bronze(spark, Lake(spark, tmp_path / "lake"), captures, (5672,))
+    computed = decode_captures(spark, resolve_captures([SAMPLES / "mixed.pcapng"]), (5672,))
     try:
-        plan = plan_of(bronze.captures)
+        plan = plan_of(written.captures)
         assert "Aggregate" not in plan and "InMemoryTableScan" not in plan
-        assert bronze.captures.collect() == computed.captures.collect()
+        assert written.captures.collect() == computed.captures.collect()
     finally:
-        bronze.release()
         computed.release()
 
 
-def test_written_bronze_hands_on_the_stored_frames_for_lookups(spark, tmp_path):
+def test_written_bronze_hands_on_the_stored_frames_for_lookups(written):
     # Written by Spark (a large run), the frames derive reads are the persisted decoded rows,
     # partitioned by connection for the windows; the stored frames, the same rows, are what the
     # tables that pick a few kinds of frame read: a columnar scan of the Parquet files.
-    captures = resolve_captures([SAMPLES / "mixed.pcapng"])
-    bronze = write_bronze(spark, Lake(spark, tmp_path / "lake"), captures, (5672,))
-    try:
-        persisted, stored = bronze.frames, bronze.table(STORED_FRAMES)
-        assert "InMemoryTableScan" in plan_of(persisted) and "InMemoryTableScan" not in plan_of(stored)
-        assert sorted(stored.collect()) == sorted(persisted.collect())
-        # Each table built from its inputs stored without rows: its plan's own reads are what is left.
-        rows = {}
+    persisted, stored = written.frames, written.table(STORED_FRAMES)
+    assert "InMemoryTableScan" in plan_of(persisted) and "InMemoryTableScan" not in plan_of(stored)
+    assert sorted(stored.collect()) == sorted(persisted.collect())
+    # Each table built from its inputs stored without rows: its plan's own reads are what is left.
+    rows = {}
 
-        def store(table, built):
-            rows[table.name] = built
-            return no_rows(stored, table)
+    def store(table, built):
+        rows[table.name] = built
+        return no_rows(stored, table)
 
-        build = Build(bronze.tables, {"limits": DiagnosisThresholds(), "spoken": None}, store)
-        lookups, windows = (
-            ("connection_blocked", "channel_flow", "events", "bottlenecks"),
-            ("frame_limits", "idle_gaps"),
-        )
-        build.build([*lookups, *windows, "deliveries_10"])
-        for table in lookups:
-            assert persisted_reads(rows[table]) == 0, table
-        for table in windows:
-            assert persisted_reads(rows[table]) > 0, table
-        # deliveries_10 reads the persisted frames for the transfers and the dispositions, the stored
-        # ones for the begins; given the persisted frames alone it reads them for the begins too.
-        assert persisted_reads(rows["deliveries_10"]) == 2
-        assert persisted_reads(deliveries_10(persisted)) > 2
-        # The rules test each frame alone: derive hands them the stored frames.
-        assert build.stored_frames() is stored
-    finally:
-        bronze.release()
+    build = Build(written.tables, {"limits": DiagnosisThresholds(), "spoken": None}, store)
+    lookups, windows = (
+        ("connection_blocked", "channel_flow", "events", "bottlenecks"),
+        ("frame_limits", "idle_gaps"),
+    )
+    build.build([*lookups, *windows, "deliveries_10"])
+    for table in lookups:
+        assert persisted_reads(rows[table]) == 0, table
+    for table in windows:
+        assert persisted_reads(rows[table]) > 0, table
+    # deliveries_10 reads the persisted frames for the transfers and the dispositions, the stored
+    # ones for the begins; given the persisted frames alone it reads them for the begins too.
+    assert persisted_reads(rows["deliveries_10"]) == 2
+    assert persisted_reads(deliveries_10(persisted)) > 2
+    # The rules test each frame alone: derive hands them the stored frames.
+    assert build.stored_frames() is stored
 
 
-def test_a_settlement_is_joined_by_a_sort_merge_join(spark, tmp_path):
+def test_a_settlement_is_joined_by_a_sort_merge_join(written):
     # The settlements are a fifth of the frames: read from the stored frames, their few columns look
     # small to the planner (compressed, the filter's effect unknown), which would broadcast them.
-    captures = resolve_captures([SAMPLES / "mixed.pcapng"])
-    bronze = write_bronze(spark, Lake(spark, tmp_path / "lake"), captures, (5672,))
-    try:
-        messages = checkpointed(messages_091(bronze.frames))  # its own joins done: the plan below is the one join
-        joined = messages.join(
-            settlement_times(bronze.table(STORED_FRAMES), "ts", "_settled_ts"),
-            ["capture_id", "connection_id", "settled_frame_index"],
-            "left",
-        )
-        assert "SortMergeJoin" in plan_of(joined) and "BroadcastHashJoin" not in plan_of(joined)
-    finally:
-        bronze.release()
+    messages = checkpointed(messages_091(written.frames))  # its own joins done: the plan below is the one join
+    joined = messages.join(
+        settlement_times(written.table(STORED_FRAMES), "ts", "_settled_ts"),
+        ["capture_id", "connection_id", "settled_frame_index"],
+        "left",
+    )
+    assert "SortMergeJoin" in plan_of(joined) and "BroadcastHashJoin" not in plan_of(joined)
 
 
 def window_operators(df) -> Counter:
