@@ -25,7 +25,11 @@ One command (also in ``make bench``):
    up to analyze's count of Spark jobs (what the shape alone costs); and its least work
    (``_child_floor``): analyze's session and ingest as they run, with the decode task replaced by one
    that takes each connection's rows from the analyze's lake (a decoder that costs nothing), then
-   every derived table read from that lake and written: no decoding and no deriving.
+   every derived table read from that lake and written: no decoding and no deriving. For the sample,
+   the work analyze does outside Spark that the least work leaves out, alone (``_child_python``:
+   Great Expectations' import, suites and Data Docs, and the report page from the gold tables): its
+   CPU added to the least work's and spread over every core is the lowest wall the sample's analyze
+   could take on this machine (``small_cpu_floor_vs_bare_spark_wall``).
    Last, the sample analysed twice in one process: the second run, on a warm JVM, is split into the
    time an SQL execution was running (Spark's SQL status store), the time the driver's main thread
    spent in Py4J round trips outside them (building the plans, reading results back), and the rest
@@ -407,6 +411,58 @@ def _sql_executions(spark, since: float, until: float) -> list[tuple[float, floa
     return spans
 
 
+def _child_python(lake_from: str, lake_to: str) -> dict:
+    """The work of an analyze that no Spark job does and its least work (``_child_floor``) leaves
+    out, done alone on the lake ``lake_from`` analyze wrote (copied to ``lake_to`` first, as the
+    report marks its run in the lake): Great Expectations imported, the suites of every table with
+    rules validated in one Checkpoint whose action builds the Data Docs, the site made to open
+    offline (``expectations.suite``, as analyze's verdicts step does on its thread); then the report
+    page written from the gold tables with delta-rs (``jobs.report_job.report_lake`` without Spark).
+    CPU seconds of this process from after the imports the least work made too (Python, PySpark,
+    pandas, pyarrow, delta-rs, the jobs' modules), so that the two add up."""
+    import resource
+
+    import pandas  # noqa: F401 - imported by the least work's process as well
+    import pyarrow  # noqa: F401
+    import pyspark.sql  # noqa: F401
+
+    from amqpscope.conf.settings import AnalyzeConfig
+    from amqpscope.expectations.catalogue import load_rules, rules_for
+    from amqpscope.jobs.lake import Lake  # noqa: F401
+    from amqpscope.pipelines import tables
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    shutil.copytree(lake_from, lake_to)
+    started = cpu()
+    from amqpscope.expectations import suite
+
+    imported = cpu()
+    catalogue = load_rules()
+    checked = {name: rules_for(name, catalogue) for name in tables.TABLES}
+    checked = {name: rules for name, rules in checked.items() if rules}
+    context = suite.file_context(Path(lake_to) / "_bench_data_docs")
+    results, _ = suite.validate_counts(context, checked, {}, "bench-python-work")
+    suite.localise(suite._docs_index(context).parent)
+    validated = cpu()
+    from amqpscope.jobs.report_job import report_lake
+
+    report = report_lake(None, AnalyzeConfig(lake=Path(lake_to), report=Path(lake_to) / "report.html"))
+    reported = cpu()
+    if len(results) != len(checked) or not report.captures:
+        raise SystemExit(f"{len(results)} suites of {len(checked)} validated, {len(report.captures)} captures reported")
+    return {
+        "suites": len(results),
+        "rules": sum(len(rules) for rules in checked.values()),
+        "gx_import_cpu_s": round(imported - started, 2),
+        "gx_validation_cpu_s": round(validated - imported, 2),
+        "report_cpu_s": round(reported - validated, 2),
+        "work_cpu_s": round(reported - started, 2),
+    }
+
+
 def _child_warm(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
     """The capture analysed twice in one process: where the second run, on a warm JVM, spends its time."""
     from amqpscope.conf.settings import AnalyzeConfig
@@ -566,11 +622,13 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
             )
             print(f"[{time.strftime('%H:%M:%S')}] report of {name} in chromium ...", file=sys.stderr, flush=True)
             page = report_page(lake / "report.html", out)
-            writes = shape = floor = None
+            writes = shape = floor = python = None
             if analyzed["frames"] <= BARE_JOBS_UP_TO_FRAMES:
                 writes = table_writes(out, me, lake, name, capture)
                 shape = table_writes(out, me, lake, name, capture, analyzed["jobs"])
                 floor = least_work(out, me, lake, name, capture, ports)
+            if capture == SAMPLE:
+                python = python_work(out, me, lake)
         finally:
             if not keep:
                 shutil.rmtree(lake, ignore_errors=True)
@@ -588,6 +646,7 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
                 "writes_alone": writes,
                 "same_shape": shape,
                 "least_work": floor,
+                "python_work": python,
             }
         )
     warm = fixed_cost(out, me)
@@ -595,6 +654,9 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
     ratios["small_writes_alone_vs_bare_spark_wall"] = round(rows[0]["writes_alone"]["wall_s"] / bare["wall_s"], 2)
     ratios["small_same_shape_vs_bare_spark_wall"] = round(rows[0]["same_shape"]["wall_s"] / bare["wall_s"], 2)
     ratios["small_least_work_vs_bare_spark_wall"] = round(rows[0]["least_work"]["wall_s"] / bare["wall_s"], 2)
+    ratios["small_cpu_floor_vs_bare_spark_wall"] = cpu_floor(
+        rows[0]["least_work"]["cpu_s"], rows[0]["python_work"]["work_cpu_s"], bare["wall_s"]
+    )
     if len(rows) >= 2:
         goal = at_goal_size(rows)
         for bare_job in ("writes_alone", "same_shape", "least_work"):
@@ -648,6 +710,24 @@ def least_work(out: Path, me: list[str], lake: Path, name: str, capture: Path, p
         )
     finally:
         shutil.rmtree(target, ignore_errors=True)
+
+
+def cpu_floor(least_work_cpu_s: float, python_work_cpu_s: float, yardstick_s: float, cores: int | None = None) -> float:
+    """The least wall the least work and the Python work it leaves out could take together, their
+    CPU spread over every core with nothing ever waiting, as a multiple of the yardstick's wall.
+    Above the goal, no analyze doing at least that work meets the goal on this machine."""
+    cores = cores or os.cpu_count() or 1
+    return round((least_work_cpu_s + python_work_cpu_s) / cores / yardstick_s, 2)
+
+
+def python_work(out: Path, me: list[str], lake: Path) -> dict:
+    """The work analyze does outside Spark and its least work leaves out, alone (``_child_python``)."""
+    target = Path(tempfile.mkdtemp(prefix="lake-", dir=out)) / "lake"
+    try:
+        print(f"[{time.strftime('%H:%M:%S')}] Great Expectations and the report alone ...", file=sys.stderr, flush=True)
+        return _measure([*me, "one-python", str(lake), str(target)], out / "python-work-sample.log")
+    finally:
+        shutil.rmtree(target.parent, ignore_errors=True)
 
 
 def fixed_cost(out: Path, me: list[str]) -> dict:
@@ -749,6 +829,15 @@ def step_table(row: dict) -> list[str]:
             if (w := row.get("least_work"))
             else []
         ),
+        *(
+            [
+                f"| the Python work it leaves out, alone: Great Expectations (import {w['gx_import_cpu_s']}, "
+                f"{w['suites']} suites of {w['rules']} rules and Data Docs {w['gx_validation_cpu_s']} CPU s) and the "
+                f"report from the gold tables ({w['report_cpu_s']} CPU s) | | {w['wall_s']} | {w['work_cpu_s']} | |"
+            ]
+            if (w := row.get("python_work"))
+            else []
+        ),
         f"| ratio analyze / tshark | | {a['wall_s'] / t['wall_s']:.1f}x | "
         f"{a['cpu_s'] / max(t['cpu_s'], 0.01):.1f}x | |",
     ]
@@ -827,6 +916,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "one-floor":
         capture, lake_from, lake_to, ports = argv[1:5]
         print(json.dumps(_child_floor(capture, lake_from, lake_to, tuple(int(p) for p in ports.split(",")))))
+        return 0
+    if argv and argv[0] == "one-python":
+        print(json.dumps(_child_python(argv[1], argv[2])))
         return 0
     if argv and argv[0] == "one-warm":
         capture, lake, ports = argv[1:4]

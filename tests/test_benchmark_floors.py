@@ -35,3 +35,17 @@ def test_ratios_are_to_the_yardstick_of_their_own_round(floors):
     assert summary["least_work"] == {"median": 3.0, "low": 2.8, "high": 3.0}
     assert summary["same_shape"] == {"median": 3.25, "low": 3.0, "high": 3.25}
     assert summary["analyze_over_least_work"] == {"median": 2.33, "low": 2.33, "high": 2.86}
+
+
+def test_the_cpu_floor_spreads_both_runs_cpu_over_the_cores(floors):
+    # 21 CPU s of least work and 6 of Python work on two cores take at least 13.5 s: 3x a 4.5 s session.
+    assert floors.cpu_floor(21.0, 6.0, 4.5, cores=2) == 3.0
+    assert floors.cpu_floor(21.0, 6.0, 4.5, cores=1) == 6.0
+    rounds = [
+        {"seconds": {"analyze": a, "least_work": 1.0}, "ratios": {"analyze": a, "least_work": 1.0, "same_shape": 1.0}}
+        for a in (7.0, 8.0)
+    ]
+    assert "cpu_floor" not in floors.summary(rounds)  # a large capture's rounds have none
+    for r, floor in zip(rounds, (2.9, 3.2)):
+        r["ratios"]["cpu_floor"] = floor
+    assert floors.summary(rounds)["cpu_floor"] == {"median": 3.05, "low": 2.9, "high": 3.2}
