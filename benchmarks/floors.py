@@ -67,20 +67,16 @@ def rotated(round_index: int) -> tuple[str, ...]:
 def summary(rounds: list[dict]) -> dict:
     """Per run but the yardstick: the median, lowest and highest of its ratio to its round's
     yardstick, and the same for analyze over its least work."""
-    result = {}
-    for kind in KINDS[1:]:
-        ratios = [r["ratios"][kind] for r in rounds]
-        result[kind] = {"median": round(statistics.median(ratios), 2), "low": min(ratios), "high": max(ratios)}
+    result = {kind: _spread([r["ratios"][kind] for r in rounds]) for kind in KINDS[1:]}
     if all("cpu_floor" in r["ratios"] for r in rounds):
-        floors = [r["ratios"]["cpu_floor"] for r in rounds]
-        result["cpu_floor"] = {"median": round(statistics.median(floors), 2), "low": min(floors), "high": max(floors)}
-    over = [r["seconds"]["analyze"] / r["seconds"]["least_work"] for r in rounds]
-    result["analyze_over_least_work"] = {
-        "median": round(statistics.median(over), 2),
-        "low": round(min(over), 2),
-        "high": round(max(over), 2),
-    }
+        result["cpu_floor"] = _spread([r["ratios"]["cpu_floor"] for r in rounds])
+    result["analyze_over_least_work"] = _spread([r["seconds"]["analyze"] / r["seconds"]["least_work"] for r in rounds])
     return result
+
+
+def _spread(values: list[float]) -> dict:
+    """The median, lowest and highest of ``values``, to two decimals."""
+    return {"median": round(statistics.median(values), 2), "low": round(min(values), 2), "high": round(max(values), 2)}
 
 
 def run(out: Path, rounds: int, frames: int | None = None) -> dict:
