@@ -4,13 +4,18 @@ floor it measures is not the floor of analyze's work."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from pyspark import cloudpickle
 
+from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.catalogue import load_rules
 from amqpscope.jobs import ingest as ingest_job
+from amqpscope.jobs import runs
 from amqpscope.jobs.ingest import decode_tables, resolve_captures
 from amqpscope.jobs.lake import Lake
+from amqpscope.schemas.runs import OUTCOME_OK
 from tests.benchmark_scripts import benchmark_script
 from tests.paths import SAMPLE_CAPTURES
 from tests.table_digests import sorted_rows
@@ -58,3 +63,27 @@ def test_python_work_validates_every_suite_and_reports_every_capture(samples_lak
         assert capture.name in page
     assert done["work_cpu_s"] >= done["gx_validation_cpu_s"] + done["report_cpu_s"]
     assert not (root / "_bench_data_docs").exists()  # the analysed lake is left as it was
+
+
+def test_the_answer_floor_validates_every_suite_reports_every_capture_and_marks_the_run(
+    spark, samples_lake, end_to_end, tmp_path
+):
+    # The least work with the answer's work (one-answer-floor) must do all of it after the tables
+    # are written: every table's suite in the Data Docs, every capture reported, the run marked.
+    root, _, _ = samples_lake
+    shutil.copytree(root, tmp_path / "lake")
+    config = AnalyzeConfig(lake=tmp_path / "lake", report=tmp_path / "report.html")
+    run_id = runs.new_run_id()
+    lake = Lake.of(spark, config, run_id=run_id)
+    ids = [c.capture_id for c in resolve_captures([str(c) for c in SAMPLE_CAPTURES], config.group_rotated)]
+    end_to_end._answer_without_work(lake, run_id, ids, config)
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    for capture in SAMPLE_CAPTURES:
+        assert capture.name in page
+    index = next(config.data_docs_dir.rglob("index.html")).read_text(encoding="utf-8")
+    for table in {rule.table for rule in load_rules()}:
+        assert f"amqpscope.{table}" in index
+    marked = runs.stage_runs(lake, ids)
+    for cid in ids:
+        for stage in ("derive", "report"):
+            assert (marked[cid, stage].run_id, marked[cid, stage].outcome) == (run_id, OUTCOME_OK), (cid, stage)

@@ -15,12 +15,15 @@ def floors():
         yield module
 
 
-def test_each_yardstick_takes_each_place_once_in_four_rounds(floors):
-    orders = [floors.rotated(i) for i in range(4)]
-    assert all(sorted(order) == sorted(floors.KINDS) for order in orders)
-    for place in range(4):
-        assert sorted(order[place] for order in orders) == sorted(floors.KINDS)
-    assert floors.rotated(4) == floors.rotated(0)
+@pytest.mark.parametrize("kinds", ["KINDS", "SAMPLE_KINDS"])
+def test_each_run_takes_each_place_once_in_as_many_rounds_as_runs(floors, kinds):
+    kinds = getattr(floors, kinds)
+    orders = [floors.rotated(i, kinds) for i in range(len(kinds))]
+    assert all(sorted(order) == sorted(kinds) for order in orders)
+    for place in range(len(kinds)):
+        assert sorted(order[place] for order in orders) == sorted(kinds)
+    assert floors.rotated(len(kinds), kinds) == floors.rotated(0, kinds)
+    assert floors.rotated(1) == floors.rotated(1, floors.KINDS)
 
 
 def test_ratios_are_to_the_yardstick_of_their_own_round(floors):
@@ -35,6 +38,10 @@ def test_ratios_are_to_the_yardstick_of_their_own_round(floors):
     assert summary["least_work"] == {"median": 3.0, "low": 2.8, "high": 3.0}
     assert summary["same_shape"] == {"median": 3.25, "low": 3.0, "high": 3.25}
     assert summary["analyze_over_least_work"] == {"median": 2.33, "low": 2.33, "high": 2.86}
+    assert "least_answer" not in summary  # a large capture's rounds have none
+    for r, answer in zip(rounds, (16.0, 30.0, 21.0)):
+        r["ratios"]["least_answer"] = round(answer / r["seconds"]["yardstick"], 2)
+    assert floors.summary(rounds)["least_answer"] == {"median": 4.0, "low": 3.75, "high": 4.2}
 
 
 def test_the_cpu_floor_spreads_both_runs_cpu_over_the_cores(floors):
