@@ -371,24 +371,16 @@ def _answer_without_work(lake, run_id: str, ids: list[str], config) -> None:
     on its thread, while the run is marked derived and the report is written from the gold tables
     (``write_gold_report``, which waits for Great Expectations last)."""
     from amqpscope.expectations import suite
-    from amqpscope.expectations.catalogue import load_rules, rules_for
     from amqpscope.jobs import runs
     from amqpscope.jobs.report import gold_rows, write_gold_report
     from amqpscope.pipelines import tables
     from amqpscope.schemas.runs import OUTCOME_OK
     from amqpscope.threads import in_background
 
-    catalogue = load_rules()
-    checked = {name: rules_for(name, catalogue) for name in tables.TABLES}
-    checked = {name: rules for name, rules in checked.items() if rules}
+    checked = suite.rules_by_table(tables.TABLES)
     name = suite.run_name(ids)
     validation = in_background(lambda: suite._validate(config.data_docs_dir, checked, {}, None, name), "amqpscope-gx")
-    verdicts = suite.PendingVerdicts(
-        violations=None,
-        suite_of_rule={rule.id: suite.suite_name(table) for table, rules in checked.items() for rule in rules},
-        suites_run=tuple(suite.suite_name(table) for table in checked),
-        validation=validation,
-    )
+    verdicts = suite.PendingVerdicts.of(checked, None, validation)
     runs.mark(lake, run_id, "derive", ids, OUTCOME_OK)
     write_gold_report(config.report_path_for(run_id), **gold_rows(lake, ids), verdicts=verdicts, data_docs_index=None)
     runs.mark(lake, run_id, "report", ids, OUTCOME_OK, {cid: run_id for cid in ids})
@@ -475,7 +467,7 @@ def _child_python(lake_from: str, lake_to: str) -> dict:
     import pyspark.sql  # noqa: F401
 
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.expectations.catalogue import load_rules, rules_for
+    from amqpscope.expectations import catalogue  # noqa: F401 - imported by the least work's process as well
     from amqpscope.jobs.lake import Lake  # noqa: F401
     from amqpscope.pipelines import tables
 
@@ -488,9 +480,7 @@ def _child_python(lake_from: str, lake_to: str) -> dict:
     from amqpscope.expectations import suite
 
     imported = cpu()
-    catalogue = load_rules()
-    checked = {name: rules_for(name, catalogue) for name in tables.TABLES}
-    checked = {name: rules for name, rules in checked.items() if rules}
+    checked = suite.rules_by_table(tables.TABLES)
     # What analyze's verdicts thread runs (no Spark there; the violations it only hands on).
     results = suite._validate(Path(lake_to) / "_bench_data_docs", checked, {}, None, "bench-python-work").suites
     validated = cpu()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import reduce
@@ -279,6 +279,25 @@ class PendingVerdicts:
     def result(self) -> VerdictRun:
         return self.validation.result()
 
+    @classmethod
+    def of(
+        cls, checked: Mapping[str, Sequence[Rule]], violations: DataFrame, validation: Future[VerdictRun]
+    ) -> PendingVerdicts:
+        """The pending run validating ``checked`` (table -> its rules), one suite a table."""
+        return cls(
+            violations=violations,
+            suite_of_rule={rule.id: suite_name(table) for table, rules_ in checked.items() for rule in rules_},
+            suites_run=tuple(suite_name(table) for table in checked),
+            validation=validation,
+        )
+
+
+def rules_by_table(tables: Iterable[str], rules: Sequence[Rule] | None = None) -> dict[str, tuple[Rule, ...]]:
+    """Each of ``tables`` that has rules in ``rules`` (default: the shipped catalogue), with them."""
+    catalogue = load_rules() if rules is None else tuple(rules)
+    checked = {name: rules_for(name, catalogue) for name in tables}
+    return {name: rules_ for name, rules_ in checked.items() if rules_}
+
 
 def start_verdicts(
     tables: Mapping[str, DataFrame],
@@ -298,9 +317,7 @@ def start_verdicts(
     """
     if not tables:
         raise ValueError("run_verdicts needs at least one table")
-    catalogue = load_rules() if rules is None else tuple(rules)
-    checked = {name: rules_for(name, catalogue) for name in tables}
-    checked = {name: rules_ for name, rules_ in checked.items() if rules_}
+    checked = rules_by_table(tables, rules)
 
     # Built first: Spark analyses each predicate here, so a bad rule fails before anything runs.
     found = [table_violations(tables[name], name, rules_) for name, rules_ in checked.items()]
@@ -312,12 +329,7 @@ def start_verdicts(
 
     name = run_name(capture_ids)
     validation = in_background(lambda: _validate(Path(docs_dir), checked, counts, union, name), "amqpscope-gx")
-    return PendingVerdicts(
-        violations=union,
-        suite_of_rule={rule.id: suite_name(table) for table, rules_ in checked.items() for rule in rules_},
-        suites_run=tuple(suite_name(table) for table in checked),
-        validation=validation,
-    )
+    return PendingVerdicts.of(checked, union, validation)
 
 
 def _validate(
