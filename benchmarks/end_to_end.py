@@ -693,10 +693,8 @@ def run(out: Path, frames: tuple[int, ...], keep: bool) -> dict:
         )
     warm = fixed_cost(out, me)
     ratios = {**derived(bare, rows), "small_warm_vs_bare_spark_wall": round(warm["warm_s"] / bare["wall_s"], 2)}
-    ratios["small_writes_alone_vs_bare_spark_wall"] = round(rows[0]["writes_alone"]["wall_s"] / bare["wall_s"], 2)
-    ratios["small_same_shape_vs_bare_spark_wall"] = round(rows[0]["same_shape"]["wall_s"] / bare["wall_s"], 2)
-    ratios["small_least_work_vs_bare_spark_wall"] = round(rows[0]["least_work"]["wall_s"] / bare["wall_s"], 2)
-    ratios["small_least_answer_vs_bare_spark_wall"] = round(rows[0]["least_answer"]["wall_s"] / bare["wall_s"], 2)
+    for bare_job in ("writes_alone", "same_shape", "least_work", "least_answer"):
+        ratios[f"small_{bare_job}_vs_bare_spark_wall"] = round(rows[0][bare_job]["wall_s"] / bare["wall_s"], 2)
     ratios["small_cpu_floor_vs_bare_spark_wall"] = cpu_floor(
         rows[0]["least_work"]["cpu_s"], rows[0]["python_work"]["work_cpu_s"], bare["wall_s"]
     )
@@ -831,6 +829,36 @@ def at_goal_size(rows: list[dict]) -> dict:
     return min(rows[1:], key=lambda row: abs(row["analyze"]["frames"] - GOAL_FRAMES))
 
 
+# The step table's rows of the runs beside analyze (the bare jobs, the floors), where they ran:
+# each run's result and the µs-a-frame formatter of its capture -> its row.
+_BARE_ROWS = {
+    "writes_alone": lambda w, per_frame: (
+        f"| its {w['tables']} tables written again by Spark, nothing else | | {w['wall_s']} | {w['cpu_s']} | "
+        f"{per_frame(w['cpu_s'])} |"
+    ),
+    "same_shape": lambda w, per_frame: (
+        f"| a bare job of its shape: {w['tables']} tables through a window each, {w['queries']} small window "
+        f"queries ({w['spark_jobs']} Spark jobs) | {w['spark_jobs']} | {w['wall_s']} | {w['cpu_s']} | "
+        f"{per_frame(w['cpu_s'])} |"
+    ),
+    "least_work": lambda w, per_frame: (
+        f"| its least work: analyze's ingest with a decoder that costs nothing, then its "
+        f"{w['derived_tables']} derived tables read and written | {w['spark_jobs']} | {w['wall_s']} | "
+        f"{w['cpu_s']} | {per_frame(w['cpu_s'])} |"
+    ),
+    "python_work": lambda w, _per_frame: (
+        f"| the Python work it leaves out, alone: Great Expectations (import {w['gx_import_cpu_s']}, "
+        f"{w['suites']} suites of {w['rules']} rules and Data Docs {w['gx_validation_cpu_s']} CPU s) and the "
+        f"report from the gold tables ({w['report_cpu_s']} CPU s) | | {w['wall_s']} | {w['work_cpu_s']} | |"
+    ),
+    "least_answer": lambda w, _per_frame: (
+        f"| its least work and that Python work as analyze runs it (Great Expectations imported while "
+        f"Spark starts, validating on its thread while the report is written) | {w['spark_jobs']} | "
+        f"{w['wall_s']} | {w['cpu_s']} | |"
+    ),
+}
+
+
 def step_table(row: dict) -> list[str]:
     """One capture's analyze, step by step: Spark jobs, wall and CPU seconds, CPU µs a frame."""
     a, t = row["analyze"], row["tshark"]
@@ -857,50 +885,7 @@ def step_table(row: dict) -> list[str]:
         f"| **analyze, whole process** | **{a['jobs']}** | **{a['wall_s']}** | **{a['cpu_s']}** | "
         f"**{per_frame(a['cpu_s'])}** |",
         f"| tshark `-T fields` | | {t['wall_s']} | {t['cpu_s']} | {per_frame(t['cpu_s'])} |",
-        *(
-            [
-                f"| its {w['tables']} tables written again by Spark, nothing else | | {w['wall_s']} | {w['cpu_s']} | "
-                f"{per_frame(w['cpu_s'])} |"
-            ]
-            if (w := row.get("writes_alone"))
-            else []
-        ),
-        *(
-            [
-                f"| a bare job of its shape: {w['tables']} tables through a window each, {w['queries']} small window "
-                f"queries ({w['spark_jobs']} Spark jobs) | {w['spark_jobs']} | {w['wall_s']} | {w['cpu_s']} | "
-                f"{per_frame(w['cpu_s'])} |"
-            ]
-            if (w := row.get("same_shape"))
-            else []
-        ),
-        *(
-            [
-                f"| its least work: analyze's ingest with a decoder that costs nothing, then its "
-                f"{w['derived_tables']} derived tables read and written | {w['spark_jobs']} | {w['wall_s']} | "
-                f"{w['cpu_s']} | {per_frame(w['cpu_s'])} |"
-            ]
-            if (w := row.get("least_work"))
-            else []
-        ),
-        *(
-            [
-                f"| the Python work it leaves out, alone: Great Expectations (import {w['gx_import_cpu_s']}, "
-                f"{w['suites']} suites of {w['rules']} rules and Data Docs {w['gx_validation_cpu_s']} CPU s) and the "
-                f"report from the gold tables ({w['report_cpu_s']} CPU s) | | {w['wall_s']} | {w['work_cpu_s']} | |"
-            ]
-            if (w := row.get("python_work"))
-            else []
-        ),
-        *(
-            [
-                f"| its least work and that Python work as analyze runs it (Great Expectations imported while "
-                f"Spark starts, validating on its thread while the report is written) | {w['spark_jobs']} | "
-                f"{w['wall_s']} | {w['cpu_s']} | |"
-            ]
-            if (w := row.get("least_answer"))
-            else []
-        ),
+        *(_BARE_ROWS[key](row[key], per_frame) for key in _BARE_ROWS if row.get(key)),
         f"| ratio analyze / tshark | | {a['wall_s'] / t['wall_s']:.1f}x | "
         f"{a['cpu_s'] / max(t['cpu_s'], 0.01):.1f}x | |",
     ]
