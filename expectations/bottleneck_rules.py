@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
-from amqpscope.schemas.diagnosis import COMPONENTS, EFFECTS, ENTITY_KINDS
+from amqpscope.schemas.diagnosis import COMPONENTS, EFFECTS, ENTITY_KINDS, FINDING_KINDS, FINDING_SEVERITIES
 
 CATALOGUE_PATH = Path(__file__).with_name("bottlenecks.yml")
 
@@ -64,6 +64,8 @@ _RULE_KEYS = {
     "where",
     "after",
     "description",
+    "kind",
+    "severity",
 }
 _REQUIRED = (
     "id",
@@ -151,6 +153,10 @@ class BottleneckRule:
     confidence: str | None = None
     where: str | None = None
     after: str | None = None  # the rule whose findings this one's measure reads
+    # bottleneck: where traffic is held back (the top one is the capture's verdict); problem: wrong
+    # or an anti-pattern, listed beside the verdict (schemas.diagnosis FINDING_KINDS).
+    kind: str = "bottleneck"
+    severity: str = "warning"  # FINDING_SEVERITIES
     source: str = field(default="<inline>", compare=False)
 
     def thresholds(self) -> frozenset[str]:
@@ -212,6 +218,11 @@ def rule_from_mapping(
         raise ValueError(f"{where}: component {PARENT!r} needs 'after' (the rule whose finding it follows)")
     if entry["effect"] not in EFFECTS:
         raise ValueError(f"{where}: unknown effect {entry['effect']!r} (one of {', '.join(EFFECTS)})")
+    kind, severity = entry.get("kind", "bottleneck"), entry.get("severity", "warning")
+    if kind not in FINDING_KINDS:
+        raise ValueError(f"{where}: unknown kind {kind!r} (one of {', '.join(FINDING_KINDS)})")
+    if severity not in FINDING_SEVERITIES:
+        raise ValueError(f"{where}: unknown severity {severity!r} (one of {', '.join(FINDING_SEVERITIES)})")
     if entry["entity_kind"] not in ENTITY_KINDS:
         raise ValueError(f"{where}: unknown entity_kind {entry['entity_kind']!r} (one of {', '.join(ENTITY_KINDS)})")
     if measures is not None and entry["measure"] not in measures:
@@ -239,6 +250,8 @@ def rule_from_mapping(
         confidence=entry.get("confidence"),
         where=entry.get("where"),
         after=entry.get("after"),
+        kind=kind,
+        severity=severity,
         source=source,
     )
     unknown_thresholds = sorted(rule.thresholds() - _THRESHOLDS)

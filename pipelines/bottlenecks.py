@@ -135,7 +135,8 @@ def _candidates(rule: BottleneckRule, measures: Measures, passed: DataFrame, bec
         "rule_id": F.lit(rule.id),
         "entity_kind": F.lit(rule.entity_kind),
         "effect": F.lit(rule.effect),
-        "severity": F.lit("warning"),
+        "severity": F.lit(rule.severity),
+        "kind": F.lit(rule.kind),
         "duration_us": F.col("held_us"),
         "lifetime_share": F.col("held_us") / F.greatest(F.col("span_us"), F.lit(1)),
         "evidence": _evidence(rule),
@@ -209,10 +210,12 @@ def _wireshark_filter() -> Column:
 
 
 def _rank_in_capture() -> WindowSpec:
-    """A capture's findings, the one to act on first: by the rule's priority (alarms; head-of-line,
+    """A capture's findings, the one to act on first: bottlenecks before problems, warnings before
+    infos (FINDING_SEVERITIES sorts so descending), then by the rule's priority (alarms; head-of-line,
     which a separate connection fixes; the broker's credit-flow stages; consumers and clients;
     the network), then by time held back weighted by confidence."""
     return Window.partitionBy("capture_id").orderBy(
+        (F.col("kind") == "bottleneck").desc(),
         F.col("severity").desc(),
         F.col("priority").asc(),
         (F.col("duration_us") * F.col("confidence")).desc(),

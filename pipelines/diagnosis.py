@@ -123,6 +123,16 @@ def _no_amqp_headline(packets: Column, tcp_connections: Column, port_connections
     )
 
 
+def _problems_sentence(count: Column, first: Column) -> Column:
+    """ "Also found: 2 problems; the first: <its sentence>" (findings of kind problem, after the verdict)."""
+    return F.concat(
+        F.lit("Also found: "),
+        _counted(count, "problem", "problems"),
+        F.lit(", the first: "),
+        first,
+    )
+
+
 def no_packets_diagnosis(capture_id: str) -> dict[str, object]:
     """The diagnosis row of a capture without a single packet (answered before Spark starts)."""
     row: dict[str, object] = {name: None for name in DIAGNOSIS_SCHEMA.fieldNames()}
@@ -133,6 +143,7 @@ def no_packets_diagnosis(capture_id: str) -> dict[str, object]:
         findings_count=0,
         findings=[],
         encrypted_connections=0,
+        problems_count=0,
     )
     return row
 
@@ -145,9 +156,12 @@ def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFram
     encrypted is ``no_amqp``."""
     summary = F.struct(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in FINDING_SUMMARY.fields])
     ranked = bottlenecks.groupBy("capture_id").agg(
-        F.array_sort(F.collect_list(summary)).alias("findings")
-    )  # rank is the struct's first field
-    top = bottlenecks.filter(F.col("rank") == 1).select(
+        F.array_sort(F.collect_list(summary)).alias("findings"),  # rank is the struct's first field
+        F.count(F.when(F.col("kind") == "problem", 1)).cast("int").alias("problems_count"),
+        F.min_by(F.col("explanation"), F.when(F.col("kind") == "problem", F.col("rank"))).alias("_problem"),
+    )
+    # Bottlenecks rank before problems, so rank 1 is the verdict when the capture has a bottleneck.
+    top = bottlenecks.filter((F.col("rank") == 1) & (F.col("kind") == "bottleneck")).select(
         "capture_id",
         F.col("component").alias("bottleneck"),
         "effect",
@@ -199,6 +213,10 @@ def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFram
         .when(encrypted, F.concat(F.col("headline"), F.lit(" "), sentence))
         .otherwise(F.coalesce(F.col("headline"), F.lit(_NO_BOTTLENECK)))
     )
+    headline = F.when(
+        F.coalesce(F.col("problems_count"), F.lit(0)) > 0,
+        F.concat(headline, F.lit(" "), _problems_sentence(F.col("problems_count"), F.col("_problem"))),
+    ).otherwise(headline)
     empty = F.array().cast(DIAGNOSIS_SCHEMA["findings"].dataType)
     return joined.select(
         "capture_id",
@@ -215,4 +233,5 @@ def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFram
         F.when(F.col("findings").isNull(), F.lit(0)).otherwise(F.size("findings")).alias("findings_count"),
         F.coalesce(F.col("findings"), empty).alias("findings"),
         F.coalesce(F.col("encrypted_connections"), F.lit(0)).alias("encrypted_connections"),
+        F.coalesce(F.col("problems_count"), F.lit(0)).alias("problems_count"),
     ).select(*[F.col(f.name).cast(f.dataType) for f in DIAGNOSIS_SCHEMA.fields])

@@ -50,6 +50,13 @@ EFFECTS = (
     "publisher_waits_for_confirms",  # a publisher waiting for each confirm before its next publish
 )
 
+# What a finding is: a bottleneck holds traffic back (the top one is the capture's verdict); a problem
+# is wrong or an anti-pattern without being the verdict (returns, refused publishes, churn, a slow
+# consumer a faster one hides), listed beside it.
+FINDING_KINDS = ("bottleneck", "problem")
+# warning: it costs throughput or messages; info: worth knowing, costs little now. Listed in this order.
+FINDING_SEVERITIES = ("warning", "info")
+
 # diagnosis.bottleneck of a capture with nothing to judge: no AMQP connection was decoded in it.
 NO_AMQP = "no_amqp"
 
@@ -87,6 +94,7 @@ BOTTLENECKS_SCHEMA = StructType(
         StructField("packet_numbers", ArrayType(LongType()), False),  # up to 20 frames to look at, in order
         StructField("wireshark_filter", StringType(), False),  # ready to paste into Wireshark
         StructField("explanation", StringType(), False),  # one sentence
+        StructField("kind", StringType(), True),  # FINDING_KINDS (appended column)
     ]
 )
 
@@ -105,6 +113,8 @@ FINDING_SUMMARY = StructType(
         StructField("start_packet_number", LongType(), True),
         StructField("confidence", DoubleType(), True),
         StructField("explanation", StringType(), True),
+        StructField("kind", StringType(), True),
+        StructField("severity", StringType(), True),
     ]
 )
 
@@ -127,5 +137,7 @@ DIAGNOSIS_SCHEMA = StructType(
         # TLS connections on AMQP ports whose records were not decrypted (no key log, or keys of other
         # sessions): their AMQP is not in the diagnosis, only their TCP (appended column).
         StructField("encrypted_connections", IntegerType(), True),
+        # Findings of kind problem (beside the verdict, FINDING_KINDS): appended column.
+        StructField("problems_count", IntegerType(), True),
     ]
 )
