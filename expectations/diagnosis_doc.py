@@ -9,7 +9,6 @@ tests/test_diagnosis_doc.py checks that the committed file is what this renders.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -24,6 +23,7 @@ from amqpscope.expectations.bottleneck_rules import (
     Value,
     load_bottleneck_rules,
 )
+from amqpscope.expectations.doc_command import write_doc
 from amqpscope.schemas.diagnosis import COMPONENTS, EFFECTS
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -314,10 +314,13 @@ def render(rules: Sequence[BottleneckRule], scenarios: Sequence[tuple[str, str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    out = Path(args[0]) if args else DOC_PATH
-    out.write_text(render(load_bottleneck_rules(CATALOGUE_PATH), scenario_rows()), encoding="utf-8")
-    return 0
+    return write_doc(
+        argv,
+        __spec__.name if __spec__ else __name__,
+        __doc__.splitlines()[0],
+        DOC_PATH,
+        lambda: render(load_bottleneck_rules(CATALOGUE_PATH), scenario_rows()),
+    )
 
 
 if __name__ == "__main__":

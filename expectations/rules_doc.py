@@ -8,7 +8,6 @@ tests/test_rules_doc.py checks that the committed file is what this renders.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from amqpscope.expectations.catalogue import CATALOGUE_PATH, SEVERITIES, Rule, load_rules
+from amqpscope.expectations.doc_command import write_doc
 from amqpscope.expectations.event_catalogue import EventKind, load_events
 from amqpscope.ingest.reasons import REASONS
 
@@ -95,10 +95,13 @@ def render(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    out = Path(args[0]) if args else DOC_PATH
-    out.write_text(render(load_rules(CATALOGUE_PATH), not_implemented()), encoding="utf-8")
-    return 0
+    return write_doc(
+        argv,
+        __spec__.name if __spec__ else __name__,
+        __doc__.splitlines()[0],
+        DOC_PATH,
+        lambda: render(load_rules(CATALOGUE_PATH), not_implemented()),
+    )
 
 
 if __name__ == "__main__":
