@@ -253,7 +253,7 @@ def _acks(host: str, port: int, scenario: str, ack: bool) -> Truth:
     queue = PREFIX + scenario
     clients.declare(host, port, (queue,))
     publisher, consumer = pc.in_threads(
-        lambda: pc.aio_publisher(host, port, queue, 1250, 250.0, 128, "aio-pika publisher"),
+        lambda: pc.aio_publisher(host, port, queue, 2000, 400.0, 128, "aio-pika publisher"),
         lambda: pc.aio_consumer(
             host, port, queue, prefetch=None, work_seconds=0.0, ack=ack, seconds=5.5, name="aio-pika consumer"
         ),
@@ -263,7 +263,7 @@ def _acks(host: str, port: int, scenario: str, ack: bool) -> Truth:
 
 
 def consumer_never_acks(host: str, port: int) -> Truth:
-    """1 250 messages at 250 a second for 5 s to an aio-pika consumer with manual acks, no basic.qos,
+    """2 000 messages at 400 a second for 5 s to an aio-pika consumer with manual acks, no basic.qos,
     that never acks."""
     return _acks(host, port, "consumer_never_acks", ack=False)
 
