@@ -40,7 +40,7 @@ def url(host: str, port: int) -> str:
     return f"amqp://{GUEST[0]}:{GUEST[1]}@{host}:{port}/"
 
 
-def _role(role: str, client_port: int, name: str, library: str, **facts: Any) -> dict[str, Any]:
+def role_facts(role: str, client_port: int, name: str, library: str, **facts: Any) -> dict[str, Any]:
     return {
         "role": role,
         "client_port": client_port,
@@ -166,7 +166,7 @@ class CeleryWorker:
     def facts(self) -> dict[str, Any]:
         done = self.done()
         self.done_file.unlink(missing_ok=True)
-        return _role(
+        return role_facts(
             "consumer",
             min(self.client_ports, default=0),
             "celery worker",
@@ -186,18 +186,20 @@ class CeleryWorker:
 def celery_producer(
     host: str, port: int, queue: str, rate: float | None, messages: int, name: str = "celery producer"
 ) -> dict[str, Any]:
-    """``send_task`` ``messages`` times to ``queue``, ``rate`` a second (None: as fast as it goes)."""
+    """``send_task`` ``messages`` times to ``queue``, ``rate`` a second (None: as fast as it goes), on
+    a connection of its own, closed at the end (Celery's pool would keep it open for the next send)."""
     from amqpscope.testbed.problem_celery import TASK, app
 
     app.conf.broker_url = url(host, port)
     started_us, started = now_us(), time.monotonic()
-    with app.producer_or_acquire() as producer:
+    with app.connection_for_write() as connection:
+        producer = kombu.Producer(connection)
         for index in range(messages):
             if rate is not None:
                 time.sleep(max(0.0, started + index / rate - time.monotonic()))
             app.send_task(TASK, args=(index,), queue=queue, producer=producer)
-        client_port = producer.connection.connection.sock.getsockname()[1]
-    return _role(
+        client_port = connection.connection.sock.getsockname()[1]
+    return role_facts(
         "publisher",
         int(client_port),
         name,
@@ -210,13 +212,6 @@ def celery_producer(
         persistent=True,
         publisher_confirms=False,
     )
-
-
-def celery_close() -> None:
-    """Close the producer's pooled connections (Celery keeps them open for the next send)."""
-    from amqpscope.testbed.problem_celery import app
-
-    app.close()
 
 
 # -- aio-pika -----------------------------------------------------------------------------------
@@ -245,7 +240,7 @@ def aio_publisher(
                 await channel.default_exchange.publish(
                     aio_pika.Message(message_body("0-9-1", index, body_size)), routing_key=queue
                 )
-        return _role(
+        return role_facts(
             "publisher",
             client_port,
             name,
@@ -296,7 +291,7 @@ def aio_consumer(
 
             await target.consume(on_message, no_ack=False)
             await asyncio.sleep(seconds)
-        return _role(
+        return role_facts(
             "consumer",
             client_port,
             name,
@@ -343,7 +338,7 @@ def aio_confirmed_publisher(
                 if rate is not None:
                     await asyncio.sleep(max(0.0, started + start / rate - time.monotonic()))
                 await asyncio.gather(*(one(i) for i in range(start, min(messages, start + 50))))
-        return _role(
+        return role_facts(
             "publisher",
             client_port,
             name,
@@ -394,7 +389,7 @@ def kombu_publisher(
         if shared is not None:
             shared.release()
     elapsed = time.monotonic() - started
-    return _role(
+    return role_facts(
         "publisher",
         ports[0],
         name,

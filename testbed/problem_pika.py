@@ -159,7 +159,7 @@ def rpc_responder(
 ) -> dict[str, Any]:
     """Answer each request on ``queue`` after ``work_seconds``, publishing the reply to its
     ``reply_to`` with its ``correlation_id``, then ack it; ``stamps[correlation_id]`` gets when the
-    request came and when the reply was written."""
+    request came and when the reply was handed to pika to write."""
     connection = connect(host, port, name)
     answered = 0
     try:
@@ -174,8 +174,10 @@ def rpc_responder(
             if work_seconds:
                 time.sleep(work_seconds)  # the responder's work
             reply = pika.BasicProperties(correlation_id=properties.correlation_id)
-            ch.basic_publish("", properties.reply_to, body, properties=reply)
+            # Stamped as the reply is handed to pika: after basic_publish returns, this thread may
+            # run again only once the caller has had the reply.
             stamps[properties.correlation_id] = {"request_received_us": received, "reply_sent_us": _now_us()}
+            ch.basic_publish("", properties.reply_to, body, properties=reply)
             ch.basic_ack(method.delivery_tag)
             answered += 1
 

@@ -55,7 +55,7 @@ def _publish(host: str, port: int, queue: str, bodies: list[bytes], name: str) -
         channel.close()
     finally:
         connection.close()
-    return pc._role("publisher", client_port, name, "pika", queue=queue, messages=len(bodies))
+    return pc.role_facts("publisher", client_port, name, "pika", queue=queue, messages=len(bodies))
 
 
 # -- Celery: a worker slower than its producer, and one that keeps up -------------------------------
@@ -72,7 +72,6 @@ def _celery(host: str, port: int, scenario: str, work_seconds: float, rate: floa
         time.sleep(2.0)
     finally:
         worker.stop()
-        pc.celery_close()
     consumer = worker.facts()
     clients.delete(host, port, (queue,), fanout=queue)  # Celery declares an exchange named as the queue
     return _facts(scenario, [warm, producer, consumer])
