@@ -3,7 +3,8 @@
 - Celery (with kombu and py-amqp): a worker process and a producer (``celery_worker``, ``celery_producer``).
 - aio-pika: a publisher, a consumer with or without acks, a publisher with confirms.
 - kombu: a publisher opening a connection per message, or one connection for all.
-- pika: a consumer that nacks what it cannot parse, a mandatory publisher, an RPC caller and responder.
+
+(pika and python-qpid-proton clients are in ``testbed.problem_pika``.)
 
 Each returns the facts of what it did and saw (role, client port, counts, timings), which
 ``testbed.problem_scenarios`` writes into the truth files: never what a decoder saw.
