@@ -1,8 +1,10 @@
 """The broker's own view of its connections, channels, queues and alarms, sampled every 0.25 s.
 
 One ``rabbitmqctl eval`` runs a loop inside the node that calls the functions behind
-``rabbitmqctl list_connections / list_channels / list_queues`` and ``rabbit_alarm:get_alarms/0``
-and writes one JSON line per sample to a file, stamped with the node's wall clock in microseconds since
+``rabbitmqctl list_connections / list_channels / list_queues`` and ``rabbit_alarm:get_alarms/0``,
+plus the node's running totals (``rabbit_global_counters:overview/0``: messages received, confirmed,
+returned unroutable, delivered, redelivered, acknowledged...; and the ``connection_churn_metrics``
+table: connections and channels opened and closed), and writes one JSON line per sample to a file, stamped with the node's wall clock in microseconds since
 the epoch (``os:system_time(microsecond)``: the clock tcpdump stamps packets with on the same
 machine). ``rabbitmqctl`` itself takes ~1.8 s a call and the management API refreshes every
 ~5 s, both far too slow to see credit flow, which comes and goes within a second.
@@ -32,7 +34,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -94,6 +96,17 @@ Alarm = fun
         #{<<"resource">> => atom_to_binary(Resource), <<"node">> => atom_to_binary(Node)};
     ({Other, _}) -> #{<<"resource">> => Text(Other), <<"node">> => null}
 end,
+Counter = fun(Name, V, Acc) -> maps:update_with(atom_to_binary(Name), fun(X) -> X + V end, V, Acc) end,
+Counters = fun() ->
+    Global = maps:fold(fun(_Labels, Map, Acc) -> maps:fold(Counter, Acc, Map) end, #{},
+                       rabbit_global_counters:overview()),
+    case ets:lookup(connection_churn_metrics, node()) of
+        [{_, ConnCreated, ConnClosed, ChanCreated, ChanClosed, _, _, _}] ->
+            Global#{<<"connection_created">> => ConnCreated, <<"connection_closed">> => ConnClosed,
+                    <<"channel_created">> => ChanCreated, <<"channel_closed">> => ChanClosed};
+        _ -> Global
+    end
+end,
 Sample = fun() ->
     Ts = os:system_time(microsecond),
     Conns = [Row(I) || I <- rabbit_networking:connection_info_all(Items(ConnectionItems))],
@@ -104,7 +117,7 @@ Sample = fun() ->
     Alarms = [Alarm(A) || A <- rabbit_alarm:get_alarms()],
     #{<<"ts_us">> => Ts, <<"took_us">> => os:system_time(microsecond) - Ts,
       <<"alarms">> => Alarms, <<"connections">> => Conns, <<"channels">> => Chans,
-      <<"queues">> => Queues, <<"consumers">> => Consumers}
+      <<"queues">> => Queues, <<"consumers">> => Consumers, <<"counters">> => Counters()}
 end,
 {ok, Out} = file:open(OutPath, [append, raw, binary]),
 Cli = node(group_leader()),
@@ -214,6 +227,11 @@ class BrokerSample:
     channels: tuple[ChannelState, ...] = field(default_factory=tuple)
     queues: tuple[QueueState, ...] = field(default_factory=tuple)
     consumers: tuple[ConsumerState, ...] = field(default_factory=tuple)
+    # The node's running totals (``rabbit_global_counters:overview/0`` summed over protocol and
+    # queue type, e.g. ``messages_redelivered_total``, and ``connection_churn_metrics``:
+    # ``connection_created`` / ``_closed``, ``channel_created`` / ``_closed``). Counted since the
+    # node started: a capture's figure is the difference between its last and first sample.
+    counters: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The sample as written into a truth file."""
@@ -305,6 +323,7 @@ def parse_sample(line: str) -> BrokerSample:
         channels=tuple(sorted(channels, key=lambda c: (c.peer_port or 0, c.number, c.name))),
         queues=tuple(sorted(queues, key=lambda q: q.name)),
         consumers=tuple(sorted(consumers, key=lambda c: (c.queue, c.consumer_tag))),
+        counters={str(k): _int(v) for k, v in sorted(raw.get("counters", {}).items())},
     )
 
 

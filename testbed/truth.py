@@ -20,11 +20,17 @@ against. The rule, first match wins:
 3. **The client, where the broker cannot see it**: a client that does not read its socket looks,
    from inside the broker, like a consumer that does not ack (or like nothing at all); the
    scenario records what its client did in ``broker_blind`` and that is the truth: ``client``.
-4. **A slow consumer**: a queue that has messages ready and a consumer, whose consumers are all
+4. **Problems the broker counts** (its running totals, ``counters`` in each sample; the
+   thresholds and their arguments are with ``expected_findings`` below): publishes it nacked
+   (``queue``: the fullest queue refused them), connections or channels opened at a churn rate
+   (``client``), deliveries that are mostly redeliveries (``consumer``: it requeues what it cannot
+   process), or a consumer channel whose unacked count only grows past NEVER_ACK_MIN_UNACKED
+   (``consumer``: it never acks).
+5. **A slow consumer**: a queue that has messages ready and a consumer, whose consumers are all
    held back (a channel's unacknowledged count at its prefetch, or, for credit-based consumers
    such as AMQP 1.0 links, the queue's consumer utilisation below ``UTILISATION_HELD``) in at
    least ``CONSUMER_MIN_SHARE`` of the samples in which it has a consumer: ``consumer``.
-5. Otherwise ``none``.
+6. Otherwise ``none``.
 
 Shares count samples, not time: the sampler takes one every 0.25 s.
 """
@@ -113,6 +119,26 @@ def expected_bottleneck(truth: Mapping[str, Any]) -> tuple[str, str | None]:
     if blind:
         return str(blind["component"]), blind.get("entity")
 
+    fullest = max(((q["messages_ready"], q["name"]) for s in samples for q in s["queues"]), default=(0, None))[1]
+    if refused_publishes(samples) and fullest is not None:
+        return "queue", fullest
+    if connection_churn(samples) or channel_churn(samples):
+        hosts = Counter(c["peer_host"] for s in samples for c in s["connections"])
+        return "client", hosts.most_common(1)[0][0] if hosts else "unknown"
+    if redelivery_loop(samples):
+        consumed = Counter(q["name"] for s in samples for q in s["queues"] if q["consumers"] > 0)
+        return "consumer", consumed.most_common(1)[0][0] if consumed else "unknown"
+    never = never_acking_channels(samples)
+    if never:
+        return "consumer", min(never)
+    held = _held_consumer(samples)
+    if held is not None:
+        return "consumer", held
+    return "none", None
+
+
+def _held_consumer(samples: Sequence[Sample]) -> str | None:
+    """The queue whose consumers are held back in the largest share of its consumed samples (rule 5)."""
     consumed = Counter(q["name"] for s in samples for q in s["queues"] if q["consumers"] > 0)
     held = Counter(name for s in samples for name in _held_queues(s))
     candidates = [
@@ -120,9 +146,7 @@ def expected_bottleneck(truth: Mapping[str, Any]) -> tuple[str, str | None]:
         for name in held
         if held[name] >= MIN_SAMPLES and held[name] >= CONSUMER_MIN_SHARE * consumed[name]
     ]
-    if candidates:
-        return "consumer", max(candidates)[1]
-    return "none", None
+    return max(candidates)[1] if candidates else None
 
 
 # -- the summary written beside the samples -----------------------------------------------------
@@ -237,3 +261,199 @@ def broker_summary(samples: Sequence[Sample], facts: Mapping[str, Any]) -> dict[
         "clients": facts.get("clients", []),
         "broker_blind": facts.get("broker_blind"),
     }
+
+
+# -- problems: the findings a capture should give, from the broker's states and counters -------------
+#
+# ``expected_findings(truth)`` names the diagnosis rules (ids of expectations/bottlenecks.yml) a
+# capture must raise. The broker's running totals (``counters`` of each sample, the node's since it
+# started: a capture's figure is the last sample's minus the first's) and its per-sample states
+# show what the broker sees; where it is blind (a caller waiting for its replies, a link's rate),
+# the client's own record (``ground_truth``) is the truth. Each threshold's argument:
+
+# A client that opens its connections once makes a handful at start-up (one per role or a small
+# pool); RabbitMQ's connection guide calls connections "long-lived" and names a high rate of opened
+# and closed connections "churn" that costs the node (https://www.rabbitmq.com/docs/connections,
+# "High Connection Churn"). Ten a second sustained over at least CHURN_MIN_CREATED connections is
+# no start-up: a process opening its pool at once makes ~1-20 in well under a second, and none after.
+CHURN_PER_SECOND = 10.0
+CHURN_MIN_CREATED = 20
+# A redelivery is a message requeued (nack/reject with requeue, or a channel closed with it
+# unacked). A consumer that requeues the odd message after a transient failure redelivers a few
+# percent of what it gets; a message it can never process comes back as soon as it is requeued, so
+# redeliveries make most deliveries. More than half, and at least REDELIVERY_MIN of them.
+REDELIVERY_SHARE = 0.5
+REDELIVERY_MIN = 100
+# The broker nacks a publish only when it cannot take it (a queue's overflow=reject-publish, an
+# internal error: https://www.rabbitmq.com/docs/confirms#server-sent-nacks); each nack is a message
+# the publisher must handle. A few in a capture can be one burst against a momentary limit; at least
+# REFUSED_MIN and REFUSED_SHARE of the confirmed publishes is a queue refusing steadily.
+REFUSED_MIN = 10
+REFUSED_SHARE = 0.01
+# basic.return 312 NO_ROUTE: a mandatory publish that reached no queue. Same reasoning.
+UNROUTABLE_MIN = 10
+UNROUTABLE_SHARE = 0.01
+# Without basic.qos RabbitMQ sends a consumer every message (unlimited prefetch). RabbitMQ's docs
+# suggest prefetch values of 100-300 for throughput (https://www.rabbitmq.com/docs/confirms,
+# "Channel Prefetch Setting (QoS)"); a channel with NEVER_ACK_MIN_UNACKED unacked deliveries whose
+# count never falls between samples has not acked one of them while more came.
+NEVER_ACK_MIN_UNACKED = 1000
+# Request-reply: a call is a request and its reply crossing the broker, four hops. With a responder
+# that answers at once, pika callers here took 6-10 ms a call on median on the loaded 2-core
+# machine (their event loop's polling included; well under a millisecond unloaded). A median call of
+# CALL_SLOW_US, twice that, with most of it (RESPONDER_SHARE) spent in the responder between taking
+# the request and writing its reply, is a caller waiting on its responder, not on the broker.
+CALL_SLOW_US = 20_000
+RESPONDER_SHARE = 0.5
+# AMQP 1.0 unsettled transfers: RabbitMQ settles each once its queue has the message, within
+# milliseconds when it keeps up. A median of SETTLE_SLOW_US after the sender wrote it means the
+# broker read and queued the transfers seconds behind the sender.
+SETTLE_SLOW_US = 1_000_000
+# A link's rate cap: the publisher's throughput at LINK_SHARE of the link's rate or more, with
+# retransmissions (the cap's queue dropping what does not fit), is the link holding it back.
+LINK_SHARE = 0.8
+# A queue nobody consumes during the whole capture while its ready count reaches BACKLOG_MIN_READY.
+# Fewer is what a buffer filled before its consumers start, or a publisher's first batch, leaves in
+# a capture of seconds; RabbitMQ's docs ask to keep queues short, a long queue costing memory and
+# paging (https://www.rabbitmq.com/docs/memory-use, https://www.rabbitmq.com/docs/queues).
+BACKLOG_MIN_READY = 1000
+
+
+def _counter_delta(samples: Sequence[Sample], name: str) -> int | None:
+    with_counters = [s["counters"] for s in samples if s.get("counters")]
+    if len(with_counters) < MIN_SAMPLES:
+        return None
+    return int(with_counters[-1].get(name, 0)) - int(with_counters[0].get(name, 0))
+
+
+def _span_seconds(samples: Sequence[Sample]) -> float:
+    return max(1e-6, (samples[-1]["ts_us"] - samples[0]["ts_us"]) / 1e6)
+
+
+def _clients(truth: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [c for part in truth.get("ground_truth", {}).values() for c in part.get("clients", [])]
+
+
+def connection_churn(samples: Sequence[Sample]) -> bool:
+    created = _counter_delta(samples, "connection_created")
+    return created is not None and created >= CHURN_MIN_CREATED and created / _span_seconds(samples) >= CHURN_PER_SECOND
+
+
+def channel_churn(samples: Sequence[Sample]) -> bool:
+    """Channels opened beyond one per new connection, at the churn rate."""
+    channels, connections = _counter_delta(samples, "channel_created"), _counter_delta(samples, "connection_created")
+    if channels is None or connections is None:
+        return False
+    extra = channels - connections
+    return extra >= CHURN_MIN_CREATED and extra / _span_seconds(samples) >= CHURN_PER_SECOND
+
+
+def redelivery_loop(samples: Sequence[Sample]) -> bool:
+    redelivered, delivered = (
+        _counter_delta(samples, n) for n in ("messages_redelivered_total", "messages_delivered_total")
+    )
+    if redelivered is None or not delivered:
+        return False
+    return redelivered >= REDELIVERY_MIN and redelivered > REDELIVERY_SHARE * delivered
+
+
+def refused_publishes(samples: Sequence[Sample]) -> int:
+    """Publishes the broker nacked: received under confirms, not confirmed (the node counts the
+    acks it sends as ``messages_confirmed_total``, and every publish on a confirm channel)."""
+    received, confirmed = (
+        _counter_delta(samples, n) for n in ("messages_received_confirm_total", "messages_confirmed_total")
+    )
+    if received is None or confirmed is None:
+        return 0
+    refused = received - confirmed
+    return refused if refused >= REFUSED_MIN and refused >= REFUSED_SHARE * received else 0
+
+
+def unroutable_returns(samples: Sequence[Sample]) -> bool:
+    returned, received = (
+        _counter_delta(samples, n) for n in ("messages_unroutable_returned_total", "messages_received_total")
+    )
+    if returned is None or not received:
+        return False
+    return returned >= UNROUTABLE_MIN and returned >= UNROUTABLE_SHARE * received
+
+
+def never_acking_channels(samples: Sequence[Sample]) -> set[str]:
+    """Channels whose unacked count reached NEVER_ACK_MIN_UNACKED without ever falling."""
+    series: dict[str, list[int]] = {}
+    for sample in samples:
+        for channel in sample["channels"]:
+            if channel["consumer_count"] > 0:
+                series.setdefault(str(channel["name"]), []).append(channel["messages_unacknowledged"])
+    return {
+        name
+        for name, counts in series.items()
+        if max(counts) >= NEVER_ACK_MIN_UNACKED and all(b >= a for a, b in zip(counts, counts[1:]))
+    }
+
+
+def backlog_without_consumer(samples: Sequence[Sample]) -> set[str]:
+    """Queues with BACKLOG_MIN_READY messages or more and no consumer in any sample."""
+    ready: dict[str, int] = {}
+    consumed: set[str] = set()
+    for sample in samples:
+        for queue in sample["queues"]:
+            ready[queue["name"]] = max(ready.get(queue["name"], 0), queue["messages_ready"])
+            if queue["consumers"] > 0:
+                consumed.add(queue["name"])
+    return {name for name, most in ready.items() if most >= BACKLOG_MIN_READY and name not in consumed}
+
+
+def slow_replies(truth: Mapping[str, Any]) -> bool:
+    callers = [c for c in _clients(truth) if c.get("rpc") == "caller" and c.get("calls")]
+    return any(
+        c["median_call_us"] >= CALL_SLOW_US and c["median_responder_us"] >= RESPONDER_SHARE * c["median_call_us"]
+        for c in callers
+    )
+
+
+def slow_settlement(truth: Mapping[str, Any]) -> bool:
+    delays = [c.get("median_settle_delay_us") for c in _clients(truth) if c.get("protocol") == "amqp-1.0"]
+    return any(d is not None and d >= SETTLE_SLOW_US for d in delays)
+
+
+def link_bound(truth: Mapping[str, Any]) -> bool:
+    links = [c for c in _clients(truth) if c.get("link_rate_bits_per_second")]
+    return any(
+        c["throughput_bits_per_second"] >= LINK_SHARE * c["link_rate_bits_per_second"] and c["retransmissions"] > 0
+        for c in links
+    )
+
+
+def expected_findings(truth: Mapping[str, Any]) -> set[str]:
+    """The rule ids a capture must raise, from the broker's view and, where it is blind, the clients'.
+
+    ``diagnosis.consumer.prefetch_bound`` follows ``expected_bottleneck``'s held consumers (rule 5 of
+    the module docstring), except on a queue whose deliveries are mostly redeliveries: a consumer
+    looping over one message it requeues is at its prefetch because of the loop, not its pace."""
+    samples: Sequence[Sample] = truth["broker_states"]["samples"]
+    findings = set()
+    loop = redelivery_loop(samples)
+    if loop:
+        findings.add("diagnosis.consumer.redelivery_loop")
+    if _held_consumer(samples) is not None and not loop:
+        findings.add("diagnosis.consumer.prefetch_bound")
+    if never_acking_channels(samples):
+        findings.add("diagnosis.consumer.never_acks")
+    if backlog_without_consumer(samples):
+        findings.add("diagnosis.queue.backlog_without_consumer")
+    if connection_churn(samples):
+        findings.add("diagnosis.client.connection_churn")
+    if channel_churn(samples):
+        findings.add("diagnosis.client.channel_churn")
+    if refused_publishes(samples):
+        findings.add("diagnosis.publisher.refused")
+    if unroutable_returns(samples):
+        findings.add("diagnosis.publisher.unroutable")
+    if slow_replies(truth):
+        findings.add("diagnosis.client.request_reply_latency")
+    if slow_settlement(truth):
+        findings.add("diagnosis.publisher.slow_settlement")
+    if link_bound(truth):
+        findings.add("diagnosis.network.bandwidth_limited")
+    return findings
