@@ -189,7 +189,13 @@ CONNECTION_BLOCKED_SCHEMA = StructType(
         StructField("reason", StringType(), True),  # of the connection.blocked that started the interval
     ]
     + _INTERVAL_BOUNDS
-    + [StructField("notifications", LongType(), False)]  # connection.blocked frames in the interval
+    + [
+        StructField("notifications", LongType(), False),  # connection.blocked frames in the interval
+        # Appended: the block was in force when the capture began (its first notice on a connection
+        # opened before the capture is connection.unblocked): the interval starts at the
+        # connection's first frame in the capture, and lasted at least that long.
+        StructField("began_before_capture", BooleanType(), True),
+    ]
 )
 
 # AMQP 0-9-1 channel.flow(active=false) ... channel.flow(active=true) intervals, per requesting side.
