@@ -153,6 +153,10 @@ CONSUMER_UNACKED_SCHEMA = StructType(
         # basic.qos(global=true) in effect now: RabbitMQ's limit shared by the channel's consumers.
         StructField("channel_prefetch_count", IntegerType(), True),
         StructField("channel_unacked", LongType(), False),  # the channel's unacked, after this event
+        # Appended: the consumer (its basic.consume-ok) or its channel (channel.open) began before the
+        # capture: deliveries before the first packet are not counted, so unacked is a lower bound
+        # and prefetch_count null unless a basic.qos was captured.
+        StructField("began_before_capture", BooleanType(), True),
     ]
 )
 

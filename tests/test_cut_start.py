@@ -8,6 +8,7 @@ from datetime import timedelta
 from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.pipelines.blocking import connection_blocked_intervals
+from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline
 from amqpscope.pipelines.diagnosis import diagnosis
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
@@ -70,3 +71,32 @@ def test_the_diagnosis_says_which_windows_it_did_not_judge(spark):
     )
     assert (rows["other"].not_judged, rows["other"].bottleneck) == ([], "none")
     assert "Not judged" not in rows["other"].headline
+
+
+def test_a_consumer_begun_before_the_capture_is_marked_and_never_below_zero(spark):
+    # Picked up mid-connection: deliveries 7 and 8 were sent before the capture, 9 and 10 in it.
+    deliveries = [
+        dict(direction="s2c", method="basic.deliver", channel=1, consumer_tag="c", delivery_tag=tag) for tag in (9, 10)
+    ]
+    events = [
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=7, multiple=False),
+        deliveries[0],
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=8, multiple=False),
+        deliveries[1],
+        dict(direction="c2s", method="basic.ack", channel=1, delivery_tag=9, multiple=False),
+    ]
+    frames = frames_df(spark, "amqp-0-9-1", events)
+    assertDataFrameEqual(
+        consumer_unacked_timeline(frames).select("frame_index", "unacked", "began_before_capture"),
+        spark.createDataFrame(
+            [(1, 1, True), (3, 2, True), (4, 1, True)], "frame_index long, unacked long, began_before_capture boolean"
+        ),
+    )
+    # The acks of tags 7 and 8 settle nothing and lower nothing; the channel's tags before are unknown.
+    assertDataFrameEqual(
+        channel_unacked_timeline(frames).select("frame_index", "unacked", "delivered", "settled"),
+        spark.createDataFrame(
+            [(0, 0, None, 0), (1, 1, None, None), (2, 1, None, 0), (3, 2, None, None), (4, 1, None, 1)],
+            "frame_index long, unacked long, delivered long, settled long",
+        ),
+    )
