@@ -242,6 +242,29 @@ give --tls-keylog"); with nothing else to judge the bottleneck is `encrypted` an
 without its key log (`tests/test_tls_analyze.py`).
 """
 
+_MID_STREAM = """\
+## Captures that begin mid-connection
+
+On a production broker connections live for days, and tcpdump starts long after they opened: the
+SYN and SYN-ACK, which alone agree the window scale (RFC 7323 2), are not in the capture. Without
+them a segment's raw 16-bit window has an unknown shift; `tcp_flow` infers the least shift the
+bytes in flight prove (`window_scale_source` `inferred`, else `unknown`; `handshake` when the SYNs
+were captured). That is a lower bound, which can show a sender was not held back by its peer's
+window but never that it was: on such connections the window-limited gaps of
+`diagnosis.publisher.credit_flow`, `diagnosis.client.not_reading` and the encrypted rules are not
+judged (zero windows are: a zero window is zero at any scale). The diagnosis lists it in
+`not_judged`, and the headline ends "Not judged: whether a TCP window held a sender back on 2
+connections begun before the capture, whose window scale it does not show."
+
+What began before the first packet is not counted as beginning at it: a connection.unblocked with
+no connection.blocked before it, on a connection opened before the capture, is a block in force
+when the capture began (`connection_blocked.began_before_capture`; its reason is not in the
+capture, so its component is `alarm`); an acknowledgement of a delivery tag never seen delivered
+settles nothing. A cut's verdict is its full capture's wherever the problem lies inside the cut
+(`tests/test_cut_verdicts.py`: every bundled capture cut after a quarter, a third, a half and two
+thirds of its packets).
+"""
+
 _CHECKED = """\
 ## How it is checked
 
@@ -302,6 +325,7 @@ def render(rules: Sequence[BottleneckRule], scenarios: Sequence[tuple[str, str, 
     lines += [
         "",
         _TLS.rstrip(),
+        _MID_STREAM.rstrip(),
         "",
         _CHECKED.rstrip(),
         "",

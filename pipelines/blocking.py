@@ -4,6 +4,12 @@
 (memory, disk); ``channel.flow(active=false)`` / ``channel.flow(active=true)`` stop and restart
 the peer's content on a channel. An interval ends with the frame that lifts it; one never lifted
 within the capture has no end.
+
+A capture that begins after a connection opened (no connection.start in it) may begin inside an
+alarm: its first notice is a connection.unblocked. That block was in force from before the first
+packet: its interval starts at the connection's first frame in the capture, with no reason (the
+connection.blocked that named it is not in the capture) and ``began_before_capture`` set; the time
+it lasted is the time seen, a lower bound.
 """
 
 from __future__ import annotations
@@ -50,8 +56,37 @@ def connection_blocked_intervals(frames: DataFrame) -> DataFrame:
         carry_end=["_blocked_so_far"],
     )
     notifications = F.coalesce(F.col("end__blocked_so_far"), F.col("_blocked_total")) - F.col("_blocked_so_far") + 1
-    return found.withColumn("notifications", notifications).select(
-        *[F.col(f.name).cast(f.dataType) for f in CONNECTION_BLOCKED_SCHEMA.fields]
+    seen = found.select(
+        "*", notifications.alias("notifications"), F.lit(False).alias("began_before_capture")
+    ).unionByName(_blocked_before_capture(frames, notices), allowMissingColumns=True)
+    return seen.select(*[F.col(f.name).cast(f.dataType) for f in CONNECTION_BLOCKED_SCHEMA.fields])
+
+
+def _blocked_before_capture(frames: DataFrame, notices: DataFrame) -> DataFrame:
+    """One interval per connection opened before the capture whose first notice is
+    connection.unblocked: from its first frame in the capture to that notice."""
+    position = F.struct("frame_index", "ts", "packet_number")
+    opened = (
+        frames.filter(F.col("protocol") == "amqp-0-9-1")
+        .groupBy(*_CONNECTION)
+        .agg(
+            F.min_by(position, F.col("frame_index")).alias("_first"),
+            F.max((F.col("method") == "connection.start").cast("int")).alias("_opened"),
+        )
+        .filter(F.col("_opened") == 0)
+    )
+    first_notice = notices.groupBy(*_CONNECTION).agg(
+        F.min_by(F.struct("method", "frame_index", "ts", "packet_number"), F.col("frame_index")).alias("_notice")
+    )
+    lifted = first_notice.filter(F.col("_notice.method") == "connection.unblocked").join(opened, list(_CONNECTION))
+    return lifted.select(
+        *_CONNECTION,
+        F.lit(None).cast("string").alias("reason"),
+        *[F.col(f"_first.{p}").alias(f"start_{p}") for p in ("frame_index", "ts", "packet_number")],
+        *[F.col(f"_notice.{p}").alias(f"end_{p}") for p in ("frame_index", "ts", "packet_number")],
+        (F.unix_micros(F.col("_notice.ts")) - F.unix_micros(F.col("_first.ts"))).alias("duration_us"),
+        F.lit(0).cast("long").alias("notifications"),
+        F.lit(True).alias("began_before_capture"),
     )
 
 

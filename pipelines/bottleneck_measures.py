@@ -74,6 +74,13 @@ def _per_second(count: str, low: str, high: str) -> Column:
     return F.when(seconds > 0, F.col(count) / seconds)
 
 
+def _apart(rows: DataFrame) -> DataFrame:
+    """``rows`` under new column identities: the right side of a join with a table it was derived
+    from (the same columns, traced to the same plan) is otherwise a self-join Spark may fail to
+    resolve ("Failure when resolving conflicting references in Join")."""
+    return rows.select(*[F.col(f"`{name}`").alias(name) for name in rows.columns])
+
+
 def _listed(packets: Column) -> Column:
     return F.slice(F.array_sort(F.array_distinct(packets)), 1, MAX_PACKETS)
 
@@ -235,7 +242,11 @@ class Measures:
             F.countDistinct("packet_number").alias("packet_count"),
         )
         described = blocked.groupBy(*_CONNECTION).agg(
-            F.min_by("reason", "start_ts").alias("reason"),
+            # A block in force when the capture began has no connection.blocked, so no reason.
+            F.coalesce(
+                F.min_by("reason", F.when(F.col("reason").isNotNull(), F.col("start_ts"))),
+                F.lit("not in the capture: blocked before it began"),
+            ).alias("reason"),
             F.sum("notifications").alias("notifications"),
             F.max(F.col("end_ts").isNull().cast("int")).alias("_open"),
             F.max(F.coalesce("end_packet_number", "start_packet_number")).alias("end_packet_number"),
@@ -500,17 +511,17 @@ class Measures:
             .filter(F.col("end_us") - F.col("start_us") > F.lit(int(self.limits.refill_ms * 1000)))
         )
         bounded = clipped(
-            waits.join(sharing.select(*keys, "active_start_us", "active_end_us"), list(keys)),
+            waits.join(_apart(sharing.select(*keys, "active_start_us", "active_end_us")), list(keys)),
             F.col("active_start_us"),
             F.col("active_end_us"),
         )
         held = held_time(bounded, keys)
-        rows = sharing.join(held, list(keys))
+        rows = sharing.join(_apart(held), list(keys))
         delivered = self.tables.messages_091.filter(F.col("method") == "basic.deliver").select(
             *keys, _us("ts").alias("_at")
         )
         phases = (
-            delivered.join(rows.select(*keys, "held_start_us", "held_end_us"), list(keys))
+            delivered.join(_apart(rows.select(*keys, "held_start_us", "held_end_us")), list(keys))
             .groupBy(*keys)
             .agg(
                 F.sum((F.col("_at") < F.col("held_start_us")).cast("long")).alias("_before"),
@@ -522,7 +533,7 @@ class Measures:
             )
         )
         span = F.greatest(F.col("active_end_us") - F.col("active_start_us"), F.lit(1))
-        return rows.join(phases, list(keys), "left").select(
+        return rows.join(_apart(phases), list(keys), "left").select(
             *keys,
             "queue",
             "window",

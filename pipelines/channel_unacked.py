@@ -188,5 +188,7 @@ def consumer_unacked_timeline(frames: DataFrame, ledger: DataFrame | None = None
         .withColumn("queue", F.col("_consumer.queue"))
         .withColumn("prefetch_count", F.col("_consumer.prefetch_count"))
         .withColumn("channel_prefetch_count", F.col("_channel_prefetch"))
+        # Incarnation 0: the channel was open when the capture began.
+        .withColumn("began_before_capture", F.col("_consumer").isNull() | (F.col("incarnation") == 0))
     )
     return rows.select(*[F.col(f.name).cast(f.dataType) for f in CONSUMER_UNACKED_SCHEMA.fields])

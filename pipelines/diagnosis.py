@@ -8,6 +8,8 @@ be judged: no AMQP decoded, no finding (its TCP-level findings still count: the
 A capture in which no AMQP connection was decoded, and none was encrypted, has nothing to judge:
 ``no_amqp``, and a headline that says what the capture holds instead (its packets, its TCP
 connections on other ports), never "No bottleneck".
+What could not be judged is listed (``not_judged``) and named at the end of the headline: the room
+in the TCP windows of connections begun before the capture.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.tcp_pressure import unjudged_windows
 from amqpscope.schemas.diagnosis import DIAGNOSIS_SCHEMA, FINDING_SUMMARY, NO_AMQP
 
 # Protocols of a decoded AMQP connection (connections.protocol; "tls" and "not-amqp" are not).
@@ -133,6 +136,25 @@ def _problems_sentence(count: Column, first: Column) -> Column:
     )
 
 
+def _not_judged(tcp_flow: DataFrame) -> DataFrame:
+    """Per capture: the measures that could not be judged and why (``not_judged``), and the sentence
+    the headline ends with. The room in a TCP window is not judged on a connection whose handshake
+    is before the capture (its window scale is unknown: ``tcp_pressure.unjudged_windows``)."""
+    counted = unjudged_windows(tcp_flow).groupBy("capture_id").agg(F.count(F.lit(1)).alias("_n"))
+    connections = _counted(F.col("_n"), "connection", "connections")
+    reason = F.concat(
+        F.lit("TCP window room on "),
+        connections,
+        F.lit(" begun before the capture (window scale not in it; zero windows judged)"),
+    )
+    sentence = F.concat(
+        F.lit("Not judged: whether a TCP window held a sender back on "),
+        connections,
+        F.lit(" begun before the capture, whose window scale it does not show."),
+    )
+    return counted.select("capture_id", F.array(reason).alias("not_judged"), sentence.alias("_not_judged"))
+
+
 def no_packets_diagnosis(capture_id: str) -> dict[str, object]:
     """The diagnosis row of a capture without a single packet (answered before Spark starts)."""
     row: dict[str, object] = {name: None for name in DIAGNOSIS_SCHEMA.fieldNames()}
@@ -148,7 +170,12 @@ def no_packets_diagnosis(capture_id: str) -> dict[str, object]:
     return row
 
 
-def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFrame | None = None) -> DataFrame:
+def diagnosis(
+    bottlenecks: DataFrame,
+    captures: DataFrame,
+    connections: DataFrame | None = None,
+    tcp_flow: DataFrame | None = None,
+) -> DataFrame:
     """The diagnosis table (``schemas.diagnosis.DIAGNOSIS_SCHEMA``): every capture of ``captures``,
     with its top finding as the headline ("none" when it has no finding). With ``connections``, TLS
     connections that were not decrypted are counted and named in the headline, a capture of nothing
@@ -184,6 +211,10 @@ def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFram
             F.lit(0).alias("_unknown"),
             F.array().cast("array<string>").alias("_versions"),
         )
+    if tcp_flow is not None:
+        joined = joined.join(_not_judged(tcp_flow), "capture_id", "left")
+    else:
+        joined = joined.select("*", F.lit(None).alias("not_judged"), F.lit(None).cast("string").alias("_not_judged"))
     encrypted = F.coalesce(F.col("encrypted_connections"), F.lit(0)) > 0
     nothing_else = encrypted & (F.coalesce(F.col("_amqp"), F.lit(0)) == 0) & F.col("bottleneck").isNull()
     # Nothing decoded as AMQP and nothing encrypted: no verdict at all (never "none").
@@ -217,6 +248,10 @@ def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFram
         F.coalesce(F.col("problems_count"), F.lit(0)) > 0,
         F.concat(headline, F.lit(" "), _problems_sentence(F.col("problems_count"), F.col("_problem"))),
     ).otherwise(headline)
+    headline = F.when(
+        F.col("_not_judged").isNotNull() & ~nothing_else & ~no_amqp,
+        F.concat(headline, F.lit(" "), F.col("_not_judged")),
+    ).otherwise(headline)
     empty = F.array().cast(DIAGNOSIS_SCHEMA["findings"].dataType)
     return joined.select(
         "capture_id",
@@ -234,4 +269,5 @@ def diagnosis(bottlenecks: DataFrame, captures: DataFrame, connections: DataFram
         F.coalesce(F.col("findings"), empty).alias("findings"),
         F.coalesce(F.col("encrypted_connections"), F.lit(0)).alias("encrypted_connections"),
         F.coalesce(F.col("problems_count"), F.lit(0)).alias("problems_count"),
+        F.coalesce(F.col("not_judged"), F.array().cast("array<string>")).alias("not_judged"),
     ).select(*[F.col(f.name).cast(f.dataType) for f in DIAGNOSIS_SCHEMA.fields])

@@ -368,7 +368,7 @@ TABLES: dict[str, Table] = {
             "gold",
             "diagnosis",
             diagnosis,
-            ("bottlenecks", "captures", "connections"),
+            ("bottlenecks", "captures", "connections", "tcp_flow"),
             order_by=("capture_id",),
             read_without_spark=True,
         ),

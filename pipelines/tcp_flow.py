@@ -13,6 +13,18 @@ way (tcp.analysis.keep_alive, tcp.analysis.zero_window_probe).
 A retransmission is spurious when the receiver already had its bytes: they were acknowledged
 before it was sent (Wireshark's tcp.analysis.spurious_retransmission), or the receiver's next
 D-SACK (RFC 2883) names them as received twice. Nothing was lost then.
+
+**The window scale** (RFC 7323 2) is agreed in the SYN and SYN-ACK only. A capture that begins
+after them (tcpdump started on a broker whose connections have been open for days) sees raw 16-bit
+windows whose shift is unknown. Each side's shift is then inferred from the traffic as a lower
+bound: a sender never has more bytes in flight than the window its receiver last advertised
+(RFC 9293 3.8.6), so bytes in flight above ``raw << s`` prove the receiver's shift is above ``s``;
+the smallest shift consistent with every segment is the one used (``window_scale_source``
+``inferred``). Where no segment proves a shift (nothing in flight above the raw window) it stays
+``unknown`` and the window is the raw one. Either way the window is a lower bound, so it can show
+that a sender was *not* held back by it, never that it was: ``pipelines.tcp_pressure`` judges the
+window's room only on connections whose handshake was captured (``handshake``). A zero window is
+zero at any scale.
 """
 
 from __future__ import annotations
@@ -26,6 +38,12 @@ from amqpscope.schemas.tcp import TCP_FLOW_SCHEMA
 _RST = 0x04
 _SYN_FIN_RST = 0x07
 _CONNECTION = ("capture_id", "connection_id")
+# RFC 7323 2.3: a shift count above 14 is used as 14.
+_MAX_SHIFT = 14
+# tcp_flow.window_scale_source: how the shift of a segment's window was known.
+SCALE_FROM_HANDSHAKE = "handshake"
+SCALE_INFERRED = "inferred"
+SCALE_UNKNOWN = "unknown"
 
 
 def _connection_so_far() -> WindowSpec:
@@ -61,8 +79,78 @@ def _connection_from_now_on() -> WindowSpec:
     )
 
 
+def _whole_connection() -> WindowSpec:
+    """A connection's segments, all of them: the shift every segment of a direction is consistent with."""
+    return Window.partitionBy(*_CONNECTION)
+
+
 def _from(direction: str, value: Column) -> Column:
     return F.when(F.col("direction") == direction, value)
+
+
+def _other(direction: str) -> str:
+    return "s2c" if direction == "c2s" else "c2s"
+
+
+def _shift_needed(in_flight: Column, window: Column) -> Column:
+    """The least shift ``s`` with ``window << s >= in_flight`` (null where nothing is in flight
+    beyond a window that is open): ``ceil(log2(in_flight / window))``, in whole numbers."""
+    ratio = F.ceil(in_flight / window)
+    # ceil(log2(n)) for a whole n >= 2: the bit length of n - 1.
+    bits = F.length(F.bin(ratio - 1))
+    return F.when((window > 0) & (in_flight > window), F.least(bits, F.lit(_MAX_SHIFT)))
+
+
+def _shifted(window: Column, shift: Column) -> Column:
+    return F.call_function("shiftleft", window, shift.cast("int"))
+
+
+def _with_window_scale(state: DataFrame) -> DataFrame:
+    """``state`` (each side's running raw window, acknowledgement and data sent, ``_c2s_window`` ...)
+    with ``window_scale`` known or inferred (module doc), ``window_scale_source``, and
+    ``effective_window`` and each side's running window shifted by it. Where the handshake gave
+    the shift, the segments' windows are scaled already and nothing changes."""
+    # A segment with payload in one direction proves a shift for the other side's window: the
+    # largest shift any segment proves, over the whole connection.
+    needed = {
+        direction: F.max(
+            _from(
+                _other(direction),
+                F.when(
+                    F.col("payload_length") > 0,
+                    _shift_needed(
+                        F.col(f"_{_other(direction)}_sent") - F.col(f"_{direction}_acked"),
+                        F.col(f"_{direction}_window"),
+                    ),
+                ),
+            )
+        ).over(_whole_connection())
+        for direction in ("c2s", "s2c")
+    }
+    state = state.withColumns({f"_{direction}_shift": shift for direction, shift in needed.items()})
+    known = F.col("window_scale").isNotNull()
+
+    def shift(direction: str) -> Column:
+        return F.when(known, F.lit(0)).otherwise(F.coalesce(F.col(f"_{direction}_shift"), F.lit(0)))
+
+    own = F.when(F.col("direction") == "c2s", F.col("_c2s_shift")).otherwise(F.col("_s2c_shift"))
+    scale = F.when(known, F.col("window_scale")).otherwise(F.coalesce(own, F.lit(0))).cast("int")
+    source = (
+        F.when(known, F.lit(SCALE_FROM_HANDSHAKE))
+        .when(own.isNotNull(), F.lit(SCALE_INFERRED))
+        .otherwise(F.lit(SCALE_UNKNOWN))
+    )
+    return state.withColumns(
+        {
+            "window_scale": scale,
+            "window_scale_source": source,
+            "effective_window": F.when(known, F.col("effective_window")).otherwise(_shifted(F.col("window"), scale)),
+            **{
+                f"_{direction}_window": _shifted(F.col(f"_{direction}_window"), shift(direction))
+                for direction in ("c2s", "s2c")
+            },
+        }
+    )
 
 
 def tcp_flow_timeline(tcp_segments: DataFrame) -> DataFrame:
@@ -85,6 +173,7 @@ def tcp_flow_timeline(tcp_segments: DataFrame) -> DataFrame:
             **{name: running.over(_connection_so_far()) for name, running in so_far.items()},
         }
     )
+    state = _with_window_scale(state)
     peer_window = F.when(F.col("direction") == "c2s", F.col("_s2c_window")).otherwise(F.col("_c2s_window"))
     # Sent by this side and not yet acknowledged by the other.
     in_flight = F.when(F.col("direction") == "c2s", F.col("_c2s_sent") - F.col("_s2c_acked")).otherwise(
@@ -108,7 +197,11 @@ def tcp_flow_timeline(tcp_segments: DataFrame) -> DataFrame:
             ),
             (
                 "is_window_full",
-                has_payload & (F.col("bytes_in_flight") >= F.col("peer_window")) & (F.col("peer_window") > 0),
+                has_payload
+                & (F.col("bytes_in_flight") >= F.col("peer_window"))
+                & (F.col("peer_window") > 0)
+                # A window whose shift is a lower bound is never known to be full.
+                & (F.col("window_scale_source") == SCALE_FROM_HANDSHAKE),
             ),
             (
                 "is_zero_window_probe",

@@ -12,6 +12,12 @@ a nearly full window (Linux avoids sending into a silly window, RFC 9293 3.8.6.2
 as much. A zero window (``tcp.analysis.zero_window``) holds the sender back until the window
 update; its intervals come from ``flow_intervals`` (cause ``tcp_zero_window``).
 
+The room left in a window is judged only on connections whose handshake was captured
+(``tcp_flow.window_scale_source`` ``handshake``): without the SYNs the window's shift is a lower
+bound (``pipelines.tcp_flow``), and so is the room, which cannot show that a sender was held
+back. Such connections are listed by ``unjudged_windows``; a zero window is zero at any shift and
+is judged on every connection.
+
 **Time lost to retransmission.** A retransmission of bytes the receiver already had (spurious:
 acknowledged before, or named by a D-SACK after, ``tcp_flow.is_spurious_retransmission``) costs
 nothing. A lost segment holds the receiver's stream at the hole from the segment's first
@@ -28,6 +34,7 @@ from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.partitioning import next_value
+from amqpscope.pipelines.tcp_flow import SCALE_FROM_HANDSHAKE, SCALE_INFERRED, SCALE_UNKNOWN
 
 _CONNECTION = ("capture_id", "connection_id")
 
@@ -70,6 +77,7 @@ def window_limited_gaps(tcp_flow: DataFrame, direction: str) -> DataFrame:
     is the segment before the gap; ``window_full`` whether Wireshark flags it as filling the window."""
     new_data = tcp_flow.filter(
         (F.col("direction") == direction)
+        & (F.col("window_scale_source") == SCALE_FROM_HANDSHAKE)
         & (F.col("payload_length") > 0)
         & ~F.col("is_retransmission")
         & ~F.col("is_keep_alive")
@@ -105,6 +113,28 @@ def window_limited_gaps(tcp_flow: DataFrame, direction: str) -> DataFrame:
         end.alias("end_us"),
         F.col("packet_number").alias("start_packet_number"),
         F.col("is_window_full").alias("window_full"),
+    )
+
+
+def unjudged_windows(tcp_flow: DataFrame) -> DataFrame:
+    """Per connection that sent payload without its handshake in the capture: ``window_scale_source``
+    (``inferred`` when some segment proved a shift, else ``unknown``): the connections on which
+    ``window_limited_gaps`` judges nothing."""
+    source = F.col("window_scale_source")
+    return (
+        tcp_flow.groupBy(*_CONNECTION)
+        .agg(
+            F.max(F.col("payload_length") > 0).alias("_sent"),
+            F.max(source != SCALE_FROM_HANDSHAKE).alias("_unjudged"),
+            F.max(source == SCALE_INFERRED).alias("_inferred"),
+        )
+        .filter(F.col("_sent") & F.col("_unjudged"))
+        .select(
+            *_CONNECTION,
+            F.when(F.col("_inferred"), F.lit(SCALE_INFERRED))
+            .otherwise(F.lit(SCALE_UNKNOWN))
+            .alias("window_scale_source"),
+        )
     )
 
 

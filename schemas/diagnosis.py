@@ -139,5 +139,8 @@ DIAGNOSIS_SCHEMA = StructType(
         StructField("encrypted_connections", IntegerType(), True),
         # Findings of kind problem (beside the verdict, FINDING_KINDS): appended column.
         StructField("problems_count", IntegerType(), True),
+        # What could not be judged in the capture and why, one sentence each (appended column): the
+        # room in the TCP windows of connections begun before the capture (window scale unknown).
+        StructField("not_judged", ArrayType(StringType()), True),
     ]
 )

@@ -153,6 +153,10 @@ CONSUMER_UNACKED_SCHEMA = StructType(
         # basic.qos(global=true) in effect now: RabbitMQ's limit shared by the channel's consumers.
         StructField("channel_prefetch_count", IntegerType(), True),
         StructField("channel_unacked", LongType(), False),  # the channel's unacked, after this event
+        # Appended: the consumer (its basic.consume-ok) or its channel (channel.open) began before the
+        # capture: deliveries before the first packet are not counted, so unacked is a lower bound
+        # and prefetch_count null unless a basic.qos was captured.
+        StructField("began_before_capture", BooleanType(), True),
     ]
 )
 
@@ -189,7 +193,13 @@ CONNECTION_BLOCKED_SCHEMA = StructType(
         StructField("reason", StringType(), True),  # of the connection.blocked that started the interval
     ]
     + _INTERVAL_BOUNDS
-    + [StructField("notifications", LongType(), False)]  # connection.blocked frames in the interval
+    + [
+        StructField("notifications", LongType(), False),  # connection.blocked frames in the interval
+        # Appended: the block was in force when the capture began (its first notice on a connection
+        # opened before the capture is connection.unblocked): the interval starts at the
+        # connection's first frame in the capture, and lasted at least that long.
+        StructField("began_before_capture", BooleanType(), True),
+    ]
 )
 
 # AMQP 0-9-1 channel.flow(active=false) ... channel.flow(active=true) intervals, per requesting side.

@@ -70,7 +70,8 @@ TCP_FLOW_SCHEMA = StructType(
         # sent but not yet acknowledged by the peer, after this segment.
         StructField("peer_window", LongType(), True),
         StructField("bytes_in_flight", LongType(), True),
-        # Payload that fills the peer's advertised window (Wireshark's tcp.analysis.window_full).
+        # Payload that fills the peer's advertised window (Wireshark's tcp.analysis.window_full);
+        # never where the window's shift was not in the handshake (window_scale_source).
         StructField("is_window_full", BooleanType(), False),
         StructField("is_retransmission", BooleanType(), False),  # payload bytes already seen
         StructField("retransmitted_bytes", LongType(), False),
@@ -85,5 +86,13 @@ TCP_FLOW_SCHEMA = StructType(
         StructField("is_spurious_retransmission", BooleanType(), False),
         # Appended: the acknowledgement this segment carries (tcp_segments.ack_offset).
         StructField("ack_offset", LongType(), True),
+        # Appended: the shift applied to this segment's window (effective_window): from the
+        # handshake (tcp_segments.window_scale), else the least shift consistent with the bytes the
+        # peer had in flight (RFC 7323 2, RFC 9293 3.8.6; pipelines/tcp_flow.py), else 0.
+        StructField("window_scale", IntegerType(), True),
+        # Appended: how that shift was known: "handshake" (both SYNs captured), "inferred" (a lower
+        # bound from the traffic: the window is a lower bound too) or "unknown" (nothing proves a
+        # shift: the raw window, a lower bound).
+        StructField("window_scale_source", StringType(), True),
     ]
 )

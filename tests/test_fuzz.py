@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.ingest.pcap import capture_id
+from amqpscope.jobs.analyze import analyze
+from amqpscope.jobs.lake import Lake
 from tests import amqp_bytes as b
+from tests.cuts import packet_count
 from tests.fuzzing import CRASHES, ISSUE_CASES, Case, corpus, generated, generated_tls, mutated, run, tls_seeds
+from tests.paths import BOTTLENECK_SCENARIOS, HEALTHY_SAMPLES
 
 # Derandomized (the same examples every run), no per-example deadline (never a timing assertion in
 # a unit test: ``make fuzz`` measures time per input), about a minute in all.
@@ -88,3 +95,26 @@ def test_kept_findings_and_issue_cases_decode_within_the_invariants(path):
     else:
         case = ISSUE_CASES[path]
     run(case)
+
+
+def test_cut_and_truncated_real_captures_are_diagnosed(spark, tmp_path):
+    # The diagnosis of captures that begin mid-connection (issue 62), seeded: three real captures
+    # cut at a random packet, and one of them with every packet truncated to 96 bytes as well
+    # (snapshot length: payload missing). Every one gets its diagnosis row; no stage fails.
+    chance = random.Random("62:cuts")
+    chosen = chance.sample([*HEALTHY_SAMPLES, *BOTTLENECK_SCENARIOS], 3)
+    files = []
+    for n, capture in enumerate(chosen):
+        first = chance.randrange(2, packet_count(capture))
+        out = tmp_path / f"cut-{n}.pcap"
+        subprocess.run(["editcap", "-F", "pcap", "-r", str(capture), str(out), f"{first}-{10**9}"], check=True)
+        files.append(out)
+    short = tmp_path / "cut-0-truncated.pcap"
+    subprocess.run(["editcap", "-s", "96", str(files[0]), str(short)], check=True)
+    files.append(short)
+    lake = tmp_path / "lake"
+    config = AnalyzeConfig(lake=lake, report=lake / "report.html", data_docs=lake / "data_docs", group_rotated=False)
+    analyze(spark, [str(f) for f in files], config)
+    diagnosed = {r.capture_id: r.bottleneck for r in Lake(spark, lake).read("diagnosis").collect()}
+    assert sorted(diagnosed) == sorted(capture_id(f) for f in files)
+    assert all(diagnosed.values())

@@ -315,7 +315,9 @@ def test_session_window_runs_each_endpoints_state_in_two_window_operators(spark)
 def test_tcp_flow_runs_one_window_operator_per_order(spark):
     segments = spark.createDataFrame([], TCP_SEGMENTS_SCHEMA)
     assert window_operators(tcp_flow_timeline(segments)) == {
-        CONNECTION: 2,  # both sides' windows, acks and data so far; the next D-SACK (descending)
+        # Both sides' windows, acks and data so far; the shift each side's window is proved to
+        # have (the whole connection, without an order); the next D-SACK (descending).
+        CONNECTION: 3,
         (*CONNECTION, "direction"): 1,  # the window before, the data sent before
     }
 
