@@ -381,6 +381,7 @@ def test_a_queue_filling_with_no_consumer_names_the_queue(findings):
     assert summary(rows) == [
         (1, "diagnosis.queue.backlog_without_consumer", "consumer", "backlog_unconsumed", "queue", "pending")
     ]
+    assert (rows[0].kind, rows[0].severity) == ("problem", "warning")
     evidence = rows[0].evidence
     assert (evidence["ready_at_start"], evidence["ready_at_end"], evidence["published"]) == ("0", "100", "100")
     # From the first publish (10 ms) to the last (1000 ms) of a capture from 0 to 1000 ms.
