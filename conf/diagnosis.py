@@ -28,6 +28,26 @@ class DiagnosisThresholds:
     # delivery within refill_ms: the broker had messages waiting for it.
     refill_share: float = 0.5
     refill_ms: float = 20.0
+    # A message is in a redelivery loop when a consumer requeued it (basic.nack / basic.reject with
+    # requeue) after it came back redelivered at least this many times: RabbitMQ's own delivery
+    # limit for quorum queues (https://www.rabbitmq.com/docs/quorum-queues#poison-message-handling,
+    # 20 by default since 4.0) treats a message returned that often as one no consumer can handle.
+    redelivery_loop_count: int = 20
+    # A manual-ack consumer never acks when it holds at least this many deliveries and settled none
+    # of them: a consumer that works through its messages acks the first once it is done with it,
+    # and RabbitMQ's guidance puts useful prefetch values at 100 to 300
+    # (https://www.rabbitmq.com/docs/confirms#channel-qos-prefetch-throughput): 100 deliveries in
+    # hand with not one acked is more than any processing pipeline keeps.
+    never_acks_deliveries: int = 100
+    # A consumer is slow beside its neighbour when its median ack wait is at least this many times
+    # the fastest other consumer's of the same queue: consumers of one queue doing the same work
+    # differ by their load and their messages' sizes, not by a factor of four.
+    slow_consumer_ratio: float = 4.0
+    # An AMQP 1.0 sender waits on the broker when its transfers are settled this long after it wrote
+    # them on median: RabbitMQ settles a transfer once the queues it is routed to took it, as it
+    # confirms a 0-9-1 publish (milliseconds; a quorum queue's Raft commit, tens), and no network's
+    # round trip (under 300 ms around the world) comes near a second.
+    slow_settlement_ms: float = 1000.0
     # A publisher is throttled by the broker when it fills the broker's receive window (TCP window
     # full, or a zero window) for at least this share of its publishing time ...
     publisher_throttled_share: float = 0.05

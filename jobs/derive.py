@@ -40,7 +40,9 @@ log = logging.getLogger("amqpscope.derive")
 
 # What the diagnosis reads, and the diagnosis: written first, so its answer comes before the other
 # tables are written (the verdicts read every table, so they come last).
-ANSWER = tables.in_order({*tables.upstream("diagnosis"), "diagnosis"} - set(tables.BRONZE) - set(tables.SHARED))
+ANSWER = tables.in_order(
+    {*tables.upstream("diagnosis"), "diagnosis"} - set(tables.BRONZE) - set(tables.SHARED) - {tables.STORED_FRAMES}
+)
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,17 @@ from pyspark.sql import functions as F
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.pipelines.consumer_window import consumer_windows
 from amqpscope.pipelines.held import MAX_PACKETS, clipped, first_packets, held_time, merged_intervals, timestamp
-from amqpscope.pipelines.messages import settlement_times
+from amqpscope.pipelines.messages import deliveries_10, settlement_times
 from amqpscope.pipelines.partitioning import next_value
 from amqpscope.pipelines.publishing import publish_routes, publishing, queue_declarations
 from amqpscope.pipelines.queue_depth import depth_events
+from amqpscope.pipelines.queue_measures import (
+    consumer_acks,
+    neighbour_speeds,
+    redeliveries,
+    transfer_settlement,
+    unconsumed_queues,
+)
 from amqpscope.pipelines.tcp_pressure import (
     retransmission_recovery,
     window_limited_gaps,
@@ -58,6 +65,9 @@ class Tables:
     connection_blocked: DataFrame
     channel_confirms: DataFrame
     tcp_flow: DataFrame
+    # AMQP 1.0 deliveries with their settlements (the deliveries_10 table); drawn from the frames
+    # when not given.
+    deliveries_10: DataFrame | None = None
 
 
 def _us(ts: Column | str) -> Column:
@@ -171,6 +181,12 @@ class Measures:
         return consumer_windows(
             t.flow_intervals, t.consumer_unacked, t.link_state, t.messages_091, t.frames, self.depth_events, self.limits
         ).localCheckpoint()
+
+    @cached_property
+    def deliveries_10(self) -> DataFrame:
+        """AMQP 1.0 deliveries and the dispositions that settled them (``pipelines.messages``)."""
+        given = self.tables.deliveries_10
+        return deliveries_10(self.tables.frames) if given is None else given
 
     @cached_property
     def connection_queues(self) -> DataFrame:
@@ -732,6 +748,9 @@ class Measures:
 MEASURE_PROTOCOL: dict[str, str] = {
     "publishing_sessions_closed": "amqp-1.0",  # 1.0 sessions' transfers
     "head_of_line": "amqp-0-9-1",  # 0-9-1 consumers' prefetch windows
+    "consumer_acks": "amqp-0-9-1",  # 0-9-1 consumers' acknowledgements
+    "redeliveries": "amqp-0-9-1",  # 0-9-1 deliveries requeued
+    "transfer_settlement": "amqp-1.0",  # 1.0 senders' transfers and the broker's dispositions
     "publisher_confirms": "amqp-0-9-1",  # messages_091's publishes in confirm mode
     "encrypted_window_pressure": "tls",  # connections whose AMQP was not decoded
 }
@@ -740,6 +759,11 @@ MEASURES: dict[str, Callable[[Measures], DataFrame]] = {
     "resource_alarms": Measures.resource_alarms,
     "publishing_sessions_closed": Measures.publishing_sessions_closed,
     "consumer_window": Measures.consumer_window,
+    "consumer_acks": consumer_acks,
+    "redeliveries": redeliveries,
+    "neighbour_speeds": neighbour_speeds,
+    "unconsumed_queues": unconsumed_queues,
+    "transfer_settlement": transfer_settlement,
     "publisher_pressure": Measures.publisher_pressure,
     "head_of_line": Measures.head_of_line,
     "client_receive_pressure": Measures.client_receive_pressure,

@@ -259,6 +259,7 @@ def bottleneck_findings(
     connection_blocked: DataFrame,
     channel_confirms: DataFrame,
     tcp_flow: DataFrame,
+    deliveries_10: DataFrame | None = None,
     limits: DiagnosisThresholds = DiagnosisThresholds(),
     rules: Sequence[BottleneckRule] | None = None,
     spoken: Iterable[str | None] | None = None,
@@ -283,6 +284,7 @@ def bottleneck_findings(
             connection_blocked=connection_blocked,
             channel_confirms=channel_confirms,
             tcp_flow=tcp_flow,
+            deliveries_10=deliveries_10,
         ),
         limits,
     )

@@ -1,14 +1,17 @@
 """A consumer's window, the same idea in both protocols: how many deliveries the broker may have
 outstanding to it, and what that did to its deliveries.
 
-In AMQP 0-9-1 the window is the consumer's prefetch (``basic.qos``): the broker sends no more
-while that many deliveries wait for their ack, and sends the next one as an ack frees a slot. In
+In AMQP 0-9-1 the window is the consumer's prefetch (``basic.qos``) as RabbitMQ applies it: its
+own (global=false), its channel's shared by the channel's consumers (global=true), or both
+(``pipelines.consumer_capacity``): the broker sends no more while the limit is reached, and sends
+the next one as an ack frees a slot. In
 AMQP 1.0 it is the link credit the receiver grants (``flow``): the broker sends no more while the
 credit is used up, and sends again when the receiver grants more (DOMAIN.md sections 2 and 4).
 
 ``consumer_windows`` gives one row per 0-9-1 consumer and per AMQP 1.0 link the broker sends on,
-in one shape: the window, the time its window was full (the union of the ``prefetch_full`` /
-``link_credit_exhausted`` intervals of ``flow_intervals``, within the time it consumed), how long
+in one shape: the window, the time its window was full (the union of the intervals at its limit,
+``consumer_capacity.limit_intervals``, or of the ``link_credit_exhausted`` intervals of
+``flow_intervals``, within the time it consumed), how long
 a window slot stayed taken (the 0-9-1 ack wait; the time a 1.0 link sat at credit 0), and what
 happened each time a slot was freed: whether a message was waiting for it (the queue's ready
 count, ``pipelines.queue_depth``, where the capture can count it) and whether a delivery followed
@@ -24,6 +27,7 @@ from pyspark.sql import functions as F
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.pipelines.addresses import queue_of_address
+from amqpscope.pipelines.consumer_capacity import at_limit, capacities, limit_intervals
 from amqpscope.pipelines.held import clipped, held_time
 from amqpscope.pipelines.messages import settlement_times
 from amqpscope.pipelines.partitioning import next_value
@@ -92,7 +96,6 @@ def _freed_slots(slots: DataFrame, protocol: str, keys: tuple[str, ...]) -> Data
 
 
 def _windows_091(
-    flow_intervals: DataFrame,
     consumer_unacked: DataFrame,
     messages_091: DataFrame,
     frames: DataFrame,
@@ -111,26 +114,26 @@ def _windows_091(
         _us(F.max(F.coalesce(F.col("_settled_ts"), F.col("ts")))).alias("active_end_us"),
     )
     window = _consumer_in_order()
-    limit = F.coalesce(F.col("prefetch_count"), F.lit(0))
     rows = consumer_unacked.select(
         *_CONSUMER,
         "queue",
-        "prefetch_count",
         "settled",
         "unacked",
         "method",
         "frame_index",
         "packet_number",
         _us("ts").alias("ts_us"),
-        ((limit > 0) & (F.lag("unacked").over(window) >= limit)).alias("_was_full"),
+        # At its limit before this row: its own prefetch or its channel's global one (Celery's).
+        F.coalesce(F.lag(at_limit()).over(window), F.lit(False)).alias("_was_full"),
         F.when(F.lead("method").over(window) == "basic.deliver", _us(F.lead("ts").over(window))).alias("_next_us"),
     )
     freed = rows.filter((F.col("settled") > 0) & F.col("_was_full"))
-    described = consumer_unacked.groupBy(*_CONSUMER).agg(
-        F.first("queue", ignorenulls=True).alias("queue"), F.max("prefetch_count").alias("window")
+    described = (
+        consumer_unacked.groupBy(*_CONSUMER)
+        .agg(F.first("queue", ignorenulls=True).alias("queue"))
+        .join(capacities(consumer_unacked), list(_CONSUMER))
     )
-    full = flow_intervals.filter((F.col("entity") == "consumer") & (F.col("cause") == "prefetch_full"))
-    held = held_time(_bounded(full, activity, _CONSUMER), _CONSUMER)
+    held = held_time(_bounded(limit_intervals(consumer_unacked), activity, _CONSUMER), _CONSUMER)
     consumers = (
         activity.join(described, list(_CONSUMER))
         .join(held, list(_CONSUMER), "left")
@@ -226,7 +229,7 @@ def consumer_windows(
     slots_counted, slots_with_message_waiting, refill_p50_us, and derived shares: held_share,
     refill_share, waiting_share (messages waiting where counted, else refilled at once),
     deliveries_per_second."""
-    consumers, freed_091 = _windows_091(flow_intervals, consumer_unacked, messages_091, frames)
+    consumers, freed_091 = _windows_091(consumer_unacked, messages_091, frames)
     links, freed_10 = _windows_10(flow_intervals, link_state)
     outcomes = _slot_outcomes(freed_091.unionByName(freed_10), depth_events, limits).select(
         *[F.col(k).alias(f"_slot_{k}") for k in _SLOT_OWNER], *_SLOT_OUTCOMES

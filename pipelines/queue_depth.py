@@ -29,7 +29,7 @@ _QUEUE = ("capture_id", "queue")
 _SET, _CHANGE, _QUESTION = 0, 1, 2
 
 
-def _consumer_queues(frames: DataFrame) -> DataFrame:
+def consumer_queues(frames: DataFrame) -> DataFrame:
     """Per consumer (capture, connection, channel, tag): the queue of the basic.consume its
     consume-ok answered (the latest basic.consume on the channel before it)."""
     in_channel = Window.partitionBy("capture_id", "connection_id", "channel").orderBy("frame_index")
@@ -61,7 +61,7 @@ def depth_events(frames: DataFrame, messages_091: DataFrame, link_state: DataFra
         *_QUEUE, F.unix_micros("ts").alias("ts_us"), F.lit(_CHANGE).alias("kind"), F.lit(1).cast("long").alias("value")
     )
     deliveries = messages_091.filter(F.col("method") == "basic.deliver").join(
-        _consumer_queues(frames), ["capture_id", "connection_id", "channel", "consumer_tag"]
+        consumer_queues(frames), ["capture_id", "connection_id", "channel", "consumer_tag"]
     )
     delivered = deliveries.select(
         *_QUEUE, F.unix_micros("ts").alias("ts_us"), F.lit(_CHANGE).alias("kind"), F.lit(-1).cast("long").alias("value")

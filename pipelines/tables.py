@@ -39,6 +39,7 @@ from amqpscope.pipelines.lifecycle_10 import lifecycle_10_timeline
 from amqpscope.pipelines.link_credit import link_credit_of, link_state_timeline
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.pipelines.partitioning import checkpointed
+from amqpscope.pipelines.queue_accounting import queue_balance
 from amqpscope.pipelines.report_sections import report_sections
 from amqpscope.pipelines.sessions import session_map, session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
@@ -63,6 +64,7 @@ from amqpscope.schemas.flow import (
 from amqpscope.schemas.lifecycle import LIFECYCLE_091_SCHEMA, LIFECYCLE_10_SCHEMA
 from amqpscope.schemas.messages import DELIVERIES_10_SCHEMA, MESSAGES_091_SCHEMA
 from amqpscope.schemas.quality import DQ_SUMMARY_SCHEMA
+from amqpscope.schemas.queues import QUEUE_BALANCE_SCHEMA
 from amqpscope.schemas.report import CHART_SERIES_SCHEMA, REPORT_SECTIONS_SCHEMA
 from amqpscope.schemas.runs import RUNS_SCHEMA
 from amqpscope.schemas.tcp import TCP_FLOW_SCHEMA
@@ -356,6 +358,7 @@ TABLES: dict[str, Table] = {
                 "connection_blocked",
                 "channel_confirms",
                 "tcp_flow",
+                "deliveries_10",
             ),
             ("limits", "spoken"),
             order_by=("rank",),
@@ -383,6 +386,19 @@ TABLES: dict[str, Table] = {
             ("captures", "connections", "frames", "quarantine", "violations", "diagnosis", "accounting"),
             ("suite_of_rule", "suites_run", "run_id", "run_ts"),
             order_by=("capture_id",),
+            read_without_spark=True,
+            frames_as_stored=True,
+        ),
+        # Queue accounting from the wire (pipelines.queue_accounting): per queue and bucket what went
+        # in and out and the backlog; the report charts every queue's balance from it.
+        Table(
+            "queue_balance",
+            QUEUE_BALANCE_SCHEMA,
+            "gold",
+            "charts",
+            queue_balance,
+            ("captures", "frames", "messages_091", "link_state", "deliveries_10"),
+            order_by=("queue", "bucket"),
             read_without_spark=True,
             frames_as_stored=True,
         ),

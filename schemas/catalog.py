@@ -21,7 +21,20 @@ from types import ModuleType
 
 from pyspark.sql.types import StructField, StructType
 
-from amqpscope.schemas import diagnosis, events, flow, frames, lifecycle, messages, quality, report, runs, tcp, verdicts
+from amqpscope.schemas import (
+    diagnosis,
+    events,
+    flow,
+    frames,
+    lifecycle,
+    messages,
+    quality,
+    queues,
+    report,
+    runs,
+    tcp,
+    verdicts,
+)
 
 # The modules whose ``<TABLE>_SCHEMA`` constants are lake tables, in the order of docs/TABLES.md.
 TABLE_MODULES: tuple[ModuleType, ...] = (
@@ -33,6 +46,7 @@ TABLE_MODULES: tuple[ModuleType, ...] = (
     events,
     verdicts,
     diagnosis,
+    queues,
     quality,
     report,
     runs,

@@ -44,6 +44,10 @@ EFFECTS = (
     "head_of_line",  # a consumer slowed because it shares a throttled connection with a publisher
     "credit_starved",  # an AMQP 1.0 link's sender out of credit while it has messages for it
     "deliveries_wait_for_acks",  # 0-9-1: deliveries released only as the consumer acks
+    "deliveries_never_acked",  # 0-9-1: a manual-ack consumer holds its deliveries and acks none
+    "redelivery_loop",  # a message requeued and redelivered again and again
+    "settlement_delayed",  # AMQP 1.0: the broker settles a sender's transfers seconds after they were written
+    "backlog_unconsumed",  # a queue filling with no consumer in the capture
     "client_not_reading",  # the client's receive window closed: the broker cannot send
     "retransmission",  # segments lost and sent again: time lost to recovery
     "consumer_round_trip_bound",  # a consumer taking one message per round trip (prefetch / credit 1)

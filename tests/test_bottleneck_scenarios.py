@@ -111,11 +111,29 @@ def test_head_of_line_names_the_consumer_sharing_the_throttled_connection(lake):
     assert hol[0].evidence["publisher_channels"] == ",".join(str(c) for c in sorted(publisher_channels))
 
 
+# The near misses with a problem beside their verdict of none: the rule and the speed of the client it names.
+NEAR_MISS_PROBLEMS = {"two-consumers-one-slow-no-backlog": [("diagnosis.consumer.hidden_slow", "slow")]}
+
+
 def test_near_misses_give_no_finding(lake):
     near_misses = [c for c in SCENARIOS if INTENDED[truth_of(c)["scenario"]] == "none"]
     assert len(near_misses) >= 8
     for capture in near_misses:
-        assert findings(lake, capture) == [], capture.stem
+        found = findings(lake, capture)
+        assert [f for f in found if f.kind != "problem"] == [], capture.stem
+        speed = {c.get("consumer_tag"): c.get("consumer_speed") for c in clients_of(capture)}
+        problems = [(f.rule_id, speed.get(f.consumer_tag)) for f in found if f.kind == "problem"]
+        assert problems == NEAR_MISS_PROBLEMS.get(capture.stem, []), capture.stem
+
+
+def test_a_slow_consumer_a_fast_one_hides_is_a_problem_beside_a_verdict_of_none(lake):
+    capture = SAMPLES / "bottlenecks" / "two-consumers-one-slow-no-backlog.pcap"
+    tags = {c["consumer_speed"]: c["consumer_tag"] for c in clients_of(capture) if c.get("role") == "consumer"}
+    (found,) = findings(lake, capture)
+    assert (found.rule_id, found.kind, found.severity) == ("diagnosis.consumer.hidden_slow", "problem", "info")
+    assert (found.consumer_tag, found.queue) == (tags["slow"], "amqpscope.bn.two-consumers-one-slow-no-backlog")
+    diagnosis = lake["diagnosis"][capture_id(capture)]
+    assert (diagnosis.bottleneck, diagnosis.problems_count) == ("none", 1)
 
 
 def test_publishers_throttled_together_into_a_quorum_queue_point_at_the_queue(lake):

@@ -33,6 +33,7 @@ from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from amqpscope.jobs.report.balance import by_capture as balance_by_capture
 from amqpscope.jobs.report.figures import by_capture, capture_figures
 from amqpscope.jobs.report.tables import (
     MAX_CAPTURES,
@@ -71,7 +72,7 @@ def anchor(capture_id: str, kind: str, *key: Any) -> str:
 
 
 # The gold tables a report reads, through delta-rs (``Lake.read_rows``) by the report job and analyze.
-REPORT_GOLD = ("report_sections", "diagnosis", "bottlenecks", "dq_summary", "chart_series")
+REPORT_GOLD = ("report_sections", "diagnosis", "bottlenecks", "dq_summary", "chart_series", "queue_balance")
 # A gold table's rows read without Spark (``Lake.read_rows``: delta-rs), or collected.
 GoldRows = Sequence[Mapping[str, Any]]
 # The optional tables a page has sections for when they are given (a lake derive wrote has them all):
@@ -94,6 +95,7 @@ def gold_rows(lake: Lake, capture_ids: Sequence[str]) -> dict[str, GoldRows | No
         "bottlenecks": read["bottlenecks"],
         "dq_summary": read["dq_summary"],
         "chart_series": read["chart_series"] or [],
+        "queue_balance": read["queue_balance"] or [],
     }
 
 
@@ -169,13 +171,14 @@ def write_gold_report(
     data_docs_index: Path | None,
     left_out: Sequence[Mapping[str, Any]] = (),
     given: frozenset[str] = GIVEN,
+    queue_balance: GoldRows = (),
 ) -> Path:
     """Write the HTML report of the captures whose rows are given to `path` and return it. No
     Spark: every argument is a gold table's rows (``REPORT_GOLD``), read through delta-rs.
 
     ``sections`` are the report_sections rows (``pipelines.report_sections``: the captures, their
     tables and context), ``chart_series`` the chart_series rows (each chart is drawn when the
-    capture has rows of it); ``diagnosis`` / ``bottlenecks`` (schemas.diagnosis) and
+    capture has rows of it), ``queue_balance`` the queue_balance rows (a balance chart per queue); ``diagnosis`` / ``bottlenecks`` (schemas.diagnosis) and
     ``dq_summary`` (schemas.quality) add their sections. ``left_out`` lists the captures the
     report leaves out (capture_id, file_name, why); ``given`` names the optional tables that were
     computed (``GIVEN``). `data_docs_index` defaults to the Data Docs of `verdicts`, when there are
@@ -214,14 +217,16 @@ def write_gold_report(
         for capture in listed
     ]
     series = by_capture(chart_series)
+    balances = balance_by_capture(queue_balance)
     for model in models:
         charts = series.get(model["capture_id"], {})
+        balance = balances.get(model["capture_id"], [])
         names = {e["row"]["connection_id"]: e["label"] for e in model["entities"]}
         # No chart rows and no finding: nothing was measured over time, so no chart (not even a
         # timeline of bare lifetimes).
         model["charts"] = (
-            capture_figures(model, charts, lambda c, names=names: str(names.get(c) or c or "—"))
-            if charts or model["findings"]
+            capture_figures(model, charts, lambda c, names=names: str(names.get(c) or c or "—"), balance)
+            if charts or model["findings"] or balance
             else []
         )
         model["utilisation"] = _utilisation(charts)

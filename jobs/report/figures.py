@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from amqpscope.jobs.report.balance import balance_figures
 from amqpscope.jobs.report.charts import (
     QUEUE_DASHES,
     Series,
@@ -67,10 +68,13 @@ def _left_out(drawn: Sequence[Series], what: str) -> str | None:
 
 
 def capture_figures(
-    model: Mapping[str, Any], charts: Mapping[str, Sequence[Mapping[str, Any]]], who: Callable[[str | None], str]
+    model: Mapping[str, Any],
+    charts: Mapping[str, Sequence[Mapping[str, Any]]],
+    who: Callable[[str | None], str],
+    balance: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """The charts of one capture (``model``: the page's model of it; ``charts``: its chart_series
-    rows by chart; ``who``: a connection's name), in page order."""
+    rows by chart; ``who``: a connection's name; ``balance``: its queue_balance rows), in page order."""
     capture_id = model["capture_id"]
     drawn: list[dict[str, Any]] = []
 
@@ -136,6 +140,9 @@ def capture_figures(
             ),
             note,
         )
+
+    for key, title, figure, note in balance_figures(balance):
+        add(key, title, figure, note)
 
     utilisation = series_of(charts.get("consumer_utilisation", ()))
     if utilisation:
