@@ -368,9 +368,10 @@ TABLES: dict[str, Table] = {
             "gold",
             "diagnosis",
             diagnosis,
-            ("bottlenecks", "captures", "connections"),
+            ("bottlenecks", "captures", "connections", "frames"),
             order_by=("capture_id",),
             read_without_spark=True,
+            frames_as_stored=True,
         ),
         # Written by the verdicts as the rules are evaluated (expectations.suite).
         Table("violations", VIOLATIONS_SCHEMA, "gold", "verdicts"),

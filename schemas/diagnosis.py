@@ -48,6 +48,13 @@ EFFECTS = (
     "retransmission",  # segments lost and sent again: time lost to recovery
     "consumer_round_trip_bound",  # a consumer taking one message per round trip (prefetch / credit 1)
     "publisher_waits_for_confirms",  # a publisher waiting for each confirm before its next publish
+    "publishes_refused",  # the broker basic.nack'ed publishes: messages it did not take
+    "messages_returned",  # basic.return: mandatory messages no queue took, sent back
+    "closed_with_error",  # a channel or connection closed with an error reply code
+    "connection_churn",  # a connection opened and closed for a few messages
+    "channel_churn",  # a channel opened and closed for a few messages
+    "request_reply_latency",  # a caller waiting for each reply before its next request
+    "bandwidth_limited",  # throughput held at the link's ceiling, with loss
 )
 
 # What a finding is: a bottleneck holds traffic back (the top one is the capture's verdict); a problem
