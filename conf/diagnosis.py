@@ -74,6 +74,14 @@ class DiagnosisThresholds:
     # time, and waits for replies for at least client_bound_share of its time (as a publisher
     # waits for its confirms).
     min_calls: int = 5
+    # A link at its capacity: its sender's payload bytes per bucket of this length ...
+    bandwidth_bucket_ms: float = 100.0
+    # ... at this share of the ceiling (the 90th percentile bucket) or more for at least
+    # dominant_share of its sending buckets: a plateau (a token bucket or a full router queue
+    # passes the same bytes every bucket; an application pacing itself does not) ...
+    bandwidth_ceiling_share: float = 0.8
+    # ... over at least this many buckets (a second of sending at 100 ms: fewer show no plateau).
+    bandwidth_min_buckets: int = 10
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -89,6 +97,7 @@ class DiagnosisThresholds:
             "throttled_together_share",
             "client_bound_share",
             "dominant_share",
+            "bandwidth_ceiling_share",
         ):
             if getattr(self, name) > 1:
                 raise ValueError(f"diagnosis.{name} is a share: between 0 and 1, got {getattr(self, name)!r}")

@@ -31,11 +31,13 @@ from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.pipelines.churn import channel_churn, connection_churn
 from amqpscope.pipelines.consumer_window import consumer_windows
 from amqpscope.pipelines.held import MAX_PACKETS, clipped, first_packets, held_time, merged_intervals, timestamp
+from amqpscope.pipelines.link_capacity import bandwidth_limited
 from amqpscope.pipelines.messages import settlement_times
 from amqpscope.pipelines.partitioning import next_value
 from amqpscope.pipelines.publisher_problems import closes_with_error, publish_refusals, unroutable_returns
 from amqpscope.pipelines.publishing import publish_routes, publishing, queue_declarations
 from amqpscope.pipelines.queue_depth import depth_events
+from amqpscope.pipelines.round_trips import request_reply
 from amqpscope.pipelines.tcp_pressure import (
     retransmission_recovery,
     window_limited_gaps,
@@ -728,6 +730,7 @@ MEASURE_PROTOCOL: dict[str, str] = {
     "publish_refusals": "amqp-0-9-1",  # basic.nack of publishes in confirm mode
     "unroutable_returns": "amqp-0-9-1",  # basic.return
     "channel_churn": "amqp-0-9-1",  # channel.open / close
+    "request_reply": "amqp-0-9-1",  # messages_091's publishes and deliveries
 }
 
 MEASURES: dict[str, Callable[[Measures], DataFrame]] = {
@@ -745,4 +748,6 @@ MEASURES: dict[str, Callable[[Measures], DataFrame]] = {
     "closes_with_error": closes_with_error,
     "connection_churn": connection_churn,
     "channel_churn": channel_churn,
+    "request_reply": request_reply,
+    "bandwidth_limited": bandwidth_limited,
 }

@@ -206,9 +206,9 @@ def closes_with_error(m: Measures) -> DataFrame:
     method_id = F.col("arguments")["method-id"].cast("int")
     named = frames.filter(F.col("class_id").isNotNull()).select(
         *_CONNECTION,
-        F.col("channel").alias("_ch"),
-        F.col("class_id").alias("_class"),
-        F.col("method_id").alias("_method"),
+        "channel",
+        F.col("class_id").alias("_rc"),
+        F.col("method_id").alias("_rm"),
         F.col("method").alias("_refused"),
         F.col("frame_index").alias("_at"),
         F.col("queue").alias("_queue"),
@@ -232,18 +232,12 @@ def closes_with_error(m: Measures) -> DataFrame:
         class_id.alias("_rc"),
         method_id.alias("_rm"),
     )
+    # The latest frame of that class and method on the channel before the close.
     latest = Window.partitionBy(*_CONNECTION, "frame_index").orderBy(F.col("_at").desc())
     refused = (
-        base.join(
-            named,
-            list(_CONNECTION),
-        )
-        .filter(
-            (F.col("_ch") == F.col("channel"))
-            & (F.col("_class") == F.col("_rc"))
-            & (F.col("_method") == F.col("_rm"))
-            & (F.col("_at") < F.col("frame_index"))
-        )
+        base.select(*_CONNECTION, "channel", "frame_index", "_rc", "_rm")
+        .join(named, [*_CONNECTION, "channel", "_rc", "_rm"])
+        .filter(F.col("_at") < F.col("frame_index"))
         .withColumn("_n", F.row_number().over(latest))
         .filter(F.col("_n") == 1)
         .select(*_CONNECTION, "frame_index", "_refused", "_queue", "_exchange")
@@ -259,7 +253,8 @@ def closes_with_error(m: Measures) -> DataFrame:
             F.when(F.col("direction") == "s2c", F.lit("broker")).otherwise(F.lit("client")).alias("closed_by"),
             "reply_code",
             "reply_text",
-            F.coalesce(F.col("_refused"), F.lit("?")).alias("refused_method"),
+            F.col("_refused").alias("refused_method"),
+            F.coalesce(F.concat(F.lit(", refusing "), F.col("_refused")), F.lit("")).alias("refused_clause"),
             F.coalesce(F.col("_queue"), F.col("_exchange")).alias("refused_target"),
             F.col("_queue").alias("queue"),
             F.lit(0).cast("long").alias("held_us"),

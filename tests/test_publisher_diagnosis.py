@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import pyspark.sql.functions as F
 import pytest
 
 from amqpscope.pipelines.diagnosis import diagnosis
+from amqpscope.pipelines.round_trips import round_trips
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 from tests.test_bottlenecks import Diagnosed, Traffic, summary
 
@@ -23,13 +25,25 @@ def case(build: Callable[[Traffic], object]) -> Callable[[Traffic], object]:
     return build
 
 
+# Cases whose connections are on a real link (link-local addresses), not on loopback.
+ON_A_LINK = ("link_at_capacity", "link_paced_by_the_application")
+
+
 @pytest.fixture(scope="module")
 def findings(spark) -> Diagnosed:
     built = {}
     for name, build in CASES.items():
         built[name] = Traffic(capture_id=name)
         build(built[name])
-    return Diagnosed(spark, built)
+    diagnosed = Diagnosed(spark, built)
+    linked = F.col("capture_id").isin(*ON_A_LINK)
+    diagnosed.inputs["connections"] = diagnosed.inputs["connections"].withColumns(
+        {
+            "client_address": F.when(linked, F.lit("169.254.10.1")).otherwise(F.col("client_address")),
+            "server_address": F.when(linked, F.lit("169.254.10.2")).otherwise(F.col("server_address")),
+        }
+    )
+    return diagnosed
 
 
 def declare(traffic: Traffic, conn: str, ms: float, queue: str, **arguments) -> None:
@@ -40,9 +54,16 @@ def declare(traffic: Traffic, conn: str, ms: float, queue: str, **arguments) -> 
 
 
 def confirmed_publishes(
-    traffic: Traffic, conn: str, *, queue: str, messages: int, refused: set[int], start_ms: float = 1.0
+    traffic: Traffic,
+    conn: str,
+    *,
+    queue: str,
+    messages: int,
+    refused: set[int],
+    start_ms: float = 1.0,
+    apart_ms: float = 10.0,
 ) -> float:
-    """A publisher in confirm mode publishing ``messages`` to ``queue`` 1 ms apart, each confirmed
+    """A publisher in confirm mode publishing ``messages`` to ``queue`` ``apart_ms`` apart, each confirmed
     (basic.ack) or refused (basic.nack, the sequence numbers in ``refused``) 0.5 ms after its publish."""
     traffic.frame(conn, start_ms, "c2s", "confirm.select", channel=1)
     traffic.frame(conn, start_ms + 0.1, "s2c", "confirm.select-ok", channel=1)
@@ -51,7 +72,7 @@ def confirmed_publishes(
         traffic.content(conn, t, "c2s", "basic.publish", channel=1, exchange="", routing_key=queue)
         answer = "basic.nack" if seq in refused else "basic.ack"
         traffic.frame(conn, t + 0.5, "s2c", answer, channel=1, delivery_tag=seq, multiple=False)
-        t += 1
+        t += apart_ms
     return t
 
 
@@ -70,6 +91,14 @@ def refused_by_a_full_queue(traffic: Traffic) -> None:
 def refused_now_and_then(traffic: Traffic) -> None:
     traffic.connection("pub", 41002)
     confirmed_publishes(traffic, "pub", queue="work", messages=40, refused={7, 30})
+
+
+@case
+def refused_by_a_full_queue_briefly(traffic: Traffic) -> None:
+    traffic.connection("pub", 41004)
+    declare(traffic, "pub", 0, "capped", **{"x-max-length": 10, "x-overflow": "reject-publish"})
+    # The same refusals in 30 ms (publishes 1 ms apart): the queue was full for a blip.
+    confirmed_publishes(traffic, "pub", queue="capped", messages=40, refused=set(range(11, 41)), apart_ms=1.0)
 
 
 @case
@@ -103,6 +132,13 @@ def test_a_few_refusals_not_explained_by_a_full_queue_are_a_problem_not_the_verd
     assert (rows[0].evidence["refused"], rows[0].evidence["publishes"]) == ("2", "40")
     # Both nacks listed: the field filter names exactly them.
     assert rows[0].wireshark_filter == "tcp.port == 41002 && (amqp.method.class == 60 && amqp.method.method == 120)"
+
+
+def test_refusals_by_a_queue_full_for_a_blip_are_a_problem_not_the_verdict(findings):
+    rows = findings("refused_by_a_full_queue_briefly")
+    assert [(r.rule_id, r.kind, r.evidence["refused"]) for r in rows] == [
+        ("diagnosis.publisher.nacked", "problem", "30")
+    ]
 
 
 def test_a_bounded_queue_that_confirms_every_publish_gives_no_finding(findings):
@@ -372,6 +408,176 @@ def test_a_channel_per_message_is_the_clients_bottleneck(findings):
 
 def test_channels_carrying_many_messages_are_not_churn(findings):
     assert findings("channels_carrying_many_messages") == []
+
+
+# -- request/reply ------------------------------------------------------------------------------------
+
+
+def message(traffic: Traffic, conn: str, ms: float, direction: str, method: str, **fields) -> None:
+    """A content method with its properties on its content header (as messages_091 reads them)."""
+    properties = {k: fields.pop(k) for k in ("correlation_id", "reply_to") if k in fields}
+    traffic.frame(conn, ms, direction, method, **fields)
+    traffic.frame(conn, ms, direction, None, frame_type="header", body_size=16, channel=1, **properties)
+    traffic.frame(conn, ms, direction, None, frame_type="body", frame_size=24, channel=1)
+
+
+def rpc(traffic: Traffic, *, calls: int, responder_ms: float, caller_ms: float, at_once: bool = False) -> None:
+    """A caller (port 44001) calls a responder (44002) over queue rpc: the broker delivers each request
+    0.4 ms after it is published, the responder replies ``responder_ms`` later, the broker delivers the
+    reply 0.4 ms after that, and the caller asks again ``caller_ms`` after a reply (``at_once``: it
+    publishes every request first, 0.1 ms apart)."""
+    traffic.connection("caller", 44001)
+    traffic.connection("responder", 44002)
+    traffic.frame("caller", 0, "c2s", "queue.declare", channel=1, queue="rpc")
+    traffic.frame("caller", 0.3, "s2c", "queue.declare-ok", channel=1, queue="rpc")
+    reply_to = "amq.rabbitmq.reply-to.g1"
+    events = []
+    t = 1.0
+    for n in range(calls):
+        start = 1.0 + n * 0.1 if at_once else t
+        cid = f"call-{n}"
+        events += [
+            (start, "caller", "c2s", "basic.publish", dict(reply_to="amq.rabbitmq.reply-to", routing_key="rpc")),
+            (start + 0.4, "responder", "s2c", "basic.deliver", dict(reply_to=reply_to, routing_key="rpc")),
+            (start + 0.4 + responder_ms, "responder", "c2s", "basic.publish", dict(routing_key=reply_to)),
+            (start + 0.8 + responder_ms, "caller", "s2c", "basic.deliver", dict(routing_key=reply_to)),
+        ]
+        events = [e if len(e) == 6 else (*e, cid) for e in events]
+        t = start + 0.8 + responder_ms + caller_ms
+    for ms, conn, direction, method, fields, cid in sorted(events, key=lambda e: e[0]):
+        message(traffic, conn, ms, direction, method, channel=1, exchange="", correlation_id=cid, **fields)
+
+
+@case
+def rpc_waiting_on_its_responder(traffic: Traffic) -> None:
+    # Each call 41.2 ms: 0.8 ms in the broker's hops, 40 ms in the responder; 0.2 ms to the next.
+    rpc(traffic, calls=20, responder_ms=40, caller_ms=0.2)
+
+
+@case
+def rpc_at_once(traffic: Traffic) -> None:
+    # The same calls, all asked before the first reply: 20 in flight, no round trip per call.
+    rpc(traffic, calls=20, responder_ms=40, caller_ms=0.2, at_once=True)
+
+
+@case
+def rpc_caller_busy(traffic: Traffic) -> None:
+    # One at a time, but the caller works 200 ms between calls of 1.6 ms: waiting is not its bound.
+    rpc(traffic, calls=20, responder_ms=0.8, caller_ms=200)
+
+
+def test_a_caller_waiting_on_each_reply_is_bound_by_what_takes_the_call(findings):
+    rows = findings("rpc_waiting_on_its_responder")
+    assert [(r.rule_id, r.kind, r.component, r.effect, r.entity) for r in rows] == [
+        (
+            "diagnosis.client.request_reply_latency",
+            "bottleneck",
+            "consumer",
+            "request_reply_latency",
+            "127.0.0.1:44001 channel 1",
+        )
+    ]
+    evidence = rows[0].evidence
+    assert (evidence["calls"], evidence["in_flight_max"]) == ("20", "1")
+    assert (evidence["call_p50_ms"], evidence["broker_hops_p50_ms"], evidence["responder_p50_ms"]) == (
+        "41.2",
+        "0.8",
+        "40.0",
+    )
+    # Of each 41.4 ms cycle (the last has no next request: 41.2 ms), the responder takes 40 ms.
+    assert float(evidence["responder_share"]) == pytest.approx(20 * 40 / (20 * 41.4 - 0.2), abs=1e-3)
+    # Waiting from each request to its reply, over the first request to the last reply.
+    assert rows[0].lifetime_share == pytest.approx(20 * 41.2 / (20 * 41.4 - 0.2), abs=1e-3)
+
+
+def test_calls_made_together_or_a_caller_busy_between_them_give_no_finding(findings):
+    assert findings("rpc_at_once") == []
+    assert findings("rpc_caller_busy") == []
+
+
+def test_round_trips_split_each_call_and_pair_methods_and_confirms(findings, spark):
+    inputs = findings.inputs
+    rows = round_trips(inputs["frames"], inputs["messages_091"]).filter(
+        F.col("capture_id").isin("rpc_waiting_on_its_responder", "refused_by_a_full_queue")
+    )
+    calls = rows.filter(F.col("kind") == "request_reply").orderBy("request_ts").collect()
+    assert len(calls) == 20
+    assert [(c.broker_in_us, c.responder_us, c.broker_out_us, c.round_trip_us) for c in calls] == [
+        (400, 40_000, 400, 41_200)
+    ] * 20
+    assert [c.caller_us for c in calls] == [200] * 19 + [None]
+    assert {c.responder_connection_id for c in calls} == {"responder"}
+    methods = rows.filter(F.col("kind") == "method").collect()
+    assert sorted((m.capture_id, m.request, m.response, m.round_trip_us) for m in methods) == [
+        ("refused_by_a_full_queue", "confirm.select", "confirm.select-ok", 100),
+        ("refused_by_a_full_queue", "queue.declare", "queue.declare-ok", 100),
+        ("rpc_waiting_on_its_responder", "queue.declare", "queue.declare-ok", 300),
+    ]
+    confirms = rows.filter(F.col("kind") == "confirm").groupBy("response").count().collect()
+    assert sorted((r.response, r["count"]) for r in confirms) == [("basic.ack", 10), ("basic.nack", 30)]
+
+
+# -- a real link ------------------------------------------------------------------------------------
+
+
+def shaped(traffic: Traffic, segments_per_bucket: Callable[[int], int], *, buckets: int = 20) -> None:
+    """A publisher on connection link sends 1000-byte segments, ``segments_per_bucket(k)`` of them
+    evenly in the k-th 100 ms; the broker acks each 20 ms after it arrives. The 100th segment is
+    lost: the segments after it are acked only up to it (duplicate acks) until its copy, sent 60 ms
+    after it, which the broker acks 20 ms later up to the last segment sent before the copy."""
+    traffic.connection("link", 45001)
+    sent = []
+    for k in range(buckets):
+        count = segments_per_bucket(k)
+        sent += [k * 100 + j * 100 / count for j in range(count)]
+    lost_at = sent[100]
+    copy_at = lost_at + 60
+    events = [(t, "c2s", n * 1000, 0, 1000, 0) for n, t in enumerate(sent)]
+    events.append((copy_at, "c2s", 100_000, 0, 1000, 1000))
+    for n, t in enumerate(sent):
+        if n == 100:
+            continue
+        held = lost_at <= t < copy_at
+        events.append((t + 20, "s2c", 0, 100_000 if held else (n + 1) * 1000, 0, 0))
+    before_copy = max(n for n, t in enumerate(sent) if t < copy_at)
+    events.append((copy_at + 20, "s2c", 0, (before_copy + 1) * 1000, 0, 0))
+    for t, direction, seq, ack, payload, again in sorted(events, key=lambda e: (e[0], e[1])):
+        traffic.segment("link", t, direction, seq, ack, 1_000_000, payload, retransmitted=again)
+
+
+@case
+def link_at_capacity(traffic: Traffic) -> None:
+    # 25 segments of 1000 bytes every 100 ms: 2 Mbit/s, the same every bucket.
+    shaped(traffic, lambda k: 25)
+
+
+@case
+def link_paced_by_the_application(traffic: Traffic) -> None:
+    # 5, 12 or 19 segments a bucket: the application's pace, no plateau.
+    shaped(traffic, lambda k: 5 + (k * 7) % 21)
+
+
+@case
+def loopback_at_a_ceiling(traffic: Traffic) -> None:
+    # The same plateau and loss on loopback: the host dropped the segment, no link is involved.
+    shaped(traffic, lambda k: 25)
+
+
+def test_a_link_held_at_its_ceiling_with_loss_is_the_network(findings):
+    rows = findings("link_at_capacity")
+    assert [(r.rule_id, r.kind, r.component, r.effect) for r in rows] == [
+        ("diagnosis.network.bandwidth_limited", "bottleneck", "network", "bandwidth_limited")
+    ]
+    evidence = rows[0].evidence
+    assert (evidence["sender"], evidence["ceiling_mbit_per_second"]) == ("client-to-broker", "2.0")
+    assert (evidence["at_ceiling_share"], evidence["lost_segments"]) == ("1.000", "1")
+    assert evidence["ack_round_trip_min_ms"] == "20.0"
+    assert rows[0].wireshark_filter == f"tcp.port == 45001 && frame.number in {{{rows[0].start_packet_number}}}"
+
+
+def test_a_link_paced_by_its_application_or_a_plateau_on_loopback_is_not_bandwidth_bound(findings):
+    assert findings("link_paced_by_the_application") == []
+    assert [r.rule_id for r in findings("loopback_at_a_ceiling")] == []
 
 
 # -- the headline -------------------------------------------------------------------------------------
