@@ -81,6 +81,27 @@ class DiagnosisThresholds:
     # ... with at most this many messages in flight: one publish waiting for its confirm, a
     # consumer's prefetch (or 1.0 link credit) of one.
     round_trip_window: int = 1
+    # A client churns connections (channels) when it opens at least this many in the capture: a
+    # client reconnecting a few times after errors is not a pattern; ten short lives are ...
+    churn_min_opens: int = 10
+    # ... that carry no more messages each, on median, than this: opening a 0-9-1 connection takes
+    # five round trips before the first publish (TCP handshake; protocol header and
+    # connection.start; start-ok and tune; tune-ok, open and open-ok; channel.open and open-ok) and
+    # closing one more, while a publish takes none: a connection of four messages or fewer spends
+    # more round trips on itself than on what it carries.
+    churn_messages_per_open: float = 4.0
+    # A caller waits on request/reply round trips when it makes at least this many calls, one at a
+    # time, and waits for replies for at least client_bound_share of its time (as a publisher
+    # waits for its confirms).
+    min_calls: int = 5
+    # A link at its capacity: its sender's payload bytes per bucket of this length ...
+    bandwidth_bucket_ms: float = 100.0
+    # ... at this share of the ceiling (the 90th percentile bucket) or more for at least
+    # dominant_share of its sending buckets: a plateau (a token bucket or a full router queue
+    # passes the same bytes every bucket; an application pacing itself does not) ...
+    bandwidth_ceiling_share: float = 0.8
+    # ... over at least this many buckets (a second of sending at 100 ms: fewer show no plateau).
+    bandwidth_min_buckets: int = 10
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -96,6 +117,7 @@ class DiagnosisThresholds:
             "throttled_together_share",
             "client_bound_share",
             "dominant_share",
+            "bandwidth_ceiling_share",
         ):
             if getattr(self, name) > 1:
                 raise ValueError(f"diagnosis.{name} is a share: between 0 and 1, got {getattr(self, name)!r}")

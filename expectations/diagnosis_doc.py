@@ -61,6 +61,13 @@ EFFECT_MEANINGS: Mapping[str, str] = {
     "retransmission": "segments lost and sent again: the time lost recovering",
     "consumer_round_trip_bound": "a consumer takes one message per round trip (prefetch or link credit 1)",
     "publisher_waits_for_confirms": "a publisher waits for each confirm before its next publish",
+    "publishes_refused": "the broker basic.nack'ed publishes: messages it did not take",
+    "messages_returned": "basic.return: mandatory messages no queue took, sent back to the publisher",
+    "closed_with_error": "a channel or connection closed with an error reply code (300 or more)",
+    "connection_churn": "connections opened and closed for a few messages each",
+    "channel_churn": "channels opened and closed for a few messages each",
+    "request_reply_latency": "a caller waits for each reply before its next request",
+    "bandwidth_limited": "throughput held at the link's ceiling, with segments lost",
 }
 
 _INTRO = """\
@@ -78,8 +85,20 @@ Generated from `expectations/bottlenecks.yml` by `python -m amqpscope.expectatio
   share of the time the entity was active, a confidence, the measured figures it rests on
   (`evidence`), up to 20 packet numbers with a Wireshark display filter that matches exactly those
   packets, and one sentence.
-- **`diagnosis`**: one row per capture: the top finding's component (`bottleneck`, or `none`),
-  the headline an operator reads first, and the ranked findings.
+- **`diagnosis`**: one row per capture: the top bottleneck's component (`bottleneck`, or `none`),
+  the headline an operator reads first, the ranked findings and how many are problems.
+
+**Bottlenecks and problems.** A rule's findings are of one `kind`: a **bottleneck** names where
+traffic is held back, and the top-ranked one is the capture's verdict; a **problem** is something
+wrong or an anti-pattern that is not the verdict (publishes the broker refused, messages it
+returned, closes with an error, connection or channel churn that does not bound the client).
+Each has a `severity`: `warning` (it costs throughput or messages) or `info`. Findings rank
+bottlenecks first, then warnings before infos. The headline states the verdict, then names the
+problems in rank order with their severity and component ("Also found 2 problems: (warning,
+channel) ..."). A capture with no bottleneck says what was measured ("No bottleneck: 3 AMQP
+connections, 1,200 messages published, 1,150 delivered to 2 consumers; none of the diagnosis's
+rules found traffic held back long enough to matter.") and claims nothing more: the problems
+follow it.
 
 `amqpscope diagnose` exits 0 when no capture has a bottleneck, 3 when one has, 4 when no capture
 could be judged (no AMQP decoded, or all of it encrypted and not decoded), 1 on an error and 2 on a

@@ -40,7 +40,7 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
 }
 # diagnose's verdicts, in its --help only (its 0 says what ok means there).
 DIAGNOSE_EXIT_MEANINGS: dict[ExitCode, str] = {
-    ExitCode.OK: "no bottleneck in any capture",
+    ExitCode.OK: "no bottleneck in any capture (problems alone, listed after the verdict, leave it at 0)",
     ExitCode.BOTTLENECK: "a bottleneck found in at least one capture (the answer names the component)",
     ExitCode.NOTHING_TO_JUDGE: "no capture could be judged (no AMQP traffic found, or all of it encrypted and not decoded)",
 }
@@ -490,7 +490,9 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
         help="say what the bottleneck is: ranked findings with entities, times, packets and Wireshark filters",
         description="Print, in plain language, the bottleneck of each capture (resource alarm, a stage of "
         "RabbitMQ's credit flow, a slow consumer, a client not reading, the network, or none) and its ranked "
-        "findings with entity names, times, packet numbers and a Wireshark display filter (docs/DIAGNOSIS.md). "
+        "findings with entity names, times, packet numbers and a Wireshark display filter (docs/DIAGNOSIS.md), "
+        "then the problems found beside the verdict, warnings first (returned or refused messages, closes with "
+        "an error, short-lived connections or channels); --json marks each finding's kind and severity. "
         "Captures already analysed into --lake by a run that finished are answered from its diagnosis and "
         "bottlenecks tables without starting Spark; others (not in the lake, or left incomplete by a killed or "
         "failed run) are analysed first (into --lake, or a temporary lake without it). TLS connections are "

@@ -121,27 +121,54 @@ def _clock(ts: datetime | None) -> str:
     return ts.strftime("%H:%M:%S.%f")[:-3] if ts is not None else "capture end"
 
 
+def _finding_lines(f: dict[str, Any]) -> list[str]:
+    """One finding: rank, severity (a problem's), component, effect, entity, times, packets, confidence,
+    its sentence and its Wireshark filter."""
+    severity = f"[{f.get('severity') or 'warning'}] " if f.get("kind") == "problem" else ""
+    return [
+        f"  {f['rank']}. {severity}{f['component']} / {f['effect']}: {f['entity_kind']} {f['entity']}, "
+        f"{_clock(f['start_ts'])}-{_clock(f['end_ts'])} UTC, packets {f['start_packet_number']}-"
+        f"{f['end_packet_number'] if f['end_packet_number'] is not None else 'end'}, "
+        f"held {f['duration_us'] / 1e6:.3f} s ({f['lifetime_share']:.0%}), confidence {f['confidence']:.2f}",
+        f"     {f['explanation']}",
+        f"     Wireshark: {f['wireshark_filter']}",
+    ]
+
+
 def render_text(answers: Sequence[dict[str, Any]]) -> str:
-    """The plain-language answer: per capture the headline, then the ranked findings with entity,
-    times, packets, confidence and a Wireshark filter."""
+    """The plain-language answer: per capture the headline, then the ranked bottleneck findings and
+    after them the problems found beside the verdict (warnings first), each with entity, times,
+    packets, confidence and a Wireshark filter."""
     lines: list[str] = []
     for answer in answers:
         lines.append(f"{answer['file']} (capture {answer['capture_id'][:12]})")
         lines.append(f"  {answer['headline']}")
         findings = answer["findings"]
-        for f in findings[:_MAX_FINDINGS_SHOWN]:
-            lines.append(
-                f"  {f['rank']}. {f['component']} / {f['effect']}: {f['entity_kind']} {f['entity']}, "
-                f"{_clock(f['start_ts'])}-{_clock(f['end_ts'])} UTC, packets {f['start_packet_number']}-"
-                f"{f['end_packet_number'] if f['end_packet_number'] is not None else 'end'}, "
-                f"held {f['duration_us'] / 1e6:.3f} s ({f['lifetime_share']:.0%}), confidence {f['confidence']:.2f}"
-            )
-            lines.append(f"     {f['explanation']}")
-            lines.append(f"     Wireshark: {f['wireshark_filter']}")
+        shown = findings[:_MAX_FINDINGS_SHOWN]
+        bottlenecks = [f for f in shown if f.get("kind") != "problem"]
+        problems = [f for f in shown if f.get("kind") == "problem"]
+        for f in bottlenecks:
+            lines += _finding_lines(f)
+        if problems:
+            lines.append(f"  Problems beside the verdict ({_problem_counts(findings)}):")
+            for f in problems:
+                lines += _finding_lines(f)
         if len(findings) > _MAX_FINDINGS_SHOWN:
             lines.append(f"  ... and {len(findings) - _MAX_FINDINGS_SHOWN} more findings (--json lists every one)")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _problem_counts(findings: Sequence[dict[str, Any]]) -> str:
+    """ "2 warnings, 1 info": a capture's problems by severity."""
+    counts: dict[str, int] = {}
+    for f in findings:
+        if f.get("kind") == "problem":
+            counts[f.get("severity") or "warning"] = counts.get(f.get("severity") or "warning", 0) + 1
+    words = {"warning": ("warning", "warnings"), "info": ("info", "infos")}
+    return ", ".join(
+        f"{n} {words.get(s, (s, s))[n != 1]}" for s, n in sorted(counts.items(), key=lambda kv: kv[0] != "warning")
+    )
 
 
 def _typed(value: str | None, unit: str | None) -> Any:
@@ -179,11 +206,18 @@ def _plain(value: Any) -> Any:
 
 
 def render_json(answers: Sequence[dict[str, Any]]) -> str:
-    """Every capture's diagnosis with every finding, as JSON; evidence values typed by their unit."""
+    """Every capture's diagnosis with every finding (each with its kind and severity), as JSON;
+    evidence values typed by their unit. ``problems`` lists the findings of kind problem (beside the
+    verdict), warnings first, by the finding ids of ``findings``."""
     captures = []
     for answer in answers:
         plain = _plain(answer)
         for finding in plain["findings"]:
             finding["evidence"] = typed_evidence(finding["rule_id"], finding.get("evidence") or {})
+        plain["problems"] = [
+            {k: f.get(k) for k in ("finding_id", "rank", "severity", "rule_id", "component", "entity", "explanation")}
+            for f in plain["findings"]
+            if f.get("kind") == "problem"
+        ]
         captures.append(plain)
     return json.dumps({"captures": captures}, indent=2) + "\n"

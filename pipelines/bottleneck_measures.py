@@ -28,10 +28,13 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
+from amqpscope.pipelines.churn import channel_churn, connection_churn
 from amqpscope.pipelines.consumer_window import consumer_windows
 from amqpscope.pipelines.held import MAX_PACKETS, clipped, first_packets, held_time, merged_intervals, timestamp
+from amqpscope.pipelines.link_capacity import bandwidth_limited
 from amqpscope.pipelines.messages import deliveries_10, settlement_times
 from amqpscope.pipelines.partitioning import next_value
+from amqpscope.pipelines.publisher_problems import closes_with_error, publish_refusals, unroutable_returns
 from amqpscope.pipelines.publishing import publish_routes, publishing, queue_declarations
 from amqpscope.pipelines.queue_depth import depth_events
 from amqpscope.pipelines.queue_measures import (
@@ -41,6 +44,7 @@ from amqpscope.pipelines.queue_measures import (
     transfer_settlement,
     unconsumed_queues,
 )
+from amqpscope.pipelines.round_trips import request_reply
 from amqpscope.pipelines.tcp_pressure import (
     retransmission_recovery,
     window_limited_gaps,
@@ -753,6 +757,10 @@ MEASURE_PROTOCOL: dict[str, str] = {
     "transfer_settlement": "amqp-1.0",  # 1.0 senders' transfers and the broker's dispositions
     "publisher_confirms": "amqp-0-9-1",  # messages_091's publishes in confirm mode
     "encrypted_window_pressure": "tls",  # connections whose AMQP was not decoded
+    "publish_refusals": "amqp-0-9-1",  # basic.nack of publishes in confirm mode
+    "unroutable_returns": "amqp-0-9-1",  # basic.return
+    "channel_churn": "amqp-0-9-1",  # channel.open / close
+    "request_reply": "amqp-0-9-1",  # messages_091's publishes and deliveries
 }
 
 MEASURES: dict[str, Callable[[Measures], DataFrame]] = {
@@ -770,4 +778,11 @@ MEASURES: dict[str, Callable[[Measures], DataFrame]] = {
     "encrypted_window_pressure": Measures.encrypted_window_pressure,
     "retransmission_recovery": Measures.retransmission_recovery,
     "publisher_confirms": Measures.publisher_confirms,
+    "publish_refusals": publish_refusals,
+    "unroutable_returns": unroutable_returns,
+    "closes_with_error": closes_with_error,
+    "connection_churn": connection_churn,
+    "channel_churn": channel_churn,
+    "request_reply": request_reply,
+    "bandwidth_limited": bandwidth_limited,
 }

@@ -141,7 +141,8 @@ def _candidates(rule: BottleneckRule, measures: Measures, passed: DataFrame, bec
         "lifetime_share": F.col("held_us") / F.greatest(F.col("span_us"), F.lit(1)),
         "evidence": _evidence(rule),
         "explanation": sentence(rule.sentence, because),
-        "entity": F.lit(None).cast("string"),
+        # A measure may name its entity itself (a client's connections); else it is named later.
+        "entity": F.col("entity") if "entity" in passed.columns else F.lit(None).cast("string"),
         "priority": F.lit(rule.priority),
     }
     return in_schema(passed, _CANDIDATE, **columns)

@@ -1,7 +1,10 @@
 """diagnosis: one row per capture, the headline an operator reads first and the ranked findings.
 
-The headline is the top-ranked finding of ``bottlenecks`` (``pipelines.bottlenecks``), or "none"
-for a capture in which nothing held traffic back for long enough to matter. A capture whose TLS
+The headline is the top-ranked bottleneck of ``bottlenecks`` (``pipelines.bottlenecks``), or "none"
+for a capture in which nothing held traffic back for long enough to matter; a "none" says what was
+measured (connections, messages published and delivered, consumers) and claims nothing more. The
+problems found beside the verdict (findings of kind problem: returns, refused publishes, churn ...)
+follow it, by rank, with their severity and component. A capture whose TLS
 connections were not decrypted says so in its headline, and is ``encrypted`` when nothing else could
 be judged: no AMQP decoded, no finding (its TCP-level findings still count: the
 ``diagnosis.encrypted.*`` rules of expectations/bottlenecks.yml).
@@ -25,11 +28,11 @@ AMQP_PROTOCOLS = ("amqp-0-9-1", "amqp-1.0")
 NO_AMQP_PREFIX = "No AMQP traffic found: "
 NO_PACKETS = f"{NO_AMQP_PREFIX}the capture has no packets."
 
-_NO_BOTTLENECK = (
-    "No bottleneck: no connection, channel, consumer or link was held back long enough to matter "
-    "(no resource alarm, no throttled publisher, no prefetch- or credit-bound consumer, no client "
-    "that stopped reading or waited on its own round trips, no lost segment)."
-)
+# What a "none" claims: the rules looked and none found traffic held back; never that something the
+# capture may show (a slow consumer, a return) is absent: problems are named after it.
+_NONE_FOUND = "none of the diagnosis's rules found traffic held back long enough to matter"
+# Problems named in the headline, by rank; the rest are counted.
+_PROBLEMS_NAMED = 3
 
 
 def _when_text() -> Column:
@@ -126,13 +129,81 @@ def _no_amqp_headline(packets: Column, tcp_connections: Column, port_connections
     )
 
 
-def _problems_sentence(count: Column, first: Column) -> Column:
-    """ "Also found: 2 problems; the first: <its sentence>" (findings of kind problem, after the verdict)."""
+def _problems_sentence(count: Column, problems: Column) -> Column:
+    """ "Also found 2 problems: (warning, channel) <its sentence> (info, consumer) <its sentence>": the
+    findings of kind problem in rank order (warnings first), the first _PROBLEMS_NAMED of them named
+    with their severity and component, the rest counted."""
+    named = F.transform(
+        F.slice(problems, 1, _PROBLEMS_NAMED),
+        lambda p: F.concat(F.lit("("), p["severity"], F.lit(", "), p["component"], F.lit(") "), p["explanation"]),
+    )
+    more = count - F.lit(_PROBLEMS_NAMED)
     return F.concat(
-        F.lit("Also found: "),
+        F.lit("Also found "),
         _counted(count, "problem", "problems"),
-        F.lit(", the first: "),
-        first,
+        F.lit(": "),
+        F.array_join(named, " "),
+        F.when(
+            more > 0, F.concat(F.lit(" And "), _counted(more, "more problem", "more problems"), F.lit("."))
+        ).otherwise(F.lit("")),
+    )
+
+
+def measured(frames: DataFrame, connections: DataFrame | None = None) -> DataFrame:
+    """Per capture, what a "none" headline says was measured: the AMQP connections, the messages
+    published (0-9-1 basic.publish, 1.0 transfers from the client that end a delivery) and delivered
+    (basic.deliver, basic.get-ok, 1.0 transfers from the broker), the consumers that started
+    (basic.consume-ok, 1.0 receiving links the client attached) and the messages acknowledged."""
+    last = ~F.coalesce(F.col("more"), F.lit(False))
+    transfer = (F.col("protocol") == "amqp-1.0") & (F.col("method") == "transfer") & last
+    c2s, s2c = F.col("direction") == "c2s", F.col("direction") == "s2c"
+    published = ((F.col("method") == "basic.publish") & c2s) | (transfer & c2s)
+    delivered = (F.col("method").isin("basic.deliver", "basic.get-ok") & s2c) | (transfer & s2c)
+    consumers = ((F.col("method") == "basic.consume-ok") & s2c) | (
+        (F.col("protocol") == "amqp-1.0") & (F.col("method") == "attach") & c2s & (F.col("role") == "receiver")
+    )
+    counted = frames.groupBy("capture_id").agg(
+        F.countDistinct("connection_id").alias("_connections"),
+        F.count(F.when(published, 1)).alias("_published"),
+        F.count(F.when(delivered, 1)).alias("_delivered"),
+        F.count(F.when(consumers, 1)).alias("_consumers"),
+    )
+    if connections is not None:
+        amqp = connections.filter(F.col("protocol").isin(*AMQP_PROTOCOLS)).groupBy("capture_id").count()
+        counted = counted.join(amqp, "capture_id", "left").select(
+            "capture_id",
+            F.coalesce(F.col("count"), F.col("_connections")).alias("_connections"),
+            "_published",
+            "_delivered",
+            "_consumers",
+        )
+    return counted
+
+
+def _measured_sentence() -> Column:
+    """ "3 AMQP connections, 1,200 messages published, 1,150 delivered to 2 consumers" (null
+    without the counts)."""
+    return F.when(
+        F.col("_connections").isNotNull(),
+        F.concat(
+            _counted(F.col("_connections"), "AMQP connection", "AMQP connections"),
+            F.lit(", "),
+            _counted(F.col("_published"), "message", "messages"),
+            F.lit(" published, "),
+            F.format_number(F.col("_delivered"), 0),
+            F.lit(" delivered to "),
+            _counted(F.col("_consumers"), "consumer", "consumers"),
+        ),
+    )
+
+
+def _none_headline(prefix: str) -> Column:
+    """ "No bottleneck: 3 AMQP connections, ...; none of the diagnosis's rules found traffic held back
+    long enough to matter." (without the counts, the rules' part alone)."""
+    return F.concat(
+        F.lit(prefix),
+        F.coalesce(F.concat(_measured_sentence(), F.lit("; ")), F.lit("")),
+        F.lit(_NONE_FOUND),
     )
 
 
@@ -175,17 +246,19 @@ def diagnosis(
     captures: DataFrame,
     connections: DataFrame | None = None,
     tcp_flow: DataFrame | None = None,
+    frames: DataFrame | None = None,
 ) -> DataFrame:
     """The diagnosis table (``schemas.diagnosis.DIAGNOSIS_SCHEMA``): every capture of ``captures``,
-    with its top finding as the headline ("none" when it has no finding). With ``connections``, TLS
-    connections that were not decrypted are counted and named in the headline, a capture of nothing
-    else with no finding is ``encrypted``, and a capture with no AMQP connection decoded and none
-    encrypted is ``no_amqp``."""
+    with its top bottleneck as the headline ("none" when it has none), the problems found beside it
+    after it. With ``connections``, TLS connections that were not decrypted are counted and named in
+    the headline, a capture of nothing else with no finding is ``encrypted``, and a capture with no
+    AMQP connection decoded and none encrypted is ``no_amqp``. With ``frames``, a "none" headline says
+    what was measured (``measured``)."""
     summary = F.struct(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in FINDING_SUMMARY.fields])
     ranked = bottlenecks.groupBy("capture_id").agg(
         F.array_sort(F.collect_list(summary)).alias("findings"),  # rank is the struct's first field
         F.count(F.when(F.col("kind") == "problem", 1)).cast("int").alias("problems_count"),
-        F.min_by(F.col("explanation"), F.when(F.col("kind") == "problem", F.col("rank"))).alias("_problem"),
+        F.array_sort(F.collect_list(F.when(F.col("kind") == "problem", summary))).alias("_problems"),
     )
     # Bottlenecks rank before problems, so rank 1 is the verdict when the capture has a bottleneck.
     top = bottlenecks.filter((F.col("rank") == 1) & (F.col("kind") == "bottleneck")).select(
@@ -215,6 +288,13 @@ def diagnosis(
         joined = joined.join(_not_judged(tcp_flow), "capture_id", "left")
     else:
         joined = joined.select("*", F.lit(None).alias("not_judged"), F.lit(None).cast("string").alias("_not_judged"))
+    if frames is not None:
+        joined = joined.join(measured(frames, connections), "capture_id", "left")
+    else:
+        joined = joined.select(
+            "*",
+            *[F.lit(None).cast("long").alias(c) for c in ("_connections", "_published", "_delivered", "_consumers")],
+        )
     encrypted = F.coalesce(F.col("encrypted_connections"), F.lit(0)) > 0
     nothing_else = encrypted & (F.coalesce(F.col("_amqp"), F.lit(0)) == 0) & F.col("bottleneck").isNull()
     # Nothing decoded as AMQP and nothing encrypted: no verdict at all (never "none").
@@ -233,20 +313,14 @@ def diagnosis(
         )
         .when(
             encrypted & F.col("headline").isNull(),
-            F.concat(
-                F.lit(
-                    "No bottleneck in the decoded traffic (no resource alarm, no throttled publisher, no "
-                    "prefetch- or credit-bound consumer, no client that stopped reading, no retransmission); "
-                ),
-                sentence,
-            ),
+            F.concat(_none_headline("No bottleneck in the decoded traffic: "), F.lit("; "), sentence),
         )
         .when(encrypted, F.concat(F.col("headline"), F.lit(" "), sentence))
-        .otherwise(F.coalesce(F.col("headline"), F.lit(_NO_BOTTLENECK)))
+        .otherwise(F.coalesce(F.col("headline"), F.concat(_none_headline("No bottleneck: "), F.lit("."))))
     )
     headline = F.when(
         F.coalesce(F.col("problems_count"), F.lit(0)) > 0,
-        F.concat(headline, F.lit(" "), _problems_sentence(F.col("problems_count"), F.col("_problem"))),
+        F.concat(headline, F.lit(" "), _problems_sentence(F.col("problems_count"), F.col("_problems"))),
     ).otherwise(headline)
     headline = F.when(
         F.col("_not_judged").isNotNull() & ~nothing_else & ~no_amqp,

@@ -41,11 +41,12 @@ from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.pipelines.partitioning import checkpointed
 from amqpscope.pipelines.queue_accounting import queue_balance
 from amqpscope.pipelines.report_sections import report_sections
+from amqpscope.pipelines.round_trips import round_trips
 from amqpscope.pipelines.sessions import session_map, session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.pipelines.throughput import message_events, throughput_of
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
-from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
+from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA, ROUND_TRIPS_SCHEMA
 from amqpscope.schemas.events import EVENTS_SCHEMA
 from amqpscope.schemas.flow import (
     CHANNEL_CONFIRMS_SCHEMA,
@@ -371,9 +372,24 @@ TABLES: dict[str, Table] = {
             "gold",
             "diagnosis",
             diagnosis,
-            ("bottlenecks", "captures", "connections", "tcp_flow"),
+            ("bottlenecks", "captures", "connections", "tcp_flow", "frames"),
             order_by=("capture_id",),
             read_without_spark=True,
+            frames_as_stored=True,
+        ),
+        # Every round trip a client waited on: request/reply calls, synchronous methods, confirms. No
+        # diagnosis rule reads it (request_reply pairs the calls itself), so it is written after the
+        # answer, with the flow tables' step.
+        Table(
+            "round_trips",
+            ROUND_TRIPS_SCHEMA,
+            "gold",
+            "flow_state",
+            round_trips,
+            ("frames", "messages_091"),
+            order_by=("connection_id", "channel", "kind", "request_ts", "request", "correlation_id"),
+            read_without_spark=True,
+            protocol="amqp-0-9-1",
         ),
         # Written by the verdicts as the rules are evaluated (expectations.suite).
         Table("violations", VIOLATIONS_SCHEMA, "gold", "verdicts"),

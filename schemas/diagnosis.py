@@ -52,6 +52,13 @@ EFFECTS = (
     "retransmission",  # segments lost and sent again: time lost to recovery
     "consumer_round_trip_bound",  # a consumer taking one message per round trip (prefetch / credit 1)
     "publisher_waits_for_confirms",  # a publisher waiting for each confirm before its next publish
+    "publishes_refused",  # the broker basic.nack'ed publishes: messages it did not take
+    "messages_returned",  # basic.return: mandatory messages no queue took, sent back
+    "closed_with_error",  # a channel or connection closed with an error reply code
+    "connection_churn",  # a connection opened and closed for a few messages
+    "channel_churn",  # a channel opened and closed for a few messages
+    "request_reply_latency",  # a caller waiting for each reply before its next request
+    "bandwidth_limited",  # throughput held at the link's ceiling, with loss
 )
 
 # What a finding is: a bottleneck holds traffic back (the top one is the capture's verdict); a problem
@@ -146,5 +153,32 @@ DIAGNOSIS_SCHEMA = StructType(
         # What could not be judged in the capture and why, one sentence each (appended column): the
         # room in the TCP windows of connections begun before the capture (window scale unknown).
         StructField("not_judged", ArrayType(StringType()), True),
+    ]
+)
+
+# The round_trips table: one row per round trip a client (or the broker) waited on: a request/reply
+# call (a request published with reply_to and correlation_id, answered by a reply with the same
+# correlation_id), a synchronous 0-9-1 method and its reply, a publish and its confirm
+# (pipelines/round_trips.py).
+ROUND_TRIPS_SCHEMA = StructType(
+    [
+        StructField("capture_id", StringType(), False),
+        StructField("connection_id", StringType(), False),  # the asker's connection (a call's caller)
+        StructField("channel", IntegerType(), True),
+        StructField("kind", StringType(), False),  # request_reply | method | confirm
+        StructField("asked_by", StringType(), False),  # client | broker
+        StructField("request", StringType(), False),  # the method asked: basic.publish, queue.declare ...
+        StructField("response", StringType(), True),  # its answer: basic.deliver, queue.declare-ok, basic.ack ...
+        StructField("correlation_id", StringType(), True),  # a call's correlation_id
+        StructField("request_ts", TimestampType(), False),
+        StructField("response_ts", TimestampType(), True),  # null: not answered in the capture
+        StructField("round_trip_us", LongType(), True),  # request to answer
+        StructField("request_packet_number", LongType(), True),
+        StructField("response_packet_number", LongType(), True),
+        StructField("responder_connection_id", StringType(), True),  # a call's responder
+        StructField("broker_in_us", LongType(), True),  # a call: request published to delivered to the responder
+        StructField("responder_us", LongType(), True),  # a call: request delivered to reply published
+        StructField("broker_out_us", LongType(), True),  # a call: reply published to delivered to the caller
+        StructField("caller_us", LongType(), True),  # a call: reply delivered to the caller's next request
     ]
 )

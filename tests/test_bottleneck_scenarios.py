@@ -68,10 +68,25 @@ def test_alarm_samples_from_the_client_side_are_diagnosed_too(lake):
     assert by_stem["amqp091-slow-consumer"].bottleneck == "consumer"
 
 
+def problems_the_truth_names(capture: Path) -> set[str]:
+    """The problem rules a healthy capture's own truth calls for: publishes the broker nacked, messages it
+    returned (the decoder sample exercises both, on purpose)."""
+    (truth,) = truth_of(capture)["ground_truth"].values()
+    named = set()
+    if truth.get("confirms_nacked"):
+        named.add("diagnosis.publisher.nacked")
+    if truth.get("returned"):
+        named.add("diagnosis.publisher.unroutable")
+    return named
+
+
 @pytest.mark.parametrize("capture", HEALTHY, ids=lambda c: c.name)
 def test_healthy_captures_have_no_bottleneck(lake, capture):
     diagnosis = lake["diagnosis"][capture_id(capture)]
-    assert (diagnosis.bottleneck, diagnosis.findings_count) == ("none", 0), diagnosis.headline
+    assert diagnosis.bottleneck == "none", diagnosis.headline
+    # No finding but the problems the capture's truth says it has (a nacked publish, a returned message).
+    assert {f.kind for f in diagnosis.findings} <= {"problem"}, diagnosis.headline
+    assert {f.rule_id for f in findings(lake, capture)} == problems_the_truth_names(capture), diagnosis.headline
 
 
 def test_the_slow_consumer_is_the_one_the_client_slowed(lake):

@@ -342,6 +342,21 @@ def render_page(
 LEVELS = ("bottleneck", "error", "warning", "unknown", "healthy")
 
 
+def problems_of(diagnosis: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """A capture's problems beside the verdict (findings of kind problem), warnings first, then by
+    rank: severity, component and sentence each."""
+    found = [f for f in (diagnosis or {}).get("findings") or () if f.get("kind") == "problem"]
+    found.sort(key=lambda f: (f.get("severity") != "warning", f.get("rank") or 0))
+    return [
+        {
+            "severity": f.get("severity") or "warning",
+            "component": f.get("component"),
+            "explanation": f.get("explanation"),
+        }
+        for f in found
+    ]
+
+
 def overview_row(model: Mapping[str, Any]) -> dict[str, Any]:
     """A capture's line in the overview: its verdict in words, with its component and entity, its
     level (LEVELS) and the figures an operator compares captures by."""
@@ -352,13 +367,19 @@ def overview_row(model: Mapping[str, Any]) -> dict[str, Any]:
     }
     dq = model["dq"][-1] if model["dq"] else None
     component = diagnosis["bottleneck"] if diagnosis else None
+    problems = problems_of(diagnosis)
     if component in (None, "no_amqp", "encrypted"):
         level = "unknown"
     elif component != "none":
         level = "bottleneck"
     elif by_severity["error"]:
         level = "error"
-    elif by_severity["warning"] or by_severity["capture"] or (dq is not None and dq["gaps"]):
+    elif (
+        by_severity["warning"]
+        or by_severity["capture"]
+        or (dq is not None and dq["gaps"])
+        or any(p["severity"] == "warning" for p in problems)
+    ):
         level = "warning"
     else:
         level = "healthy"
@@ -385,6 +406,7 @@ def overview_row(model: Mapping[str, Any]) -> dict[str, Any]:
         else None,
         "verdict": verdict,
         "findings": diagnosis["findings_count"] if diagnosis else None,
+        "problems": problems,
         "frames": frames,
         "connections": model["connections"].total if model["connections"] else 0,
         "violations": sum(by_severity.values()),
