@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -221,7 +222,11 @@ def _connect_session(remote: str, app_name: str, settings: dict[str, str]) -> Sp
             _launch_quiet_jvm({**settings, "spark.master": remote, "spark.app.name": app_name})
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with warnings.catch_warnings(record=True) as refused:
+        warnings.simplefilter("always")
+        spark = builder.getOrCreate()
+    for warning in refused:  # the settings the server keeps as its own: said with -v only
+        log.info("Spark Connect server: %s", str(warning.message).splitlines()[0])
     server = SparkContext._active_spark_context if local else None
     if server is not None:  # the local server's context is in this process: its log level as a classic one's
         server.setLogLevel("ERROR" if logging.getLogger("amqpscope").isEnabledFor(logging.INFO) else "FATAL")
