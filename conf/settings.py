@@ -28,6 +28,9 @@ class AnalyzeConfig:
     lake: Path
     # None: the master spark-submit was given, else local[2]; a Databricks task uses its runtime's session.
     master: str | None = None
+    # A Spark Connect server (sc://host:port, or local[N]: one started in this process) instead of
+    # a classic session; None: SPARK_REMOTE's when it is set (jobs.session.resolve_remote).
+    remote: str | None = None
     storage: str = "auto"
     ports: tuple[int, ...] = DEFAULT_PORTS
     report: Path | None = None  # default: <lake>/reports/<run id>.html, one per run
@@ -54,6 +57,10 @@ class AnalyzeConfig:
             raise ValueError(f"ports must be TCP ports (1-65535), got {self.ports!r}")
         if self.master is not None and not self.master:
             raise ValueError("master must name a Spark master, e.g. local[2] or spark://host:7077")
+        if self.remote is not None and not self.remote:
+            raise ValueError("remote must name a Spark Connect server, e.g. sc://host:15002 or local[2]")
+        if self.remote is not None and self.master is not None:
+            raise ValueError(f"master ({self.master}) and remote ({self.remote}) name two sessions: give one")
         object.__setattr__(self, "lake", Path(self.lake))
         for name in ("catalog", "schema"):
             value = getattr(self, name) or None

@@ -252,8 +252,7 @@ def _rule_counts(
             store(violations)
         return {}
     if store is None:
-        counted = {r.rule_id: r["count"] for r in violations.groupBy("rule_id").count().collect()}
-        return {rule_id: counted.get(rule_id, 0) for rule_id in rule_ids}
+        return _counted(violations, rule_ids)
     observation = Observation("amqpscope_rule_counts")
     # Aliases by position: rule ids hold dots.
     observed = violations.observe(
@@ -262,7 +261,14 @@ def _rule_counts(
     )
     store(observed)
     values = observation.get
+    if not values:  # a Spark Connect server (4.0) returns no observed metrics of a write: counted
+        return _counted(violations, rule_ids)
     return {rule_id: int(values[f"rule_{i}"]) for i, rule_id in enumerate(rule_ids)}
+
+
+def _counted(violations: DataFrame, rule_ids: Sequence[str]) -> dict[str, int]:
+    counted = {r.rule_id: r["count"] for r in violations.groupBy("rule_id").count().collect()}
+    return {rule_id: counted.get(rule_id, 0) for rule_id in rule_ids}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from amqpscope.jobs.landing import ingest_files
 from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable, without_packets
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.report import gold_rows, write_gold_report
-from amqpscope.jobs.session import sized_for
+from amqpscope.jobs.session import engine_of, sized_for
 from amqpscope.jobs.stages import StageClock, job_session
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.diagnosis import no_packets_diagnosis
@@ -49,6 +49,8 @@ class AnalyzeResult:
     run_id: str = ""
     # Per capture: the diagnosis headline (pipelines.diagnosis), the top component and its findings.
     diagnoses: tuple[dict[str, object], ...] = ()
+    # The engine the tables were computed on (jobs.session.engine_of); None: no Spark ran.
+    engine: str | None = None
 
 
 # Called with the captures' diagnoses (``headlines``) as soon as they are stored, before the tables
@@ -147,6 +149,7 @@ def _analyze_files(
                 **gold_rows(lake, ids),
                 verdicts=derived.verdicts,  # GX may still be at work: the report waits for it last
                 data_docs_index=None,
+                engine=engine_of(spark),
             )
             runs.mark(lake, run_id, "report", ids, OUTCOME_OK, {cid: run_id for cid in ids})
     finally:
@@ -154,7 +157,15 @@ def _analyze_files(
     counts = committed_row_counts(lake, (*tables.BRONZE, *tables.DERIVED), ids)
     verdicts = derived.verdicts.result()
     return AnalyzeResult(
-        tuple(ids), report, verdicts.data_docs_index, counts, clock.seconds, verdicts.success, run_id, answers[0]
+        tuple(ids),
+        report,
+        verdicts.data_docs_index,
+        counts,
+        clock.seconds,
+        verdicts.success,
+        run_id,
+        answers[0],
+        engine_of(spark),
     )
 
 

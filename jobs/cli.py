@@ -123,6 +123,18 @@ def _add_tls_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_remote_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run on a Spark Connect server: sc://host:port[/;param=value...] (Databricks serverless and "
+        "standard access mode run Spark Connect), or local[N] to start one in this process; default: "
+        "SPARK_REMOTE when it is set, as PySpark reads it. Not with --master. On Spark Connect the "
+        "progress line shows the steps and the decode's counts but no Spark task counts, and the local "
+        "JVM's tuning (class archive, collector) is the server's own affair (docs/ARCHITECTURE.md)",
+    )
+
+
 def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lake", help="root directory of the Delta tables (required unless set in --config)")
     p.add_argument("--config", type=Path, help="YAML settings (see conf/analyze.yml); flags win over it")
@@ -131,6 +143,7 @@ def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
         help="Spark master URL (default: the one spark-submit was given, else local[2]; "
         "on Databricks the runtime's session)",
     )
+    _add_remote_argument(p)
     p.add_argument(
         "--storage",
         choices=STORAGE_BACKENDS,
@@ -175,6 +188,7 @@ def _config(args: argparse.Namespace) -> AnalyzeConfig:
     for key in (
         "lake",
         "master",
+        "remote",
         "storage",
         "ports",
         "report",
@@ -201,6 +215,7 @@ def _run_analyze(args: argparse.Namespace) -> ExitCode:
         json.dumps(
             {
                 "run_id": result.run_id,
+                "engine": result.engine,
                 "captures": list(result.capture_ids),
                 "diagnosis": _diagnosis_json(result.diagnoses),
                 "lake": str(config.lake),
@@ -507,6 +522,7 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
     _add_tls_argument(p)
     p.add_argument("--json", action="store_true", help="print every finding of every capture as JSON")
     p.add_argument("--reanalyze", action="store_true", help="analyse again even when the lake has a diagnosis")
+    _add_remote_argument(p)
     p.add_argument(
         "--progress",
         choices=("auto", "always", "never"),
@@ -524,11 +540,18 @@ def _run_diagnose(args: argparse.Namespace) -> ExitCode:
         settings["lake"] = args.lake
     if args.tls_keylog is not None:
         settings["tls_keylog"] = tuple(args.tls_keylog)
+    if args.remote is not None:
+        settings["remote"] = args.remote
     config = AnalyzeConfig(**settings) if "lake" in settings else None
-    if config is None and set(settings) - {"tls_keylog"}:
+    if config is None and set(settings) - {"tls_keylog", "remote"}:
         raise UsageError("--config without a lake: set --lake or lake: in the file")
     answers = diagnose.diagnose(
-        args.captures, config, args.progress, args.reanalyze, tls_keylog=tuple(settings.get("tls_keylog", ()))
+        args.captures,
+        config,
+        args.progress,
+        args.reanalyze,
+        tls_keylog=tuple(settings.get("tls_keylog", ())),
+        remote=settings.get("remote"),
     )
     print(diagnose.render_json(answers) if args.json else diagnose.render_text(answers), end="")
     return diagnose.exit_code(answers)

@@ -28,7 +28,7 @@ from pyspark import StorageLevel, TaskContext
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from amqpscope.ingest.capture import CaptureDecoder
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, parse_tcp
@@ -39,6 +39,7 @@ from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.ingest.tls_keylog import KeyLog
 from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.progress import Progress, TaskCounters
+from amqpscope.jobs.session import default_parallelism
 from amqpscope.pipelines.tables import STORED_FRAMES
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.packets import PACKETS_SCHEMA
@@ -418,7 +419,7 @@ def decode_tables(
     """The bronze tables of ``captures``, decoded range- and connection-parallel, and the persisted
     intermediates to release once the tables are written. Tasks report their counts to the
     ``counters`` directory when one is given (jobs.progress.TaskCounters)."""
-    cores = spark.sparkContext.defaultParallelism
+    cores = default_parallelism(spark)
     ranges = plan_ranges(captures, range_bytes, cores)
     multi_part = {c.capture_id for c in captures if len(c.parts) > 1}
     plan_rows = [
@@ -433,13 +434,7 @@ def decode_tables(
         )
         for r in ranges
     ]
-    # One range per read task: parallelize slices the list evenly (repartition deals rows
-    # round-robin, and two ranges could meet in one task while another gets none).
-    plan = spark.createDataFrame(
-        spark.sparkContext.parallelize(plan_rows, max(1, len(plan_rows))),
-        "path string, capture_id string, range_index int, start long, end long, part_label string",
-    )
-    raw = plan.mapInArrow(_range_reader(counters), PACKETS_SCHEMA).persist(_INTERMEDIATE)
+    raw = _read_plan(spark, plan_rows).mapInArrow(_range_reader(counters), PACKETS_SCHEMA).persist(_INTERMEDIATE)
     damage = raw.filter(F.col("error").isNotNull())
     records = raw.filter(F.col("error").isNull())
     decode = _decode_connections(tuple(ports), counters, tuple(str(p) for p in tls_keylog))
@@ -480,6 +475,42 @@ def decode_tables(
     return tables, persisted
 
 
+# The byte ranges' read plan: one row a range, in plan order.
+_PLAN_SCHEMA = StructType(
+    [
+        StructField("path", StringType()),
+        StructField("capture_id", StringType()),
+        StructField("range_index", IntegerType()),
+        StructField("start", LongType()),
+        StructField("end", LongType()),
+        StructField("part_label", StringType()),
+    ]
+)
+
+
+def _read_plan(spark: SparkSession, plan_rows: Sequence[tuple[object, ...]]) -> DataFrame:
+    """The read plan as a DataFrame of one range per partition, partition i holding range i.
+
+    A range of as many slices as rows gives each slice one row id, and each id picks its row out
+    of the plan (a literal in the query): one range per read task, in plan order, on any Spark
+    session, classic or Connect (which has no ``parallelize``). Rows dealt out by ``repartition``
+    would be round-robin from a random start, and two ranges could meet in one task while another
+    gets none."""
+    if not plan_rows:
+        return spark.createDataFrame([], _PLAN_SCHEMA)
+    rows = F.array(
+        *[
+            F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(row, _PLAN_SCHEMA.fields)])
+            for row in plan_rows
+        ]
+    )
+    return (
+        spark.range(0, len(plan_rows), 1, len(plan_rows))
+        .select(F.element_at(rows, F.col("id").cast("int") + 1).alias("r"))
+        .select("r.*")
+    )
+
+
 def _by_connection(mux: DataFrame, partitions: int) -> DataFrame:
     """The decoded rows shuffled into ``partitions`` by (capture, connection), the key also kept as
     the columns ``_MUX_KEY`` (null connection: quarantine rows of no connection, in one partition)."""
@@ -506,7 +537,6 @@ def _damage_rows(damage: DataFrame) -> DataFrame:
     return damage.select(*[row[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
-@F.udf(returnType=StringType())
 def _capture_status(damage: list[str] | None) -> str:
     """``captures.status`` from a capture's damage rows (JSON, in file order), as every path makes it."""
     return capture_status([json.loads(row) for row in damage or ()])
@@ -555,6 +585,7 @@ def _captures_table(
             "link_types",
             F.array_join(F.array_sort(F.transform("linktypes", lambda t: F.coalesce(names[t], t.cast("string")))), ","),
         )
-        .withColumn("status", _capture_status("damage"))
+        # Made here, not at import: a UDF is a classic or a Spark Connect one as the session is then.
+        .withColumn("status", F.udf(_capture_status, StringType())("damage"))
     )
     return joined.select(*[F.col(f.name).cast(f.dataType) for f in BRONZE_SCHEMAS["captures"].fields])

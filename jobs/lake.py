@@ -589,7 +589,8 @@ def _write_delta_rs(
         (
             (lambda staging: stage_arrow(_kept(df.toArrow(), kept), df.schema, staging, partition_columns))
             if staged_on_driver(spark)
-            else (lambda staging: df.write.mode("errorifexists").partitionBy(*partition_columns).parquet(staging))
+            # "error": the one name of errorifexists that Spark Connect takes too
+            else (lambda staging: df.write.mode("error").partitionBy(*partition_columns).parquet(staging))
         ),
         writer,
     )

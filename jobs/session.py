@@ -7,8 +7,11 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -70,6 +73,10 @@ _COLLECTOR = "-XX:+UseParallelGC"
 _CHOOSES_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
 
 DEFAULT_MASTER = "local[2]"
+# What the JSON summary and the report name as the engine that ran (``engine_of``).
+ENGINES = ("classic", "connect")
+# PySpark's own variable naming a Spark Connect server (sc://host:port, or local[N] for one it starts).
+REMOTE_ENVIRONMENT = "SPARK_REMOTE"
 JVM_EXIT_TIMEOUT_S = 300  # the JVM writing the class archive as it exits (about 5 s for Spark's)
 
 # The class archive this process's JVM writes when it exits (set when build_session launched it
@@ -94,19 +101,40 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def resolve_remote(master: str | None, remote: str | None, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The Spark Connect server a job's session connects to: ``remote`` (``--remote``), else
+    SPARK_REMOTE as PySpark reads it; None: a classic session on ``master``. A master and a remote
+    together are an error, as they are to PySpark: they name two different sessions."""
+    chosen = remote if remote is not None else environ.get(REMOTE_ENVIRONMENT) or None
+    if chosen is not None and not chosen:
+        raise ValueError("remote must name a Spark Connect server, e.g. sc://host:15002 or local[2]")
+    if chosen is not None and master is not None:
+        origin = "--remote" if remote is not None else REMOTE_ENVIRONMENT
+        raise ValueError(f"a Spark master ({master}) and {origin} ({chosen}) name two sessions: give one")
+    if chosen is not None and not chosen.startswith(("sc://", "local")):
+        raise ValueError(f"remote must be sc://host[:port][/;param=value...] or local[N], not {chosen!r}")
+    return chosen
+
+
 def build_session(
     master: str | None = DEFAULT_MASTER,
     app_name: str = "amqpscope",
     conf: dict[str, str] | None = None,
     write_class_archive: bool = False,
+    remote: str | None = None,
 ) -> SparkSession:
-    """Build (or reuse) the SparkSession for an amqpscope job, on ``master``; None: the master
-    spark-submit was given, else local[2].
+    """Build (or reuse) the SparkSession for an amqpscope job: a Spark Connect session on
+    ``remote`` (sc://host:port, or local[N]: a Connect server PySpark starts in this process),
+    else a classic one on ``master``; None: the master spark-submit was given, else local[2].
 
-    A JVM this starts maps the class archive of earlier runs (``jobs.class_archive``); with
+    A classic JVM this starts maps the class archive of earlier runs (``jobs.class_archive``); with
     ``write_class_archive`` and no archive yet, it writes one when it exits: stop such a session
-    with ``stop_session``, which ends the JVM and puts the archive in place."""
+    with ``stop_session``, which ends the JVM and puts the archive in place. A JVM this starts
+    writes its own output (log4j, the JVM's warnings) to ``engine_log_path()`` unless amqpscope
+    logs at INFO (-v): a run's stderr holds amqpscope's lines only."""
     global _archive_written
+    if remote is not None:
+        return _connect_session(remote, app_name, {**_BASE_CONF, **(conf or {})})
     py4j_lookups.install()  # a third fewer Py4J round trips while plans are built
     if master is None and not launched_by_spark_submit():
         master = DEFAULT_MASTER
@@ -155,6 +183,8 @@ def stop_session(spark: SparkSession) -> None:
     """Stop ``spark``; if its JVM writes the class archive, end the JVM and put the archive in place."""
     global _archive_written
     spark.stop()
+    if SparkContext._active_spark_context is None:  # the JVM's output of a run that ended well
+        engine_log_path().unlink(missing_ok=True)
     writing, _archive_written = _archive_written, None
     if writing is None:
         return
@@ -168,9 +198,64 @@ def _start(master: str | None, app_name: str, settings: dict[str, str]) -> Spark
     builder = SparkSession.builder.appName(app_name)
     if master is not None:  # else spark-submit's JVM has spark.master set already
         builder = builder.master(master)
+        _launch_quiet_jvm({**settings, "spark.master": master, "spark.app.name": app_name})
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def _connect_session(remote: str, app_name: str, settings: dict[str, str]) -> SparkSession:
+    """A Spark Connect session on ``remote``. A server of its own (local[N]) starts in this
+    process's JVM with every setting; a server elsewhere (sc://) takes the SQL settings it allows
+    and keeps its own for the rest (PySpark sets them one by one and skips those it refuses)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # a local server's Python workers
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+    builder = SparkSession.builder.remote(remote).appName(app_name)
+    local = remote.startswith("local")
+    if not local:  # a server's own settings are its own: only the SQL settings a session may change
+        settings = {key: value for key, value in settings.items() if key.startswith("spark.sql.")}
+    else:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        own = settings.get("spark.driver.extraJavaOptions", "")
+        settings = {**settings, "spark.driver.extraJavaOptions": driver_java_options(own)}
+        if SparkContext._gateway is None:
+            _launch_quiet_jvm({**settings, "spark.master": remote, "spark.app.name": app_name})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    with warnings.catch_warnings(record=True) as refused:
+        warnings.simplefilter("always")
+        spark = builder.getOrCreate()
+    for warning in refused:  # the settings the server keeps as its own: said with -v only
+        log.info("Spark Connect server: %s", str(warning.message).splitlines()[0])
+    server = SparkContext._active_spark_context if local else None
+    if server is not None:  # the local server's context is in this process: its log level as a classic one's
+        server.setLogLevel("ERROR" if logging.getLogger("amqpscope").isEnabledFor(logging.INFO) else "FATAL")
+    return spark
+
+
+def engine_log_path() -> Path:
+    """Where a JVM this process starts writes its output when amqpscope is not verbose."""
+    return Path(tempfile.gettempdir()) / f"amqpscope-spark-{os.getpid()}.log"
+
+
+def _launch_quiet_jvm(settings: Mapping[str, str]) -> None:
+    """Start the JVM PySpark would start for ``settings``, its output to ``engine_log_path()``
+    instead of this process's stderr, unless amqpscope logs at INFO (-v). Before the session
+    exists the JVM prints its own warnings ("Using incubator modules"), log4j's defaults and Spark's
+    first WARN lines (the host's address, Hadoop's native library), which no log level set later
+    can take back. A JVM already running (spark-submit's, or a session before) is left as it is."""
+    if SparkContext._gateway is not None or launched_by_spark_submit():
+        return
+    if logging.getLogger("amqpscope").isEnabledFor(logging.INFO):
+        return
+    from pyspark import SparkConf
+    from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf(loadDefaults=True).setAll(list(settings.items()))
+    with open(engine_log_path(), "ab") as output:  # the JVM keeps its own descriptor
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": output, "stderr": output})
+    SparkContext._gateway = gateway
+    SparkContext._jvm = gateway.jvm
 
 
 def _end_jvm() -> bool:
@@ -268,7 +353,8 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     expressions leaves the whole session as it is, a number of shuffle partitions other than
     _BASE_CONF's stays (8 itself cannot be told from the default), so do join settings other than
     Spark's defaults, and adaptive execution turned off on the session. A cluster's session (a
-    Databricks task: its own engine, a warm JVM) is left as it is."""
+    Databricks task: its own engine, a warm JVM) is left as it is; a Spark Connect session is set
+    up so when its server runs on a local master."""
     if capture_bytes > INTERPRETED_UP_TO_BYTES or not _local_with_spark_defaults(spark):
         yield False
         return
@@ -277,7 +363,7 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
         spark.conf.set(key, interpreted)
     smallest = capture_bytes <= JOINS_UNBROADCAST_UP_TO_BYTES
     if partitions == _BASE_CONF[_PARTITIONS]:
-        spark.conf.set(_PARTITIONS, "1" if smallest else str(spark.sparkContext.defaultParallelism))
+        spark.conf.set(_PARTITIONS, "1" if smallest else str(default_parallelism(spark)))
     spark.conf.set(_ADAPTIVE, "false")
     joins = {key: spark.conf.get(key) for key in _UNBROADCAST} if smallest else {}
     for key, value in joins.items():
@@ -298,7 +384,17 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
 
 
 def _local_with_spark_defaults(spark: SparkSession) -> bool:
-    if is_connect(spark) or not spark.sparkContext.master.startswith("local"):
+    if is_connect(spark):
+        # A Connect server on a local master (--remote local[N], a server started beside the job)
+        # runs small captures as a local classic session does; its launch settings are its own.
+        try:
+            master = spark.conf.get("spark.master", "")
+        except Exception:  # a server that does not say (Databricks serverless): not a local one
+            return False
+        if not master.startswith("local"):
+            return False
+        return all(spark.conf.get(key, default) == default for key, (_, default) in _INTERPRETED.items())
+    if not spark.sparkContext.master.startswith("local"):
         return False
     launched_with = spark.sparkContext.getConf()
     return all(
@@ -311,6 +407,25 @@ def is_connect(spark: SparkSession) -> bool:
     """True for a Spark Connect session (Databricks' standard access mode and serverless compute),
     which has no SparkContext, JVM gateway or status tracker in this process."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def engine_of(spark: SparkSession) -> str:
+    """The engine a session runs on, as the JSON summary and the report name it (ENGINES)."""
+    return "connect" if is_connect(spark) else "classic"
+
+
+# A Range's slices in a plan's text: Spark splits a range into the session's default parallelism.
+_RANGE_SPLITS = re.compile(r"\bRange \(0, 1, step=1, splits=(\d+)\)")
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """The number of tasks Spark runs at once by default (the cores of a local session). A Spark
+    Connect session has no SparkContext to ask: its server's is read from the physical plan of a
+    one-row range, which Spark splits into that many slices (no job runs); 2 if it does not say."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    found = _RANGE_SPLITS.search(spark.range(1)._explain_string(mode="simple"))
+    return int(found.group(1)) if found else 2
 
 
 def session_time_zone(conf: Mapping[str, str]) -> str:

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.errors import LakeError, printable, table_of
 from amqpscope.jobs.progress import Progress
-from amqpscope.jobs.session import build_session, stop_session
+from amqpscope.jobs.session import build_session, resolve_remote, stop_session
 from amqpscope.threads import in_background
 
 log = logging.getLogger("amqpscope.jobs")
@@ -127,15 +127,20 @@ def preload(modules: Sequence[str]) -> None:
 
 @contextmanager
 def job_session(config: AnalyzeConfig, app_name: str, preload_modules: Sequence[str] = ()) -> Iterator[SparkSession]:
-    """The job's SparkSession: the runtime's own when there is one (a Databricks task), left running;
-    otherwise one built for the job (on ``config.master``, else the master spark-submit was given,
-    else local[2]) and stopped at the end. ``preload_modules`` are imported while it starts."""
+    """The job's SparkSession: the runtime's own when there is one (a Databricks task, classic or
+    Spark Connect), left running; otherwise one built for the job and stopped at the end: a Spark
+    Connect session on ``config.remote`` (else SPARK_REMOTE's), else a classic one on
+    ``config.master`` (else the master spark-submit was given, else local[2]). ``preload_modules``
+    are imported while it starts."""
+    remote = resolve_remote(config.master, config.remote)  # a master and a remote together: before any work
     preload(preload_modules)
     active = SparkSession.getActiveSession()
     if active is not None:
         yield active
         return
-    spark = build_session(config.master, app_name, dict(config.spark_conf), write_class_archive=True)
+    spark = build_session(
+        config.master, app_name, dict(config.spark_conf), write_class_archive=remote is None, remote=remote
+    )
     try:
         yield spark
     finally:

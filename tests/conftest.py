@@ -67,3 +67,15 @@ def bottleneck_lake(spark, tmp_path_factory):
         "diagnosis": {r.capture_id: r for r in tables.read("diagnosis").collect()},
         "bottlenecks": tables.read("bottlenecks").orderBy("capture_id", "rank").collect(),
     }
+
+
+@pytest.fixture(scope="session")
+def connect_spark(tmp_path_factory):
+    """Spark's own Spark Connect server on local[2] (tests/connect_server.py), started once for the
+    run and stopped at its end by its PID: its address (``.remote``) is what the jobs under test
+    are given, as ``--remote`` or SPARK_REMOTE, in processes of their own."""
+    from tests import connect_server
+
+    server = connect_server.start(tmp_path_factory.mktemp("connect-server") / "server.log")
+    yield server
+    connect_server.stop(server)

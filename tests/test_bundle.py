@@ -86,6 +86,7 @@ def test_every_file_of_the_bundle_is_valid_against_the_published_schema():
     assert set(files) == {
         "databricks.yml",
         "resources/amqpscope_job.yml",
+        "resources/amqpscope_serverless_job.yml",
         "resources/amqpscope_catalog.yml",
         "resources/amqpscope_dashboard.yml",
     }
@@ -145,6 +146,33 @@ def test_the_job_declares_its_access_mode_trigger_parameters_retries_and_timeout
     assert prod["permissions"] and prod["run_as"]["service_principal_name"] == "${var.service_principal}"
     assert top["targets"]["dev"]["resources"]["jobs"]["amqpscope"]["trigger"]["pause_status"] == "PAUSED"
     assert {"samples/**", "tests/**"} <= set(top["sync"]["exclude"])
+
+
+def test_the_serverless_job_runs_the_same_tasks_on_a_serverless_environment():
+    """The serverless variant: the cluster job's tasks, parameters, retries and timeouts, each task on
+    the job's one environment (no cluster, no libraries: the wheel is the environment's dependency),
+    and no trigger of its own on the landing volume the cluster job watches."""
+    _, jobs = bundle()
+    cluster_job, job = jobs["amqpscope"], jobs["amqpscope_serverless"]
+    assert job["parameters"] == cluster_job["parameters"]
+    assert "job_clusters" not in job and "trigger" not in job
+    [environment] = job["environments"]
+    assert environment["spec"]["environment_version"] == "4"  # Python 3.12, Spark 4's Connect client
+    artifact = yaml.safe_load((ROOT / "databricks.yml").read_text())["artifacts"]["amqpscope_wheel"]
+    [output] = artifact["files"]
+    [wheel] = environment["spec"]["dependencies"]
+    assert (ROOT / "resources" / wheel).resolve() == (ROOT / output["source"]).resolve()
+    on_a_cluster = {"job_cluster_key", "libraries", "environment_key"}
+    assert [t["task_key"] for t in job["tasks"]] == TASK_ORDER
+    for task, same in zip(job["tasks"], cluster_job["tasks"], strict=True):
+        assert task["environment_key"] == environment["environment_key"], task["task_key"]
+        assert "job_cluster_key" not in task and "libraries" not in task, task["task_key"]
+        assert {k: v for k, v in task.items() if k not in on_a_cluster} == {
+            k: v for k, v in same.items() if k not in on_a_cluster
+        }
+    broken = copy.deepcopy(bundle_files()["resources/amqpscope_serverless_job.yml"])
+    broken["resources"]["jobs"]["amqpscope_serverless"]["environments"][0]["spec"]["environment_versions"] = "4"
+    assert "'environment_versions' was unexpected" in "\n".join(schema_errors(broken))
 
 
 def test_the_landing_and_lake_paths_are_the_volumes_the_bundle_declares():

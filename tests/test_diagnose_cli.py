@@ -35,11 +35,25 @@ def diagnose(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 
 
 @pytest.fixture(scope="module")
-def lake(tmp_path_factory) -> Path:
+def first_answer(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The first diagnose of the sample, into a new lake: it analyses the capture (Spark starts)."""
     root = tmp_path_factory.mktemp("diagnose-lake")
     first = diagnose(str(SAMPLE), "--lake", str(root), "--progress", "never")
     assert first.returncode == ExitCode.BOTTLENECK, first.stderr[-3000:]
-    return root
+    return root, first
+
+
+@pytest.fixture(scope="module")
+def lake(first_answer) -> Path:
+    return first_answer[0]
+
+
+def test_a_run_that_starts_spark_prints_only_its_own_lines(first_answer):
+    """Without -v nothing of the engine's own reaches stderr (the JVM's warnings, log4j's defaults,
+    Spark's first WARN lines): only the headline analyze prints as soon as it is known."""
+    root, first = first_answer
+    [diagnosis], _ = stored_answers(root, [capture_id(SAMPLE)])
+    assert first.stderr.splitlines() == [f"{capture_id(SAMPLE)[:12]}: {diagnosis['headline']}"]
 
 
 def test_the_answer_names_the_alarm_the_connection_and_where_to_look(lake):

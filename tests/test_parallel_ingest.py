@@ -123,3 +123,25 @@ def test_a_record_of_impossible_length_is_read_past_as_by_the_one_pass_decoder(s
     finally:
         for df in persisted:
             df.unpersist()
+
+
+def test_the_read_plan_puts_range_i_alone_in_partition_i(spark):
+    """One range per read task, in plan order, as parallelize with a slice per range gave it (and
+    as a Spark Connect session, which has no parallelize, gets it too)."""
+    import pyspark.sql.functions as F
+
+    from amqpscope.jobs.ingest import _read_plan
+
+    rows = [
+        (f"/c/{i}.pcap", f"cap{i % 2}", i, 1000 * i, 1000 * (i + 1), "" if i < 4 else f"{i}.pcap: ") for i in range(7)
+    ]
+    plan = _read_plan(spark, rows)
+    assert plan.rdd.getNumPartitions() == len(rows)
+    got = plan.select(F.spark_partition_id().alias("task"), "*").collect()
+    assert [(r.task, (r.path, r.capture_id, r.range_index, r.start, r.end, r.part_label)) for r in got] == list(
+        enumerate(rows)
+    )
+    assert plan.schema.simpleString() == (
+        "struct<path:string,capture_id:string,range_index:int,start:bigint,end:bigint,part_label:string>"
+    )
+    assert _read_plan(spark, []).collect() == []

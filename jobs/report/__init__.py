@@ -172,6 +172,7 @@ def write_gold_report(
     left_out: Sequence[Mapping[str, Any]] = (),
     given: frozenset[str] = GIVEN,
     queue_balance: GoldRows = (),
+    engine: str | None = None,
 ) -> Path:
     """Write the HTML report of the captures whose rows are given to `path` and return it. No
     Spark: every argument is a gold table's rows (``REPORT_GOLD``), read through delta-rs.
@@ -182,7 +183,8 @@ def write_gold_report(
     ``dq_summary`` (schemas.quality) add their sections. ``left_out`` lists the captures the
     report leaves out (capture_id, file_name, why); ``given`` names the optional tables that were
     computed (``GIVEN``). `data_docs_index` defaults to the Data Docs of `verdicts`, when there are
-    verdicts. Pending verdicts (GX still validating) are waited for last.
+    verdicts. Pending verdicts (GX still validating) are waited for last. ``engine`` names the
+    engine the run computed the tables on (``jobs.session.engine_of``), shown at the top.
     """
     found = sections_of(sections)
     lines = sorted((s.rows[0] for s in found.get("capture", {}).values()), key=lambda r: r["capture_id"])
@@ -241,6 +243,7 @@ def write_gold_report(
         data_docs_index=index,
         # The times on the page are written in derive's session time zone (report_sections).
         time_zone=str(listed[0]["time_zone"]) if listed else "UTC",
+        engine=engine,
     )
 
 
@@ -311,6 +314,7 @@ def render_page(
     suites: list[dict[str, Any]] | None,
     data_docs_index: Path | None,
     time_zone: str,
+    engine: str | None = None,
 ) -> Path:
     """Render the page of ``captures`` (models of ``_capture_model``, with their charts) to ``path``:
     the overview, worst first, then a collapsed section per capture; ``left_out`` are the captures
@@ -322,6 +326,7 @@ def render_page(
         .get_template("report.html.j2")
         .render(
             time_zone=time_zone,
+            engine=engine,
             capture_total=capture_total,
             # The sections in the overview's order: the worst capture first.
             captures=sorted(captures, key=lambda c: rows[c["capture_id"]]["order"]),
