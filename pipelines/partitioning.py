@@ -12,11 +12,15 @@ from __future__ import annotations
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 CONNECTION = ("capture_id", "connection_id")
 # A 0-9-1 channel number is reused after channel.close: each channel.open starts a new incarnation.
 CHANNEL = (*CONNECTION, "channel", "incarnation")
 _ADAPTIVE = "spark.sql.adaptive.enabled"
+# "false" on an engine that keeps a local checkpoint where it chooses and takes no storage level
+# (Sail: jobs.sail sets it); Spark keeps it on disk (DISK_ONLY), its heap the same whatever the capture.
+CHECKPOINT_ON_DISK = "amqpscope.checkpoint.onDisk"
 
 
 def checkpointed(rows: DataFrame) -> DataFrame:
@@ -40,10 +44,31 @@ def checkpointed(rows: DataFrame) -> DataFrame:
         except Exception:  # not a setting this session lets a job change
             pass
     try:
+        if spark.conf.get(CHECKPOINT_ON_DISK, "true") == "false":
+            return _nullable_structs(rows).localCheckpoint()
         return rows.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
     finally:
         if changed:
             spark.conf.set(_ADAPTIVE, adaptive)
+
+
+def _nullable_structs(rows: DataFrame) -> DataFrame:
+    """``rows`` with each struct column built again from its fields, every field nullable: the same
+    values. Sail's checkpoint storage takes every field of a struct as nullable and refuses a plan
+    whose struct says a field is not ("checkpoint storage schema does not match the input schema")."""
+    structs = {f.name: f.dataType for f in rows.schema.fields if isinstance(f.dataType, StructType)}
+    if not structs:
+        return rows
+    return rows.select(
+        *[
+            F.when(F.col(c).isNotNull(), F.struct(*[F.col(c)[f.name].alias(f.name) for f in structs[c].fields])).alias(
+                c
+            )
+            if c in structs
+            else F.col(c)
+            for c in rows.columns
+        ]
+    )
 
 
 def by_connection(df: DataFrame) -> DataFrame:
