@@ -12,7 +12,7 @@ from __future__ import annotations
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, StringType, StructType
 
 CONNECTION = ("capture_id", "connection_id")
 # A 0-9-1 channel number is reused after channel.close: each channel.open starts a new incarnation.
@@ -45,30 +45,29 @@ def checkpointed(rows: DataFrame) -> DataFrame:
             pass
     try:
         if spark.conf.get(CHECKPOINT_ON_DISK, "true") == "false":
-            return _nullable_structs(rows).localCheckpoint()
+            return _as_checkpoint_stores(rows).localCheckpoint()
         return rows.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
     finally:
         if changed:
             spark.conf.set(_ADAPTIVE, adaptive)
 
 
-def _nullable_structs(rows: DataFrame) -> DataFrame:
-    """``rows`` with each struct column built again from its fields, every field nullable: the same
-    values. Sail's checkpoint storage takes every field of a struct as nullable and refuses a plan
-    whose struct says a field is not ("checkpoint storage schema does not match the input schema")."""
-    structs = {f.name: f.dataType for f in rows.schema.fields if isinstance(f.dataType, StructType)}
-    if not structs:
-        return rows
-    return rows.select(
-        *[
-            F.when(F.col(c).isNotNull(), F.struct(*[F.col(c)[f.name].alias(f.name) for f in structs[c].fields])).alias(
-                c
-            )
-            if c in structs
-            else F.col(c)
-            for c in rows.columns
-        ]
-    )
+def _as_checkpoint_stores(rows: DataFrame) -> DataFrame:
+    """``rows``, the same values, in the types an engine's checkpoint storage holds them in when it
+    keeps them its own way (Sail): a string column as a plain string (Sail's string functions may
+    return another Arrow string layout than the plan states) and each struct built again from its
+    fields, every field nullable (the storage takes them so). Otherwise Sail refuses the checkpoint:
+    "checkpoint storage schema does not match the input schema by position"."""
+
+    def plain(column: Column, data_type: DataType) -> Column:
+        if isinstance(data_type, StringType):
+            return column.cast("string")
+        if isinstance(data_type, StructType):
+            fields = [plain(column[f.name], f.dataType).alias(f.name) for f in data_type.fields]
+            return F.when(column.isNotNull(), F.struct(*fields))
+        return column
+
+    return rows.select(*[plain(F.col(f.name), f.dataType).alias(f.name) for f in rows.schema.fields])
 
 
 def by_connection(df: DataFrame) -> DataFrame:
