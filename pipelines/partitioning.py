@@ -12,7 +12,7 @@ from __future__ import annotations
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StringType, StructType
+from pyspark.sql.types import DataType, StructType
 
 CONNECTION = ("capture_id", "connection_id")
 # A 0-9-1 channel number is reused after channel.close: each channel.open starts a new incarnation.
@@ -52,22 +52,29 @@ def checkpointed(rows: DataFrame) -> DataFrame:
             spark.conf.set(_ADAPTIVE, adaptive)
 
 
+def kept(rows: DataFrame) -> DataFrame:
+    """``rows`` computed now and kept where the engine keeps a local checkpoint by default (Spark:
+    memory, then disk), their plan cut there: what a few rows read by several queries need."""
+    if rows.sparkSession.conf.get(CHECKPOINT_ON_DISK, "true") == "false":
+        return _as_checkpoint_stores(rows).localCheckpoint()
+    return rows.localCheckpoint()
+
+
 def _as_checkpoint_stores(rows: DataFrame) -> DataFrame:
     """``rows``, the same values, in the types an engine's checkpoint storage holds them in when it
-    keeps them its own way (Sail): a string column as a plain string (Sail's string functions may
-    return another Arrow string layout than the plan states) and each struct built again from its
-    fields, every field nullable (the storage takes them so). Otherwise Sail refuses the checkpoint:
-    "checkpoint storage schema does not match the input schema by position"."""
+    keeps them its own way (Sail): each column cast to the type its plan states (some of Sail's
+    functions return another Arrow type than they state: a string layout, an int64 for an int's
+    percentile), each struct built again from its fields, every field nullable (the storage takes
+    them so). Otherwise Sail refuses the checkpoint: "checkpoint storage schema does not match the
+    input schema by position"."""
 
-    def plain(column: Column, data_type: DataType) -> Column:
-        if isinstance(data_type, StringType):
-            return column.cast("string")
+    def stated(column: Column, data_type: DataType) -> Column:
         if isinstance(data_type, StructType):
-            fields = [plain(column[f.name], f.dataType).alias(f.name) for f in data_type.fields]
+            fields = [stated(column[f.name], f.dataType).alias(f.name) for f in data_type.fields]
             return F.when(column.isNotNull(), F.struct(*fields))
-        return column
+        return column.cast(data_type)
 
-    return rows.select(*[plain(F.col(f.name), f.dataType).alias(f.name) for f in rows.schema.fields])
+    return rows.select(*[stated(F.col(f.name), f.dataType).alias(f.name) for f in rows.schema.fields])
 
 
 def by_connection(df: DataFrame) -> DataFrame:
