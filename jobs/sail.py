@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from amqpscope.pipelines.partitioning import CHECKPOINT_ON_DISK
+from amqpscope.pipelines import engine
 
 log = logging.getLogger("amqpscope.jobs")
 
@@ -38,8 +38,8 @@ LOOPBACK = "127.0.0.1"
 SAIL_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.session.timeZone": "UTC",
-    # Sail keeps a local checkpoint in its checkpoint folder and takes no storage level.
-    CHECKPOINT_ON_DISK: "false",
+    # What Sail does its own way (pipelines.engine): checkpoints, no observed metrics.
+    **engine.SAIL,
 }
 # Where Sail keeps checkpoints (its setting execution.checkpoint.path, read from the environment
 # when the server starts): a folder of the engine's own, removed when it stops.

@@ -14,13 +14,12 @@ from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
+from amqpscope.pipelines.engine import CHECKPOINT_ON_DISK, does
+
 CONNECTION = ("capture_id", "connection_id")
 # A 0-9-1 channel number is reused after channel.close: each channel.open starts a new incarnation.
 CHANNEL = (*CONNECTION, "channel", "incarnation")
 _ADAPTIVE = "spark.sql.adaptive.enabled"
-# "false" on an engine that keeps a local checkpoint where it chooses and takes no storage level
-# (Sail: jobs.sail sets it); Spark keeps it on disk (DISK_ONLY), its heap the same whatever the capture.
-CHECKPOINT_ON_DISK = "amqpscope.checkpoint.onDisk"
 
 
 def checkpointed(rows: DataFrame) -> DataFrame:
@@ -44,7 +43,7 @@ def checkpointed(rows: DataFrame) -> DataFrame:
         except Exception:  # not a setting this session lets a job change
             pass
     try:
-        if spark.conf.get(CHECKPOINT_ON_DISK, "true") == "false":
+        if not does(spark, CHECKPOINT_ON_DISK):
             return _as_checkpoint_stores(rows).localCheckpoint()
         return rows.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
     finally:
@@ -55,7 +54,7 @@ def checkpointed(rows: DataFrame) -> DataFrame:
 def kept(rows: DataFrame) -> DataFrame:
     """``rows`` computed now and kept where the engine keeps a local checkpoint by default (Spark:
     memory, then disk), their plan cut there: what a few rows read by several queries need."""
-    if rows.sparkSession.conf.get(CHECKPOINT_ON_DISK, "true") == "false":
+    if not does(rows.sparkSession, CHECKPOINT_ON_DISK):
         return _as_checkpoint_stores(rows).localCheckpoint()
     return rows.localCheckpoint()
 
