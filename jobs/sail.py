@@ -44,6 +44,8 @@ SAIL_CONF = {
 # Where Sail keeps checkpoints (its setting execution.checkpoint.path, read from the environment
 # when the server starts): a folder of the engine's own, removed when it stops.
 CHECKPOINT_PATH = "SAIL_EXECUTION__CHECKPOINT__PATH"
+# PySpark's switch to its Connect classes, set in the environment by a first Connect session.
+CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
 
 
 # Sail logs through Rust's env_logger: its INFO lines (server start, each session) are the engine's
@@ -67,6 +69,7 @@ class SailEngine:
     server: object  # pysail.spark.SparkConnectServer
     session: SparkSession
     checkpoints: str | None = None  # the checkpoint folder made for it (removed by stop)
+    clear_connect_mode: bool = False  # PySpark's Connect switch was set by this engine's session
 
     @property
     def url(self) -> str:
@@ -81,6 +84,8 @@ class SailEngine:
             self.server.stop()  # type: ignore[attr-defined]
             if self.checkpoints is not None:
                 shutil.rmtree(self.checkpoints, ignore_errors=True)
+            if self.clear_connect_mode:  # a classic session may be built after it
+                os.environ.pop(CONNECT_MODE, None)
 
 
 def start_sail(conf: Mapping[str, str] | None = None, ip: str = LOOPBACK, verbose: bool = False) -> SailEngine:
@@ -91,6 +96,13 @@ def start_sail(conf: Mapping[str, str] | None = None, ip: str = LOOPBACK, verbos
         from pysail.spark import SparkConnectServer
     except ImportError as exc:
         raise RuntimeError("the sail engine needs pysail: pip install 'amqpscope[sail]'") from exc
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        # PySpark picks the Column and function classes by a process-wide switch (SPARK_CONNECT_MODE_ENABLED,
+        # set by the first Connect session): a classic and a Connect session cannot be used side by side.
+        raise RuntimeError("a classic Spark session is running in this process: stop it before starting Sail")
+    connect_mode_before = CONNECT_MODE in os.environ
     checkpoints = None
     if CHECKPOINT_PATH not in os.environ:
         checkpoints = tempfile.mkdtemp(prefix="amqpscope-sail-checkpoints-")
@@ -114,7 +126,7 @@ def start_sail(conf: Mapping[str, str] | None = None, ip: str = LOOPBACK, verbos
         raise
     _STARTED.add(session.session_id)
     log.debug("sail engine listening on %s:%s", host, port)
-    return SailEngine(server, session, checkpoints)
+    return SailEngine(server, session, checkpoints, clear_connect_mode=not connect_mode_before)
 
 
 @contextmanager

@@ -69,7 +69,11 @@ def _as_checkpoint_stores(rows: DataFrame) -> DataFrame:
 
     def stated(column: Column, data_type: DataType) -> Column:
         if isinstance(data_type, StructType):
-            fields = [stated(column[f.name], f.dataType).alias(f.name) for f in data_type.fields]
+            # A when without otherwise: nullable, whatever the field was.
+            fields = [
+                F.when(column[f.name].isNotNull(), stated(column[f.name], f.dataType)).alias(f.name)
+                for f in data_type.fields
+            ]
             return F.when(column.isNotNull(), F.struct(*fields))
         return column.cast(data_type)
 
