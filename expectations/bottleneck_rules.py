@@ -49,6 +49,8 @@ _RULE_ID = re.compile(r"diagnosis(\.[a-z0-9_]+)+")
 _VALUE = re.compile(r"(?:(?P<unit>[a-z]+)\((?P<inner>[a-z0-9_]+)\)|(?P<bare>[a-z0-9_]+))")
 _THRESHOLD = re.compile(r"\{([a-z0-9_]+)\}")
 _THRESHOLDS = frozenset(f.name for f in fields(DiagnosisThresholds))
+# A number with a decimal point outside a quoted string (a quoted string is matched first, and kept).
+_QUOTED_OR_DECIMAL = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?<![\w.])(\d+\.\d+)(?![\w.])""")
 _RULE_KEYS = {
     "id",
     "measure",
@@ -171,8 +173,13 @@ class BottleneckRule:
 
 
 def bind(expression: str, limits: DiagnosisThresholds) -> str:
-    """``expression`` with every ``{threshold}`` replaced by its value."""
-    return _THRESHOLD.sub(lambda m: repr(float(getattr(limits, m[1]))), expression)
+    """``expression`` with every ``{threshold}`` replaced by its value, and every number with a
+    decimal point as a double literal (``0.9D``). Spark SQL reads ``0.9`` as a decimal and takes the
+    double side where it meets a double (``least(0.9, share)`` is a double); not every Spark Connect
+    engine does (Sail computes that ``least`` as a decimal of scale 15: a confidence 4e-16 off).
+    Written as doubles, the arithmetic is the same on every engine."""
+    bound = _THRESHOLD.sub(lambda m: repr(float(getattr(limits, m[1]))), expression)
+    return _QUOTED_OR_DECIMAL.sub(lambda m: m[1] or f"{m[2]}D", bound)
 
 
 def _case(entry: Any, where: str) -> Case:

@@ -33,6 +33,7 @@ from pyspark.sql import DataFrame, Observation
 
 from amqpscope.expectations.catalogue import Rule, load_rules, rules_for, violation_row
 from amqpscope.expectations.data_docs import localise
+from amqpscope.pipelines.engine import OBSERVES, does
 from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
 from amqpscope.threads import in_background
 
@@ -244,15 +245,20 @@ def validate_counts(
 
 
 def _rule_counts(
-    violations: DataFrame, rule_ids: Sequence[str], store: Callable[[DataFrame], None] | None
+    violations: DataFrame, rule_ids: Sequence[str], store: Callable[[DataFrame], DataFrame | None] | None
 ) -> dict[str, int]:
-    """Violations per rule: observed while `store` writes them (no extra Spark job), else counted."""
+    """Violations per rule: observed while `store` writes them (no extra Spark job), else counted
+    (in the rows `store` returns as stored, when it does)."""
     if not rule_ids:
         if store is not None:
             store(violations)
         return {}
     if store is None:
         return _counted(violations, rule_ids)
+    if not does(violations.sparkSession, OBSERVES):
+        # An engine without observed metrics: the violations as stored are counted (a small table).
+        written = store(violations)
+        return _counted(written if written is not None else violations, rule_ids)
     observation = Observation("amqpscope_rule_counts")
     # Aliases by position: rule ids hold dots.
     observed = violations.observe(
@@ -311,7 +317,7 @@ def start_verdicts(
     *,
     rules: Sequence[Rule] | None = None,
     capture_ids: Sequence[str] = (),
-    store: Callable[[DataFrame], None] | None = None,
+    store: Callable[[DataFrame], DataFrame | None] | None = None,
 ) -> PendingVerdicts:
     """Check every table against its rules: violations as data (now), GX suites and Data Docs in
     docs_dir (on a thread: ``PendingVerdicts.result``).
@@ -365,7 +371,7 @@ def run_verdicts(
     *,
     rules: Sequence[Rule] | None = None,
     capture_ids: Sequence[str] = (),
-    store: Callable[[DataFrame], None] | None = None,
+    store: Callable[[DataFrame], DataFrame | None] | None = None,
 ) -> VerdictRun:
     """``start_verdicts``, waited for."""
     return start_verdicts(tables, docs_dir, rules=rules, capture_ids=capture_ids, store=store).result()

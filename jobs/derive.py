@@ -127,14 +127,14 @@ def derive(
             # Rules are evaluated once: the violations are written as they are counted (expectations.suite).
             clock.writing("violations")
             stored: list[DataFrame] = []
+
+            def store_violations(found: DataFrame) -> DataFrame:
+                stored.append(lake.write_and_read(found, "violations", replace_capture_ids=replace, capture_ids=ids))
+                return stored[0]
+
             # The rules test each frame alone: they read the frames as stored (pipelines.tables.STORED_FRAMES).
             verdicts = start_verdicts(
-                {**build.tables, "frames": build.stored_frames()},
-                data_docs_dir,
-                capture_ids=ids,
-                store=lambda found: stored.append(
-                    lake.write_and_read(found, "violations", replace_capture_ids=replace, capture_ids=ids)
-                ),
+                {**build.tables, "frames": build.stored_frames()}, data_docs_dir, capture_ids=ids, store=store_violations
             )
             build.tables["violations"] = stored[0]
         # dq_summary: one row per capture and run for data-quality dashboards, written while GX

@@ -88,6 +88,7 @@ from amqpscope.jobs.lake_files import (
 )
 from amqpscope.jobs.lake_read import add_actions, is_delta_table, open_table, read_table
 from amqpscope.jobs.lake_stats import file_stats
+from amqpscope.jobs.sail import reads_delta_itself
 from amqpscope.jobs.session import jvm_has_delta, staged_on_driver
 from amqpscope.schemas.catalog import description, documented
 
@@ -717,6 +718,8 @@ def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) ->
     table = _open(path, os.path.basename(path))
     table_schema = _plain_schema(table.schema().to_json())
     schema = table_schema if schema is None else schema
+    if reads_delta_itself(spark):
+        return _read_natively(spark, path, table.version(), table_schema, schema)
     partition_columns = table.metadata().partition_columns
     actions = add_actions(path, table)
     if not actions["path"]:
@@ -736,6 +739,17 @@ def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) ->
     else:
         df = _read_by_partition(spark, read_schema, files, partitions, partition_columns)
     return df.select(*schema.fieldNames())
+
+
+def _read_natively(
+    spark: SparkSession, path: str, version: int, table_schema: StructType, schema: StructType
+) -> DataFrame:
+    """The table at ``version`` as the engine reads Delta itself (Sail: its partition discovery of a
+    list of files does not take the partition values from their folders). A column of ``schema``
+    the table does not have yet reads as null, as in a Parquet scan."""
+    df = spark.read.format("delta").option("versionAsOf", version).load(path)
+    have = set(table_schema.fieldNames())
+    return df.select(*[F.col(f.name) if f.name in have else F.lit(None).cast(f.dataType).alias(f.name) for f in schema])
 
 
 def _read_by_partition(

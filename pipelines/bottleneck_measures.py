@@ -33,7 +33,7 @@ from amqpscope.pipelines.consumer_window import consumer_windows
 from amqpscope.pipelines.held import MAX_PACKETS, clipped, first_packets, held_time, merged_intervals, timestamp
 from amqpscope.pipelines.link_capacity import bandwidth_limited
 from amqpscope.pipelines.messages import deliveries_10, settlement_times
-from amqpscope.pipelines.partitioning import next_value
+from amqpscope.pipelines.partitioning import kept, next_value
 from amqpscope.pipelines.publisher_problems import closes_with_error, publish_refusals, unroutable_returns
 from amqpscope.pipelines.publishing import publish_routes, publishing, queue_declarations
 from amqpscope.pipelines.queue_depth import depth_events
@@ -173,7 +173,7 @@ class Measures:
     @cached_property
     def routes(self) -> DataFrame:
         """Every publish with the queue(s) it reaches: read by three measures, computed once."""
-        return publish_routes(self.tables.messages_091, self.tables.link_state, self.tables.frames).localCheckpoint()
+        return kept(publish_routes(self.tables.messages_091, self.tables.link_state, self.tables.frames))
 
     @cached_property
     def depth_events(self) -> DataFrame:
@@ -182,9 +182,17 @@ class Measures:
     @cached_property
     def consumer_windows(self) -> DataFrame:
         t = self.tables
-        return consumer_windows(
-            t.flow_intervals, t.consumer_unacked, t.link_state, t.messages_091, t.frames, self.depth_events, self.limits
-        ).localCheckpoint()
+        return kept(
+            consumer_windows(
+                t.flow_intervals,
+                t.consumer_unacked,
+                t.link_state,
+                t.messages_091,
+                t.frames,
+                self.depth_events,
+                self.limits,
+            )
+        )
 
     @cached_property
     def deliveries_10(self) -> DataFrame:

@@ -21,6 +21,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.expectations.bottleneck_rules import PARENT, BottleneckRule, Template, Value, bind, load_bottleneck_rules
+from amqpscope.pipelines import partitioning
 from amqpscope.pipelines.bottleneck_measures import MEASURE_PROTOCOL, MEASURES, Measures, Tables
 from amqpscope.pipelines.columns import with_columns
 from amqpscope.pipelines.shape import in_schema
@@ -121,7 +122,7 @@ def rule_findings(rule: BottleneckRule, measures: Measures, kept: bool = False) 
             }
         )
         if kept:
-            passed = passed.localCheckpoint()
+            passed = partitioning.kept(passed)
         return _candidates(rule, measures, passed, because)
     except AnalysisException as error:
         raise ValueError(

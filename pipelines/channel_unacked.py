@@ -107,9 +107,9 @@ def unacked_ledger(frames: DataFrame, channels: DataFrame | None = None) -> Data
     )  # no-ack: a tag, never an ack
 
     recover = F.col("method").isin(*_RECOVERS) & (F.col("direction") == "c2s")
-    events = events.withColumn("delivery_tag", F.when(recover, F.lit(0)).otherwise(F.col("delivery_tag"))).withColumn(
-        "multiple", F.when(recover, F.lit(True)).otherwise(F.col("multiple"))
-    )
+    events = events.withColumn(
+        "delivery_tag", F.when(recover, F.lit(0).cast("long")).otherwise(F.col("delivery_tag"))
+    ).withColumn("multiple", F.when(recover, F.lit(True)).otherwise(F.col("multiple")))
     # Consumer acks travel client to server; broker acks on the same channel are publisher confirms.
     settlement = F.col("method").isin(*_SETTLEMENTS, *_RECOVERS) & (F.col("direction") == "c2s")
     settled = settle(

@@ -12,6 +12,9 @@ from __future__ import annotations
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StructType
+
+from amqpscope.pipelines.engine import CHECKPOINT_ON_DISK, does
 
 CONNECTION = ("capture_id", "connection_id")
 # A 0-9-1 channel number is reused after channel.close: each channel.open starts a new incarnation.
@@ -40,10 +43,41 @@ def checkpointed(rows: DataFrame) -> DataFrame:
         except Exception:  # not a setting this session lets a job change
             pass
     try:
+        if not does(spark, CHECKPOINT_ON_DISK):
+            return _as_checkpoint_stores(rows).localCheckpoint()
         return rows.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
     finally:
         if changed:
             spark.conf.set(_ADAPTIVE, adaptive)
+
+
+def kept(rows: DataFrame) -> DataFrame:
+    """``rows`` computed now and kept where the engine keeps a local checkpoint by default (Spark:
+    memory, then disk), their plan cut there: what a few rows read by several queries need."""
+    if not does(rows.sparkSession, CHECKPOINT_ON_DISK):
+        return _as_checkpoint_stores(rows).localCheckpoint()
+    return rows.localCheckpoint()
+
+
+def _as_checkpoint_stores(rows: DataFrame) -> DataFrame:
+    """``rows``, the same values, in the types an engine's checkpoint storage holds them in when it
+    keeps them its own way (Sail): each column cast to the type its plan states (some of Sail's
+    functions return another Arrow type than they state: a string layout, an int64 for an int's
+    percentile), each struct built again from its fields, every field nullable (the storage takes
+    them so). Otherwise Sail refuses the checkpoint: "checkpoint storage schema does not match the
+    input schema by position"."""
+
+    def stated(column: Column, data_type: DataType) -> Column:
+        if isinstance(data_type, StructType):
+            # A when without otherwise: nullable, whatever the field was.
+            fields = [
+                F.when(column[f.name].isNotNull(), stated(column[f.name], f.dataType)).alias(f.name)
+                for f in data_type.fields
+            ]
+            return F.when(column.isNotNull(), F.struct(*fields))
+        return column.cast(data_type)
+
+    return rows.select(*[stated(F.col(f.name), f.dataType).alias(f.name) for f in rows.schema.fields])
 
 
 def by_connection(df: DataFrame) -> DataFrame:

@@ -218,7 +218,10 @@ def counts(charts: Sequence[CountChart], grid: DataFrame) -> DataFrame:
     )
     metrics = F.lit(None).cast("array<string>")
     for chart in charts:
-        metrics = F.when(F.col("chart") == chart.name, F.array(*[F.lit(m) for m in chart.metrics])).otherwise(metrics)
+        # Cast as the null it is chosen over: Sail otherwise types the cells below with names it cannot
+        # cast ("Unsupported CAST from List(List(non-null Struct ...").
+        names = F.array(*[F.lit(m) for m in chart.metrics]).cast("array<string>")
+        metrics = F.when(F.col("chart") == chart.name, names).otherwise(metrics)
     buckets = F.sequence(F.lit(0), F.col("_buckets") - 1)
     every_cell = F.flatten(
         F.transform(metrics, lambda m: F.transform(buckets, lambda b: F.struct(m.alias("metric"), b.alias("_bucket"))))

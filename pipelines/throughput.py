@@ -167,20 +167,22 @@ def throughput_of(message_events: DataFrame) -> DataFrame:
     """The throughput table from ``message_events`` (derive computes those once: the report's
     charts count the same rows in their own buckets)."""
     messages = message_events.withColumn("second", F.date_trunc("second", F.col("ts")))
-    # One aggregation by grouping sets for every scope: the message rows (windows and joins over
-    # the frames) are found once, not once per scope. A column outside a scope's set is null.
-    grouped_by = ("capture_id", *_GROUPED, "second")
-    sums = messages.groupingSets([("capture_id", *keys, "second") for keys in _SCOPES.values()], *grouped_by).agg(
-        F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"), F.grouping_id().alias("_set")
-    )
-    scope = F.lit(None)
-    for name, keys in _SCOPES.items():
-        # grouping_id: a bit per grouping column, the first the most significant, set when left out.
-        in_set = ("capture_id", *keys, "second")
-        left_out = sum(1 << (len(grouped_by) - 1 - i) for i, c in enumerate(grouped_by) if c not in in_set)
-        scope = F.when(F.col("_set") == left_out, F.lit(name)).otherwise(scope)
-    scoped = sums.withColumn("scope", scope).filter(
+    # One aggregation per scope, as a union: a column outside a scope's keys is null in its rows (as
+    # grouping sets would give them; not every Spark Connect engine plans grouping sets with
+    # expressions). The message rows (windows and joins over the frames) are a shared result,
+    # computed once (pipelines.tables), so each scope's aggregation reads them as computed.
+    sums = reduce(DataFrame.unionByName, (_scope_sums(messages, name, keys) for name, keys in _SCOPES.items()))
+    scoped = sums.filter(
         ((F.col("scope") != "link") | F.col("link_name").isNotNull())
         & ((F.col("scope") != "address") | F.col("address").isNotNull())
     )
     return in_schema(scoped, THROUGHPUT_SCHEMA)
+
+
+def _scope_sums(messages: DataFrame, scope: str, keys: tuple[str, ...]) -> DataFrame:
+    """Messages and bytes per second of one scope's ``keys``; the other grouped columns null."""
+    sums = messages.groupBy("capture_id", *keys, "second").agg(
+        F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes")
+    )
+    left_out = [F.lit(None).cast(THROUGHPUT_SCHEMA[c].dataType).alias(c) for c in _GROUPED if c not in keys]
+    return sums.select("capture_id", *keys, *left_out, "second", "messages", "bytes", F.lit(scope).alias("scope"))

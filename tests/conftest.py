@@ -43,6 +43,21 @@ def spark():
 
 
 @pytest.fixture(scope="session")
+def sail_spark():
+    """A Spark Connect session on Sail, the embedded engine (jobs.sail), for the whole run: its
+    server starts in about a second, in this process, and stops at the end. PySpark cannot hold it
+    beside the classic ``spark`` session in one process: a test that compares the two runs Sail in
+    a process of its own (tests.sail_derive)."""
+    from amqpscope.jobs.sail import sail_available, start_sail
+
+    if not sail_available():
+        pytest.fail("pysail is not installed: pip install -e '.[sail]'")
+    engine = start_sail()
+    yield engine.session
+    engine.stop()
+
+
+@pytest.fixture(scope="session")
 def samples_lake(spark, tmp_path_factory):
     """The three bundled samples (samples/*.pcap, *.pcapng) analysed once into one lake, shared by
     the modules that check that lake; they may re-run analyze on it (re-runs change nothing).

@@ -10,13 +10,22 @@ that reads its tables as a large capture's are read.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from amqpscope.jobs import lake as lake_module
 from amqpscope.jobs import session
+from amqpscope.jobs.lake import Lake
 from tests.table_digests import CAPTURES, ROOT, analyze_samples, table_digests
 
 EXPECTED = Path(__file__).resolve().parent / "data" / "table_digests.json"
+# Tables whose rows Sail does not give as classic Spark does yet, and why:
+# - report_sections: its rows are JSON of table rows, and Sail's to_json leaves out null fields
+#   where classic Spark writes them (``"tls_version": null``);
+# - chart_series: sums of doubles (a consumer's utilisation) in another order, a last digit apart.
+SAIL_DIFFERS = {"report_sections", "chart_series"}
 
 
 def differences(got: dict, want: dict) -> list[str]:
@@ -51,3 +60,22 @@ def test_every_table_equals_the_code_before_and_a_rerun_changes_nothing(spark, t
     monkeypatch.setattr(lake_module, "KEPT_UP_TO_BYTES", -1)
     analyze_samples(spark, lake)
     assert differences(table_digests(spark, lake), first) == []
+
+
+def test_every_table_derived_on_sail_equals_classic_from_the_same_bronze(spark, tmp_path):
+    # The captures analysed on classic Spark; then every derived table written again by derive on
+    # Sail (in a process of its own: tests.sail_derive), from the same bronze tables, in a copy of
+    # that lake. Both lakes read back on classic Spark.
+    classic = tmp_path / "classic"
+    analyze_samples(spark, classic)
+    on_sail = tmp_path / "sail"
+    shutil.copytree(classic, on_sail)
+    ids = sorted(Lake(spark, classic).capture_ids("captures"))
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.sail_derive", str(on_sail)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.splitlines()[-1]) == {"derived": ids, "suites_passed": True}
+    want, got = table_digests(spark, classic), table_digests(spark, on_sail)
+    assert sorted(got) == sorted(want)
+    assert [d for d in differences(got, want) if d.split(" / ")[0] not in SAIL_DIFFERS] == []

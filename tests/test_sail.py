@@ -1,0 +1,41 @@
+"""The embedded engine (jobs.sail): a Sail server in this process, a Spark Connect session on it."""
+
+from __future__ import annotations
+
+import os
+
+import pyspark.sql.functions as F
+
+from amqpscope.jobs.sail import CHECKPOINT_PATH, is_sail, reads_delta_itself, start_sail
+from amqpscope.pipelines import engine
+from amqpscope.pipelines.partitioning import checkpointed, kept
+
+
+def test_a_sail_engine_answers_on_loopback_and_stop_removes_its_checkpoints():
+    started = start_sail()
+    try:
+        host, _port = started.server.listening_address
+        assert (host, started.url.startswith(f"sc://{host}:")) == ("127.0.0.1", True)
+        assert (is_sail(started.session), reads_delta_itself(started.session)) == (True, True)
+        # What Sail does its own way is set on its session; the folder its checkpoints go to is its own.
+        assert {k: started.session.conf.get(k) for k in engine.SAIL} == engine.SAIL
+        assert CHECKPOINT_PATH not in os.environ
+        assert os.path.isdir(started.checkpoints)
+    finally:
+        started.stop()
+    assert not os.path.exists(started.checkpoints)
+    assert not is_sail(started.session)
+
+
+def test_checkpoints_on_sail_keep_rows_whose_stated_types_sail_does_not_return(sail_spark):
+    # A struct with a non-null field and a string from a string function: Sail refused to store both
+    # as they were ("checkpoint storage schema does not match the input schema by position").
+    rows = sail_spark.createDataFrame([(1, "a%2Fb"), (2, None)], "n int, q string").select(
+        "n",
+        F.struct(F.coalesce(F.col("n") > 1, F.lit(False)).alias("big"), "q").alias("s"),
+        F.concat(F.lit("/queues/"), F.url_decode("q")).alias("address"),
+    )
+    want = [(1, (False, "a%2Fb"), "/queues/a/b"), (2, (True, None), None)]
+    for keep in (checkpointed, kept):
+        got = sorted((r.n, tuple(r.s), r.address) for r in keep(rows).collect())
+        assert got == want
