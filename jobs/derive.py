@@ -134,7 +134,10 @@ def derive(
 
             # The rules test each frame alone: they read the frames as stored (pipelines.tables.STORED_FRAMES).
             verdicts = start_verdicts(
-                {**build.tables, "frames": build.stored_frames()}, data_docs_dir, capture_ids=ids, store=store_violations
+                {**build.tables, "frames": build.stored_frames()},
+                data_docs_dir,
+                capture_ids=ids,
+                store=store_violations,
             )
             build.tables["violations"] = stored[0]
         # dq_summary: one row per capture and run for data-quality dashboards, written while GX
