@@ -46,20 +46,27 @@ def _role(role: str, client_port: int, name: str, **facts: Any) -> dict[str, Any
 
 
 def nacking_consumer(
-    host: str, port: int, queue: str, *, prefetch: int, requeue_forever: bool, max_redeliveries: int, name: str
+    host: str,
+    port: int,
+    queue: str,
+    *,
+    prefetch: int,
+    requeue_forever: bool,
+    max_redeliveries: int,
+    good_messages: int,
+    name: str,
 ) -> dict[str, Any]:
     """Consume ``queue`` (prefetch ``prefetch``), acking what parses as JSON and nacking what
     does not with ``requeue=true``: endlessly (``requeue_forever``, until ``max_redeliveries``
-    redeliveries or SCENARIO_TIMEOUT), or once and then ``basic.reject(requeue=false)``."""
+    redeliveries or SCENARIO_TIMEOUT), or once and then ``basic.reject(requeue=false)`` (then until it
+    has acked ``good_messages``)."""
     connection = connect(host, port, name)
     seen = {"deliveries": 0, "redeliveries": 0, "acked": 0, "nacked_requeue": 0, "rejected_no_requeue": 0}
-    good_expected: list[int] = []
     try:
         client_port = local_port(connection)
         channel = connection.channel()
         channel.basic_qos(prefetch_count=prefetch)
         depth = channel.queue_declare(queue, passive=True).method.message_count
-        good_expected.append(depth - 1)  # one poison message among them
 
         def on_message(ch: Any, method: Any, _properties: Any, body: bytes) -> None:
             seen["deliveries"] += 1
@@ -82,7 +89,7 @@ def nacking_consumer(
         while time.monotonic() < deadline:
             if requeue_forever and seen["redeliveries"] >= max_redeliveries:
                 break
-            if not requeue_forever and seen["acked"] >= good_expected[0] and seen["rejected_no_requeue"]:
+            if not requeue_forever and seen["acked"] >= good_messages and seen["rejected_no_requeue"]:
                 break
             connection.process_data_events(time_limit=0.05)
         linger_until = time.monotonic() + (0.0 if requeue_forever else LINGER_SECONDS)

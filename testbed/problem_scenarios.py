@@ -45,17 +45,25 @@ def _facts(scenario: str, roles: list[dict[str, Any]], **more: Any) -> Truth:
     return {"scenario": scenario, "clients": roles, **more}
 
 
-def _publish(host: str, port: int, queue: str, bodies: list[bytes], name: str) -> dict[str, Any]:
+def _publish(
+    host: str, port: int, queue: str, bodies: list[bytes], name: str, rate: float | None = None
+) -> dict[str, Any]:
+    """pika: publish ``bodies`` to ``queue``, ``rate`` a second or at once."""
     connection = clients.connect(host, port, name)
     try:
         client_port = clients.local_port(connection)
         channel = connection.channel()
-        for body in bodies:
+        started = time.monotonic()
+        for index, body in enumerate(bodies):
+            if rate is not None:
+                connection.process_data_events(time_limit=max(0.0, started + index / rate - time.monotonic()))
             channel.basic_publish("", queue, body)
         channel.close()
     finally:
         connection.close()
-    return pc.role_facts("publisher", client_port, name, "pika", queue=queue, messages=len(bodies))
+    return pc.role_facts(
+        "publisher", client_port, name, "pika", queue=queue, messages=len(bodies), rate_per_second=rate
+    )
 
 
 # -- Celery: a worker slower than its producer, and one that keeps up -------------------------------
@@ -155,15 +163,35 @@ def connection_reused(host: str, port: int) -> Truth:
 # -- pika: a message requeued forever ---------------------------------------------------------------
 
 
-def _requeue(host: str, port: int, scenario: str, forever: bool, prefetch: int) -> Truth:
+def _requeue(host: str, port: int, scenario: str, forever: bool, prefetch: int, rate: float | None) -> Truth:
+    """The poison message, then 200 good ones: all before the consumer starts (``rate`` None), or
+    published ``rate`` a second while it consumes."""
     queue, dead = PREFIX + scenario, PREFIX + scenario + ".dead"
     clients.declare(host, port, (dead,))
     clients.declare(host, port, (queue,), arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead})
-    bodies = [pp.POISON] + [json.dumps({"order": i, "quantity": 1}).encode() for i in range(200)]
-    filler = _publish(host, port, queue, bodies, "orders publisher")
-    consumer = pp.nacking_consumer(
-        host, port, queue, prefetch=prefetch, requeue_forever=forever, max_redeliveries=3000, name="orders consumer"
-    )
+    good = [json.dumps({"order": i, "quantity": 1}).encode() for i in range(200)]
+
+    def consume() -> dict[str, Any]:
+        return pp.nacking_consumer(
+            host,
+            port,
+            queue,
+            prefetch=prefetch,
+            requeue_forever=forever,
+            max_redeliveries=3000,
+            good_messages=len(good),
+            name="orders consumer",
+        )
+
+    if rate is None:
+        filler = _publish(host, port, queue, [pp.POISON, *good], "orders publisher")
+        consumer = consume()
+    else:
+        poison = _publish(host, port, queue, [pp.POISON], "orders publisher (the poison message)")
+        consumer, publisher = pc.in_threads(
+            consume, lambda: _publish(host, port, queue, good, "orders publisher", rate=rate)
+        )
+        filler = {**publisher, "messages_before": poison["messages"]}
     clients.delete(host, port, (queue, dead))
     return _facts(scenario, [filler, consumer], dead_letter_queue=dead)
 
@@ -171,14 +199,14 @@ def _requeue(host: str, port: int, scenario: str, forever: bool, prefetch: int) 
 def requeue_loop(host: str, port: int) -> Truth:
     """201 messages, the first not JSON; a pika consumer (prefetch 1) nacks it with requeue=true
     every time it comes: it comes back at once, 3 000 times, and the other 200 never come."""
-    return _requeue(host, port, "requeue_loop", forever=True, prefetch=1)
+    return _requeue(host, port, "requeue_loop", forever=True, prefetch=1, rate=None)
 
 
 def requeue_once(host: str, port: int) -> Truth:
-    """Near miss: the consumer (prefetch 20: with prefetch 1 each of the 200 would wait for the last
-    one's ack, a round trip apiece, which is another capture's problem) requeues it once, rejects its
-    redelivery without requeue (dead-lettered) and acks the other 200."""
-    return _requeue(host, port, "requeue_once", forever=False, prefetch=20)
+    """Near miss: the poison message, then 200 good ones at 100 a second while the consumer
+    (prefetch 20) runs: it requeues the poison message once, rejects its redelivery without requeue
+    (dead-lettered) and acks the others as they come (no backlog: each waits for nothing)."""
+    return _requeue(host, port, "requeue_once", forever=False, prefetch=20, rate=100.0)
 
 
 # -- aio-pika: publishes into a full queue with overflow=reject-publish ------------------------------
