@@ -1,5 +1,7 @@
-"""``derive`` of every capture of a lake, whole process, on the engine named: what the benchmark of
-the embedded engine times (python start, engine start, derive, stop), side by side with classic.
+"""``derive`` of every capture of a lake, whole process, on the engine named: the same-rows test
+derives on Sail so (PySpark cannot hold a classic and a Connect session side by side: jobs.sail),
+and the embedded engine's benchmark times it (engine start, derive, stop) beside classic Spark.
+Prints the run as JSON.
 
     .venv/bin/python -m tests.engine_derive sail|spark LAKE
 """
