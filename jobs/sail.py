@@ -1,14 +1,21 @@
 """Sail, the embedded engine: a Spark Connect server in this process (``pysail``, a Rust engine),
-and a Spark Connect session on it.
+and a Spark Connect session on it, without a JVM.
 
-``--engine sail`` runs the same pipelines as classic Spark, without a JVM: the server starts in
-about a second on a loopback port of its own and stops with the session. The session is a plain
-PySpark Connect session (``pyspark.sql.connect``), so everything that holds on a Spark Connect
-session holds here too; what Sail itself lacks the pipelines do not use (grouping sets, plans
-deeper than the protocol's message nesting: pipelines/throughput.py, pipelines/partitioning.py).
-The lake's tables are written by the delta-rs backend (jobs.lake): Sail writes the Parquet files
-of a table's captures into a staging folder, the project's commit layer commits them
-(jobs.delta_commit), so a commit checks conflicts on Sail as on classic Spark.
+``engine_session("sail")`` is what an ``--engine sail`` run opens: the server starts in about a
+second on a free loopback port and stops with the session. The session is a plain PySpark Connect
+session (``pyspark.sql.connect``). The pipelines give the same rows on it as on classic Spark
+(tests/test_same_rows.py) where they avoid what Sail does otherwise: grouping sets
+(pipelines/throughput.py), checkpoints with a storage level or of types Sail states but does not
+return (pipelines/partitioning.py), observed metrics (expectations/suite.py), decimal literals
+beside doubles (expectations/bottleneck_rules.py); pipelines/engine.py names the settings this
+module sets for that. The lake's tables are written by the delta-rs backend (jobs.lake): Sail
+writes the Parquet files of a table's captures into a staging folder and the project's commit
+layer commits them (jobs.delta_commit), so a commit checks conflicts on Sail as on classic Spark;
+they are read through Sail's own Delta reader, at the version delta-rs found.
+
+PySpark holds one kind of session per process: its Column and function classes follow a
+process-wide switch that the first Connect session sets. A Sail session cannot be opened beside a
+classic one (``start_sail`` refuses), and a classic one only after Sail's is stopped.
 
 Sail: https://github.com/lakehq/sail (Apache-2.0), the ``pysail`` package on PyPI.
 """
@@ -118,7 +125,7 @@ def start_sail(conf: Mapping[str, str] | None = None, ip: str = LOOPBACK, verbos
         builder = SparkSession.builder.remote(f"sc://{host}:{port}")
         for key, value in {**SAIL_CONF, **(conf or {})}.items():
             builder = builder.config(key, value)
-        session = builder.getOrCreate()
+        session = builder.create()  # a session of its own, not one already open on another server
     except BaseException:
         server.stop()
         if checkpoints is not None:
@@ -130,13 +137,35 @@ def start_sail(conf: Mapping[str, str] | None = None, ip: str = LOOPBACK, verbos
 
 
 @contextmanager
-def sail_session(conf: Mapping[str, str] | None = None) -> Iterator[SparkSession]:
+def sail_session(conf: Mapping[str, str] | None = None, verbose: bool = False) -> Iterator[SparkSession]:
     """A Connect session on a Sail server of its own, both stopped at the end of the block."""
-    engine = start_sail(conf)
+    engine = start_sail(conf, verbose=verbose)
     try:
         yield engine.session
     finally:
         engine.stop()
+
+
+@contextmanager
+def engine_session(
+    engine: str, app_name: str = "amqpscope", conf: Mapping[str, str] | None = None, verbose: bool = False
+) -> Iterator[SparkSession]:
+    """The hook for ``--engine spark|sail``: a session on ``engine`` for the block, stopped after it.
+    ``spark`` is today's local session (jobs.session.build_session, on its default master); ``sail``
+    the embedded engine. The Spark settings in ``conf`` go to either (Sail takes what it uses)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine == "sail":
+        with sail_session(conf, verbose=verbose) as session:
+            yield session
+        return
+    from amqpscope.jobs.session import build_session
+
+    session = build_session(app_name=app_name, conf=dict(conf or {}))
+    try:
+        yield session
+    finally:
+        session.stop()
 
 
 def is_sail(spark: SparkSession) -> bool:

@@ -9,6 +9,7 @@ on the columns that tell rows apart, so a section's positions are the same on ev
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from functools import reduce
 
@@ -152,8 +153,20 @@ def _ranked(section: str, rows: DataFrame, order: Sequence[Column], keep: int) -
         F.lit(section).alias("section"),
         F.row_number().over(ranked_in_capture).alias("position"),
         F.count(F.lit(1)).over(in_capture).alias("total"),
-        F.to_json(F.struct(*[rows[c] for c in rows.columns]), _JSON).alias("row"),
+        _json_object(rows).alias("row"),
     ).where(F.col("position") <= keep)
+
+
+def _json_object(rows: DataFrame) -> Column:
+    """A row of ``rows`` as a JSON object, its null columns as null: what ``to_json`` of the row's
+    struct writes on Spark, member by member (each value as ``to_json`` writes it in an array), so
+    that an engine that leaves out null fields whatever the option (Sail) writes the same text."""
+
+    def member(column: str) -> Column:
+        value = F.to_json(F.array(rows[column]), _JSON)  # "[<value>]"
+        return F.concat(F.lit(json.dumps(column) + ":"), value.substr(F.lit(2), F.length(value) - 2))
+
+    return F.concat(F.lit("{"), F.concat_ws(",", *[member(c) for c in rows.columns]), F.lit("}"))
 
 
 def _capture_lines(

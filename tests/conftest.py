@@ -47,7 +47,7 @@ def sail_spark():
     """A Spark Connect session on Sail, the embedded engine (jobs.sail), for the whole run: its
     server starts in about a second, in this process, and stops at the end. PySpark cannot hold it
     beside the classic ``spark`` session in one process: a test that compares the two runs Sail in
-    a process of its own (tests.sail_derive)."""
+    a process of its own (tests.engine_derive)."""
     from amqpscope.jobs.sail import sail_available, start_sail
 
     if not sail_available():

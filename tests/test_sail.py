@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 
 import pyspark.sql.functions as F
+import pytest
 
-from amqpscope.jobs.sail import CHECKPOINT_PATH, is_sail, reads_delta_itself, start_sail
+from amqpscope.conf.diagnosis import DiagnosisThresholds
+from amqpscope.expectations.bottleneck_rules import bind
+from amqpscope.jobs.sail import CHECKPOINT_PATH, engine_session, is_sail, reads_delta_itself, start_sail
 from amqpscope.pipelines import engine
 from amqpscope.pipelines.partitioning import checkpointed, kept
 
@@ -39,3 +42,22 @@ def test_checkpoints_on_sail_keep_rows_whose_stated_types_sail_does_not_return(s
     for keep in (checkpointed, kept):
         got = sorted((r.n, tuple(r.s), r.address) for r in keep(rows).collect())
         assert got == want
+
+
+def test_the_engine_hook_opens_a_sail_session_of_its_own_and_refuses_an_unknown_engine(sail_spark):
+    with engine_session("sail") as session:
+        assert (is_sail(session), session.session_id != sail_spark.session_id) == (True, True)
+        assert session.range(3).agg(F.sum("id")).first()[0] == 3
+    assert not is_sail(session)
+    assert sail_spark.range(2).count() == 2  # the other engine still answers
+    with pytest.raises(ValueError, match="not one of spark, sail"):
+        with engine_session("duckdb"):
+            pass
+
+
+def test_rule_expressions_are_bound_with_double_literals_and_their_strings_kept():
+    # Sail computes least(0.9, <double>) as a decimal of scale 15; written as doubles, every engine
+    # computes what Spark computes for the decimal literal beside a double.
+    limits = DiagnosisThresholds()
+    got = bind("least(0.9, 0.4 + 0.25 * held_share) and name = 'v1.5' and x1.5 > 2 and a.b > 1e-3", limits)
+    assert got == "least(0.9D, 0.4D + 0.25D * held_share) and name = 'v1.5' and x1.5 > 2 and a.b > 1e-3"
