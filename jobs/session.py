@@ -354,7 +354,7 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
     _BASE_CONF's stays (8 itself cannot be told from the default), so do join settings other than
     Spark's defaults, and adaptive execution turned off on the session. A cluster's session (a
     Databricks task: its own engine, a warm JVM) is left as it is; a Spark Connect session is set
-    up so when its server runs on a local master."""
+    up so when its server runs on a local master, its tables written by Spark all the same."""
     if capture_bytes > INTERPRETED_UP_TO_BYTES or not _local_with_spark_defaults(spark):
         yield False
         return
@@ -370,7 +370,10 @@ def sized_for(spark: SparkSession, capture_bytes: int) -> Iterator[bool]:
         small, default = _UNBROADCAST[key]
         if value == default:
             spark.conf.set(key, small)
-    spark.conf.set(STAGE_ON_DRIVER, "true")
+    # Not through a Connect client: pyarrow crashed (SIGSEGV) sizing a table the client had collected
+    # (the diagnosis's first write, PySpark 4.0.5, pyarrow 26): its tables are written by Spark.
+    if not is_connect(spark):
+        spark.conf.set(STAGE_ON_DRIVER, "true")
     try:
         yield True
     finally:
