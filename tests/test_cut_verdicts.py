@@ -10,7 +10,7 @@ capture's, or what the cut can still show when the cause lies before it:
   cut cannot tell ("alarm"), or of the reason the full capture names.
 
 The full matrix analyses 27 captures and their 108 cuts in one run (slow tier); the normal suite
-has the healthy samples and three bottleneck scenarios at two cuts.
+has the healthy samples and three bottleneck captures (two alarms, a slow consumer) at two cuts.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ SOME_CAPTURES = [
     *HEALTHY_SAMPLES,
     SAMPLES / "bottlenecks" / "memory-alarm.pcap",
     SAMPLES / "bottlenecks" / "slow-consumer.pcap",
-    SAMPLES / "bottlenecks" / "amqp10-slow-link.pcap",
+    SAMPLES / "flow" / "amqp091-memory-alarm.pcap",
 ]
 SOME_POINTS = (Fraction(1, 3), Fraction(2, 3))
 ALARMS = ("memory_alarm", "disk_alarm")
