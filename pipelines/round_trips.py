@@ -65,13 +65,13 @@ def _us(column: str) -> Column:
 
 def _first_after(left: DataFrame, right: DataFrame, keys: list[str], after: str, at: str, take: list[str]) -> DataFrame:
     """``left`` with, per row, the columns ``take`` of the earliest row of ``right`` with the same
-    ``keys`` whose ``at`` is not before ``left``'s ``after`` (null when none)."""
-    ids = left.withColumn("_row", F.monotonically_increasing_id())
-    joined = ids.join(right, keys, "left").filter(F.col(at).isNull() | (F.col(at) >= F.col(after)))
-    first = Window.partitionBy("_row").orderBy(F.col(at).asc_nulls_last())
-    chosen = joined.withColumn("_n", F.row_number().over(first)).filter(F.col("_n") == 1)
-    kept = chosen.select("_row", *take)
-    return ids.join(kept, "_row", "left").drop("_row")
+    ``keys`` whose ``at`` is not before ``left``'s ``after`` (null when none). A row of ``left`` is
+    told apart by all its columns."""
+    joined = left.join(right, keys, "left")
+    fits = F.col(at) >= F.col(after)
+    return joined.groupBy(*left.columns).agg(
+        *[F.min_by(F.when(fits, F.col(c)), F.when(fits, F.col(at))).alias(c) for c in take]
+    )
 
 
 def calls(messages_091: DataFrame) -> DataFrame:

@@ -450,7 +450,7 @@ def rpc(traffic: Traffic, *, calls: int, responder_ms: float, caller_ms: float, 
 
 @case
 def rpc_waiting_on_its_responder(traffic: Traffic) -> None:
-    # Each call 41.2 ms: 0.8 ms in the broker's hops, 40 ms in the responder; 0.2 ms to the next.
+    # Each call 40.8 ms: 0.8 ms in the broker's hops, 40 ms in the responder; 0.2 ms to the next.
     rpc(traffic, calls=20, responder_ms=40, caller_ms=0.2)
 
 
@@ -480,14 +480,14 @@ def test_a_caller_waiting_on_each_reply_is_bound_by_what_takes_the_call(findings
     evidence = rows[0].evidence
     assert (evidence["calls"], evidence["in_flight_max"]) == ("20", "1")
     assert (evidence["call_p50_ms"], evidence["broker_hops_p50_ms"], evidence["responder_p50_ms"]) == (
-        "41.2",
+        "40.8",
         "0.8",
         "40.0",
     )
-    # Of each 41.4 ms cycle (the last has no next request: 41.2 ms), the responder takes 40 ms.
-    assert float(evidence["responder_share"]) == pytest.approx(20 * 40 / (20 * 41.4 - 0.2), abs=1e-3)
+    # Of each 41 ms cycle (the last has no next request: 40.8 ms), the responder takes 40 ms.
+    assert float(evidence["responder_share"]) == pytest.approx(20 * 40 / (19 * 41 + 40.8), abs=1e-3)
     # Waiting from each request to its reply, over the first request to the last reply.
-    assert rows[0].lifetime_share == pytest.approx(20 * 41.2 / (20 * 41.4 - 0.2), abs=1e-3)
+    assert rows[0].lifetime_share == pytest.approx(20 * 40.8 / (19 * 41 + 40.8), abs=1e-3)
 
 
 def test_calls_made_together_or_a_caller_busy_between_them_give_no_finding(findings):
@@ -503,7 +503,7 @@ def test_round_trips_split_each_call_and_pair_methods_and_confirms(findings, spa
     calls = rows.filter(F.col("kind") == "request_reply").orderBy("request_ts").collect()
     assert len(calls) == 20
     assert [(c.broker_in_us, c.responder_us, c.broker_out_us, c.round_trip_us) for c in calls] == [
-        (400, 40_000, 400, 41_200)
+        (400, 40_000, 400, 40_800)
     ] * 20
     assert [c.caller_us for c in calls] == [200] * 19 + [None]
     assert {c.responder_connection_id for c in calls} == {"responder"}
