@@ -85,7 +85,7 @@ def balance(spark) -> list:
     segments = spark.createDataFrame([], TCP_SEGMENTS_SCHEMA)
     built = Build({"frames": frames, "tcp_segments": segments, "captures": captures}).build(["queue_balance"])
     table = built["queue_balance"]
-    assert table.schema == QUEUE_BALANCE_SCHEMA
+    assert [(f.name, f.dataType) for f in table.schema] == [(f.name, f.dataType) for f in QUEUE_BALANCE_SCHEMA]
     return table.orderBy("queue", "bucket").collect()
 
 
