@@ -39,6 +39,10 @@ class DiagnosisThresholds:
     # (https://www.rabbitmq.com/docs/confirms#channel-qos-prefetch-throughput): 100 deliveries in
     # hand with not one acked is more than any processing pipeline keeps.
     never_acks_deliveries: int = 100
+    # A queue without a consumer in the capture is reported once its backlog grew by this many: a
+    # consumer the capture does not hold takes a few hundred at once (the prefetch guidance above),
+    # so a smaller batch may be one it drains in moments.
+    backlog_min_ready: int = 1000
     # A consumer is slow beside its neighbour when its median ack wait is at least this many times
     # the fastest other consumer's of the same queue: consumers of one queue doing the same work
     # differ by their load and their messages' sizes, not by a factor of four.
