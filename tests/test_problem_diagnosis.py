@@ -85,13 +85,12 @@ def test_every_problem_the_broker_saw_is_found(lake, capture: Path) -> None:
 
 
 def table(root: Path) -> str:
-    """The closing table: scenario, client library, broker truth, diagnosis, every finding."""
-    from amqpscope.jobs.session import build_session
+    """The closing table: scenario, client library, broker truth, diagnosis, every finding (read with
+    delta-rs: no Spark)."""
+    from deltalake import DeltaTable
 
-    spark = build_session(master="local[2]", app_name="amqpscope-problem-table")
-    tables = Lake(spark, root)
-    diagnoses = {r.capture_id: r for r in tables.read("diagnosis").collect()}
-    rows = tables.read("bottlenecks").orderBy("capture_id", "rank").collect()
+    diagnoses = {r["capture_id"]: r for r in DeltaTable(str(root / "diagnosis")).to_pyarrow_table().to_pylist()}
+    rows = sorted(DeltaTable(str(root / "bottlenecks")).to_pyarrow_table().to_pylist(), key=lambda f: f["rank"])
     lines = [
         "| scenario | library | broker truth | diagnosis | findings (rank: rule, severity) |",
         "|---|---|---|---|---|",
@@ -102,17 +101,16 @@ def table(root: Path) -> str:
         libraries = sorted({c["client_library"] for c in facts.get("clients", []) if c.get("client_library")})
         wanted = sorted(r.removeprefix("diagnosis.") for r in expected_findings(truth))
         cid = capture_id(capture)
-        said = diagnoses[cid].bottleneck if cid in diagnoses else "(not analysed)"
+        said = diagnoses[cid]["bottleneck"] if cid in diagnoses else "(not analysed)"
         listed = [
             f"{f['rank']}: {f['rule_id'].removeprefix('diagnosis.')} ({f['severity']})"
             for f in rows
             if f["capture_id"] == cid
         ]
+        truth_text = f"{expected_bottleneck(truth)[0]}; {', '.join(wanted) or '-'}"
         lines.append(
-            f"| {capture.stem} | {', '.join(libraries)} | {expected_bottleneck(truth)[0]}; {', '.join(wanted) or '-'} "
-            f"| {said} | {'; '.join(listed) or '-'} |"
+            f"| {capture.stem} | {', '.join(libraries)} | {truth_text} | {said} | {'; '.join(listed) or '-'} |"
         )
-    spark.stop()
     return "\n".join(lines)
 
 
