@@ -39,7 +39,7 @@ from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.ingest.tls_keylog import KeyLog
 from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.progress import Progress, TaskCounters
-from amqpscope.jobs.session import default_parallelism
+from amqpscope.jobs.session import default_parallelism, is_connect
 from amqpscope.pipelines.tables import STORED_FRAMES
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.packets import PACKETS_SCHEMA
@@ -498,6 +498,11 @@ def _read_plan(spark: SparkSession, plan_rows: Sequence[tuple[object, ...]]) -> 
     gets none."""
     if not plan_rows:
         return spark.createDataFrame([], _PLAN_SCHEMA)
+    if not is_connect(spark):
+        # Classic: parallelize slices the list evenly, and the decoded rows persisted after it are
+        # found again by every plan that reads them (tests/test_plan_shapes.py); the literal plan
+        # below is what a Connect session takes.
+        return spark.createDataFrame(spark.sparkContext.parallelize(plan_rows, len(plan_rows)), _PLAN_SCHEMA)
     rows = F.array(
         *[
             F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(row, _PLAN_SCHEMA.fields)])
