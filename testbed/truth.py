@@ -432,28 +432,26 @@ def expected_findings(truth: Mapping[str, Any]) -> set[str]:
     the module docstring), except on a queue whose deliveries are mostly redeliveries: a consumer
     looping over one message it requeues is at its prefetch because of the loop, not its pace."""
     samples: Sequence[Sample] = truth["broker_states"]["samples"]
-    findings = set()
     loop = redelivery_loop(samples)
-    if loop:
-        findings.add("diagnosis.consumer.redelivery_loop")
+    findings = {rule for rule, seen in _SEEN_BY_BROKER if seen(samples)}
+    findings |= {rule for rule, seen in _SEEN_BY_CLIENTS if seen(truth)}
     if _held_consumer(samples) is not None and not loop:
         findings.add("diagnosis.consumer.prefetch_bound")
-    if never_acking_channels(samples):
-        findings.add("diagnosis.consumer.never_acks")
-    if backlog_without_consumer(samples):
-        findings.add("diagnosis.queue.backlog_without_consumer")
-    if connection_churn(samples):
-        findings.add("diagnosis.client.connection_churn")
-    if channel_churn(samples):
-        findings.add("diagnosis.client.channel_churn")
-    if refused_publishes(samples):
-        findings.add("diagnosis.publisher.refused")
-    if unroutable_returns(samples):
-        findings.add("diagnosis.publisher.unroutable")
-    if slow_replies(truth):
-        findings.add("diagnosis.client.request_reply_latency")
-    if slow_settlement(truth):
-        findings.add("diagnosis.publisher.slow_settlement")
-    if link_bound(truth):
-        findings.add("diagnosis.network.bandwidth_limited")
     return findings
+
+
+# The rules the broker's samples call for, and those only the clients' record shows (the broker is blind).
+_SEEN_BY_BROKER: tuple[tuple[str, Any], ...] = (
+    ("diagnosis.consumer.redelivery_loop", redelivery_loop),
+    ("diagnosis.consumer.never_acks", never_acking_channels),
+    ("diagnosis.queue.backlog_without_consumer", backlog_without_consumer),
+    ("diagnosis.client.connection_churn", connection_churn),
+    ("diagnosis.client.channel_churn", channel_churn),
+    ("diagnosis.publisher.refused", refused_publishes),
+    ("diagnosis.publisher.unroutable", unroutable_returns),
+)
+_SEEN_BY_CLIENTS: tuple[tuple[str, Any], ...] = (
+    ("diagnosis.client.request_reply_latency", slow_replies),
+    ("diagnosis.publisher.slow_settlement", slow_settlement),
+    ("diagnosis.network.bandwidth_limited", link_bound),
+)
