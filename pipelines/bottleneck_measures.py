@@ -726,7 +726,7 @@ class Measures:
             F.percentile_approx("outstanding", 0.5).alias("in_flight_p50"),
             first_packets("packet_number").alias("packet_numbers"),
         )
-        queues = self.routes.filter(F.col("queue").isNotNull()).groupBy(*keys).agg(F.first("queue").alias("queue"))
+        queues = self.routes.filter(F.col("queue").isNotNull()).groupBy(*keys).agg(F.min("queue").alias("queue"))
         span = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
         return (
             spans.join(held, list(keys))

@@ -31,7 +31,7 @@ def _sender(flow: DataFrame) -> DataFrame:
         flow.groupBy(*_CONNECTION, "direction")
         .agg(F.sum("payload_length").alias("_bytes"))
         .groupBy(*_CONNECTION)
-        .agg(F.max_by("direction", "_bytes").alias("sender"))
+        .agg(F.max_by("direction", F.struct("_bytes", "direction")).alias("sender"))
     )
 
 
@@ -94,7 +94,7 @@ def bandwidth_limited(m: Measures) -> DataFrame:
         .agg(
             F.count(F.lit(1)).alias("sending_buckets"),
             F.sum(at.cast("long")).alias("_at_ceiling"),
-            F.first("_ceiling").alias("_ceiling"),
+            F.min("_ceiling").alias("_ceiling"),
             F.sum("_bytes").alias("sent_bytes"),
             F.min("_from").alias("_low"),
             F.max("_from").alias("_high"),

@@ -47,8 +47,8 @@ def _packets_on_connection(frames: DataFrame, condition: Column) -> DataFrame:
 
 def publish_refusals(m: Measures) -> DataFrame:
     """Per 0-9-1 channel publishing with confirms and refused at least once: publishes, the broker's
-    refusals (``refused``: publishes whose confirm was a basic.nack), their share, the queue most of
-    them were routed to and that queue's declared limits (``max_length``, ``max_length_bytes``,
+    refusals (``refused``: publishes whose confirm was a basic.nack), their share, the queue, exchange
+    and routing key most of the refused ones had and that queue's declared limits (``max_length``, ``max_length_bytes``,
     ``overflow``; null where not declared in the capture), whether it refuses when full
     (``rejects_when_full``), the time from the first refused publish to the last refusal and the
     nack packets."""
@@ -63,8 +63,6 @@ def publish_refusals(m: Measures) -> DataFrame:
         F.min(F.when(F.col("settled_by") == "basic.nack", _us("ts"))).alias("_first_refused_us"),
         F.min(_us("ts")).alias("_low"),
         F.max(_us("ts")).alias("_last_publish_us"),
-        F.first(F.coalesce(F.col("exchange"), F.lit("")), ignorenulls=True).alias("exchange"),
-        F.first("routing_key", ignorenulls=True).alias("routing_key"),
     )
     nacked = nacks.groupBy(*_CHANNEL).agg(
         F.count(F.lit(1)).alias("nack_frames"),
@@ -73,12 +71,23 @@ def publish_refusals(m: Measures) -> DataFrame:
         F.max(_us("ts")).alias("_last_nack_us"),
         first_packets("packet_number").alias("packet_numbers"),
     )
+    # Where the refused publishes went: the queue, exchange and routing key most of them had (ties
+    # to the greatest names, so that a rerun names the same).
+    refused = confirmed.filter(F.col("settled_by") == "basic.nack").select(
+        *_CHANNEL,
+        "frame_index",
+        F.coalesce(F.col("exchange"), F.lit("")).alias("exchange"),
+        F.coalesce(F.col("routing_key"), F.lit("")).alias("routing_key"),
+    )
+    routed = m.routes.filter(F.col("queue").isNotNull()).select(*_CHANNEL, "frame_index", "queue")
+    destination = F.struct("queue", "exchange", "routing_key")
     queues = (
-        m.routes.filter(F.col("queue").isNotNull())
-        .groupBy(*_CHANNEL, "queue")
+        refused.join(routed, [*_CHANNEL, "frame_index"], "left")
+        .groupBy(*_CHANNEL, "queue", "exchange", "routing_key")
         .agg(F.count(F.lit(1)).alias("_n"))
         .groupBy(*_CHANNEL)
-        .agg(F.max_by("queue", "_n").alias("queue"))
+        .agg(F.max_by(destination, F.struct("_n", destination)).alias("_to"))
+        .select(*_CHANNEL, "_to.*")
     )
     declared = m.declarations.select("capture_id", "queue", "max_length", "max_length_bytes", "overflow")
     listed = _packets_on_connection(frames, F.col("method") == "basic.nack")
@@ -137,7 +146,8 @@ def unroutable_returns(m: Measures) -> DataFrame:
         .agg(F.count(F.lit(1)).alias("_n"))
         .groupBy(*_CHANNEL)
         .agg(
-            F.max_by(F.struct("exchange", "routing_key"), "_n").alias("_most"),
+            # Ties to the greatest names, so that a rerun names the same.
+            F.max_by(F.struct("exchange", "routing_key"), F.struct("_n", "exchange", "routing_key")).alias("_most"),
             F.count(F.lit(1)).alias("destinations"),
         )
     )
@@ -151,7 +161,7 @@ def unroutable_returns(m: Measures) -> DataFrame:
         F.min("packet_number").alias("start_packet_number"),
         F.max("packet_number").alias("end_packet_number"),
         first_packets("packet_number").alias("packet_numbers"),
-        F.first(destination).alias("_any"),
+        F.min(destination).alias("_any"),
     )
     listed = _packets_on_connection(frames, F.col("method") == "basic.return")
     low = F.least(F.col("_low"), F.col("_first_us"))

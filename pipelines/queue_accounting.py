@@ -115,7 +115,7 @@ def settlement_waits(frames: DataFrame, link_state: DataFrame, deliveries_10: Da
     links = (
         link_state.filter((F.col("sender_side") == "client") & (F.col("method") == "transfer"))
         .groupBy(*_CONNECTION, "channel", "handle")
-        .agg(queue_of_address(F.first("target_address", ignorenulls=True)).alias("queue"))
+        .agg(queue_of_address(F.min("target_address")).alias("queue"))
     )
     settled_at = frames.select(
         *_CONNECTION, F.col("frame_index").alias("disposition_frame_index"), F.col("ts_us").alias("_settled_us")

@@ -50,7 +50,7 @@ def consumer_acks(m: Measures) -> DataFrame:
     unacked = m.tables.consumer_unacked
     delivered = unacked.filter(F.col("method") == "basic.deliver")
     held = unacked.groupBy(*_CONSUMER).agg(
-        F.first("queue", ignorenulls=True).alias("queue"),
+        F.min("queue").alias("queue"),
         F.max("unacked").alias("unacked_max"),
         F.unix_micros(F.min(F.when(F.col("settled") > 0, F.col("ts")))).alias("_first_settled_us"),
     )
@@ -112,7 +112,7 @@ def redeliveries(m: Measures) -> DataFrame:
     requeued it most, and the queue's ready count after its last delivery (``ready``: null where
     the capture cannot count it). Held: from its first to its last delivery, within the span of
     the queue's deliveries."""
-    queues = m.tables.consumer_unacked.groupBy(*_CONSUMER).agg(F.first("queue", ignorenulls=True).alias("queue"))
+    queues = m.tables.consumer_unacked.groupBy(*_CONSUMER).agg(F.min("queue").alias("queue"))
     delivered = (
         m.tables.messages_091.filter(F.col("method") == "basic.deliver")
         .join(queues, list(_CONSUMER))
@@ -144,8 +144,8 @@ def redeliveries(m: Measures) -> DataFrame:
         .agg(
             F.sum("_loop").alias("loops"),
             F.count(F.lit(1)).alias("message_deliveries"),
-            F.first("message_id", ignorenulls=True).alias("message_id"),
-            F.max_by(F.struct(*_CONSUMER), "_loop").alias("_by"),
+            F.min("message_id").alias("message_id"),
+            F.max_by(F.struct(*_CONSUMER), F.struct("_loop", *_CONSUMER)).alias("_by"),
             F.min("_at_us").alias("_first_us"),
             F.max("_at_us").alias("_last_us"),
             first_packets("packet_number").alias("packet_numbers"),
@@ -253,7 +253,9 @@ def unconsumed_queues(m: Measures) -> DataFrame:
         F.unix_micros(F.min("ts")).alias("_first_us"),
         F.unix_micros(F.max("ts")).alias("_last_us"),
         first_packets("packet_number").alias("packet_numbers"),
-        F.mode("connection_id").alias("connection_id"),
+        # The publishers' connection where there is one; none where several publish to the queue, so
+        # that the finding's filter names its packets by number, not by one connection's port.
+        F.when(F.countDistinct("connection_id") == 1, F.min("connection_id")).alias("connection_id"),
     )
     consumed_091 = frames.filter(
         F.col("method").isin("basic.consume", "basic.get") & (F.col("direction") == "c2s")
@@ -328,8 +330,8 @@ def transfer_settlement(m: Measures) -> DataFrame:
         m.tables.link_state.filter((F.col("sender_side") == "client") & (F.col("method") == "transfer"))
         .groupBy(*_LINK)
         .agg(
-            F.first("link_name", ignorenulls=True).alias("link_name"),
-            F.first("target_address", ignorenulls=True).alias("target_address"),
+            F.min("link_name").alias("link_name"),
+            F.min("target_address").alias("target_address"),
         )
     )
     timed = (

@@ -171,8 +171,8 @@ def method_round_trips(frames: DataFrame) -> DataFrame:
         .groupBy(*_CONNECTION, "channel", "direction", "request", "response", "_asked_at")
         .agg(
             F.min_by(F.struct("response_us", "response_packet_number"), "_answered_at").alias("_reply"),
-            F.first("request_us").alias("request_us"),
-            F.first("request_packet_number").alias("request_packet_number"),
+            F.min("request_us").alias("request_us"),
+            F.min("request_packet_number").alias("request_packet_number"),
         )
     )
     return joined.select(
@@ -301,8 +301,8 @@ def request_reply(m: Measures) -> DataFrame:
         F.sum("_broker").alias("_broker_sum"),
         F.sum("_responder").alias("_responder_sum"),
         F.sum(caller).alias("_caller_sum"),
-        F.first("responder_connection_id", ignorenulls=True).alias("responder_connection_id"),
-        F.first("reply_to", ignorenulls=True).alias("reply_to"),
+        F.min("responder_connection_id").alias("responder_connection_id"),
+        F.min("reply_to").alias("reply_to"),
     )
     requests = (
         m.tables.frames.filter((F.col("method") == "basic.publish") & (F.col("direction") == "c2s"))
@@ -312,7 +312,7 @@ def request_reply(m: Measures) -> DataFrame:
     )
     cycle = F.greatest(F.col("_broker_sum") + F.col("_responder_sum") + F.col("_caller_sum"), F.lit(1))
     span = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
-    routed = m.routes.filter(F.col("queue").isNotNull()).groupBy(*keys).agg(F.first("queue").alias("queue"))
+    routed = m.routes.filter(F.col("queue").isNotNull()).groupBy(*keys).agg(F.min("queue").alias("queue"))
     return (
         per_caller.join(held, list(keys))
         .join(in_flight, list(keys))

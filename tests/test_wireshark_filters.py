@@ -173,3 +173,28 @@ def test_retransmissions_and_spurious_ones_agree_with_tshark(bottleneck_lake, sp
 
 def tshark_keep_alives(capture: Path) -> list[int]:
     return [int(n) for (n,) in tshark_fields(capture, "tcp.analysis.keep_alive", "frame.number")]
+
+
+def test_a_backlog_without_consumer_is_what_the_broker_deleted_with_the_queue(scenario_findings):
+    """The broker's own count of a queue's messages, read by tshark: the scenarios delete their
+    queues at the end, and queue.delete-ok carries the number of messages deleted with it."""
+    backlogs = [f for f in scenario_findings if f.rule_id == "diagnosis.queue.backlog_without_consumer"]
+    assert backlogs
+    for finding in backlogs:
+        capture = BY_ID[finding.capture_id]
+        rows = tshark_fields(
+            capture,
+            "amqp.method.class == 50 && amqp.method.method in {40 41}",
+            "tcp.stream",
+            "amqp.method.method",
+            "amqp.method.arguments.queue",
+            "amqp.method.arguments.message_count",
+        )
+        deleting: dict[str, str] = {}
+        deleted: list[int] = []
+        for stream, method, queue, count in rows:
+            if method == "40":
+                deleting[stream] = queue
+            elif deleting.pop(stream, None) == finding.queue:
+                deleted.append(int(count))
+        assert deleted == [int(finding.evidence["ready_at_end"].replace(",", ""))], capture.name
