@@ -6,7 +6,8 @@ capture is never shown as clean. A lake with no complete capture gets a page tha
 row of the page comes from the gold tables (``jobs.report.REPORT_GOLD``: the report's sections,
 the chart series, the diagnosis, its findings, the data-quality summary), read with delta-rs
 (``Lake.read_rows``), without a Spark query; only a capture derived by a version before the
-report's sections were a gold table has them computed from its stored tables.
+report's sections were a gold table has them computed from its stored tables. The page names no
+engine: the lake does not record which one computed its tables (analyze's own page says it).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import runs
 from amqpscope.jobs.lake import Lake, lake_capture_filter
 from amqpscope.jobs.report import gold_rows, render_page, write_gold_report
-from amqpscope.jobs.session import engine_of, session_time_zone
+from amqpscope.jobs.session import session_time_zone
 from amqpscope.jobs.stages import StageClock, job_session
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.report_sections import report_sections
@@ -102,7 +103,6 @@ def report_lake(
                 suites=None,
                 data_docs_index=_data_docs_index(config.data_docs_dir),
                 time_zone=_time_zone(spark, config),
-                engine=engine_of(spark) if spark is not None else None,
             )
             return ReportResult(report, (), incomplete)
         gold = gold_rows(lake, complete)
@@ -120,7 +120,6 @@ def report_lake(
             verdicts=None,
             data_docs_index=_data_docs_index(config.data_docs_dir),
             left_out=left_out,
-            engine=engine_of(spark) if spark is not None else None,
         )
         runs.mark(
             lake, run_id, "report", complete, OUTCOME_OK, {cid: state[(cid, "derive")].run_id for cid in complete}

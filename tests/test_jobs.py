@@ -119,6 +119,7 @@ def clean(spark, tmp_path_factory):
 # What the diagnosis reads (pipelines.bottlenecks: the findings' inputs and flow_intervals' own).
 DIAGNOSIS_INPUTS = {
     "messages_091",
+    "deliveries_10",
     "link_state",
     "session_window",
     "consumer_unacked",
