@@ -17,6 +17,9 @@ import yaml
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 
 STORAGE_BACKENDS = ("auto", "delta-rs", "delta-spark")
+# The engines a local run can be given (--engine): Spark (classic, or Spark Connect with remote) and
+# Sail, the embedded Rust engine on Spark Connect's protocol (jobs.sail).
+ENGINE_CHOICES = ("spark", "sail")
 _UC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 DEFAULT_PORTS = (5672, 5671)  # AMQP, and AMQP over TLS (IANA)
 
@@ -31,6 +34,9 @@ class AnalyzeConfig:
     # A Spark Connect server (sc://host:port, or local[N]: one started in this process) instead of
     # a classic session; None: SPARK_REMOTE's when it is set (jobs.session.resolve_remote).
     remote: str | None = None
+    # The engine a session is built on when no runtime gives one: "spark" (master or remote) or
+    # "sail", a Sail server started in this process for the run (jobs.sail).
+    engine: str = "spark"
     storage: str = "auto"
     ports: tuple[int, ...] = DEFAULT_PORTS
     report: Path | None = None  # default: <lake>/reports/<run id>.html, one per run
@@ -61,6 +67,10 @@ class AnalyzeConfig:
             raise ValueError("remote must name a Spark Connect server, e.g. sc://host:15002 or local[2]")
         if self.remote is not None and self.master is not None:
             raise ValueError(f"master ({self.master}) and remote ({self.remote}) name two sessions: give one")
+        if self.engine not in ENGINE_CHOICES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINE_CHOICES)}, not {self.engine!r}")
+        if self.engine == "sail" and (self.master is not None or self.remote is not None):
+            raise ValueError("the sail engine runs in this process: give no master or remote with it")
         object.__setattr__(self, "lake", Path(self.lake))
         for name in ("catalog", "schema"):
             value = getattr(self, name) or None

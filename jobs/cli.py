@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from amqpscope.conf.settings import STORAGE_BACKENDS, AnalyzeConfig, load_yaml
+from amqpscope.conf.settings import ENGINE_CHOICES, STORAGE_BACKENDS, AnalyzeConfig, load_yaml
 from amqpscope.ingest.pcap import CaptureError
 from amqpscope.jobs.errors import LakeError, printable, table_of
 
@@ -135,6 +135,16 @@ def _add_remote_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_engine_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engine",
+        choices=ENGINE_CHOICES,
+        help="spark (default): a classic session on --master, or Spark Connect on --remote; sail: Sail, an "
+        "embedded Rust engine serving Spark Connect in this process, no JVM (the sail extra: pip install "
+        "'amqpscope[sail]'; docs/ARCHITECTURE.md says what it does differently)",
+    )
+
+
 def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lake", help="root directory of the Delta tables (required unless set in --config)")
     p.add_argument("--config", type=Path, help="YAML settings (see conf/analyze.yml); flags win over it")
@@ -144,6 +154,7 @@ def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
         "on Databricks the runtime's session)",
     )
     _add_remote_argument(p)
+    _add_engine_argument(p)
     p.add_argument(
         "--storage",
         choices=STORAGE_BACKENDS,
@@ -189,6 +200,7 @@ def _config(args: argparse.Namespace) -> AnalyzeConfig:
         "lake",
         "master",
         "remote",
+        "engine",
         "storage",
         "ports",
         "report",
@@ -523,6 +535,7 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print every finding of every capture as JSON")
     p.add_argument("--reanalyze", action="store_true", help="analyse again even when the lake has a diagnosis")
     _add_remote_argument(p)
+    _add_engine_argument(p)
     p.add_argument(
         "--progress",
         choices=("auto", "always", "never"),
@@ -540,10 +553,11 @@ def _run_diagnose(args: argparse.Namespace) -> ExitCode:
         settings["lake"] = args.lake
     if args.tls_keylog is not None:
         settings["tls_keylog"] = tuple(args.tls_keylog)
-    if args.remote is not None:
-        settings["remote"] = args.remote
+    for key in ("remote", "engine"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
     config = AnalyzeConfig(**settings) if "lake" in settings else None
-    if config is None and set(settings) - {"tls_keylog", "remote"}:
+    if config is None and set(settings) - {"tls_keylog", "remote", "engine"}:
         raise UsageError("--config without a lake: set --lake or lake: in the file")
     answers = diagnose.diagnose(
         args.captures,
@@ -552,6 +566,7 @@ def _run_diagnose(args: argparse.Namespace) -> ExitCode:
         args.reanalyze,
         tls_keylog=tuple(settings.get("tls_keylog", ())),
         remote=settings.get("remote"),
+        engine=settings.get("engine", "spark"),
     )
     print(diagnose.render_json(answers) if args.json else diagnose.render_text(answers), end="")
     return diagnose.exit_code(answers)

@@ -64,10 +64,11 @@ def diagnose(
     reanalyze: bool = False,
     tls_keylog: Sequence[str | Path] = (),
     remote: str | None = None,
+    engine: str = "spark",
 ) -> list[dict[str, Any]]:
     """Per capture: its file, diagnosis row and ranked findings (bottlenecks rows), analysing the
     captures not in the lake yet (a temporary lake when ``config`` is None, TLS decrypted with
-    ``tls_keylog`` and on the Spark Connect server ``remote`` there)."""
+    ``tls_keylog``, on the Spark Connect server ``remote`` or the ``engine`` there)."""
     check_capture_arguments(captures)  # a directory, a missing file: said before anything is read
     captured = resolve_parts(captures, config.group_rotated if config else True).captures  # as analyze names them
     known = [(parts[0].content_hash, str(parts[0].path)) for parts in captured]
@@ -84,6 +85,7 @@ def diagnose(
                 data_docs=Path(scratch) / "data_docs",
                 tls_keylog=tuple(map(Path, tls_keylog)),
                 remote=remote,
+                engine=engine,
             )
         answers = None if reanalyze else stored_answers(config.lake, ids)
         if answers is not None and config.tls_keylog and any(d.get("encrypted_connections") for d in answers[0]):

@@ -85,10 +85,11 @@ from amqpscope.jobs.lake_files import (
     stage_rows,
     staged_files,
     staging_is_stale,
+    strip_field_metadata,
 )
 from amqpscope.jobs.lake_read import add_actions, is_delta_table, open_table, read_table
 from amqpscope.jobs.lake_stats import file_stats
-from amqpscope.jobs.sail import reads_delta_itself
+from amqpscope.jobs.sail import is_sail
 from amqpscope.jobs.session import jvm_has_delta, staged_on_driver
 from amqpscope.schemas.catalog import description, documented
 
@@ -555,8 +556,12 @@ def _plain_schema(schema_json: str) -> StructType:
 
 
 def _kept(rows: pa.Table, kept: list[pa.Table] | None) -> pa.Table:
+    """``rows`` (a result's ``toArrow``), kept in ``kept`` for ``write_and_keep`` without the fields'
+    metadata: Sail gives the column comments of the tables it read as Arrow field metadata, and a
+    session made from rows that carry it is refused beside scans that do not ("Physical input
+    schema should be the same as the one converted from logical input schema")."""
     if kept is not None:
-        kept.append(rows)
+        kept.append(rows.cast(pa.schema([f.remove_metadata() for f in rows.schema], metadata=rows.schema.metadata)))
     return rows
 
 
@@ -591,10 +596,18 @@ def _write_delta_rs(
             (lambda staging: stage_arrow(_kept(df.toArrow(), kept), df.schema, staging, partition_columns))
             if staged_on_driver(spark)
             # "error": the one name of errorifexists that Spark Connect takes too
-            else (lambda staging: df.write.mode("error").partitionBy(*partition_columns).parquet(staging))
+            else (lambda staging: _stage_by_engine(spark, df, staging, partition_columns))
         ),
         writer,
     )
+
+
+def _stage_by_engine(spark: SparkSession, df: DataFrame, staging: str, partition_columns: list[str]) -> None:
+    """The rows' Parquet files written by the engine into ``staging``; on Sail, whose files keep the
+    comments of the columns it read, without them (``lake_files.strip_field_metadata``)."""
+    df.write.mode("error").partitionBy(*partition_columns).parquet(staging)
+    if is_sail(spark):
+        strip_field_metadata(staging)
 
 
 def _read_snapshot(path: str, table: str, read_version: int | None) -> tuple[int, DeltaTable | None]:
@@ -718,8 +731,6 @@ def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) ->
     table = _open(path, os.path.basename(path))
     table_schema = _plain_schema(table.schema().to_json())
     schema = table_schema if schema is None else schema
-    if reads_delta_itself(spark):
-        return _read_natively(spark, path, table.version(), table_schema, schema)
     partition_columns = table.metadata().partition_columns
     actions = add_actions(path, table)
     if not actions["path"]:
@@ -732,24 +743,16 @@ def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) ->
         [f for f in schema.fields if f.name not in partition_columns]
         + [f for f in table_schema.fields if f.name in partition_columns]
     )
-    if _hive_layout_matches(relative_paths, partitions, partition_columns):
+    # Sail's partition discovery of a list of files does not take the values from their folders,
+    # and its own Delta reader gives the columns' comments as metadata its unions then refuse: on
+    # Sail, one scan a capture.
+    if _hive_layout_matches(relative_paths, partitions, partition_columns) and not is_sail(spark):
         # One scan; Spark's partition discovery from the directories gives the same values
         # as the log, typed by the schema.
         df = spark.read.schema(read_schema).option("basePath", path).parquet(*files)
     else:
         df = _read_by_partition(spark, read_schema, files, partitions, partition_columns)
     return df.select(*schema.fieldNames())
-
-
-def _read_natively(
-    spark: SparkSession, path: str, version: int, table_schema: StructType, schema: StructType
-) -> DataFrame:
-    """The table at ``version`` as the engine reads Delta itself (Sail: its partition discovery of a
-    list of files does not take the partition values from their folders). A column of ``schema``
-    the table does not have yet reads as null, as in a Parquet scan."""
-    df = spark.read.format("delta").option("versionAsOf", version).load(path)
-    have = set(table_schema.fieldNames())
-    return df.select(*[F.col(f.name) if f.name in have else F.lit(None).cast(f.dataType).alias(f.name) for f in schema])
 
 
 def _read_by_partition(

@@ -10,8 +10,9 @@ return (pipelines/partitioning.py), observed metrics (expectations/suite.py), de
 beside doubles (expectations/bottleneck_rules.py); pipelines/engine.py names the settings this
 module sets for that. The lake's tables are written by the delta-rs backend (jobs.lake): Sail
 writes the Parquet files of a table's captures into a staging folder and the project's commit
-layer commits them (jobs.delta_commit), so a commit checks conflicts on Sail as on classic Spark;
-they are read through Sail's own Delta reader, at the version delta-rs found.
+layer commits them (jobs.delta_commit), so a commit checks conflicts on Sail as on classic Spark.
+Sail's files are rewritten without the field metadata it keeps, and tables are read as their
+snapshot's files, one scan per capture (docs/ARCHITECTURE.md, "Sail, the embedded engine").
 
 PySpark holds one kind of session per process: its Column and function classes follow a
 process-wide switch that the first Connect session sets. A Sail session cannot be opened beside a
@@ -33,11 +34,12 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from amqpscope.conf.settings import ENGINE_CHOICES
 from amqpscope.pipelines import engine
 
 log = logging.getLogger("amqpscope.jobs")
 
-ENGINES = ("spark", "sail")
+ENGINES = ENGINE_CHOICES
 LOOPBACK = "127.0.0.1"
 
 # What the session is told at the start (jobs/session.py sets the same on classic Spark): the lake's
@@ -171,12 +173,6 @@ def engine_session(
 def is_sail(spark: SparkSession) -> bool:
     """True for a session on a Sail server this process started (``start_sail``)."""
     return getattr(spark, "session_id", None) in _STARTED
-
-
-def reads_delta_itself(spark: SparkSession) -> bool:
-    """True when the lake's delta-rs tables are read by the engine's own Delta reader (Sail), not as
-    the Parquet files of their snapshot (jobs.lake): the version read is still the one delta-rs found."""
-    return is_sail(spark)
 
 
 # The Connect sessions opened on a Sail server by start_sail, by session id.

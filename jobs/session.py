@@ -74,7 +74,7 @@ _CHOOSES_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
 
 DEFAULT_MASTER = "local[2]"
 # What the JSON summary and the report name as the engine that ran (``engine_of``).
-ENGINES = ("classic", "connect")
+ENGINES = ("classic", "connect", "sail")
 # PySpark's own variable naming a Spark Connect server (sc://host:port, or local[N] for one it starts).
 REMOTE_ENVIRONMENT = "SPARK_REMOTE"
 JVM_EXIT_TIMEOUT_S = 300  # the JVM writing the class archive as it exits (about 5 s for Spark's)
@@ -414,6 +414,10 @@ def is_connect(spark: SparkSession) -> bool:
 
 def engine_of(spark: SparkSession) -> str:
     """The engine a session runs on, as the JSON summary and the report name it (ENGINES)."""
+    from amqpscope.jobs.sail import is_sail
+
+    if is_sail(spark):
+        return "sail"
     return "connect" if is_connect(spark) else "classic"
 
 

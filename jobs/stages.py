@@ -128,15 +128,23 @@ def preload(modules: Sequence[str]) -> None:
 @contextmanager
 def job_session(config: AnalyzeConfig, app_name: str, preload_modules: Sequence[str] = ()) -> Iterator[SparkSession]:
     """The job's SparkSession: the runtime's own when there is one (a Databricks task, classic or
-    Spark Connect), left running; otherwise one built for the job and stopped at the end: a Spark
-    Connect session on ``config.remote`` (else SPARK_REMOTE's), else a classic one on
-    ``config.master`` (else the master spark-submit was given, else local[2]). ``preload_modules``
-    are imported while it starts."""
+    Spark Connect), left running; otherwise one built for the job and stopped at the end: with
+    ``config.engine`` "sail", a session on a Sail server started for the job; else a Spark Connect
+    session on ``config.remote`` (else SPARK_REMOTE's), else a classic one on ``config.master``
+    (else the master spark-submit was given, else local[2]). ``preload_modules`` are imported while
+    it starts."""
     remote = resolve_remote(config.master, config.remote)  # a master and a remote together: before any work
     preload(preload_modules)
     active = SparkSession.getActiveSession()
     if active is not None:
         yield active
+        return
+    if config.engine == "sail":
+        from amqpscope.jobs.sail import sail_session
+
+        verbose = logging.getLogger("amqpscope").isEnabledFor(logging.INFO)
+        with sail_session(dict(config.spark_conf), verbose=verbose) as sail:
+            yield sail
         return
     spark = build_session(
         config.master, app_name, dict(config.spark_conf), write_class_archive=remote is None, remote=remote

@@ -88,7 +88,7 @@ def test_analyze_on_spark_connect_writes_every_table_as_classic_spark(connect_sp
     summary = json.loads(done.stdout)
     assert summary["engine"] == "connect"
     report = Path(summary["report"]).read_text(encoding="utf-8")
-    assert "Computed on connect Spark." in report
+    assert "Computed on Spark Connect." in report
 
     classic = analyze(spark, [str(SAMPLE)], AnalyzeConfig(lake=tmp_path / "classic"))
     assert classic.engine == engine_of(spark) == "classic"
@@ -101,6 +101,7 @@ def test_analyze_on_spark_connect_writes_every_table_as_classic_spark(connect_sp
     assert sum(d[classic.capture_ids[0]]["rows"] for d in on_connect.values() if d) > 0
 
 
+@pytest.mark.slow  # four whole jobs in processes of their own; analyze on Connect stays in the fast tier
 def test_the_bundles_tasks_run_on_spark_connect_end_to_end(connect_spark, tmp_path):
     """ingest -> derive -> report -> maintain as the job's python_wheel_tasks run them, each in a
     process of its own on the Connect server SPARK_REMOTE names (as a serverless task's session)."""
