@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from amqpscope.jobs import lake as lake_module
 from amqpscope.jobs import session
 from amqpscope.jobs.lake import Lake
@@ -61,6 +63,7 @@ def test_every_table_equals_the_code_before_and_a_rerun_changes_nothing(spark, t
     assert differences(table_digests(spark, lake), first) == []
 
 
+@pytest.mark.slow  # every sample derived again; tests/test_sail.py analyses one end to end in the fast tier
 def test_every_table_derived_on_sail_equals_classic_from_the_same_bronze(spark, tmp_path):
     # The captures analysed on classic Spark; then every derived table written again by derive on
     # Sail (in a process of its own: tests.engine_derive), from the same bronze tables, in a copy of
