@@ -256,6 +256,7 @@ def test_the_report_job_reads_the_gold_tables_without_spark_and_draws_the_page_t
         quarantine=store.read("quarantine").filter(keep),
         **{name: store.read(name).filter(keep) for name in ("diagnosis", "bottlenecks", "dq_summary")},
         chart_series=store.read_rows("chart_series", tables.table("chart_series").schema, [first]),
+        queue_balance=store.read_rows("queue_balance", tables.table("queue_balance").schema, [first]),
     ).read_text(encoding="utf-8")
     assert first in queried and "memory" in queried
 

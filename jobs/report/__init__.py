@@ -115,6 +115,7 @@ def write_report(
     dq_summary: DataFrame | None = None,
     accounting: DataFrame | None = None,
     chart_series: GoldRows = (),
+    queue_balance: GoldRows = (),
     left_out: Sequence[Mapping[str, Any]] = (),
 ) -> Path:
     """Write the HTML report of the tables given as DataFrames to `path` and return it: the page
@@ -152,6 +153,7 @@ def write_report(
         bottlenecks=collected(bottlenecks),
         dq_summary=collected(dq_summary),
         chart_series=chart_series,
+        queue_balance=queue_balance,
         verdicts=verdicts,
         data_docs_index=data_docs_index,
         left_out=left_out,
