@@ -184,7 +184,7 @@ def test_a_backlog_without_consumer_is_what_the_broker_deleted_with_the_queue(sc
         capture = BY_ID[finding.capture_id]
         rows = tshark_fields(
             capture,
-            "amqp.method.class == 50 && amqp.method.method in {40 41}",
+            "amqp.method.class == 50 && amqp.method.method in {40,41}",
             "tcp.stream",
             "amqp.method.method",
             "amqp.method.arguments.queue",
