@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.lake import Lake
 from amqpscope.testbed.tshark import TSHARK_PREFERENCES, tshark_available
@@ -177,7 +178,9 @@ def tshark_keep_alives(capture: Path) -> list[int]:
 
 def test_a_backlog_without_consumer_is_what_the_broker_deleted_with_the_queue(scenario_findings):
     """The broker's own count of a queue's messages, read by tshark: the scenarios delete their
-    queues at the end, and queue.delete-ok carries the number of messages deleted with it."""
+    queues at the end, and queue.delete-ok carries the number of messages deleted with it. The
+    broker held at least the backlog the rule reports from, and never more than the wire counted
+    (publishes it had not read yet when the delete came, from publishers it held back, are fewer)."""
     backlogs = [f for f in scenario_findings if f.rule_id == "diagnosis.queue.backlog_without_consumer"]
     assert backlogs
     for finding in backlogs:
@@ -197,4 +200,6 @@ def test_a_backlog_without_consumer_is_what_the_broker_deleted_with_the_queue(sc
                 deleting[stream] = queue
             elif deleting.pop(stream, None) == finding.queue:
                 deleted.append(int(count))
-        assert deleted == [int(finding.evidence["ready_at_end"].replace(",", ""))], capture.name
+        (count,) = deleted
+        counted = int(finding.evidence["ready_at_end"].replace(",", ""))
+        assert DiagnosisThresholds().backlog_min_ready <= count <= counted, capture.name
