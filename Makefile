@@ -55,6 +55,7 @@ bench: setup system-deps
 	$(BIN)/python benchmarks/flow_state.py --frames 10000000
 	$(BIN)/python benchmarks/ingest.py
 	$(BIN)/python benchmarks/end_to_end.py
+	$(BIN)/python benchmarks/engines.py
 
 # A long fuzz run of the per-packet decoder (docs/RELIABILITY.md), compiled and as Python source side
 # by side, FUZZ_MINUTES each (default 30); findings are kept in tests/fuzz_crashes/ as regression tests.

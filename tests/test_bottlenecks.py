@@ -952,6 +952,7 @@ def test_encrypted_connections_are_named_in_the_headline_and_alone_are_encrypted
     assert rows["plain"].headline.startswith("No bottleneck: ")
 
 
+@pytest.mark.slow  # the whole catalogue planned per protocol, twice: a check of a speed-up, not of a verdict
 def test_the_rules_of_a_protocol_no_connection_speaks_are_left_out_and_the_others_find_the_same(findings):
     """derive passes the run's connection protocols (``spoken``): a rule whose measure reads only
     another protocol's connections is not planned; every other rule's findings are as with all

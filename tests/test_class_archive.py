@@ -137,6 +137,7 @@ def _job(directory: Path, lake: Path, spark_conf: dict[str, str]) -> tuple[str, 
     return answer, class_path, collectors
 
 
+@pytest.mark.slow  # three JVMs started, one dumping its class archive: JVM tuning, not rows
 def test_a_job_writes_the_archive_and_the_next_job_maps_it(tmp_path):
     directory = tmp_path / "cache"
     answer, class_path, collectors = _job(directory, tmp_path / "lake", {})
