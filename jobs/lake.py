@@ -85,7 +85,6 @@ from amqpscope.jobs.lake_files import (
     stage_rows,
     staged_files,
     staging_is_stale,
-    strip_field_metadata,
 )
 from amqpscope.jobs.lake_read import add_actions, is_delta_table, open_table, read_table
 from amqpscope.jobs.lake_stats import file_stats
@@ -556,12 +555,8 @@ def _plain_schema(schema_json: str) -> StructType:
 
 
 def _kept(rows: pa.Table, kept: list[pa.Table] | None) -> pa.Table:
-    """``rows`` (a result's ``toArrow``), kept in ``kept`` for ``write_and_keep`` without the fields'
-    metadata: Sail gives the column comments of the tables it read as Arrow field metadata, and a
-    session made from rows that carry it is refused beside scans that do not ("Physical input
-    schema should be the same as the one converted from logical input schema")."""
     if kept is not None:
-        kept.append(rows.cast(pa.schema([f.remove_metadata() for f in rows.schema], metadata=rows.schema.metadata)))
+        kept.append(rows)
     return rows
 
 
@@ -596,18 +591,10 @@ def _write_delta_rs(
             (lambda staging: stage_arrow(_kept(df.toArrow(), kept), df.schema, staging, partition_columns))
             if staged_on_driver(spark)
             # "error": the one name of errorifexists that Spark Connect takes too
-            else (lambda staging: _stage_by_engine(spark, df, staging, partition_columns))
+            else (lambda staging: df.write.mode("error").partitionBy(*partition_columns).parquet(staging))
         ),
         writer,
     )
-
-
-def _stage_by_engine(spark: SparkSession, df: DataFrame, staging: str, partition_columns: list[str]) -> None:
-    """The rows' Parquet files written by the engine into ``staging``; on Sail, whose files keep the
-    comments of the columns it read, without them (``lake_files.strip_field_metadata``)."""
-    df.write.mode("error").partitionBy(*partition_columns).parquet(staging)
-    if is_sail(spark):
-        strip_field_metadata(staging)
 
 
 def _read_snapshot(path: str, table: str, read_version: int | None) -> tuple[int, DeltaTable | None]:
@@ -744,8 +731,9 @@ def _read_delta_rs(spark: SparkSession, path: str, schema: StructType | None) ->
         + [f for f in table_schema.fields if f.name in partition_columns]
     )
     # Sail's partition discovery of a list of files does not take the values from their folders,
-    # and its own Delta reader gives the columns' comments as metadata its unions then refuse: on
-    # Sail, one scan a capture.
+    # and its own Delta reader gives the columns' comments as field metadata, which its unions then
+    # refuse beside columns without ("Physical input schema should be the same as the one converted
+    # from logical input schema"): on Sail, one scan a capture, typed by the plain schema.
     if _hive_layout_matches(relative_paths, partitions, partition_columns) and not is_sail(spark):
         # One scan; Spark's partition discovery from the directories gives the same values
         # as the log, typed by the schema.

@@ -110,29 +110,6 @@ def stage_arrow(rows: pa.Table, schema: StructType, staging: str, partition_colu
 _ESCAPED_IN_PARTITION_DIRS = frozenset("\"#%'*/:=?\\\x7f{[]^")
 
 
-def strip_field_metadata(staging: str) -> None:
-    """Rewrite the staged Parquet files whose Arrow schema carries field metadata without it.
-
-    Sail writes the metadata of the fields it read (the Delta schema's column comments) into the
-    Arrow schema of the files it writes; classic Spark writes none. A file is rewritten a row group
-    at a time, into a file beside it that then replaces it."""
-    for folder, _dirs, names in os.walk(staging):
-        for name in names:
-            if not name.endswith(".parquet"):
-                continue
-            path = os.path.join(folder, name)
-            source = pq.ParquetFile(path)
-            schema = source.schema_arrow
-            if not any(field.metadata for field in schema):
-                continue
-            plain = pa.schema([field.remove_metadata() for field in schema], metadata=schema.metadata)
-            rewritten = path + ".plain"
-            with pq.ParquetWriter(rewritten, plain) as writer:
-                for group in range(source.num_row_groups):
-                    writer.write_table(source.read_row_group(group).cast(plain))
-            os.replace(rewritten, path)
-
-
 def partition_dir(value: Any) -> str:
     """A partition value as Spark names its directory (``spark_unescape`` reads it back)."""
     text = partition_string(value)

@@ -11,8 +11,8 @@ beside doubles (expectations/bottleneck_rules.py); pipelines/engine.py names the
 module sets for that. The lake's tables are written by the delta-rs backend (jobs.lake): Sail
 writes the Parquet files of a table's captures into a staging folder and the project's commit
 layer commits them (jobs.delta_commit), so a commit checks conflicts on Sail as on classic Spark.
-Sail's files are rewritten without the field metadata it keeps, and tables are read as their
-snapshot's files, one scan per capture (docs/ARCHITECTURE.md, "Sail, the embedded engine").
+Tables are read as their snapshot's files, one scan per capture, not through Sail's Delta reader
+(docs/ARCHITECTURE.md, "Sail, the embedded engine").
 
 PySpark holds one kind of session per process: its Column and function classes follow a
 process-wide switch that the first Connect session sets. A Sail session cannot be opened beside a
@@ -39,7 +39,6 @@ from amqpscope.pipelines import engine
 
 log = logging.getLogger("amqpscope.jobs")
 
-ENGINES = ENGINE_CHOICES
 LOOPBACK = "127.0.0.1"
 
 # What the session is told at the start (jobs/session.py sets the same on classic Spark): the lake's
@@ -155,8 +154,8 @@ def engine_session(
     """The hook for ``--engine spark|sail``: a session on ``engine`` for the block, stopped after it.
     ``spark`` is today's local session (jobs.session.build_session, on its default master); ``sail``
     the embedded engine. The Spark settings in ``conf`` go to either (Sail takes what it uses)."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine not in ENGINE_CHOICES:
+        raise ValueError(f"engine {engine!r} is not one of {', '.join(ENGINE_CHOICES)}")
     if engine == "sail":
         with sail_session(conf, verbose=verbose) as session:
             yield session
