@@ -5,7 +5,6 @@ cannot hold a Sail (Spark Connect) session beside the classic one this worker ma
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,12 +13,10 @@ import pytest
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.session import REMOTE_ENVIRONMENT
-from tests.paths import ROOT, SAMPLES
 from tests.table_digests import TABLES, table_digests
+from tests.test_connect import SAMPLE, amqpscope
 
 CHECKS = Path(__file__).with_name("sail_checks.py")
-SAMPLE = SAMPLES / "amqp091-qos-confirms.pcap"
 
 
 def test_the_sail_checks_pass_in_a_process_of_their_own():
@@ -38,15 +35,7 @@ def test_analyze_on_the_sail_engine_writes_every_table_as_classic_spark(spark, t
     """``analyze --engine sail`` end to end (ingest's decode included), in a process of its own:
     every table's rows are the ones a classic session writes from the same capture."""
     lake = tmp_path / "sail"
-    done = subprocess.run(
-        [sys.executable, "-m", "amqpscope", "analyze", str(SAMPLE), "--lake", str(lake)]
-        + ["--engine", "sail", "--progress", "never"],
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k != REMOTE_ENVIRONMENT},
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    done = amqpscope("analyze", str(SAMPLE), "--lake", str(lake), "--engine", "sail", "--progress", "never")
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert summary["engine"] == "sail"
