@@ -98,11 +98,11 @@ class DiagnosisThresholds:
     # time, and waits for replies for at least client_bound_share of its time (as a publisher
     # waits for its confirms).
     min_calls: int = 5
-    # A link at its capacity: its sender's payload bytes per bucket of this length ...
+    # A link at its capacity: the bytes its peer acknowledged per bucket of this length ...
     bandwidth_bucket_ms: float = 100.0
-    # ... at this share of the ceiling (the 90th percentile bucket) or more for at least
-    # dominant_share of its sending buckets: a plateau (a token bucket or a full router queue
-    # passes the same bytes every bucket; an application pacing itself does not) ...
+    # ... at this share of their median bucket or more, and at most the median over it, for at least dominant_share of
+    # the buckets of its sending span: a plateau (a token bucket or a full router queue passes the
+    # same bytes every bucket; an application pacing itself waits between its messages) ...
     bandwidth_ceiling_share: float = 0.8
     # ... over at least this many buckets (a second of sending at 100 ms: fewer show no plateau).
     bandwidth_min_buckets: int = 10

@@ -33,6 +33,7 @@ from pyspark.sql import DataFrame, Observation
 
 from amqpscope.expectations.catalogue import Rule, load_rules, rules_for, violation_row
 from amqpscope.expectations.data_docs import localise
+from amqpscope.pipelines.columns import union_all
 from amqpscope.pipelines.engine import OBSERVES, does
 from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
 from amqpscope.threads import in_background
@@ -334,7 +335,7 @@ def start_verdicts(
     # Built first: Spark analyses each predicate here, so a bad rule fails before anything runs.
     found = [table_violations(tables[name], name, rules_) for name, rules_ in checked.items()]
     if found:
-        union = reduce(DataFrame.unionByName, found)
+        union = union_all(found)
     else:
         union = next(iter(tables.values())).sparkSession.createDataFrame([], VIOLATIONS_SCHEMA)
     counts = _rule_counts(union, [r.id for rules_ in checked.values() for r in rules_], store)

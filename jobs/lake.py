@@ -50,7 +50,6 @@ import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import reduce
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -90,6 +89,7 @@ from amqpscope.jobs.lake_read import add_actions, is_delta_table, open_table, re
 from amqpscope.jobs.lake_stats import file_stats
 from amqpscope.jobs.sail import is_sail
 from amqpscope.jobs.session import jvm_has_delta, staged_on_driver
+from amqpscope.pipelines.columns import union_all
 from amqpscope.schemas.catalog import description, documented
 
 BACKENDS = ("auto", "delta-spark", "delta-rs")
@@ -762,4 +762,4 @@ def _read_by_partition(
         .select("*", *[F.lit(value).cast(types[c]).alias(c) for c, value in zip(partition_columns, key)])
         for key, group_files in groups.items()
     ]
-    return reduce(DataFrame.unionByName, scans)
+    return union_all(scans)

@@ -12,7 +12,6 @@ says how directly the wire shows the cause.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from functools import reduce
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
@@ -23,7 +22,7 @@ from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.expectations.bottleneck_rules import PARENT, BottleneckRule, Template, Value, bind, load_bottleneck_rules
 from amqpscope.pipelines import partitioning
 from amqpscope.pipelines.bottleneck_measures import MEASURE_PROTOCOL, MEASURES, Measures, Tables
-from amqpscope.pipelines.columns import with_columns
+from amqpscope.pipelines.columns import union_all, with_columns
 from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 
@@ -303,7 +302,7 @@ def bottleneck_findings(
         if rule.id in followed and measures.found(rule.id).isEmpty():
             skipped.add(rule.id)
         found.append(findings)
-    candidates = reduce(DataFrame.unionByName, found)
+    candidates = union_all(found)
     named = candidates.join(connection_names(frames, connections), ["capture_id", "connection_id"], "left")
     product = F.when(
         F.col("client_product").isNotNull(),

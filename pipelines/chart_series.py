@@ -9,12 +9,10 @@ captures in one DataFrame: the report reads it back with delta-rs, no Spark quer
 
 from __future__ import annotations
 
-from functools import reduce
-
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.columns import with_columns
+from amqpscope.pipelines.columns import union_all, with_columns
 from amqpscope.pipelines.queue_series import consumer_utilisation_chart, queue_charts, queue_events
 from amqpscope.pipelines.series_grid import (
     CountChart,
@@ -234,4 +232,4 @@ def chart_series(
         timeline(flow_intervals, grid),
         violation_markers(violations, grid),
     ]
-    return reduce(DataFrame.unionByName, charts)
+    return union_all(charts)

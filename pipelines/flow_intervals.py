@@ -24,7 +24,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.columns import other_direction
+from amqpscope.pipelines.columns import other_direction, union_all
 from amqpscope.pipelines.intervals import intervals
 from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.flow import FLOW_INTERVALS_SCHEMA
@@ -79,7 +79,7 @@ def session_window_intervals(session_window: DataFrame) -> DataFrame:
                 detail=F.concat(F.lit("peer incoming-window "), F.col(f"{peer}_incoming_window").cast("string")),
             )
         )
-    return reduce(DataFrame.unionByName, found)
+    return union_all(found)
 
 
 def prefetch_intervals(consumer_unacked: DataFrame, channel_unacked: DataFrame) -> DataFrame:

@@ -2,21 +2,27 @@
 retransmission measure) to one row per connection that is not on loopback and lost segments, in
 the shape of every bottleneck measure (``pipelines.bottleneck_measures``).
 
-A sender the network holds back sends at the bottleneck link's rate for as long as it has data:
-its throughput, in buckets of ``bandwidth_bucket_ms``, stays near one ceiling, and what exceeds
-the rate is dropped at the bottleneck (a shaper's token bucket, a router's full queue) and sent
-again. A sender the application paces has no such plateau and no loss. The round trip is read
-from the peer's acknowledgements: from a data segment to the first ack of exactly its end
-(Wireshark's tcp.analysis.ack_rtt for the segments acknowledged one by one or in pairs).
+A sender the network holds back has data outstanding all the time it sends, and the link passes
+its bytes at one rate: a shaper's token bucket or a router's queue forwards a fixed number of bytes
+a second and drops what exceeds it, and the peer acknowledges what got through at that rate. So
+the rate is read from the peer's acknowledgements (the bytes it acknowledged per bucket of
+``bandwidth_bucket_ms``), not from what the sender put on the wire: a capture taken before the
+bottleneck sees the sender's bursts above the link's rate and their copies, one taken after it
+sees what the link passed, and both see the same acknowledgements. An application pacing itself
+below the link's rate waits between its messages with everything acknowledged (its ``busy_share``
+is small) and loses nothing at a shaper. The round trip is read from the same acknowledgements:
+from a data segment to the first ack of exactly its end (Wireshark's tcp.analysis.ack_rtt for the
+segments acknowledged one by one or in pairs).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.columns import lower_median, with_columns
 from amqpscope.pipelines.held import timestamp
 
 if TYPE_CHECKING:
@@ -57,18 +63,53 @@ def ack_round_trips(flow: DataFrame) -> DataFrame:
         .agg(F.min(F.col("_acked_us") - F.col("_sent_us")).alias("_rtt"))
     )
     return samples.groupBy(*_CONNECTION, "sender").agg(
-        F.percentile_approx("_rtt", 0.5).alias("ack_rtt_p50_us"),
+        lower_median(F.col("_rtt")).alias("ack_rtt_p50_us"),
         F.min("_rtt").alias("ack_rtt_min_us"),
         F.count(F.lit(1)).alias("rtt_samples"),
     )
 
 
+def _ordered(keys: tuple[str, ...]) -> WindowSpec:
+    return Window.partitionBy(*keys).orderBy("ts_us", "packet_number")
+
+
+def _sending(flow: DataFrame, sender: DataFrame) -> DataFrame:
+    """Per segment of each connection, from the bulk sender's first data segment to its last: the
+    sender's highest stream offset sent so far (``_sent``), the peer's highest acknowledgement so far
+    (``_acked``), the bytes that acknowledgement adds (``_delivered``) and the time to the next
+    segment (``_gap_us``)."""
+    rows = flow.join(sender, list(_CONNECTION))
+    mine = F.col("direction") == F.col("sender")
+    data = mine & (F.col("payload_length") > 0)
+    so_far = _ordered(_CONNECTION).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    whole = Window.partitionBy(*_CONNECTION)
+    rows = with_columns(
+        rows,
+        [
+            ("_sent", F.max(F.when(data, F.col("seq_offset") + F.col("payload_length"))).over(so_far)),
+            ("_acked", F.max(F.when(~mine, F.col("ack_offset"))).over(so_far)),
+            ("_first_us", F.min(F.when(data, F.col("ts_us"))).over(whole)),
+            ("_last_us", F.max(F.when(data, F.col("ts_us"))).over(whole)),
+            ("_first_seq", F.min(F.when(data, F.col("seq_offset"))).over(whole)),
+            ("_gap_us", F.lead("ts_us").over(_ordered(_CONNECTION)) - F.col("ts_us")),
+            ("_before", F.lag("_acked").over(_ordered(_CONNECTION))),
+        ],
+    )
+    # An acknowledgement delivers what it adds to the one before it, or to the first byte sent.
+    added = F.col("_acked") - F.coalesce(F.col("_before"), F.col("_first_seq"))
+    return rows.filter(F.col("ts_us").between(F.col("_first_us"), F.col("_last_us"))).withColumn(
+        "_delivered", F.greatest(F.coalesce(added, F.lit(0)), F.lit(0))
+    )
+
+
 def bandwidth_limited(m: Measures) -> DataFrame:
-    """Per connection not on loopback that lost segments (``retransmission_recovery``): its bulk
-    sender's payload bytes per bucket of ``bandwidth_bucket_ms`` while sending (buckets with
-    payload), the ceiling (the 90th percentile bucket, as bits per second), the share of those
-    buckets at ``bandwidth_ceiling_share`` of it or more, the round trip from the acks, and the
-    retransmission figures. ``held_us``: the time in buckets at the ceiling."""
+    """Per connection not on loopback that lost segments (``retransmission_recovery``), over its bulk
+    sender's sending span (first data segment to last): ``busy_share``, the share of that span in
+    which the sender had bytes the peer had not acknowledged; the bytes the peer acknowledged in
+    each bucket of ``bandwidth_bucket_ms`` (``sending_buckets`` of them, empty ones included); the
+    ceiling, the median bucket (as bits per second); ``at_ceiling_share``, the share of buckets
+    at ``bandwidth_ceiling_share`` of it or more and at most it over that share (a plateau); the round trip from the
+    acks; and the retransmission figures. ``held_us``: the time in buckets at the ceiling."""
     bucket_us = int(m.limits.bandwidth_bucket_ms * 1000)
     lossy = (
         m.measure("retransmission_recovery")
@@ -77,30 +118,39 @@ def bandwidth_limited(m: Measures) -> DataFrame:
     )
     flow = m.tables.tcp_flow.join(F.broadcast(lossy.select(*_CONNECTION)), list(_CONNECTION), "left_semi")
     sender = _sender(flow)
-    sent = flow.join(sender, list(_CONNECTION)).filter(
-        (F.col("direction") == F.col("sender")) & (F.col("payload_length") > 0)
+    sending = _sending(flow, sender).withColumn(
+        "_bucket", F.floor((F.col("ts_us") - F.col("_first_us")) / F.lit(bucket_us))
     )
-    start = Window.partitionBy(*_CONNECTION)
-    buckets = (
-        sent.withColumn("_bucket", F.floor((F.col("ts_us") - F.min("ts_us").over(start)) / F.lit(bucket_us)))
-        .groupBy(*_CONNECTION, "sender", "_bucket")
-        .agg(F.sum("payload_length").alias("_bytes"), F.min("ts_us").alias("_from"))
+    idle = (F.col("_sent") - F.coalesce(F.col("_acked"), F.lit(0)) <= 0) | F.col("_sent").isNull()
+    span = sending.groupBy(*_CONNECTION, "sender").agg(
+        F.min("_first_us").alias("_low"),
+        F.min("_last_us").alias("_high"),
+        F.sum(F.when(idle & (F.col("ts_us") < F.col("_last_us")), F.col("_gap_us")).otherwise(0)).alias("_idle_us"),
     )
-    ceiling = buckets.groupBy(*_CONNECTION).agg(F.percentile_approx("_bytes", 0.9).alias("_ceiling"))
-    at = F.col("_bytes") >= F.col("_ceiling") * F.lit(m.limits.bandwidth_ceiling_share)
+    every_bucket = span.withColumn(
+        "_bucket", F.explode(F.sequence(F.lit(0), F.floor((F.col("_high") - F.col("_low")) / F.lit(bucket_us))))
+    ).select(*_CONNECTION, "_bucket")
+    buckets = every_bucket.join(
+        sending.groupBy(*_CONNECTION, "_bucket").agg(F.sum("_delivered").alias("_bytes")),
+        [*_CONNECTION, "_bucket"],
+        "left",
+    ).withColumn("_bytes", F.coalesce("_bytes", F.lit(0)))
+    ceiling = buckets.groupBy(*_CONNECTION).agg(lower_median(F.col("_bytes")).alias("_ceiling"))
+    share = F.lit(m.limits.bandwidth_ceiling_share)
+    at = (F.col("_bytes") >= F.col("_ceiling") * share) & (F.col("_bytes") * share <= F.col("_ceiling"))
     per = (
         buckets.join(ceiling, list(_CONNECTION))
-        .groupBy(*_CONNECTION, "sender")
+        .groupBy(*_CONNECTION)
         .agg(
             F.count(F.lit(1)).alias("sending_buckets"),
-            F.sum(at.cast("long")).alias("_at_ceiling"),
+            F.sum((at & (F.col("_ceiling") > 0)).cast("long")).alias("_at_ceiling"),
             F.min("_ceiling").alias("_ceiling"),
-            F.sum("_bytes").alias("sent_bytes"),
-            F.min("_from").alias("_low"),
-            F.max("_from").alias("_high"),
+            F.sum("_bytes").alias("acked_bytes"),
         )
+        .join(span, list(_CONNECTION))
     )
     seconds = F.lit(bucket_us / 1e6)
+    span_us = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
     return (
         per.join(lossy, list(_CONNECTION))
         .join(ack_round_trips(flow), [*_CONNECTION, "sender"], "left")
@@ -115,16 +165,17 @@ def bandwidth_limited(m: Measures) -> DataFrame:
             (F.col("_ceiling") * 8 / seconds).alias("ceiling_bits_per_second"),
             (F.col("_ceiling") * 8 / seconds / F.lit(1e6)).alias("ceiling_mbit_per_second"),
             (F.col("_at_ceiling") / F.col("sending_buckets")).alias("at_ceiling_share"),
-            "sent_bytes",
+            (1 - F.col("_idle_us") / span_us).alias("busy_share"),
+            "acked_bytes",
             "retransmissions",
             "lost_segments",
             "lost_bytes",
             "ack_rtt_p50_us",
             "ack_rtt_min_us",
             (F.col("_at_ceiling") * F.lit(bucket_us)).alias("held_us"),
-            (F.col("sending_buckets") * F.lit(bucket_us)).alias("span_us"),
+            span_us.alias("span_us"),
             timestamp(F.col("_low")).alias("start_ts"),
-            timestamp(F.col("_high") + F.lit(bucket_us)).alias("end_ts"),
+            timestamp(F.col("_high")).alias("end_ts"),
             F.coalesce(F.try_element_at("packet_numbers", F.lit(1)), F.lit(0)).alias("start_packet_number"),
             F.try_element_at("packet_numbers", F.lit(-1)).alias("end_packet_number"),
             F.coalesce("packet_numbers", F.array().cast("array<long>")).alias("packet_numbers"),

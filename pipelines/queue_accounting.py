@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.addresses import queue_of_address
+from amqpscope.pipelines.columns import lower_median
 from amqpscope.pipelines.messages import settlement_times
 from amqpscope.pipelines.publishing import publish_routes
 from amqpscope.pipelines.queue_depth import consumer_queues, depth_at, depth_events
@@ -51,15 +52,6 @@ COUNTS = (
 def _event(df: DataFrame, metric: str | Column, ts_us: Column) -> DataFrame:
     metric_column = F.lit(metric) if isinstance(metric, str) else metric
     return df.select(*_QUEUE, ts_us.alias("ts_us"), metric_column.alias("metric"))
-
-
-def _lower_median(values: Column) -> Column:
-    """The group's median value, the lower of the two middle ones in an even count: the value at rank
-    ceil(n / 2), which Spark's percentile_approx(0.5) gives too while a group holds fewer values than
-    its accuracy (10,000), but the same on every engine (Sail's approximation is another one)."""
-    ordered = F.sort_array(F.collect_list(values))  # nulls left out
-    middle = F.element_at(ordered, (F.floor((F.size(ordered) - 1) / 2) + 1).cast("int"))
-    return F.when(F.size(ordered) > 0, middle)
 
 
 def _queue_in_time() -> WindowSpec:
@@ -166,7 +158,7 @@ def queue_balance(
         .join(grid, "capture_id")
         .withColumn("bucket", F.least(F.greatest(bucket_of, F.lit(0)), F.col("_buckets") - 1))
         .groupBy(*_QUEUE, "bucket")
-        .agg((_lower_median(F.col("settle_us")) / F.lit(1e3)).alias("settle_p50_ms"))
+        .agg((lower_median(F.col("settle_us")) / F.lit(1e3)).alias("settle_p50_ms"))
     )
     queues = events.select(*_QUEUE).distinct()
     every_bucket = queues.join(grid, "capture_id").withColumn(

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from functools import reduce
 
 import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame, Window
 
 from amqpscope.pipelines.accounting import byte_accounting
+from amqpscope.pipelines.columns import union_all
 from amqpscope.pipelines.report_context import (
     accounting_sums,
     connection_context,
@@ -140,7 +140,7 @@ def report_sections(
                 FINDINGS_SHOWN * FRAMES_PER_FINDING * FRAMES_PER_PACKET,
             )
         )
-    return reduce(DataFrame.unionByName, [_ranked(name, rows, order, keep) for name, rows, order, keep in sections])
+    return union_all([_ranked(name, rows, order, keep) for name, rows, order, keep in sections])
 
 
 def _ranked(section: str, rows: DataFrame, order: Sequence[Column], keep: int) -> DataFrame:
@@ -190,7 +190,7 @@ def _capture_lines(
     spans = connections.groupBy("capture_id").agg(
         F.min("first_ts").alias("first_ts"), F.max("last_ts").alias("last_ts")
     )
-    seen = reduce(DataFrame.unionByName, [t.select("capture_id") for t in (connections, frames, violations)]).distinct()
+    seen = union_all([t.select("capture_id") for t in (connections, frames, violations)]).distinct()
     return seen.join(spans, "capture_id", "left").select(
         "capture_id",
         F.lit(None).cast("string").alias("file_name"),

@@ -13,12 +13,11 @@ traffic; a message is counted in the second its first frame was captured.
 
 from __future__ import annotations
 
-from functools import reduce
-
 from pyspark.sql import DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.addresses import canonical_address, queue_address
+from amqpscope.pipelines.columns import union_all
 from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.flow import THROUGHPUT_SCHEMA
 
@@ -69,7 +68,7 @@ def _queues(frames: DataFrame) -> DataFrame:
             )
         )
         paired.append(asked.join(answered, on=["capture_id", "connection_id", "channel", "_kind", "_n"]))
-    return reduce(DataFrame.unionByName, paired).select(
+    return union_all(paired).select(
         "capture_id", "connection_id", "channel", "_kind", "consumer_tag", "_reply_index", "queue"
     )
 
@@ -171,7 +170,7 @@ def throughput_of(message_events: DataFrame) -> DataFrame:
     # grouping sets would give them; not every Spark Connect engine plans grouping sets with
     # expressions). The message rows (windows and joins over the frames) are a shared result,
     # computed once (pipelines.tables), so each scope's aggregation reads them as computed.
-    sums = reduce(DataFrame.unionByName, (_scope_sums(messages, name, keys) for name, keys in _SCOPES.items()))
+    sums = union_all((_scope_sums(messages, name, keys) for name, keys in _SCOPES.items()))
     scoped = sums.filter(
         ((F.col("scope") != "link") | F.col("link_name").isNotNull())
         & ((F.col("scope") != "address") | F.col("address").isNotNull())

@@ -65,3 +65,21 @@ def test_rule_expressions_are_bound_with_double_literals_and_their_strings_kept(
     limits = DiagnosisThresholds()
     got = bind("least(0.9, 0.4 + 0.25 * held_share) and name = 'v1.5' and x1.5 > 2 and a.b > 1e-3", limits)
     assert got == "least(0.9D, 0.4D + 0.25D * held_share) and name = 'v1.5' and x1.5 > 2 and a.b > 1e-3"
+
+
+def test_a_table_of_many_captures_reads_on_sail_in_a_plan_its_client_accepts(sail_spark, tmp_path):
+    # On Sail a table is read one scan a capture (jobs.lake); unioned one after another, 300 captures
+    # made a plan deeper than the Spark Connect client's protobuf limit ("Exceeded
+    # upb_DecodeOptions_MaxDepth") once a measure joined it and kept the result.
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from amqpscope.jobs.lake import Lake
+
+    captures = [f"capture-{n:03d}" for n in range(300)]
+    rows = pa.table({"capture_id": captures, "packets": pa.array(range(300), pa.int64())})
+    write_deltalake(str(tmp_path / "captures"), rows, partition_by=["capture_id"])
+    table = Lake(sail_spark, tmp_path).read("captures")
+    joined = table.join(table.withColumnRenamed("packets", "again"), "capture_id")
+    got = kept(joined.filter(F.col("packets") == F.col("again"))).orderBy("capture_id").collect()
+    assert [(r.capture_id, r.packets) for r in got] == list(zip(captures, range(300)))

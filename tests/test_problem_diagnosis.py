@@ -23,6 +23,7 @@ from amqpscope.jobs.analyze import AnalyzeConfig, analyze
 from amqpscope.jobs.lake import Lake
 from amqpscope.testbed.truth import expected_bottleneck, expected_findings
 from tests.paths import SAMPLES
+from tests.test_wireshark_filters import tshark_fields
 
 PROBLEMS = sorted((SAMPLES / "problems").glob("*.pcap"))
 
@@ -33,11 +34,8 @@ PROBLEMS = sorted((SAMPLES / "problems").glob("*.pcap"))
 #   clients' record has each transfer settled ~3 s after the application sent it, but on the wire the
 #   broker's dispositions follow the transfers by 69 ms on median (0.85 s at most) and no TCP window
 #   fills: the wait is in the client library before the wire. Only the backlog is found.
-# - slow-link: the verdict (network) is right, through the retransmissions; the ceiling rule's
-#   plateau (half of the 100 ms buckets near the 90th percentile) does not hold on the shaped link.
 NOT_FOUND_YET = {
     "amqp10-senders-read-slowly": ("none", {"diagnosis.publisher.slow_settlement"}),
-    "slow-link": ("network", {"diagnosis.network.bandwidth_limited"}),
 }
 
 
@@ -82,6 +80,22 @@ def test_every_problem_the_broker_saw_is_found(lake, capture: Path) -> None:
     assert wanted - found == missed, (wanted - found, lake["diagnosis"][capture_id(capture)].headline)
     if not wanted and expected_bottleneck(truth_of(capture))[0] == "none":
         assert found == set(), lake["diagnosis"][capture_id(capture)].headline
+
+
+@pytest.mark.tshark
+def test_every_findings_filter_matches_exactly_its_packets_in_tshark(lake) -> None:
+    by_id = {capture_id(c): c for c in PROBLEMS}
+    checked = set()
+    for finding in lake["bottlenecks"]:
+        assert finding.packet_numbers, (finding.rule_id, finding.entity)
+        capture = by_id[finding.capture_id]
+        matched = [int(row[0]) for row in tshark_fields(capture, finding.wireshark_filter, "frame.number")]
+        assert matched == sorted(finding.packet_numbers), (capture.stem, finding.rule_id, finding.wireshark_filter)
+        checked.add(finding.rule_id)
+    # Every rule the problems raise is among those checked.
+    assert set().union(*(expected_findings(truth_of(c)) for c in PROBLEMS)) - checked == {
+        rule for _verdict, rules in NOT_FOUND_YET.values() for rule in rules
+    }
 
 
 def table(root: Path) -> str:
