@@ -2,6 +2,10 @@
 memory alarm over TLS are diagnosed as over plain TCP (and as the broker's own states say); without
 them each connection is recorded and the headline says it is encrypted; and no secret of the key
 logs reaches the lake, the logs or the report.
+
+The commands run on the embedded engine (``--engine sail``), as the suite's whole captures end to
+end do (docs/TESTING.md). Decryption is ingest's Python decode, the same code on either engine:
+tests/test_rules_samples.py decodes the TLS samples with their key logs on classic Spark.
 """
 
 from __future__ import annotations
@@ -35,8 +39,13 @@ HEALTHY = [c for c in CAPTURE_FILES if "qos-confirms" in c.stem or "credit" in c
 
 
 def amqpscope(*args: str) -> subprocess.CompletedProcess[str]:
+    """``amqpscope ARGS --engine sail`` in a process of its own."""
     return subprocess.run(
-        [sys.executable, "-m", "amqpscope.jobs.cli", *args], capture_output=True, text=True, timeout=3600, check=False
+        [sys.executable, "-m", "amqpscope.jobs.cli", *args, "--engine", "sail"],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
     )
 
 
