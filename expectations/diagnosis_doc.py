@@ -175,8 +175,8 @@ def _rules(rules: Sequence[BottleneckRule]) -> list[str]:
     lines = [
         "## Rules",
         "",
-        f"{len(rules)} rules, run in this order by `pipelines/bottlenecks.py` on the measures of "
-        "`pipelines/bottleneck_measures.py`.",
+        f"{len(rules)} rules, run in this order by `pipelines/diagnosis/findings.py` on the measures of "
+        "`pipelines/diagnosis/measures.py`.",
         "",
         "| rule | component → effect | priority | what the wire shows | test |",
         "|---|---|---|---|---|",

@@ -30,7 +30,7 @@ from amqpscope.jobs.report import gold_rows, write_gold_report
 from amqpscope.jobs.session import engine_of, sized_for
 from amqpscope.jobs.stages import StageClock, job_session
 from amqpscope.pipelines import tables
-from amqpscope.pipelines.diagnosis import no_packets_diagnosis
+from amqpscope.pipelines.diagnosis.verdict import no_packets_diagnosis
 from amqpscope.schemas.runs import OUTCOME_OK
 
 log = logging.getLogger("amqpscope.analyze")

@@ -74,7 +74,7 @@ def diagnose(
     known = [(parts[0].content_hash, str(parts[0].path)) for parts in captured]
     ids = [capture_id for capture_id, _ in known]
     if len(without_packets(captured)) == len(captured):  # nothing to judge: answered without Spark's modules
-        from amqpscope.pipelines.diagnosis import no_packets_diagnosis
+        from amqpscope.pipelines.diagnosis.verdict import no_packets_diagnosis
 
         return [{"file": file, **no_packets_diagnosis(capture_id), "findings": []} for capture_id, file in known]
     with tempfile.TemporaryDirectory(prefix="amqpscope-diagnose-") as scratch:

@@ -23,12 +23,13 @@ from pyspark.sql.types import StructType
 
 from amqpscope.pipelines.accounting import byte_accounting
 from amqpscope.pipelines.blocking import channel_flow_intervals, connection_blocked_intervals
-from amqpscope.pipelines.bottlenecks import bottleneck_findings
 from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline, unacked_ledger
 from amqpscope.pipelines.channels import channel_pass
 from amqpscope.pipelines.chart_series import chart_series
 from amqpscope.pipelines.confirms import channel_confirms_timeline
-from amqpscope.pipelines.diagnosis import diagnosis
+from amqpscope.pipelines.diagnosis.findings import bottleneck_findings
+from amqpscope.pipelines.diagnosis.round_trips import round_trips
+from amqpscope.pipelines.diagnosis.verdict import diagnosis
 from amqpscope.pipelines.dq_summary import dq_summary
 from amqpscope.pipelines.events import events_timeline
 from amqpscope.pipelines.flow_intervals import flow_intervals
@@ -41,7 +42,6 @@ from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.pipelines.partitioning import checkpointed
 from amqpscope.pipelines.queue_accounting import queue_balance
 from amqpscope.pipelines.report_sections import report_sections
-from amqpscope.pipelines.round_trips import round_trips
 from amqpscope.pipelines.sessions import session_map, session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.pipelines.throughput import message_events, throughput_of

@@ -159,7 +159,7 @@ DIAGNOSIS_SCHEMA = StructType(
 # The round_trips table: one row per round trip a client (or the broker) waited on: a request/reply
 # call (a request published with reply_to and correlation_id, answered by a reply with the same
 # correlation_id), a synchronous 0-9-1 method and its reply, a publish and its confirm
-# (pipelines/round_trips.py).
+# (pipelines/diagnosis/round_trips.py).
 ROUND_TRIPS_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),

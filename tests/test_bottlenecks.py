@@ -16,9 +16,9 @@ import pytest
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.expectations.bottleneck_rules import evidence_units, load_bottleneck_rules
-from amqpscope.pipelines.bottleneck_measures import MEASURE_PROTOCOL, MEASURES
-from amqpscope.pipelines.bottlenecks import bottleneck_findings
-from amqpscope.pipelines.diagnosis import diagnosis
+from amqpscope.pipelines.diagnosis.findings import bottleneck_findings
+from amqpscope.pipelines.diagnosis.measures import MEASURE_PROTOCOL, MEASURES
+from amqpscope.pipelines.diagnosis.verdict import diagnosis
 from amqpscope.pipelines.messages import messages_091
 from amqpscope.pipelines.tables import FLOW, Build
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA

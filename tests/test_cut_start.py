@@ -9,7 +9,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.pipelines.blocking import connection_blocked_intervals
 from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline
-from amqpscope.pipelines.diagnosis import diagnosis
+from amqpscope.pipelines.diagnosis.verdict import diagnosis
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 from amqpscope.schemas.frames import CAPTURES_SCHEMA

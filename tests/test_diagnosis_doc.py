@@ -7,7 +7,7 @@ import pytest
 
 from amqpscope.expectations.bottleneck_rules import CATALOGUE_PATH, load_bottleneck_rules, rule_from_mapping
 from amqpscope.expectations.diagnosis_doc import COMPONENT_MEANINGS, DOC_PATH, EFFECT_MEANINGS, render, scenario_rows
-from amqpscope.pipelines.bottleneck_measures import MEASURES
+from amqpscope.pipelines.diagnosis.measures import MEASURES
 from amqpscope.schemas.diagnosis import COMPONENTS, EFFECTS
 from tests.paths import BOTTLENECK_SCENARIOS
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.expectations.bottleneck_rules import load_bottleneck_rules
 from amqpscope.ingest.capture import decode_capture
-from amqpscope.pipelines.bottleneck_measures import Measures, Tables
-from amqpscope.pipelines.bottlenecks import rule_findings
+from amqpscope.pipelines.diagnosis.findings import rule_findings
+from amqpscope.pipelines.diagnosis.measures import Inputs, Tables
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA
 from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA
@@ -37,7 +37,7 @@ def findings(spark, capture: Path, keys: bool = False) -> list:
     )
     # The encrypted rules read the TCP segments and the connections alone.
     unread = {name: None for name in Tables.__dataclass_fields__}
-    measures = Measures(
+    measures = Inputs(
         Tables(**{**unread, "tcp_flow": tcp_flow_timeline(segments), "connections": connections}), DiagnosisThresholds()
     )
     rules = [r for r in load_bottleneck_rules() if r.id.startswith("diagnosis.encrypted.")]

@@ -116,7 +116,7 @@ def clean(spark, tmp_path_factory):
     return root / "lake", result, answers
 
 
-# What the diagnosis reads (pipelines.bottlenecks: the findings' inputs and flow_intervals' own).
+# What the diagnosis reads (pipelines.diagnosis.findings: the findings' inputs and flow_intervals' own).
 DIAGNOSIS_INPUTS = {
     "messages_091",
     "deliveries_10",

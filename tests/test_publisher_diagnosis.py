@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pyspark.sql.functions as F
 import pytest
 
-from amqpscope.pipelines.diagnosis import diagnosis
-from amqpscope.pipelines.round_trips import round_trips
+from amqpscope.pipelines.diagnosis.round_trips import round_trips
+from amqpscope.pipelines.diagnosis.verdict import diagnosis
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 from tests.test_bottlenecks import Diagnosed, Traffic, summary
 

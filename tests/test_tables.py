@@ -64,7 +64,7 @@ def test_a_table_declared_wrong_is_refused():
 
 
 def test_the_answer_is_what_the_diagnosis_reads():
-    # What the bottleneck rules and flow_intervals read (pipelines.bottlenecks, pipelines.flow_intervals),
+    # What the bottleneck rules and flow_intervals read (pipelines.diagnosis.findings, pipelines.flow_intervals),
     # written out here from those modules rather than from the registry under test.
     assert set(ANSWER) == {
         "messages_091",

@@ -1,7 +1,7 @@
 """The measures of the queue- and consumer-side rules (expectations/bottlenecks.yml): why a queue
 backs up, or would, told from the messages themselves.
 
-Each is a function of the run's ``Measures`` (``pipelines.bottleneck_measures``) giving one row per
+Each is a pure function of named inputs (``pipelines.diagnosis.measures``) giving one row per
 entity in the measures' shape (held_us, span_us, when, packets) with the figures its rule tests:
 
 | measure             | one row per                       | rule                                        |
@@ -15,20 +15,15 @@ entity in the measures' shape (held_us, span_us, when, packets) with the figures
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.addresses import queue_of_address
-from amqpscope.pipelines.consumer_capacity import acknowledgements, capacities
+from amqpscope.pipelines.diagnosis.consumer_capacity import acknowledgements, capacities
+from amqpscope.pipelines.diagnosis.figures import CONNECTION
 from amqpscope.pipelines.held import first_packets, held_time, timestamp
 from amqpscope.pipelines.queue_depth import depth_at
 
-if TYPE_CHECKING:
-    from amqpscope.pipelines.bottleneck_measures import Measures
-
-_CONNECTION = ("capture_id", "connection_id")
 _CONSUMER = ("capture_id", "connection_id", "channel", "consumer_tag")
 _LINK = ("capture_id", "connection_id", "channel", "handle")
 
@@ -41,13 +36,13 @@ def _last_packet(packets: str) -> Column:
     return F.try_element_at(F.col(packets), F.lit(-1))
 
 
-def consumer_acks(m: Measures) -> DataFrame:
+def consumer_acks(consumer_unacked: DataFrame, messages_091: DataFrame, lifetimes: DataFrame) -> DataFrame:
     """Per 0-9-1 consumer with manual acknowledgement: what became of its deliveries
     (``consumer_capacity.acknowledgements``), its window as RabbitMQ applies it
     (``consumer_capacity.capacities``), the most it held unacked, and the time from its first
     delivery to its first settlement (to the connection's last frame when it settled nothing:
     ``held_us``) within the time from its first delivery to that last frame (``span_us``)."""
-    unacked = m.tables.consumer_unacked
+    unacked = consumer_unacked
     delivered = unacked.filter(F.col("method") == "basic.deliver")
     held = unacked.groupBy(*_CONSUMER).agg(
         F.min("queue").alias("queue"),
@@ -58,11 +53,11 @@ def consumer_acks(m: Measures) -> DataFrame:
     end = F.unix_micros(F.col("last_ts"))
     until = F.coalesce(F.col("_first_settled_us"), end)
     return (
-        acknowledgements(m.tables.messages_091)
+        acknowledgements(messages_091)
         .join(held, list(_CONSUMER))
         .join(capacities(unacked), list(_CONSUMER), "left")
         .join(packets, list(_CONSUMER), "left")
-        .join(m.lifetimes, list(_CONNECTION))
+        .join(lifetimes, list(CONNECTION))
         .select(
             *_CONSUMER,
             "queue",
@@ -105,20 +100,22 @@ def message_identity() -> Column:
     return F.coalesce(F.concat(F.lit("id:"), F.col("message_id")), digest)
 
 
-def redeliveries(m: Measures) -> DataFrame:
+def redeliveries(
+    consumer_unacked: DataFrame, messages_091: DataFrame, frames: DataFrame, depth_events: DataFrame
+) -> DataFrame:
     """Per message (``message_identity``) delivered from a queue and requeued again after being
     redelivered: ``loops`` (its redeliveries that the consumer nacked or rejected with requeue),
     its deliveries, the queue's deliveries and other messages in the same time, the consumer that
     requeued it most, and the queue's ready count after its last delivery (``ready``: null where
     the capture cannot count it). Held: from its first to its last delivery, within the span of
     the queue's deliveries."""
-    queues = m.tables.consumer_unacked.groupBy(*_CONSUMER).agg(F.min("queue").alias("queue"))
+    queues = consumer_unacked.groupBy(*_CONSUMER).agg(F.min("queue").alias("queue"))
     delivered = (
-        m.tables.messages_091.filter(F.col("method") == "basic.deliver")
+        messages_091.filter(F.col("method") == "basic.deliver")
         .join(queues, list(_CONSUMER))
         .join(
-            m.tables.frames.select(*_CONNECTION, "frame_index", "packet_number"),
-            [*_CONNECTION, "frame_index"],
+            frames.select(*CONNECTION, "frame_index", "packet_number"),
+            [*CONNECTION, "frame_index"],
         )
         .withColumns(
             {
@@ -153,7 +150,7 @@ def redeliveries(m: Measures) -> DataFrame:
         .filter(F.col("loops") > 0)
     )
     with_ready = depth_at(
-        per_message.select(*queue_keys, "_message", (F.col("_last_us") + F.lit(1)).alias("ts_us")), m.depth_events
+        per_message.select(*queue_keys, "_message", (F.col("_last_us") + F.lit(1)).alias("ts_us")), depth_events
     ).select(*queue_keys, "_message", "ready")
     span = F.greatest(F.col("_queue_last_us") - F.col("_queue_first_us"), F.lit(1))
     return (
@@ -183,11 +180,11 @@ def redeliveries(m: Measures) -> DataFrame:
     )
 
 
-def neighbour_speeds(m: Measures) -> DataFrame:
+def neighbour_speeds(consumer_window: DataFrame) -> DataFrame:
     """Per consumer (``consumer_window``'s rows) of a queue that others consume too: the fastest
     other consumer's median ack wait (``fastest_other_wait_p50_us``), the others' deliveries and
     this consumer's share of the queue's deliveries (``delivery_share``)."""
-    windows = m.measure("consumer_window").filter(F.col("queue").isNotNull())
+    windows = consumer_window.filter(F.col("queue").isNotNull())
     other = windows.select(
         "capture_id",
         "queue",
@@ -237,16 +234,18 @@ def neighbour_speeds(m: Measures) -> DataFrame:
     )
 
 
-def unconsumed_queues(m: Measures) -> DataFrame:
+def unconsumed_queues(
+    frames: DataFrame, link_state: DataFrame, routes: DataFrame, depth_events: DataFrame, lifetimes: DataFrame
+) -> DataFrame:
     """Per queue the capture's publishes reach: how many, over what time, the consumers the
     capture shows on it (0-9-1 basic.consume or basic.get naming it, AMQP 1.0 links from it), its
     ready count just before the first publish and just after the last (null where the capture
     cannot count it: ``pipelines.queue_depth``) and its growth. Held: from the first publish to the
     last, within the capture's span."""
-    frames = m.tables.frames
+    frames = frames
     queue_keys = ("capture_id", "queue")
-    routed = m.routes.filter(F.col("queue").isNotNull()).join(
-        frames.select(*_CONNECTION, "frame_index", "packet_number"), [*_CONNECTION, "frame_index"]
+    routed = routes.filter(F.col("queue").isNotNull()).join(
+        frames.select(*CONNECTION, "frame_index", "packet_number"), [*CONNECTION, "frame_index"]
     )
     published = routed.groupBy(*queue_keys).agg(
         F.count(F.lit(1)).alias("published"),
@@ -260,7 +259,7 @@ def unconsumed_queues(m: Measures) -> DataFrame:
     consumed_091 = frames.filter(
         F.col("method").isin("basic.consume", "basic.get") & (F.col("direction") == "c2s")
     ).select(*queue_keys)
-    consumed_10 = m.tables.link_state.filter(F.col("sender_side") == "server").select(
+    consumed_10 = link_state.filter(F.col("sender_side") == "server").select(
         "capture_id", queue_of_address(F.col("source_address")).alias("queue")
     )
     consumers = (
@@ -278,14 +277,14 @@ def unconsumed_queues(m: Measures) -> DataFrame:
         published.select(*queue_keys, (F.col("_last_us") + F.lit(1)).alias("ts_us"), F.lit("end").alias("_at"))
     )
     ready = (
-        depth_at(points, m.depth_events)
+        depth_at(points, depth_events)
         .groupBy(*queue_keys)
         .agg(
             F.max(F.when(F.col("_at") == "start", F.col("ready"))).alias("ready_start"),
             F.max(F.when(F.col("_at") == "end", F.col("ready"))).alias("ready_end"),
         )
     )
-    capture = m.lifetimes.groupBy("capture_id").agg(
+    capture = lifetimes.groupBy("capture_id").agg(
         F.unix_micros(F.min("first_ts")).alias("_capture_first_us"),
         F.unix_micros(F.max("last_ts")).alias("_capture_last_us"),
     )
@@ -315,19 +314,21 @@ def unconsumed_queues(m: Measures) -> DataFrame:
     )
 
 
-def transfer_settlement(m: Measures) -> DataFrame:
+def transfer_settlement(
+    frames: DataFrame, link_state: DataFrame, deliveries_10: DataFrame, lifetimes: DataFrame
+) -> DataFrame:
     """Per AMQP 1.0 link a client sends unsettled transfers on: how long the broker took to settle
     them (from a delivery's first transfer to the broker's disposition covering it: median, 95th
     percentile), how many it had not settled when the capture ended, and the union of the times a
     delivery waited for its settlement (``held_us``) within the time from the link's first transfer
     to its last settlement (``span_us``)."""
-    frames = m.tables.frames
-    sent = m.deliveries_10.filter((F.col("direction") == "c2s") & ~F.col("settled_by_sender"))
+    frames = frames
+    sent = deliveries_10.filter((F.col("direction") == "c2s") & ~F.col("settled_by_sender"))
     settled_at = frames.select(
-        *_CONNECTION, F.col("frame_index").alias("disposition_frame_index"), F.col("ts_us").alias("_settled_us")
+        *CONNECTION, F.col("frame_index").alias("disposition_frame_index"), F.col("ts_us").alias("_settled_us")
     )
     links = (
-        m.tables.link_state.filter((F.col("sender_side") == "client") & (F.col("method") == "transfer"))
+        link_state.filter((F.col("sender_side") == "client") & (F.col("method") == "transfer"))
         .groupBy(*_LINK)
         .agg(
             F.min("link_name").alias("link_name"),
@@ -335,9 +336,9 @@ def transfer_settlement(m: Measures) -> DataFrame:
         )
     )
     timed = (
-        sent.join(settled_at, [*_CONNECTION, "disposition_frame_index"], "left")
-        .join(frames.select(*_CONNECTION, "frame_index", "packet_number"), [*_CONNECTION, "frame_index"])
-        .join(m.lifetimes.select(*_CONNECTION, F.col("last_ts").alias("_connection_last_ts")), list(_CONNECTION))
+        sent.join(settled_at, [*CONNECTION, "disposition_frame_index"], "left")
+        .join(frames.select(*CONNECTION, "frame_index", "packet_number"), [*CONNECTION, "frame_index"])
+        .join(lifetimes.select(*CONNECTION, F.col("last_ts").alias("_connection_last_ts")), list(CONNECTION))
         .withColumns(
             {
                 "_sent_us": F.unix_micros("ts"),
@@ -371,7 +372,7 @@ def transfer_settlement(m: Measures) -> DataFrame:
         per_link.join(waits, list(_LINK))
         .join(links, list(_LINK), "left")
         .select(
-            *_CONNECTION,
+            *CONNECTION,
             "channel",
             "link_name",
             "target_address",

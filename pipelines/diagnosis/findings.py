@@ -1,7 +1,7 @@
-"""bottlenecks: what held traffic back, where, since when and why, inferred from the wire alone.
+"""The findings: what held traffic back, where, since when and why, inferred from the wire alone.
 
 One small engine runs the rule catalogue (expectations/bottlenecks.yml, docs/DIAGNOSIS.md): each
-rule reads a measure (``pipelines.bottleneck_measures``), keeps the rows its test holds for and
+rule reads a measure (``pipelines.diagnosis.measures``), keeps the rows its test holds for and
 turns them into findings: the component and effect, a confidence, the evidence figures, one
 sentence. ``bottleneck_findings`` unions every rule's findings, names each entity as an operator
 knows it, writes its Wireshark filter and ranks the findings per capture. RabbitMQ's internal
@@ -21,8 +21,8 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.expectations.bottleneck_rules import PARENT, BottleneckRule, Template, Value, bind, load_bottleneck_rules
 from amqpscope.pipelines import partitioning
-from amqpscope.pipelines.bottleneck_measures import MEASURE_PROTOCOL, MEASURES, Measures, Tables
 from amqpscope.pipelines.columns import union_all, with_columns
+from amqpscope.pipelines.diagnosis.measures import MEASURE_PROTOCOL, MEASURES, Inputs, Tables
 from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 
@@ -103,11 +103,11 @@ def _cases(rule: BottleneckRule, limits: DiagnosisThresholds) -> tuple[Column, C
     return component, confidence, because
 
 
-def rule_findings(rule: BottleneckRule, measures: Measures, kept: bool = False) -> DataFrame:
+def rule_findings(rule: BottleneckRule, measures: Inputs, kept: bool = False) -> DataFrame:
     """The findings of one rule: its measure's rows that pass its test, in the candidate shape
     (the schema's columns but the names, rank, id and filter, plus priority and packet_filter).
     ``kept``: the rows that pass are computed now, once, for the findings and for the rules that
-    read them (``Measures.found``)."""
+    read them (``Inputs.found``)."""
     limits = measures.limits
     rows = measures.measure(rule.measure)
     try:
@@ -129,7 +129,7 @@ def rule_findings(rule: BottleneckRule, measures: Measures, kept: bool = False) 
         ) from error
 
 
-def _candidates(rule: BottleneckRule, measures: Measures, passed: DataFrame, because: Column | None) -> DataFrame:
+def _candidates(rule: BottleneckRule, measures: Inputs, passed: DataFrame, because: Column | None) -> DataFrame:
     measures.record(rule.id, passed)
     columns = {
         "rule_id": F.lit(rule.id),
@@ -274,7 +274,7 @@ def bottleneck_findings(
     if spoken is not None:
         present = set(spoken)
         catalogue = tuple(r for r in catalogue if MEASURE_PROTOCOL.get(r.measure) in (None, *present))
-    measures = Measures(
+    measures = Inputs(
         Tables(
             frames=frames,
             connections=connections,

@@ -8,7 +8,7 @@ the next one as an ack frees a slot. In
 AMQP 1.0 it is the link credit the receiver grants (``flow``): the broker sends no more while the
 credit is used up, and sends again when the receiver grants more (DOMAIN.md sections 2 and 4).
 
-``consumer_windows`` gives one row per 0-9-1 consumer and per AMQP 1.0 link the broker sends on,
+``consumer_windows_of`` gives one row per 0-9-1 consumer and per AMQP 1.0 link the broker sends on,
 in one shape: the window, the time its window was full (the union of the intervals at its limit,
 ``consumer_capacity.limit_intervals``, or of the ``link_credit_exhausted`` intervals of
 ``flow_intervals``, within the time it consumed), how long
@@ -27,8 +27,8 @@ from pyspark.sql import functions as F
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.pipelines.addresses import queue_of_address
-from amqpscope.pipelines.consumer_capacity import at_limit, capacities, limit_intervals
-from amqpscope.pipelines.held import clipped, held_time
+from amqpscope.pipelines.diagnosis.consumer_capacity import at_limit, capacities, limit_intervals
+from amqpscope.pipelines.held import clipped, held_time, timestamp
 from amqpscope.pipelines.messages import settlement_times
 from amqpscope.pipelines.partitioning import next_value
 from amqpscope.pipelines.queue_depth import depth_at
@@ -214,7 +214,7 @@ def _windows_10(flow_intervals: DataFrame, link_state: DataFrame) -> tuple[DataF
     return links, _freed_slots(grants, "amqp-1.0", _LINK)
 
 
-def consumer_windows(
+def consumer_windows_of(
     flow_intervals: DataFrame,
     consumer_unacked: DataFrame,
     link_state: DataFrame,
@@ -260,4 +260,19 @@ def consumer_windows(
             ).otherwise(F.col("slots_refilled") / freed),
             "deliveries_per_second": F.col("deliveries") / (span / F.lit(1e6)),
         }
+    )
+
+
+def consumer_window(consumer_windows: DataFrame) -> DataFrame:
+    """Per 0-9-1 consumer and AMQP 1.0 receiving link: its window and what it did
+    (``pipelines.consumer_window``)."""
+    return consumer_windows.select(
+        "*",
+        timestamp(F.coalesce(F.col("held_start_us"), F.col("active_start_us"))).alias("start_ts"),
+        timestamp(F.coalesce(F.col("held_end_us"), F.col("active_end_us"))).alias("end_ts"),
+        F.try_element_at("held_packets", F.lit(1)).alias("start_packet_number"),
+        F.try_element_at("held_packets", F.lit(-1)).alias("end_packet_number"),
+        F.coalesce(F.col("held_packets"), F.array().cast("array<long>")).alias("packet_numbers"),
+        (F.col("refill_p50_us") + F.col("wait_p50_us")).alias("round_trip_p50_us"),
+        F.coalesce(F.col("consumer_tag"), F.col("link_name")).alias("consumer"),
     )

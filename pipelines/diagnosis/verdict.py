@@ -1,6 +1,6 @@
 """diagnosis: one row per capture, the headline an operator reads first and the ranked findings.
 
-The headline is the top-ranked bottleneck of ``bottlenecks`` (``pipelines.bottlenecks``), or "none"
+The headline is the top-ranked bottleneck of ``bottlenecks`` (``pipelines.diagnosis.findings``), or "none"
 for a capture in which nothing held traffic back for long enough to matter; a "none" says what was
 measured (connections, messages published and delivered, consumers) and claims nothing more. The
 problems found beside the verdict (findings of kind problem: returns, refused publishes, churn ...)

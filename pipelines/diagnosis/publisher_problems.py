@@ -1,6 +1,6 @@
 """Measures of what the broker refused or sent back, and of closes with an error: pure functions from
 the frames and messages tables to one row per entity, in the shape every bottleneck measure has
-(``pipelines.bottleneck_measures``: held_us, span_us, start_ts, start_packet_number,
+(``pipelines.diagnosis.measures``: held_us, span_us, start_ts, start_packet_number,
 packet_numbers, packet_filter, packet_count, and the figures the rules name).
 
 - ``publish_refusals``: per 0-9-1 channel publishing with confirms, the publishes the broker
@@ -15,18 +15,14 @@ packet_numbers, packet_filter, packet_count, and the figures the rules name).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.held import first_packets, timestamp
+from amqpscope.pipelines.diagnosis.figures import CONNECTION, us
+from amqpscope.pipelines.held import first_packets, held_time, timestamp
+from amqpscope.pipelines.messages import settlement_times
 
-if TYPE_CHECKING:
-    from amqpscope.pipelines.bottleneck_measures import Measures
-
-_CONNECTION = ("capture_id", "connection_id")
-_CHANNEL = (*_CONNECTION, "channel")
+_CHANNEL = (*CONNECTION, "channel")
 
 # Wireshark's AMQP dissector: method class and id (0-9-1 spec, "Class and method id summaries").
 BASIC_NACK_FILTER = "amqp.method.class == 60 && amqp.method.method == 120"
@@ -42,17 +38,19 @@ def _us(column: str) -> Column:
 def _packets_on_connection(frames: DataFrame, condition: Column) -> DataFrame:
     """Per connection: the distinct packets holding a frame that meets ``condition`` (how many a
     field filter for those frames matches on the connection's port)."""
-    return frames.filter(condition).groupBy(*_CONNECTION).agg(F.countDistinct("packet_number").alias("packet_count"))
+    return frames.filter(condition).groupBy(*CONNECTION).agg(F.countDistinct("packet_number").alias("packet_count"))
 
 
-def publish_refusals(m: Measures) -> DataFrame:
+def publish_refusals(
+    frames: DataFrame, messages_091: DataFrame, routes: DataFrame, declarations: DataFrame
+) -> DataFrame:
     """Per 0-9-1 channel publishing with confirms and refused at least once: publishes, the broker's
     refusals (``refused``: publishes whose confirm was a basic.nack), their share, the queue, exchange
     and routing key most of the refused ones had and that queue's declared limits (``max_length``, ``max_length_bytes``,
     ``overflow``; null where not declared in the capture), whether it refuses when full
     (``rejects_when_full``), the time from the first refused publish to the last refusal and the
     nack packets."""
-    frames, messages = m.tables.frames, m.tables.messages_091
+    frames, messages = frames, messages_091
     confirmed = messages.filter(
         (F.col("method") == "basic.publish") & F.col("publish_seq").isNotNull() & (F.col("direction") == "c2s")
     )
@@ -79,7 +77,7 @@ def publish_refusals(m: Measures) -> DataFrame:
         F.coalesce(F.col("exchange"), F.lit("")).alias("exchange"),
         F.coalesce(F.col("routing_key"), F.lit("")).alias("routing_key"),
     )
-    routed = m.routes.filter(F.col("queue").isNotNull()).select(*_CHANNEL, "frame_index", "queue")
+    routed = routes.filter(F.col("queue").isNotNull()).select(*_CHANNEL, "frame_index", "queue")
     destination = F.struct("queue", "exchange", "routing_key")
     queues = (
         refused.join(routed, [*_CHANNEL, "frame_index"], "left")
@@ -89,7 +87,7 @@ def publish_refusals(m: Measures) -> DataFrame:
         .agg(F.max_by(destination, F.struct("_n", destination)).alias("_to"))
         .select(*_CHANNEL, "_to.*")
     )
-    declared = m.declarations.select("capture_id", "queue", "max_length", "max_length_bytes", "overflow")
+    declared = declarations.select("capture_id", "queue", "max_length", "max_length_bytes", "overflow")
     listed = _packets_on_connection(frames, F.col("method") == "basic.nack")
     high = F.greatest(F.col("_last_nack_us"), F.col("_last_publish_us"))
     start = F.coalesce(F.col("_first_refused_us"), F.col("_low"))
@@ -98,7 +96,7 @@ def publish_refusals(m: Measures) -> DataFrame:
         .join(nacked, list(_CHANNEL))
         .join(queues, list(_CHANNEL), "left")
         .join(declared, ["capture_id", "queue"], "left")
-        .join(listed, list(_CONNECTION), "left")
+        .join(listed, list(CONNECTION), "left")
         .select(
             *_CHANNEL,
             "queue",
@@ -125,11 +123,11 @@ def publish_refusals(m: Measures) -> DataFrame:
     )
 
 
-def unroutable_returns(m: Measures) -> DataFrame:
+def unroutable_returns(frames: DataFrame) -> DataFrame:
     """Per 0-9-1 channel the broker returned messages on (basic.return): the returns, the publishes
     on the channel and those with mandatory set, the share returned, the first return's reply code
     and text, and the exchange and routing key returned most."""
-    frames = m.tables.frames
+    frames = frames
     returns = frames.filter((F.col("method") == "basic.return") & (F.col("direction") == "s2c"))
     publishes = frames.filter((F.col("method") == "basic.publish") & (F.col("direction") == "c2s"))
     published = publishes.groupBy(*_CHANNEL).agg(
@@ -169,7 +167,7 @@ def unroutable_returns(m: Measures) -> DataFrame:
     return (
         returned.join(published, list(_CHANNEL), "left")
         .join(most, list(_CHANNEL))
-        .join(listed, list(_CONNECTION), "left")
+        .join(listed, list(CONNECTION), "left")
         .fillna(0, subset=["publishes", "mandatory_publishes"])
         .select(
             *_CHANNEL,
@@ -200,13 +198,13 @@ def unroutable_returns(m: Measures) -> DataFrame:
     )
 
 
-def closes_with_error(m: Measures) -> DataFrame:
+def closes_with_error(frames: DataFrame) -> DataFrame:
     """One row per close with an error: 0-9-1 ``channel.close`` / ``connection.close`` with a reply
     code of 300 or more (either peer may close: ``closed_by`` broker or client), AMQP 1.0 ``close``
     with an error condition. ``scope`` is channel or connection; the reply code and text, and for
     0-9-1 the method the close answers (``refused_method``, from the close's class-id and
     method-id, as RabbitMQ names it); the channel's life up to the close as the span."""
-    frames = m.tables.frames
+    frames = frames
     is_091 = (F.col("protocol") == "amqp-0-9-1") & F.col("method").isin("channel.close", "connection.close")
     is_10 = (F.col("protocol") == "amqp-1.0") & (F.col("method") == "close") & F.col("error_condition").isNotNull()
     closes = frames.filter((is_091 & (F.col("reply_code") >= 300)) | is_10)
@@ -215,7 +213,7 @@ def closes_with_error(m: Measures) -> DataFrame:
     class_id = F.col("arguments")["class-id"].cast("int")
     method_id = F.col("arguments")["method-id"].cast("int")
     named = frames.filter(F.col("class_id").isNotNull()).select(
-        *_CONNECTION,
+        *CONNECTION,
         "channel",
         F.col("class_id").alias("_rc"),
         F.col("method_id").alias("_rm"),
@@ -226,11 +224,11 @@ def closes_with_error(m: Measures) -> DataFrame:
     )
     opened = (
         frames.filter(F.col("method").isin("channel.open", "connection.start", "open", "begin"))
-        .groupBy(*_CONNECTION, "channel")
+        .groupBy(*CONNECTION, "channel")
         .agg(F.min(_us("ts")).alias("_opened_us"))
     )
     base = closes.select(
-        *_CONNECTION,
+        *CONNECTION,
         "channel",
         "direction",
         "frame_index",
@@ -243,21 +241,21 @@ def closes_with_error(m: Measures) -> DataFrame:
         method_id.alias("_rm"),
     )
     # The latest frame of that class and method on the channel before the close.
-    latest = Window.partitionBy(*_CONNECTION, "frame_index").orderBy(F.col("_at").desc())
+    latest = Window.partitionBy(*CONNECTION, "frame_index").orderBy(F.col("_at").desc())
     refused = (
-        base.select(*_CONNECTION, "channel", "frame_index", "_rc", "_rm")
-        .join(named, [*_CONNECTION, "channel", "_rc", "_rm"])
+        base.select(*CONNECTION, "channel", "frame_index", "_rc", "_rm")
+        .join(named, [*CONNECTION, "channel", "_rc", "_rm"])
         .filter(F.col("_at") < F.col("frame_index"))
         .withColumn("_n", F.row_number().over(latest))
         .filter(F.col("_n") == 1)
-        .select(*_CONNECTION, "frame_index", "_refused", "_queue", "_exchange")
+        .select(*CONNECTION, "frame_index", "_refused", "_queue", "_exchange")
     )
     scope_opened = F.coalesce(F.col("_opened_us"), _us("ts"))
     return (
-        base.join(refused, [*_CONNECTION, "frame_index"], "left")
+        base.join(refused, [*CONNECTION, "frame_index"], "left")
         .join(opened, list(_CHANNEL), "left")
         .select(
-            *_CONNECTION,
+            *CONNECTION,
             "channel",
             "scope",
             F.when(F.col("direction") == "s2c", F.lit("broker")).otherwise(F.lit("client")).alias("closed_by"),
@@ -274,5 +272,68 @@ def closes_with_error(m: Measures) -> DataFrame:
             F.col("packet_number").alias("start_packet_number"),
             F.col("packet_number").alias("end_packet_number"),
             F.array(F.col("packet_number")).alias("packet_numbers"),
+        )
+    )
+
+
+def publisher_confirms(
+    frames: DataFrame, messages_091: DataFrame, channel_confirms: DataFrame, alarmed: DataFrame, routes: DataFrame
+) -> DataFrame:
+    """Per 0-9-1 channel publishing with confirms: messages in flight (the most and the median
+    outstanding right after a publish), the confirm round trip (median from a publish to its
+    confirm), the time it had a publish waiting for its confirm (the union of those waits,
+    ``held_us``) within the time from its first publish to its last confirm, and its rate."""
+    keys = (*CONNECTION, "channel")
+    settle_times = settlement_times(frames, "ts_us", "_confirmed_us")
+    # On a connection RabbitMQ blocked, confirms wait for the alarm: that rule says so.
+    confirmed = (
+        messages_091.filter((F.col("method") == "basic.publish") & F.col("publish_seq").isNotNull())
+        .join(alarmed, list(CONNECTION), "left_anti")
+        .join(settle_times, [*CONNECTION, "settled_frame_index"], "left")
+        .withColumn("_published_us", us("ts"))
+    )
+    spans = confirmed.groupBy(*keys).agg(
+        F.count(F.lit(1)).alias("publishes"),
+        F.min("_published_us").alias("_low"),
+        F.greatest(F.max("_confirmed_us"), F.max("_published_us")).alias("_high"),
+        F.percentile_approx(F.col("_confirmed_us") - F.col("_published_us"), 0.5).alias("confirm_p50_us"),
+        F.first(F.coalesce(F.col("exchange"), F.lit(""))).alias("exchange"),
+        F.first("routing_key").alias("routing_key"),
+    )
+    waits = confirmed.filter(F.col("_confirmed_us").isNotNull()).select(
+        *keys,
+        F.col("_published_us").alias("start_us"),
+        F.col("_confirmed_us").alias("end_us"),
+        F.lit(None).cast("long").alias("start_packet_number"),
+    )
+    held = held_time(waits, keys)
+    published = channel_confirms.filter(F.col("method") == "basic.publish")
+    in_flight = published.groupBy(*keys).agg(
+        F.max("outstanding").alias("in_flight_max"),
+        F.percentile_approx("outstanding", 0.5).alias("in_flight_p50"),
+        first_packets("packet_number").alias("packet_numbers"),
+    )
+    queues = routes.filter(F.col("queue").isNotNull()).groupBy(*keys).agg(F.min("queue").alias("queue"))
+    span = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
+    return (
+        spans.join(held, list(keys))
+        .join(in_flight, list(keys))
+        .join(queues, list(keys), "left")
+        .select(
+            *keys,
+            "queue",
+            "publishes",
+            "confirm_p50_us",
+            "in_flight_max",
+            "in_flight_p50",
+            "held_us",
+            span.alias("span_us"),
+            (F.col("held_us") / span).alias("held_share"),
+            (F.col("publishes") / (span / F.lit(1e6))).alias("publishes_per_second"),
+            timestamp(F.col("_low")).alias("start_ts"),
+            timestamp(F.col("_high")).alias("end_ts"),
+            F.try_element_at("packet_numbers", F.lit(1)).alias("start_packet_number"),
+            F.try_element_at("packet_numbers", F.lit(-1)).alias("end_packet_number"),
+            "packet_numbers",
         )
     )

@@ -1,6 +1,6 @@
 """Measures of connection and channel churn: clients that open a connection (or a channel) for a few
 messages and close it again. Pure functions from the frames and connections tables to one row per
-entity in the shape of every bottleneck measure (``pipelines.bottleneck_measures``).
+entity in the shape of every bottleneck measure (``pipelines.diagnosis.measures``).
 
 - ``connection_churn``: per client address, the connections it opened in the capture, opens per
   second, the median lifetime and messages per connection, and the time some connection of it was
@@ -13,17 +13,12 @@ entity in the shape of every bottleneck measure (``pipelines.bottleneck_measures
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.diagnosis.figures import CONNECTION
 from amqpscope.pipelines.held import first_packets, held_time, timestamp
 
-if TYPE_CHECKING:
-    from amqpscope.pipelines.bottleneck_measures import Measures
-
-_CONNECTION = ("capture_id", "connection_id")
 CONNECTION_START_FILTER = "amqp.method.class == 10 && amqp.method.method == 10"
 CHANNEL_OPEN_FILTER = "amqp.method.class == 20 && amqp.method.method == 10"
 
@@ -55,7 +50,7 @@ def connection_lives(frames: DataFrame) -> DataFrame:
         (F.col("protocol") == "amqp-1.0") & (F.col("method") == "open") & (F.col("direction") == "s2c")
     )
     closing = F.col("method").isin("connection.close", "close")
-    return frames.groupBy(*_CONNECTION).agg(
+    return frames.groupBy(*CONNECTION).agg(
         F.min(_us("ts")).alias("first_us"),
         F.max(_us("ts")).alias("last_us"),
         F.min(F.when(ready, _us("ts"))).alias("ready_us"),
@@ -66,15 +61,15 @@ def connection_lives(frames: DataFrame) -> DataFrame:
     )
 
 
-def connection_churn(m: Measures) -> DataFrame:
+def connection_churn(frames: DataFrame, connections: DataFrame) -> DataFrame:
     """Per capture and client address with connections opened in the capture: how many
     (``connections``), opens per second over the time from the first open to the last frame,
     the median lifetime and messages per connection, and ``held_us``: the union of the intervals
     in which one of them was opening or closing, within that time (``held_share`` of it)."""
-    frames = m.tables.frames
+    frames = frames
     lives = connection_lives(frames).filter(F.col("opened"))
-    hosts = m.tables.connections.select(*_CONNECTION, "client_address")
-    lived = lives.join(hosts, list(_CONNECTION))
+    hosts = connections.select(*CONNECTION, "client_address")
+    lived = lives.join(hosts, list(CONNECTION))
     keys = ("capture_id", "client_address")
     opening = lived.select(
         *keys,
@@ -137,19 +132,19 @@ def connection_churn(m: Measures) -> DataFrame:
     )
 
 
-def channel_churn(m: Measures) -> DataFrame:
+def channel_churn(frames: DataFrame, connection_queues: DataFrame) -> DataFrame:
     """Per 0-9-1 connection that opened channels: channel.opens, messages per channel opened, and
     ``held_us``: the union of the intervals in which one of its channels was opening (channel.open to
     channel.open-ok) or closing (channel.close to channel.close-ok), within the connection's time
     from its first channel.open to its last frame."""
-    frames = m.tables.frames
+    frames = frames
     methods = ("channel.open", "channel.open-ok", "channel.close", "channel.close-ok")
     steps = frames.filter(F.col("method").isin(*methods)).select(
-        *_CONNECTION, "channel", "method", "frame_index", "packet_number", _us("ts").alias("ts_us")
+        *CONNECTION, "channel", "method", "frame_index", "packet_number", _us("ts").alias("ts_us")
     )
     begins = steps.filter(F.col("method").isin("channel.open", "channel.close"))
     answers = steps.filter(F.col("method").isin("channel.open-ok", "channel.close-ok")).select(
-        *_CONNECTION,
+        *CONNECTION,
         "channel",
         F.regexp_replace("method", "-ok$", "").alias("method"),
         F.col("frame_index").alias("_answer_index"),
@@ -157,21 +152,21 @@ def channel_churn(m: Measures) -> DataFrame:
     )
     # Each open (close) with the first answer after it on its channel.
     paired = (
-        begins.join(answers, [*_CONNECTION, "channel", "method"], "left")
+        begins.join(answers, [*CONNECTION, "channel", "method"], "left")
         .filter(F.col("_answer_index").isNull() | (F.col("_answer_index") > F.col("frame_index")))
-        .groupBy(*_CONNECTION, "channel", "method", "frame_index", "packet_number", "ts_us")
+        .groupBy(*CONNECTION, "channel", "method", "frame_index", "packet_number", "ts_us")
         .agg(F.min_by("_answer_us", "_answer_index").alias("_answer_us"))
     )
     intervals = paired.filter(F.col("_answer_us").isNotNull()).select(
-        *_CONNECTION,
+        *CONNECTION,
         F.col("ts_us").alias("start_us"),
         F.col("_answer_us").alias("end_us"),
         F.when(F.col("method") == "channel.open", F.col("packet_number")).alias("start_packet_number"),
     )
-    held = held_time(intervals, _CONNECTION)
+    held = held_time(intervals, CONNECTION)
     opens = (
         steps.filter(F.col("method") == "channel.open")
-        .groupBy(*_CONNECTION)
+        .groupBy(*CONNECTION)
         .agg(
             F.count(F.lit(1)).alias("channel_opens"),
             F.countDistinct("channel").alias("channel_numbers"),
@@ -182,14 +177,14 @@ def channel_churn(m: Measures) -> DataFrame:
             F.countDistinct("packet_number").alias("packet_count"),
         )
     )
-    lives = connection_lives(frames).select(*_CONNECTION, "last_us", "messages")
+    lives = connection_lives(frames).select(*CONNECTION, "last_us", "messages")
     span = F.greatest(F.col("last_us") - F.col("_low"), F.lit(1))
     return (
-        opens.join(held, list(_CONNECTION))
-        .join(lives, list(_CONNECTION))
-        .join(m.connection_queues, list(_CONNECTION), "left")
+        opens.join(held, list(CONNECTION))
+        .join(lives, list(CONNECTION))
+        .join(connection_queues, list(CONNECTION), "left")
         .select(
-            *_CONNECTION,
+            *CONNECTION,
             "queue",
             "channel_opens",
             "channel_numbers",

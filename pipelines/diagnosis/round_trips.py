@@ -11,24 +11,19 @@
   and a publish in confirm mode and the broker's confirm.
 
 ``round_trips`` is the gold table of both; ``request_reply`` is the diagnosis measure of the calls
-(``pipelines.bottleneck_measures``' shape: one row per caller channel).
+(``pipelines.diagnosis.measures``' shape: one row per caller channel).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.diagnosis.figures import CONNECTION
 from amqpscope.pipelines.held import first_packets, held_time, timestamp
 from amqpscope.pipelines.messages import settlement_times
 from amqpscope.schemas.diagnosis import ROUND_TRIPS_SCHEMA
 
-if TYPE_CHECKING:
-    from amqpscope.pipelines.bottleneck_measures import Measures
-
-_CONNECTION = ("capture_id", "connection_id")
 # 0-9-1 synchronous requests and their replies (spec 1.4: "synchronous" methods), and who asks.
 SYNCHRONOUS = {
     "connection.start": ("connection.start-ok", "s2c"),
@@ -80,7 +75,7 @@ def calls(messages_091: DataFrame) -> DataFrame:
     (``delivered_us``, on ``responder_connection_id``), the reply published (``reply_us``) and
     delivered to the caller (``replied_us``), each null when not captured, and their packets."""
     content = messages_091.select(
-        *_CONNECTION,
+        *CONNECTION,
         "channel",
         "method",
         "direction",
@@ -93,7 +88,7 @@ def calls(messages_091: DataFrame) -> DataFrame:
     requests = content.filter(
         (F.col("method") == "basic.publish") & (F.col("direction") == "c2s") & F.col("reply_to").isNotNull()
     ).select(
-        *_CONNECTION,
+        *CONNECTION,
         "channel",
         "correlation_id",
         "reply_to",
@@ -131,7 +126,7 @@ def calls(messages_091: DataFrame) -> DataFrame:
         ["reply_us"],
     )
     back = content.filter(F.col("method").isin("basic.deliver", "basic.get-ok") & F.col("reply_to").isNull()).select(
-        *_CONNECTION, "correlation_id", F.col("ts_us").alias("replied_us")
+        *CONNECTION, "correlation_id", F.col("ts_us").alias("replied_us")
     )
     return _first_after(
         with_reply, back, ["capture_id", "connection_id", "correlation_id"], "reply_us", "replied_us", ["replied_us"]
@@ -139,7 +134,7 @@ def calls(messages_091: DataFrame) -> DataFrame:
 
 
 def _packet_of(frames: DataFrame) -> DataFrame:
-    return frames.select(*_CONNECTION, F.col("ts_us").alias("_ts"), "packet_number")
+    return frames.select(*CONNECTION, F.col("ts_us").alias("_ts"), "packet_number")
 
 
 def method_round_trips(frames: DataFrame) -> DataFrame:
@@ -147,7 +142,7 @@ def method_round_trips(frames: DataFrame) -> DataFrame:
     channel, from the other peer): who asked, the two methods, when and the packets."""
     asked = F.create_map(*[x for k, (reply, _) in SYNCHRONOUS.items() for x in (F.lit(k), F.lit(reply))])
     requests = frames.filter(F.col("method").isin(*SYNCHRONOUS)).select(
-        *_CONNECTION,
+        *CONNECTION,
         "channel",
         "direction",
         F.col("method").alias("request"),
@@ -157,7 +152,7 @@ def method_round_trips(frames: DataFrame) -> DataFrame:
         F.col("packet_number").alias("request_packet_number"),
     )
     replies = frames.filter(F.col("method").isin(*[r for r, _ in SYNCHRONOUS.values()])).select(
-        *_CONNECTION,
+        *CONNECTION,
         "channel",
         F.col("direction").alias("_reply_direction"),
         F.col("method").alias("response"),
@@ -166,9 +161,9 @@ def method_round_trips(frames: DataFrame) -> DataFrame:
         F.col("packet_number").alias("response_packet_number"),
     )
     joined = (
-        requests.join(replies, [*_CONNECTION, "channel", "response"])
+        requests.join(replies, [*CONNECTION, "channel", "response"])
         .filter((F.col("_answered_at") > F.col("_asked_at")) & (F.col("_reply_direction") != F.col("direction")))
-        .groupBy(*_CONNECTION, "channel", "direction", "request", "response", "_asked_at")
+        .groupBy(*CONNECTION, "channel", "direction", "request", "response", "_asked_at")
         .agg(
             F.min_by(F.struct("response_us", "response_packet_number"), "_answered_at").alias("_reply"),
             F.min("request_us").alias("request_us"),
@@ -176,7 +171,7 @@ def method_round_trips(frames: DataFrame) -> DataFrame:
         )
     )
     return joined.select(
-        *_CONNECTION,
+        *CONNECTION,
         "channel",
         F.lit("method").alias("kind"),
         F.when(F.col("direction") == "c2s", F.lit("client")).otherwise(F.lit("broker")).alias("asked_by"),
@@ -194,18 +189,18 @@ def confirm_round_trips(frames: DataFrame, messages_091: DataFrame) -> DataFrame
     """One row per publish in confirm mode that the broker confirmed (basic.ack or basic.nack)."""
     settled = settlement_times(frames, "ts_us", "response_us")
     packets = frames.filter(F.col("method").isin("basic.ack", "basic.nack")).select(
-        *_CONNECTION, F.col("frame_index").alias("settled_frame_index"), F.col("packet_number").alias("_p")
+        *CONNECTION, F.col("frame_index").alias("settled_frame_index"), F.col("packet_number").alias("_p")
     )
     published = messages_091.filter((F.col("method") == "basic.publish") & F.col("publish_seq").isNotNull())
     publish_packets = frames.filter(F.col("method") == "basic.publish").select(
-        *_CONNECTION, "frame_index", F.col("packet_number").alias("request_packet_number")
+        *CONNECTION, "frame_index", F.col("packet_number").alias("request_packet_number")
     )
     return (
-        published.join(settled, [*_CONNECTION, "settled_frame_index"])
-        .join(packets, [*_CONNECTION, "settled_frame_index"], "left")
-        .join(publish_packets, [*_CONNECTION, "frame_index"], "left")
+        published.join(settled, [*CONNECTION, "settled_frame_index"])
+        .join(packets, [*CONNECTION, "settled_frame_index"], "left")
+        .join(publish_packets, [*CONNECTION, "frame_index"], "left")
         .select(
-            *_CONNECTION,
+            *CONNECTION,
             "channel",
             F.lit("confirm").alias("kind"),
             F.lit("client").alias("asked_by"),
@@ -225,9 +220,9 @@ def round_trips(frames: DataFrame, messages_091: DataFrame) -> DataFrame:
     synchronous method pair and publisher confirm, with its round trip; a call's broker hops,
     responder's and caller's time."""
     call = calls(messages_091)
-    next_request = Window.partitionBy(*_CONNECTION, "channel").orderBy("request_us")
+    next_request = Window.partitionBy(*CONNECTION, "channel").orderBy("request_us")
     call_rows = call.select(
-        *_CONNECTION,
+        *CONNECTION,
         "channel",
         F.lit("request_reply").alias("kind"),
         F.lit("client").alias("asked_by"),
@@ -254,14 +249,14 @@ def round_trips(frames: DataFrame, messages_091: DataFrame) -> DataFrame:
     ).select(*[F.col(f.name).cast(f.dataType) for f in ROUND_TRIPS_SCHEMA.fields])
 
 
-def request_reply(m: Measures) -> DataFrame:
+def request_reply(messages_091: DataFrame, frames: DataFrame, routes: DataFrame) -> DataFrame:
     """Per caller channel with request/reply calls answered: the calls, the most in flight at once,
     the median call and its parts (broker hops, responder, caller), each part's share of the calls'
     cycles (request to next request), ``held_us``: the union of the calls (request published to
     reply delivered) within the time from the first request to the last reply, and the requests'
     packets."""
-    keys = (*_CONNECTION, "channel")
-    answered = calls(m.tables.messages_091).filter(F.col("replied_us").isNotNull())
+    keys = (*CONNECTION, "channel")
+    answered = calls(messages_091).filter(F.col("replied_us").isNotNull())
     order = Window.partitionBy(*keys).orderBy("request_us")
     cycles = answered.withColumns(
         {
@@ -305,14 +300,14 @@ def request_reply(m: Measures) -> DataFrame:
         F.min("reply_to").alias("reply_to"),
     )
     requests = (
-        m.tables.frames.filter((F.col("method") == "basic.publish") & (F.col("direction") == "c2s"))
+        frames.filter((F.col("method") == "basic.publish") & (F.col("direction") == "c2s"))
         .join(answered.select(*keys, F.col("request_us").alias("ts_us")), [*keys, "ts_us"], "left_semi")
         .groupBy(*keys)
         .agg(first_packets("packet_number").alias("packet_numbers"))
     )
     cycle = F.greatest(F.col("_broker_sum") + F.col("_responder_sum") + F.col("_caller_sum"), F.lit(1))
     span = F.greatest(F.col("_high") - F.col("_low"), F.lit(1))
-    routed = m.routes.filter(F.col("queue").isNotNull()).groupBy(*keys).agg(F.min("queue").alias("queue"))
+    routed = routes.filter(F.col("queue").isNotNull()).groupBy(*keys).agg(F.min("queue").alias("queue"))
     return (
         per_caller.join(held, list(keys))
         .join(in_flight, list(keys))
