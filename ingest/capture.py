@@ -40,9 +40,11 @@ _DETECT_BYTES: Final = 64
 _GAP: Final = "capture gap: bytes missing from the capture"
 _NOT_AMQP: Final = ("connection.not_amqp", "not decoded: not AMQP")
 # A connection picked up mid-stream on an AMQP port (no SYN captured) may start inside a frame as
-# long as RabbitMQ's frame_max (131072 by default): up to this many bytes of each direction are
-# searched for frames back to back before it is taken for something else.
-_INFER_BYTES: Final = 1 << 18
+# long as RabbitMQ's frame_max (131072 by default), and the version is taken from two whole frames
+# back to back after it and the start of a third: up to this many bytes of each direction (the cut
+# frame's rest, two frames of frame_max and room for the third's header) are searched before it is
+# taken for something else.
+_INFER_BYTES: Final = 4 * 131072
 # Held undecided at most this many bytes a direction (the search then decides on what it has).
 _INFER_HOLD: Final = 4 * _INFER_BYTES
 # The bytes of such a direction before its first frame (the rest of a frame the capture cut).

@@ -77,3 +77,37 @@ def test_a_capture_cut_inside_a_busy_connection_is_decoded(tmp_path, capture, co
             assert framed + sum(q["byte_count"] for q in lost) == conn[f"{direction}_bytes"], (first, direction)
             assert len(lost) <= 1 and all(q["stream_offset"] == 0 for q in lost), (first, lost)
             assert all("capture started inside a frame" in q["reason"] for q in lost), lost
+
+
+def test_a_cut_inside_a_body_frame_of_frame_max_is_decoded_from_the_next_frame(tmp_path):
+    """The slow reader's broker sends message bodies in frames of RabbitMQ's frame_max (131,072
+    bytes, a dozen packets each) to a client that sends nothing: a cut inside one has its rest, then
+    whole frames. tshark decodes none of them in the cut (it cannot resync); in the whole capture it
+    names each frame's segments, so every frame whose first segment is in the cut is one we decode
+    there, at the packet tshark gives it, moved by the packets cut."""
+    capture, port, first = SAMPLES / "bottlenecks" / "slow-reader.pcap", 34706, 178
+    listed = subprocess.run(
+        ["tshark", "-r", str(capture), "-d", "tcp.port==5672,amqp", "-Y", f"tcp.port=={port} && amqp"]
+        + ["-T", "fields", "-e", "frame.number", "-e", "amqp.type", "-e", "tcp.segment"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    whole = Counter()
+    for line in listed:
+        number, types, segments = line.split("\t")
+        starts = min(int(n) for n in segments.split(",")) if segments else int(number)
+        if starts >= first:
+            whole.update((int(number) - first + 1, int(t)) for t in types.split(","))
+    assert sum(whole.values()) > 15 and sum(n for (_, t), n in whole.items() if t == 3) > 10
+
+    rows = list(decode_capture(cut(capture, first, tmp_path / "late.pcap"), "late"))
+    [conn] = [r for kind, r in rows if kind == "connections" and r["client_port"] == port]
+    assert (conn["protocol"], conn["protocol_inferred"]) == ("amqp-0-9-1", True)
+    types = {"method": 1, "header": 2, "body": 3, "heartbeat": 8}
+    ours = Counter(
+        (r["packet_number"], types[r["frame_type"]])
+        for kind, r in rows
+        if kind == "frames" and r["connection_id"] == conn["connection_id"]
+    )
+    assert ours == whole
