@@ -100,3 +100,26 @@ def test_a_consumer_begun_before_the_capture_is_marked_and_never_below_zero(spar
             "frame_index long, unacked long, delivered long, settled long",
         ),
     )
+
+
+def test_a_none_headline_counts_the_consumers_begun_before_the_capture_by_their_deliveries(spark):
+    from amqpscope.pipelines.diagnosis.verdict import measured
+
+    # 0-9-1: tag a consumed before the capture (deliveries only), tag b consumed in it and delivered
+    # to: two consumers, each once.
+    amqp091 = [
+        dict(direction="s2c", method="basic.deliver", channel=1, consumer_tag="a"),
+        dict(direction="s2c", method="basic.deliver", channel=1, consumer_tag="a"),
+        dict(direction="s2c", method="basic.consume-ok", channel=1, consumer_tag="b"),
+        dict(direction="s2c", method="basic.deliver", channel=1, consumer_tag="b"),
+    ]
+    # 1.0: the broker sends on handle 2 attached before the capture, and attaches handle 5 in it.
+    amqp10 = [
+        dict(direction="s2c", method="transfer", channel=0, handle=2),
+        dict(direction="s2c", method="transfer", channel=0, handle=2),
+        dict(direction="c2s", method="attach", channel=0, handle=0, role="receiver", name="r"),
+        dict(direction="s2c", method="attach", channel=0, handle=5, role="sender", name="r"),
+    ]
+    for protocol, events, delivered in (("amqp-0-9-1", amqp091, 3), ("amqp-1.0", amqp10, 2)):
+        [row] = measured(frames_df(spark, protocol, events)).collect()
+        assert (row["_delivered"], row["_consumers"]) == (delivered, 2), protocol

@@ -152,21 +152,36 @@ def _problems_sentence(count: Column, problems: Column) -> Column:
 def measured(frames: DataFrame, connections: DataFrame | None = None) -> DataFrame:
     """Per capture, what a "none" headline says was measured: the AMQP connections, the messages
     published (0-9-1 basic.publish, 1.0 transfers from the client that end a delivery) and delivered
-    (basic.deliver, basic.get-ok, 1.0 transfers from the broker), the consumers that started
-    (basic.consume-ok, 1.0 receiving links the client attached) and the messages acknowledged."""
+    (basic.deliver, basic.get-ok, 1.0 transfers from the broker), and the consumers: the 0-9-1
+    consumer tags the broker confirmed (basic.consume-ok) or delivered to, and the links the broker
+    sends on (its attach as sender, or its transfers), so that a consumer begun before the capture
+    is counted by its deliveries."""
     last = ~F.coalesce(F.col("more"), F.lit(False))
-    transfer = (F.col("protocol") == "amqp-1.0") & (F.col("method") == "transfer") & last
+    amqp10 = F.col("protocol") == "amqp-1.0"
+    transfer = amqp10 & (F.col("method") == "transfer") & last
     c2s, s2c = F.col("direction") == "c2s", F.col("direction") == "s2c"
     published = ((F.col("method") == "basic.publish") & c2s) | (transfer & c2s)
     delivered = (F.col("method").isin("basic.deliver", "basic.get-ok") & s2c) | (transfer & s2c)
-    consumers = ((F.col("method") == "basic.consume-ok") & s2c) | (
-        (F.col("protocol") == "amqp-1.0") & (F.col("method") == "attach") & c2s & (F.col("role") == "receiver")
+    consumer = F.when(
+        F.col("method").isin("basic.consume-ok", "basic.deliver") & s2c,
+        F.concat_ws("/", F.col("connection_id"), F.col("channel").cast("string"), F.lit("tag"), F.col("consumer_tag")),
+    ).when(
+        amqp10
+        & s2c
+        & ((F.col("method") == "transfer") | ((F.col("method") == "attach") & (F.col("role") == "sender"))),
+        F.concat_ws(
+            "/",
+            F.col("connection_id"),
+            F.col("channel").cast("string"),
+            F.lit("handle"),
+            F.col("handle").cast("string"),
+        ),
     )
     counted = frames.groupBy("capture_id").agg(
         F.countDistinct("connection_id").alias("_connections"),
         F.count(F.when(published, 1)).alias("_published"),
         F.count(F.when(delivered, 1)).alias("_delivered"),
-        F.count(F.when(consumers, 1)).alias("_consumers"),
+        F.countDistinct(consumer).alias("_consumers"),
     )
     if connections is not None:
         amqp = connections.filter(F.col("protocol").isin(*AMQP_PROTOCOLS)).groupBy("capture_id").count()
