@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import pickle
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -67,14 +72,42 @@ def samples_lake(spark, tmp_path_factory):
     return root, config, analyze(spark, [str(c) for c in SAMPLE_CAPTURES], config)
 
 
+@contextlib.contextmanager
+def _exclusive(lock: Path) -> Iterator[None]:
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+def built_once_for_the_run(tmp_path_factory, name: str, build: Callable[[Path], object]) -> tuple[Path, object]:
+    """``build(root)`` run once for the whole test run, whichever worker asks first, into a folder
+    the run's workers share (pytest-xdist's workers have base folders side by side): the others
+    wait for it and read what it wrote. Its result is kept pickled beside it. For a lake the tests
+    only read: two workers each analysing the same 33 MB of captures took about 250 s each."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root, done = shared / name, shared / f"{name}.result.pickle"
+    with _exclusive(shared / f"{name}.lock"):
+        if not done.exists():
+            done.write_bytes(pickle.dumps(build(root)))
+        return root, pickle.loads(done.read_bytes())
+
+
 @pytest.fixture(scope="session")
 def bottleneck_lake(spark, tmp_path_factory):
     """The bottleneck scenarios, the client-side flow samples and the healthy samples analysed once
-    into one lake (tests/test_bottleneck_scenarios.py and tests/test_wireshark_filters.py read it):
-    its root, the run's result, the diagnosis rows by capture and the findings in rank order."""
-    root = tmp_path_factory.mktemp("bottleneck-lake")
-    config = AnalyzeConfig(lake=root, report=root / "report.html", data_docs=root / "data_docs")
-    result = analyze(spark, [str(c) for c in (*BOTTLENECK_SCENARIOS, *FLOW_SAMPLES, *HEALTHY_SAMPLES)], config)
+    for the run into one lake (tests/test_bottleneck_scenarios.py and tests/test_wireshark_filters.py
+    read it, on either worker): its root, the run's result, the diagnosis rows by capture and the
+    findings in rank order."""
+
+    def build(root: Path) -> object:
+        config = AnalyzeConfig(lake=root, report=root / "report.html", data_docs=root / "data_docs")
+        return analyze(spark, [str(c) for c in (*BOTTLENECK_SCENARIOS, *FLOW_SAMPLES, *HEALTHY_SAMPLES)], config)
+
+    root, result = built_once_for_the_run(tmp_path_factory, "bottleneck-lake", build)
     tables = Lake(spark, root)
     return {
         "root": root,
