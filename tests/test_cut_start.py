@@ -123,3 +123,34 @@ def test_a_none_headline_counts_the_consumers_begun_before_the_capture_by_their_
     for protocol, events, delivered in (("amqp-0-9-1", amqp091, 3), ("amqp-1.0", amqp10, 2)):
         [row] = measured(frames_df(spark, protocol, events)).collect()
         assert (row["_delivered"], row["_consumers"]) == (delivered, 2), protocol
+
+
+def test_the_diagnosis_says_which_links_credit_it_did_not_judge(spark):
+    # The broker sends on handle 2, attached before the capture, and on handle 5, attached in it.
+    frames = frames_df(
+        spark,
+        "amqp-1.0",
+        [
+            dict(direction="s2c", method="transfer", handle=2),
+            dict(direction="c2s", method="attach", handle=0, role="receiver", name="r"),
+            dict(direction="s2c", method="attach", handle=5, role="sender", name="r"),
+            dict(direction="s2c", method="transfer", handle=5),
+            dict(direction="s2c", method="transfer", handle=2),
+        ],
+    )
+    known = tcp_flow_timeline(segments(spark, 7, "cap"))
+    captures = spark.createDataFrame(
+        [
+            {name: None for name in CAPTURES_SCHEMA.fieldNames()}
+            | dict(
+                capture_id="cap", file_name="cap.pcap", file_size=1, packets=5, first_ts=T0, last_ts=T0 + timedelta(1)
+            )
+        ],
+        CAPTURES_SCHEMA,
+    )
+    [row] = diagnosis(spark.createDataFrame([], BOTTLENECKS_SCHEMA), captures, None, known, frames).collect()
+    assert row.not_judged == ["link credit of 1 AMQP 1.0 link attached before the capture"]
+    assert row.headline.endswith(
+        " Not judged: whether link credit held back 1 AMQP 1.0 link attached before the capture,"
+        " whose attach and first credit it does not show."
+    )

@@ -12,7 +12,8 @@ A capture in which no AMQP connection was decoded, and none was encrypted, has n
 ``no_amqp``, and a headline that says what the capture holds instead (its packets, its TCP
 connections on other ports), never "No bottleneck".
 What could not be judged is listed (``not_judged``) and named at the end of the headline: the room
-in the TCP windows of connections begun before the capture.
+in the TCP windows of connections begun before the capture, and the credit of AMQP 1.0 links
+attached before it.
 """
 
 from __future__ import annotations
@@ -222,23 +223,72 @@ def _none_headline(prefix: str) -> Column:
     )
 
 
-def _not_judged(tcp_flow: DataFrame) -> DataFrame:
+def _unbound_links(frames: DataFrame) -> DataFrame:
+    """Per capture: the AMQP 1.0 links whose transfers carry a handle no attach in the capture bound
+    (``_links``): attached before the capture began, so their names, their initial delivery count
+    and with them their credit are not in it."""
+    transfers = frames.filter(
+        (F.col("protocol") == "amqp-1.0") & (F.col("method") == "transfer") & F.col("handle").isNotNull()
+    )
+    attaches = frames.filter((F.col("protocol") == "amqp-1.0") & (F.col("method") == "attach"))
+    endpoint = ["capture_id", "connection_id", "direction", "channel", "handle"]
+    return (
+        transfers.select(*endpoint)
+        .distinct()
+        .join(attaches.select(*endpoint), endpoint, "left_anti")
+        .groupBy("capture_id")
+        .agg(F.count(F.lit(1)).alias("_links"))
+    )
+
+
+def _not_judged(tcp_flow: DataFrame, frames: DataFrame | None) -> DataFrame:
     """Per capture: the measures that could not be judged and why (``not_judged``), and the sentence
     the headline ends with. The room in a TCP window is not judged on a connection whose handshake
-    is before the capture (its window scale is unknown: ``tcp_pressure.unjudged_windows``)."""
+    is before the capture (its window scale is unknown: ``tcp_pressure.unjudged_windows``); the
+    credit of an AMQP 1.0 link attached before the capture is not judged (``_unbound_links``)."""
     counted = unjudged_windows(tcp_flow).groupBy("capture_id").agg(F.count(F.lit(1)).alias("_n"))
+    if frames is not None:
+        counted = counted.join(_unbound_links(frames), "capture_id", "full")
+    else:
+        counted = counted.withColumn("_links", F.lit(None).cast("long"))
     connections = _counted(F.col("_n"), "connection", "connections")
-    reason = F.concat(
+    links = _counted(F.col("_links"), "AMQP 1.0 link", "AMQP 1.0 links")
+    windows = F.coalesce(F.col("_n") > 0, F.lit(False))
+    credit = F.coalesce(F.col("_links") > 0, F.lit(False))
+    window_reason = F.concat(
         F.lit("TCP window room on "),
         connections,
         F.lit(" begun before the capture (window scale not in it; zero windows judged)"),
     )
-    sentence = F.concat(
-        F.lit("Not judged: whether a TCP window held a sender back on "),
-        connections,
-        F.lit(" begun before the capture, whose window scale it does not show."),
+    credit_reason = F.concat(F.lit("link credit of "), links, F.lit(" attached before the capture"))
+    reasons = (
+        F.when(windows & credit, F.array(window_reason, credit_reason))
+        .when(windows, F.array(window_reason))
+        .otherwise(F.array(credit_reason))
     )
-    return counted.select("capture_id", F.array(reason).alias("not_judged"), sentence.alias("_not_judged"))
+    parts = F.concat_ws(
+        "; ",
+        F.when(
+            windows,
+            F.concat(
+                F.lit("whether a TCP window held a sender back on "),
+                connections,
+                F.lit(" begun before the capture, whose window scale it does not show"),
+            ),
+        ),
+        F.when(
+            credit,
+            F.concat(
+                F.lit("whether link credit held back "),
+                links,
+                F.lit(" attached before the capture, whose attach and first credit it does not show"),
+            ),
+        ),
+    )
+    sentence = F.concat(F.lit("Not judged: "), parts, F.lit("."))
+    return counted.filter(windows | credit).select(
+        "capture_id", reasons.alias("not_judged"), sentence.alias("_not_judged")
+    )
 
 
 def no_packets_diagnosis(capture_id: str) -> dict[str, object]:
@@ -300,7 +350,7 @@ def diagnosis(
             F.array().cast("array<string>").alias("_versions"),
         )
     if tcp_flow is not None:
-        joined = joined.join(_not_judged(tcp_flow), "capture_id", "left")
+        joined = joined.join(_not_judged(tcp_flow, frames), "capture_id", "left")
     else:
         joined = joined.select("*", F.lit(None).alias("not_judged"), F.lit(None).cast("string").alias("_not_judged"))
     if frames is not None:
