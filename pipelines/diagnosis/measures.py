@@ -97,27 +97,6 @@ def _lifetimes(frames: DataFrame) -> DataFrame:
     return frames.groupBy(*CONNECTION).agg(F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts"))
 
 
-def _routes(messages_091: DataFrame, link_state: DataFrame, frames: DataFrame) -> DataFrame:
-    """Every publish with the queue(s) it reaches (``pipelines.publishing``), kept: several
-    measures read it."""
-    return kept(publish_routes(messages_091, link_state, frames))
-
-
-def _consumer_windows(
-    flow_intervals: DataFrame,
-    consumer_unacked: DataFrame,
-    link_state: DataFrame,
-    messages_091: DataFrame,
-    frames: DataFrame,
-    depth_events: DataFrame,
-    limits: DiagnosisThresholds,
-) -> DataFrame:
-    """Every consumer's window and what it did (``pipelines.diagnosis.consumer_window``), kept."""
-    return kept(
-        consumer_windows_of(flow_intervals, consumer_unacked, link_state, messages_091, frames, depth_events, limits)
-    )
-
-
 def _connection_queues(routes: DataFrame, consumer_windows: DataFrame) -> DataFrame:
     """Per connection: the queue it publishes to most, else the queue it consumes from first."""
     published = (
@@ -142,9 +121,11 @@ def _alarmed(connection_blocked: DataFrame) -> DataFrame:
 SHARED: dict[str, Callable[..., DataFrame]] = {
     "lifetimes": _lifetimes,
     "declarations": queue_declarations,
-    "routes": _routes,
+    # Every publish with the queue(s) it reaches (pipelines.publishing).
+    "routes": publish_routes,
     "depth_events": depth_events,
-    "consumer_windows": _consumer_windows,
+    # Every consumer's window and what it did (pipelines.diagnosis.consumer_window).
+    "consumer_windows": consumer_windows_of,
     "connection_queues": _connection_queues,
     "alarmed": _alarmed,
 }
@@ -194,6 +175,10 @@ MEASURES: dict[str, Callable[..., DataFrame]] = {
     "bandwidth_limited": bandwidth_limited,
 }
 
+# The shared intermediates computed now and kept (``partitioning.kept``): read by several measures,
+# they would otherwise be computed again inside each one's plan.
+KEPT = frozenset({"routes", "consumer_windows"})
+
 _TABLES = frozenset(f.name for f in fields(Tables))
 
 
@@ -231,6 +216,8 @@ class Inputs:
         if build is None:
             raise KeyError(f"no table, shared intermediate or measure {name!r} for the diagnosis")
         rows = build(**{p: self.value(p) for p in inputs_of(build)})
+        if name in KEPT:
+            return kept(rows)
         if name in MEASURES and "held_share" not in rows.columns:
             # The time held back over the span, where the measure gives none of its own.
             rows = rows.withColumn("held_share", F.col("held_us") / F.greatest(F.col("span_us"), F.lit(1)))
