@@ -71,7 +71,7 @@ def publishing_sessions_closed(
 ) -> DataFrame:
     """AMQP 1.0: per session that publishes (sends transfers), the union of the intervals in
     which the broker held its incoming-window at 0 (how RabbitMQ stops 1.0 publishers in an
-    alarm, DOMAIN.md section 3)."""
+    alarm, docs/FLOW_CONTROL.md section 3)."""
     frames = frames
     publishing_ = (
         frames.filter(
