@@ -72,7 +72,6 @@ def publishing_sessions_closed(
     """AMQP 1.0: per session that publishes (sends transfers), the union of the intervals in
     which the broker held its incoming-window at 0 (how RabbitMQ stops 1.0 publishers in an
     alarm, docs/FLOW_CONTROL.md section 3)."""
-    frames = frames
     publishing_ = (
         frames.filter(
             (F.col("protocol") == "amqp-1.0") & (F.col("method") == "transfer") & (F.col("direction") == "c2s")

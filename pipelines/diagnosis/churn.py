@@ -66,7 +66,6 @@ def connection_churn(frames: DataFrame, connections: DataFrame) -> DataFrame:
     (``connections``), opens per second over the time from the first open to the last frame,
     the median lifetime and messages per connection, and ``held_us``: the union of the intervals
     in which one of them was opening or closing, within that time (``held_share`` of it)."""
-    frames = frames
     lives = connection_lives(frames).filter(F.col("opened"))
     hosts = connections.select(*CONNECTION, "client_address")
     lived = lives.join(hosts, list(CONNECTION))
@@ -137,7 +136,6 @@ def channel_churn(frames: DataFrame, connection_queues: DataFrame) -> DataFrame:
     ``held_us``: the union of the intervals in which one of its channels was opening (channel.open to
     channel.open-ok) or closing (channel.close to channel.close-ok), within the connection's time
     from its first channel.open to its last frame."""
-    frames = frames
     methods = ("channel.open", "channel.open-ok", "channel.close", "channel.close-ok")
     steps = frames.filter(F.col("method").isin(*methods)).select(
         *CONNECTION, "channel", "method", "frame_index", "packet_number", _us("ts").alias("ts_us")

@@ -183,9 +183,8 @@ def retransmissions(tcp_flow: DataFrame, connections: DataFrame, connection_queu
     """Per connection with retransmissions: how many were spurious (the receiver had the bytes)
     and the time lost recovering from the others (``pipelines.tcp_pressure``), within the
     connection's life; whether both ends are on loopback (then the host dropped the packets)."""
-    flow = tcp_flow
     counts = (
-        flow.filter(F.col("is_retransmission") & ~F.col("is_keep_alive") & ~F.col("is_zero_window_probe"))
+        tcp_flow.filter(F.col("is_retransmission") & ~F.col("is_keep_alive") & ~F.col("is_zero_window_probe"))
         .groupBy(*CONNECTION)
         .agg(
             F.count(F.lit(1)).alias("retransmissions"),
@@ -193,10 +192,10 @@ def retransmissions(tcp_flow: DataFrame, connections: DataFrame, connection_queu
             F.sum("retransmitted_bytes").alias("retransmitted_bytes"),
         )
     )
-    life = flow.groupBy(*CONNECTION).agg(
+    life = tcp_flow.groupBy(*CONNECTION).agg(
         F.min("ts_us").alias("_low"), F.max("ts_us").alias("_high"), F.sum("payload_length").alias("payload_bytes")
     )
-    lost = retransmission_recovery(flow)
+    lost = retransmission_recovery(tcp_flow)
     recovered = held_time(clipped(lost.join(life, list(CONNECTION)), F.col("_low"), F.col("_high")), CONNECTION)
     genuine = lost.groupBy(*CONNECTION).agg(
         F.count(F.lit(1)).alias("lost_segments"),

@@ -127,7 +127,6 @@ def unroutable_returns(frames: DataFrame) -> DataFrame:
     """Per 0-9-1 channel the broker returned messages on (basic.return): the returns, the publishes
     on the channel and those with mandatory set, the share returned, the first return's reply code
     and text, and the exchange and routing key returned most."""
-    frames = frames
     returns = frames.filter((F.col("method") == "basic.return") & (F.col("direction") == "s2c"))
     publishes = frames.filter((F.col("method") == "basic.publish") & (F.col("direction") == "c2s"))
     published = publishes.groupBy(*_CHANNEL).agg(
@@ -204,7 +203,6 @@ def closes_with_error(frames: DataFrame) -> DataFrame:
     with an error condition. ``scope`` is channel or connection; the reply code and text, and for
     0-9-1 the method the close answers (``refused_method``, from the close's class-id and
     method-id, as RabbitMQ names it); the channel's life up to the close as the span."""
-    frames = frames
     is_091 = (F.col("protocol") == "amqp-0-9-1") & F.col("method").isin("channel.close", "connection.close")
     is_10 = (F.col("protocol") == "amqp-1.0") & (F.col("method") == "close") & F.col("error_condition").isNotNull()
     closes = frames.filter((is_091 & (F.col("reply_code") >= 300)) | is_10)

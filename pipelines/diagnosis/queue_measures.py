@@ -242,7 +242,6 @@ def unconsumed_queues(
     ready count just before the first publish and just after the last (null where the capture
     cannot count it: ``pipelines.queue_depth``) and its growth. Held: from the first publish to the
     last, within the capture's span."""
-    frames = frames
     queue_keys = ("capture_id", "queue")
     routed = routes.filter(F.col("queue").isNotNull()).join(
         frames.select(*CONNECTION, "frame_index", "packet_number"), [*CONNECTION, "frame_index"]
@@ -322,7 +321,6 @@ def transfer_settlement(
     percentile), how many it had not settled when the capture ended, and the union of the times a
     delivery waited for its settlement (``held_us``) within the time from the link's first transfer
     to its last settlement (``span_us``)."""
-    frames = frames
     sent = deliveries_10.filter((F.col("direction") == "c2s") & ~F.col("settled_by_sender"))
     settled_at = frames.select(
         *CONNECTION, F.col("frame_index").alias("disposition_frame_index"), F.col("ts_us").alias("_settled_us")
