@@ -283,7 +283,20 @@ What began before the first packet is not counted as beginning at it: a connecti
 no connection.blocked before it, on a connection opened before the capture, is a block in force
 when the capture began (`connection_blocked.began_before_capture`; its reason is not in the
 capture, so its component is `alarm`); an acknowledgement of a delivery tag never seen delivered
-settles nothing. A cut's verdict is its full capture's wherever the problem lies inside the cut
+settles nothing.
+
+An AMQP 1.0 link attached before the capture has no attach in it: its name, its roles and its
+initial delivery-count are not there, and its endpoints' handles bind to nothing. The endpoint
+that sends transfers on such a handle is the link's sender; the one that only sends flows on a
+handle in the other direction is its receiver; the two halves are one link when they are the only
+ones with their channel and handle numbers (RabbitMQ answers an attach with the client's handle)
+or the only ones of their connection (`link_state.attach_seen` false, the link named after its
+sender's channel and handle). Its counts and credit are unknown, not 0, until a flow states them
+(transport spec 2.6.7: a flow carries the delivery-count and the credit), and are judged from
+there on. A half left without its other half is listed in `not_judged`: "link credit of 1 AMQP 1.0
+link attached before the capture".
+
+A cut's verdict is its full capture's wherever the problem lies inside the cut
 (`tests/test_cut_verdicts.py`: every bundled capture cut after a quarter, a third, a half and two
 thirds of its packets).
 """

@@ -148,18 +148,128 @@ def _last(col: Column, window: WindowSpec | None = None) -> Column:
     return F.last(col, ignorenulls=True).over(window if window is not None else _link_so_far())
 
 
-def _credit_state(events: DataFrame, also: Sequence[tuple[str, Column]] = ()) -> DataFrame:
+_ENDPOINT = ("capture_id", "connection_id", "direction", "channel", "handle")
+_BEFORE_ATTACH = 1 << 62  # a frame index after every frame: the handle of an endpoint never attached
+_HALF = ("direction", "channel", "handle")
+
+
+def _opened_in_capture(frames: DataFrame) -> DataFrame:
+    """The AMQP 1.0 connections (capture_id, connection_id) whose open the capture holds: their
+    links were all attached in it, so a handle used before its attach is a protocol error
+    (``lifecycle_10``), not a link attached before the capture."""
+    opens = (F.col("protocol") == "amqp-1.0") & (F.col("method") == "open")
+    return frames.filter(opens).select("capture_id", "connection_id").distinct()
+
+
+def _halves_before_capture(events: DataFrame, opened: DataFrame) -> DataFrame:
+    """Per endpoint handle (``_ENDPOINT``) that carries link frames before its first attach in the
+    capture, on a connection not ``opened`` in it (a half of a link attached before the capture
+    began): ``_first_attach`` (``_BEFORE_ATTACH`` when none) and ``_sends`` (1 when it sent
+    transfers before it: the link's sender). One aggregate over the link frames, so the frames' own
+    plan is not repeated."""
+    link_frame = F.col("method").isin(*_LINK_METHODS) & F.col("handle").isNotNull()
+    return (
+        events.filter(link_frame)
+        .join(F.broadcast(opened), ["capture_id", "connection_id"], "left_anti")
+        .groupBy(*_ENDPOINT)
+        .agg(
+            F.coalesce(F.min(F.when(F.col("method") == "attach", F.col("frame_index"))), F.lit(_BEFORE_ATTACH)).alias(
+                "_first_attach"
+            ),
+            F.min("frame_index").alias("_first_frame"),
+            F.min(F.when(F.col("method") == "transfer", F.col("frame_index"))).alias("_first_transfer"),
+        )
+        .filter(F.col("_first_frame") < F.col("_first_attach"))
+        .select(
+            *_ENDPOINT,
+            "_first_attach",
+            F.coalesce((F.col("_first_transfer") < F.col("_first_attach")).cast("int"), F.lit(0)).alias("_sends"),
+        )
+    )
+
+
+def _links_before_capture(halves: DataFrame) -> DataFrame:
+    """The halves (``_halves_before_capture``) paired into links: each half with ``_name`` and
+    ``_role`` of the link its frames before ``_first_attach`` belong to, null where it has none.
+
+    The endpoint that sends transfers on such a handle is the link's sender; the endpoint that only
+    sends flows on one in the other direction is its receiver. The two halves are one link when
+    they are the only sending and the only receiving half with their channel and handle numbers (a
+    broker answering an attach with the handle it was given, as RabbitMQ does), or the only ones of
+    their connection. The link is named after its sender's channel and handle. Any other half, one
+    that two others could pair with or one without its other half, stays unbound: its credit
+    cannot be judged."""
+
+    def pairing(*keys: str) -> tuple[Column, Column]:
+        """Whether the partition holds one sending and one receiving half, in opposite directions,
+        and the sending half's (direction, channel, handle)."""
+        window = Window.partitionBy("capture_id", "connection_id", *keys)
+        one_each = (F.sum("_sends").over(window) == 1) & (F.sum(1 - F.col("_sends")).over(window) == 1)
+        opposite = F.min("direction").over(window) != F.max("direction").over(window)
+        sender = F.max(F.when(F.col("_sends") == 1, F.struct(*_HALF))).over(window)
+        return one_each & opposite, sender
+
+    echoed, echoed_sender = pairing("channel", "handle")
+    alone, alone_sender = pairing()
+    sender = F.when(echoed, echoed_sender).when(alone, alone_sender)
+    name = F.format_string(
+        "(attached before the capture: %s channel %d handle %d)",
+        F.when(sender["direction"] == "c2s", "client").otherwise("server"),
+        sender["channel"],
+        sender["handle"],
+    )
+    return halves.select(
+        *_ENDPOINT,
+        "_first_attach",
+        "_sends",
+        F.when(sender.isNotNull(), name).alias("_name"),
+        F.when(sender.isNotNull(), F.when(F.col("_sends") == 1, "sender").otherwise("receiver")).alias("_role"),
+    )
+
+
+def _bound(events: DataFrame, opened: DataFrame) -> DataFrame:
+    """``events`` with each link frame's ``link_name`` and ``role``: those of the latest attach that
+    bound its handle, or, before the first attach of its handle, those of a link attached before
+    the capture (``_links_before_capture``); and ``attach_seen``, false on the frames of such a link."""
+    is_attach = F.col("method") == "attach"
+    links = F.broadcast(
+        _links_before_capture(_halves_before_capture(events, opened)).filter(F.col("_name").isNotNull())
+    )
+    before = F.col("method").isin(*_LINK_METHODS) & (F.col("frame_index") < F.col("_first_attach"))
+    return (
+        with_columns(
+            events.join(links, list(_ENDPOINT), "left"),
+            [
+                ("link_name", _last(F.when(is_attach, F.col("name")), _endpoint_handle())),
+                ("role", _last(F.when(is_attach, F.col("role")), _endpoint_handle())),
+            ],
+        )
+        .withColumns(
+            {
+                "attach_seen": ~F.coalesce(before, F.lit(False)),
+                "link_name": F.coalesce(F.col("link_name"), F.when(before, F.col("_name"))),
+                "role": F.coalesce(F.col("role"), F.when(before, F.col("_role"))),
+            }
+        )
+        .drop("_first_attach", "_name", "_role")
+    )
+
+
+def unbound_senders(frames: DataFrame) -> DataFrame:
+    """The AMQP 1.0 sending endpoints (``_ENDPOINT``) whose transfers no link binds: attached before
+    the capture and left without their other half (``_links_before_capture``), so their credit is
+    not judged."""
+    events = frames.filter(F.col("protocol") == "amqp-1.0").select(*_ENDPOINT, "frame_index", "method")
+    links = _links_before_capture(_halves_before_capture(events, _opened_in_capture(frames)))
+    return links.filter((F.col("_sends") == 1) & F.col("_name").isNull()).select(*_ENDPOINT)
+
+
+def _credit_state(events: DataFrame, opened: DataFrame, also: Sequence[tuple[str, Column]] = ()) -> DataFrame:
     """Link frames (attach, flow, transfer, detach with a handle) with the sender's and receiver's
     state; other rows pass through with a null ``link_name``. ``also``: more columns, computed with
     the link's first windows (they may read the frame's columns and the link's, nothing else)."""
+    bound = _bound(events, opened)
     is_attach = F.col("method") == "attach"
-    bound = with_columns(
-        events,
-        [
-            ("link_name", _last(F.when(is_attach, F.col("name")), _endpoint_handle())),
-            ("role", _last(F.when(is_attach, F.col("role")), _endpoint_handle())),
-        ],
-    )
     from_sender = F.col("role") == "sender"
     linked = bound.withColumn(
         "sender_direction", F.when(from_sender, F.col("direction")).otherwise(other_direction(F.col("direction")))
@@ -219,8 +329,15 @@ def _credit_state(events: DataFrame, also: Sequence[tuple[str, Column]] = ()) ->
             ("delivery_count_snd", serial(F.col("_base_count") + F.col("_deliveries") - F.col("_base_deliveries"))),
             ("deliveries_in_flight", serial_diff(F.col("delivery_count_snd"), F.col("delivery_count_rcv"))),
             ("delivery_count_snd_before", F.lag("delivery_count_snd").over(_link_in_order())),
-            # Until the receiver's first flow the sender has no credit (2.6.7: initially 0).
-            ("link_credit_snd", F.coalesce(F.col("link_credit_rcv"), F.lit(0)) - F.col("deliveries_in_flight")),
+            # Until the receiver's first flow the sender has no credit (2.6.7: initially 0); on a link
+            # attached before the capture, the credit granted before it is unknown until then.
+            (
+                "link_credit_snd",
+                F.when(F.col("attach_seen"), F.coalesce(F.col("link_credit_rcv"), F.lit(0))).otherwise(
+                    F.col("link_credit_rcv")
+                )
+                - F.col("deliveries_in_flight"),
+            ),
             ("link_credit_snd_before", F.when(F.col("is_new_delivery"), F.col("link_credit_snd") + 1)),
         ],
     )
@@ -310,6 +427,7 @@ def link_state_timeline(frames: DataFrame, sessions: DataFrame | None = None) ->
     # Each endpoint's handle of the link, for the rows of the dispositions it sends.
     state = _credit_state(
         bound,
+        _opened_in_capture(frames),
         also=[
             (f"_{direction}_handle", _last(F.when(F.col("direction") == direction, F.col("handle"))))
             for direction in ("c2s", "s2c")

@@ -119,10 +119,12 @@ def keyed(df: DataFrame, **keys: Column | str) -> DataFrame:
 
 
 def exact_sum(column: Column) -> Column:
-    """The sum of a double column, the same whatever order the rows come in: each value as a
-    decimal (18 digits after the point), summed exactly, then a double again. Added as doubles, the
-    last digits depend on the plan's order (adaptive execution, the number of partitions)."""
-    return F.sum(column.cast("decimal(38,18)")).cast("double")
+    """The sum of a column of seconds (doubles), the same whatever order the rows come in and on
+    every engine: each value as whole nanoseconds (its floor: IEEE arithmetic, which every engine
+    does alike), summed exactly as longs, then seconds again. Added as doubles, the last digits
+    depend on the plan's order (adaptive execution, the number of partitions); cast to decimals,
+    on the engine (Spark casts a double's shortest decimal form, Sail its binary value)."""
+    return F.sum(F.floor(column * F.lit(1e9)).cast("long")) / F.lit(1e9)
 
 
 def busiest(

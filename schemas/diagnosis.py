@@ -151,7 +151,8 @@ DIAGNOSIS_SCHEMA = StructType(
         # Findings of kind problem (beside the verdict, FINDING_KINDS): appended column.
         StructField("problems_count", IntegerType(), True),
         # What could not be judged in the capture and why, one sentence each (appended column): the
-        # room in the TCP windows of connections begun before the capture (window scale unknown).
+        # room in the TCP windows of connections begun before the capture (window scale unknown) and
+        # the credit of AMQP 1.0 links attached before it whose halves could not be paired.
         StructField("not_judged", ArrayType(StringType()), True),
     ]
 )

@@ -29,6 +29,9 @@ LINK_CREDIT_SCHEMA = StructType(
     + [
         StructField("handle", LongType(), False),  # the sender's handle for the link
         StructField("link_name", StringType(), True),
+        # false: the link was attached before the capture (its name is made of its sender's channel
+        # and handle; its counts and credit are unknown until a flow states them)
+        StructField("attach_seen", BooleanType(), False),
         StructField("sender_side", StringType(), True),  # "client" or "server": who sends messages
         StructField("target_address", StringType(), True),
         StructField("source_address", StringType(), True),
@@ -75,6 +78,8 @@ LINK_STATE_SCHEMA = StructType(
         # The handle of the endpoint sending this frame (a disposition: that endpoint's handle of the link).
         StructField("handle", LongType(), False),
         StructField("link_name", StringType(), False),
+        # false: the link was attached before the capture (as in link_credit)
+        StructField("attach_seen", BooleanType(), False),
         StructField("role", StringType(), True),  # role of the endpoint sending this frame: "sender" / "receiver"
         StructField("sender_side", StringType(), False),  # "client" or "server": who sends messages
         StructField("source_address", StringType(), True),

@@ -10,6 +10,7 @@ from pyspark.testing import assertDataFrameEqual
 from amqpscope.pipelines.blocking import connection_blocked_intervals
 from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline
 from amqpscope.pipelines.diagnosis.verdict import diagnosis
+from amqpscope.pipelines.link_credit import link_credit_timeline, link_state_timeline, unbound_senders
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 from amqpscope.schemas.frames import CAPTURES_SCHEMA
@@ -154,3 +155,83 @@ def test_the_diagnosis_says_which_links_credit_it_did_not_judge(spark):
         " Not judged: whether link credit held back 1 AMQP 1.0 link attached before the capture,"
         " whose attach and first credit it does not show."
     )
+
+
+PRE_NAME = "(attached before the capture: server channel 0 handle 1)"
+CREDIT = ["frame_index", "link_name", "attach_seen", "role", "delivery_count_snd", "link_credit_snd"]
+
+
+def test_a_link_attached_before_the_capture_is_paired_by_its_echoed_handle_and_its_credit_known_from_its_flows(
+    spark,
+):
+    # The broker sends on handle 1 and the client grants on handle 1 (an echoed handle); handle 0's
+    # ends only flow (no sender), so they are no link the credit is judged on.
+    frames = frames_df(
+        spark,
+        "amqp-1.0",
+        [
+            dict(direction="s2c", method="transfer", handle=1, delivery_id=10),
+            dict(direction="c2s", method="flow", handle=1, delivery_count=100, link_credit=2),
+            dict(direction="s2c", method="flow", handle=1, delivery_count=101, link_credit=1),
+            dict(direction="s2c", method="transfer", handle=1, delivery_id=11),
+            dict(direction="s2c", method="transfer", handle=1, delivery_id=12),
+            dict(direction="c2s", method="flow", handle=0, delivery_count=7, link_credit=5),
+            dict(direction="s2c", method="flow", handle=0, delivery_count=7, link_credit=5),
+        ],
+    )
+    assertDataFrameEqual(
+        link_state_timeline(frames).select(*CREDIT),
+        spark.createDataFrame(
+            [
+                # Nothing is known of the credit before a flow states the counts: not 0 as if known.
+                (0, PRE_NAME, False, "sender", None, None),
+                (1, PRE_NAME, False, "receiver", None, None),
+                (2, PRE_NAME, False, "sender", 101, 1),
+                (3, PRE_NAME, False, "sender", 102, 0),
+                (4, PRE_NAME, False, "sender", 103, -1),
+            ],
+            "frame_index long, link_name string, attach_seen boolean, role string, delivery_count_snd long,"
+            " link_credit_snd long",
+        ),
+    )
+    assert unbound_senders(frames).count() == 0
+
+
+def test_the_halves_of_links_attached_before_the_capture_pair_when_alone_and_stay_apart_when_ambiguous(spark):
+    alone = [
+        dict(direction="s2c", method="transfer", channel=1, handle=3),
+        dict(direction="c2s", method="flow", channel=0, handle=0, delivery_count=0, link_credit=1),
+    ]
+    # Two sending halves and two receiving ones, none with the other's numbers: which is whose is
+    # not in the capture.
+    ambiguous = [
+        dict(direction="s2c", method="transfer", handle=1),
+        dict(direction="s2c", method="transfer", handle=2),
+        dict(direction="c2s", method="flow", handle=5, delivery_count=0, link_credit=1),
+        dict(direction="c2s", method="flow", handle=6, delivery_count=0, link_credit=1),
+    ]
+    paired = link_state_timeline(frames_df(spark, "amqp-1.0", alone)).select("link_name", "role").collect()
+    assert [tuple(r) for r in paired] == [
+        ("(attached before the capture: server channel 1 handle 3)", "sender"),
+        ("(attached before the capture: server channel 1 handle 3)", "receiver"),
+    ]
+    assert link_credit_timeline(frames_df(spark, "amqp-1.0", ambiguous)).count() == 0
+    left = unbound_senders(frames_df(spark, "amqp-1.0", ambiguous)).select("handle").orderBy("handle").collect()
+    assert [r.handle for r in left] == [1, 2]
+
+
+def test_a_handle_used_unattached_on_a_connection_opened_in_the_capture_is_no_link_begun_before_it(spark):
+    # Its open is in the capture, so every link of it was attached in it: transfers on an
+    # unattached handle are the sender's protocol error (lifecycle_10), not a link to pair.
+    frames = frames_df(
+        spark,
+        "amqp-1.0",
+        [
+            dict(direction="c2s", method="open"),
+            dict(direction="s2c", method="open"),
+            dict(direction="s2c", method="transfer", handle=1),
+            dict(direction="c2s", method="flow", handle=1, delivery_count=0, link_credit=1),
+        ],
+    )
+    assert link_state_timeline(frames).count() == 0
+    assert unbound_senders(frames).count() == 0

@@ -340,6 +340,10 @@ def test_link_state_runs_the_links_windows_in_five_operators(spark):
     assert window_operators(link_state_timeline(rows, sessions_of(rows))) == {
         (*CONNECTION, "direction", "channel"): 1,  # the frame's begin (bind_sessions)
         (*CONNECTION, "direction", "channel", "handle"): 1,  # the attach that bound the handle
+        # Over the handles used before their first attach (one row each): the halves of a link
+        # attached before the capture, paired by their numbers or as their connection's only ones.
+        (*CONNECTION, "channel", "handle"): 1,
+        CONNECTION: 1,
         # What the frames say; then what reads it: the deliveries so far, the count at the sender's
         # last stated delivery-count, the count before; then the settlement rows' carried state.
         link: 5,

@@ -13,7 +13,7 @@ A capture in which no AMQP connection was decoded, and none was encrypted, has n
 connections on other ports), never "No bottleneck".
 What could not be judged is listed (``not_judged``) and named at the end of the headline: the room
 in the TCP windows of connections begun before the capture, and the credit of AMQP 1.0 links
-attached before it.
+attached before it whose sending half no receiving half pairs with (``link_credit.unbound_senders``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from amqpscope.pipelines.link_credit import unbound_senders
 from amqpscope.pipelines.tcp_pressure import unjudged_windows
 from amqpscope.schemas.diagnosis import DIAGNOSIS_SCHEMA, FINDING_SUMMARY, NO_AMQP
 
@@ -224,21 +225,10 @@ def _none_headline(prefix: str) -> Column:
 
 
 def _unbound_links(frames: DataFrame) -> DataFrame:
-    """Per capture: the AMQP 1.0 links whose transfers carry a handle no attach in the capture bound
-    (``_links``): attached before the capture began, so their names, their initial delivery count
-    and with them their credit are not in it."""
-    transfers = frames.filter(
-        (F.col("protocol") == "amqp-1.0") & (F.col("method") == "transfer") & F.col("handle").isNotNull()
-    )
-    attaches = frames.filter((F.col("protocol") == "amqp-1.0") & (F.col("method") == "attach"))
-    endpoint = ["capture_id", "connection_id", "direction", "channel", "handle"]
-    return (
-        transfers.select(*endpoint)
-        .distinct()
-        .join(attaches.select(*endpoint), endpoint, "left_anti")
-        .groupBy("capture_id")
-        .agg(F.count(F.lit(1)).alias("_links"))
-    )
+    """Per capture: the AMQP 1.0 links attached before the capture whose sending half could not be
+    paired with its receiving half (``_links``, ``link_credit.unbound_senders``): their credit is
+    not in it."""
+    return unbound_senders(frames).groupBy("capture_id").agg(F.count(F.lit(1)).alias("_links"))
 
 
 def _not_judged(tcp_flow: DataFrame, frames: DataFrame | None) -> DataFrame:
