@@ -76,7 +76,8 @@ class DiagnosisThresholds:
     throttled_together_share: float = 0.5
     # Buckets of this length: long enough for two publishers' stalls of one credit-flow episode to
     # meet (RabbitMQ blocks and lets go of a reader ~80 times a second under credit flow, every
-    # ~12 ms: the seeds), short against the episodes themselves (hundreds of ms and more).
+    # ~12 ms: docs/FLOW_CONTROL.md section 5), short against the episodes themselves (hundreds of
+    # ms and more).
     together_bucket_ms: float = 100.0
     # A publisher with one message in flight is bound by its confirms' round trips when at least
     # this share of its publishing time waits for a confirm: publishing the next messages before

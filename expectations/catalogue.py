@@ -1,6 +1,6 @@
 """The rule catalogue: rules.yml loaded into validated, frozen rules, and the violations they find.
 
-A rule is a row-level Spark SQL predicate over one input table (DOMAIN.md section 6). The same
+A rule is a row-level Spark SQL predicate over one input table (docs/FLOW_CONTROL.md section 6). The same
 predicate text drives both :func:`violations` (the rows written to the violations table) and the
 Great Expectations suites in :mod:`amqpscope.expectations.suite`, so the two always agree.
 """

@@ -118,12 +118,12 @@ _REASONING = """\
 ## The reasoning, from the wire alone
 
 Inside RabbitMQ, a message goes reader → channel (0-9-1) or session (1.0) → queue → message store,
-and each process grants its upstream credit (`credit_flow_default_credit`, {400, 200} since 3.5.5;
-the message store's `msg_store_credit_disc_bound`). A process out of credit is in state `flow` and
-blocks its upstream, so **the bottleneck is the first stage downstream of the last one in flow**
-(RabbitMQ, "Finding bottlenecks with RabbitMQ 3.3"; `../shared/seeds/rabbitmq-3.5.5-credit-flow-settings.txt`;
-DOMAIN.md §5). None of those states is on the wire: each rule infers one from its effects and shows
-the figures it used.
+and each process grants its upstream credit (`credit_flow_default_credit`, {400, 200} in current
+releases, {200, 50} in 3.5.5; the message store's `msg_store_credit_disc_bound`). A process out of
+credit is in state `flow` and blocks its upstream, so **the bottleneck is the first stage downstream
+of the last one in flow** (RabbitMQ, "Finding bottlenecks with RabbitMQ 3.3" and "New Credit Flow
+Settings on RabbitMQ 3.5.5"; docs/FLOW_CONTROL.md section 5). None of those states is on the wire:
+each rule infers one from its effects and shows the figures it used.
 
 **Time held back** is the union of the intervals that held the entity back (a full or nearly full
 window, a zero window, a blocked connection, a prefetch at its limit), counted once where they

@@ -1,6 +1,6 @@
 """The event kinds: events.yml loaded into validated, frozen events (``pipelines.events`` applies them).
 
-An event is a frame worth listing although nobody broke the spec (DOMAIN.md section 6): its kind
+An event is a frame worth listing although nobody broke the spec (docs/FLOW_CONTROL.md section 6): its kind
 is data, as a rule of rules.yml is, a Spark SQL condition on a frames row with the expressions that
 fill the event's ``condition`` and ``text`` columns.
 """

@@ -23,7 +23,7 @@ DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "RULES.md"
 
 
 def not_implemented(path: Path = CATALOGUE_PATH) -> list[Mapping[str, str]]:
-    """The DOMAIN.md section 6 rules rules.yml lists as not implemented, each with why."""
+    """The docs/FLOW_CONTROL.md section 6 rules rules.yml lists as not implemented, each with why."""
     document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     return list(document.get("not_implemented") or [])
 
@@ -72,7 +72,7 @@ def render(
         "",
         "## Not implemented",
         "",
-        f"{len(missing)} rules of DOMAIN.md section 6 are not in the catalogue:",
+        f"{len(missing)} rules of docs/FLOW_CONTROL.md section 6 are not in the catalogue:",
         "",
         "| rule | why |",
         "|---|---|",

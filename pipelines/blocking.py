@@ -1,4 +1,4 @@
-"""AMQP 0-9-1 connection.blocked and channel.flow as intervals (DOMAIN.md section 4).
+"""AMQP 0-9-1 connection.blocked and channel.flow as intervals (docs/FLOW_CONTROL.md section 4).
 
 ``connection.blocked(reason)`` / ``connection.unblocked`` are RabbitMQ's resource-alarm notices
 (memory, disk); ``channel.flow(active=false)`` / ``channel.flow(active=true)`` stop and restart

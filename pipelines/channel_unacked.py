@@ -1,4 +1,4 @@
-"""AMQP 0-9-1 unacknowledged deliveries per channel and per consumer, after every event (DOMAIN.md section 4).
+"""AMQP 0-9-1 unacknowledged deliveries per channel and per consumer, after every event (docs/FLOW_CONTROL.md section 4).
 
 Delivery tags on a channel run 1, 2, 3 ... over basic.deliver and basic.get-ok, so each delivery's
 settlement is found without replaying the channel one event at a time, by the one settlement rule

@@ -1,5 +1,5 @@
 """AMQP 0-9-1 connections and channels in one pass: the windows messages_091, the unacked ledger,
-channel_confirms and lifecycle_091 share (DOMAIN.md section 4, spec 4.2 and the channel class).
+channel_confirms and lifecycle_091 share (docs/FLOW_CONTROL.md section 4, spec 4.2 and the channel class).
 
 Those tables follow a connection's frames, a channel number's and a channel incarnation's in
 capture order. ``channel_pass`` finds everything they find over those keys once, over every 0-9-1

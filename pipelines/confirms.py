@@ -1,4 +1,4 @@
-"""AMQP 0-9-1 publisher confirms per channel, after every publish and confirm (DOMAIN.md section 4).
+"""AMQP 0-9-1 publisher confirms per channel, after every publish and confirm (docs/FLOW_CONTROL.md section 4).
 
 After confirm.select the n-th basic.publish on the channel has sequence number n (RabbitMQ counts
 from the moment it processes the select, and no publish overtakes it on the channel); the broker's

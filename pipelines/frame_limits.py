@@ -1,4 +1,4 @@
-"""The frame size and channel limits in force on every frame that could break them (DOMAIN.md section 6).
+"""The frame size and channel limits in force on every frame that could break them (docs/FLOW_CONTROL.md section 6).
 
 AMQP 0-9-1 (connection.tune / tune-ok, RabbitMQ's definition and the 0-9-1 spec's rules):
 

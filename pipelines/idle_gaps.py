@@ -1,4 +1,4 @@
-"""Silences longer than a connection's heartbeat interval, per direction (DOMAIN.md section 6).
+"""Silences longer than a connection's heartbeat interval, per direction (docs/FLOW_CONTROL.md section 6).
 
 AMQP 0-9-1 (spec 4.2.7; connection.tune-ok ``heartbeat``, in seconds, 0: off): each peer sends a
 frame (a heartbeat if nothing else) at least once an interval, and a peer that receives nothing for

@@ -1,4 +1,4 @@
-"""When each numbered item is settled: deliveries by acks, publishes by confirms (DOMAIN.md section 4).
+"""When each numbered item is settled: deliveries by acks, publishes by confirms (docs/FLOW_CONTROL.md section 4).
 
 Both AMQP 0-9-1 settlement schemes number items 1, 2, 3 ... in the order they are sent on a
 channel incarnation (delivery tags, publish sequence numbers) and settle them with basic.ack /

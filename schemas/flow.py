@@ -1,4 +1,4 @@
-"""Flow-state timelines rebuilt from the frames table (DOMAIN.md sections 2 and 4)."""
+"""Flow-state timelines rebuilt from the frames table (docs/FLOW_CONTROL.md sections 2 and 4)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ LINK_CREDIT_SCHEMA = StructType(
 )
 
 # AMQP 0-9-1 unacknowledged deliveries per channel after every deliver, get-ok, ack, nack,
-# reject and qos (DOMAIN.md section 4).
+# reject and qos (docs/FLOW_CONTROL.md section 4).
 CHANNEL_UNACKED_SCHEMA = StructType(
     _EVENT_KEY
     + [
@@ -141,7 +141,7 @@ SESSION_WINDOW_SCHEMA = StructType(
 )
 
 # AMQP 0-9-1 unacknowledged deliveries per consumer after every delivery to it, every settlement of
-# its deliveries and its consume-ok / cancel-ok (DOMAIN.md section 4). Consumers with no-ack are left out.
+# its deliveries and its consume-ok / cancel-ok (docs/FLOW_CONTROL.md section 4). Consumers with no-ack are left out.
 CONSUMER_UNACKED_SCHEMA = StructType(
     _EVENT_KEY
     + _FRAME_POSITION
@@ -166,7 +166,7 @@ CONSUMER_UNACKED_SCHEMA = StructType(
 )
 
 # AMQP 0-9-1 publisher confirms per channel after confirm.select, every publish and every broker
-# basic.ack / basic.nack (DOMAIN.md section 4): the n-th publish has sequence number n.
+# basic.ack / basic.nack (docs/FLOW_CONTROL.md section 4): the n-th publish has sequence number n.
 CHANNEL_CONFIRMS_SCHEMA = StructType(
     _EVENT_KEY
     + _FRAME_POSITION
@@ -242,8 +242,8 @@ FLOW_INTERVALS_SCHEMA = StructType(
     ]
 )
 
-# The frame size and channel limits in force on each frame that could break them (DOMAIN.md
-# section 6; pipelines/frame_limits.py): frames larger than the protocol's minimum frame size,
+# The frame size and channel limits in force on each frame that could break them
+# (docs/FLOW_CONTROL.md section 6; pipelines/frame_limits.py): frames larger than the protocol's minimum frame size,
 # channel.open and begin, and the tune-ok and open frames that set the limits.
 FRAME_LIMITS_SCHEMA = StructType(
     [

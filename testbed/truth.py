@@ -10,7 +10,7 @@ against. The rule, first match wins:
    ``MIN_SAMPLES`` samples): ``memory_alarm`` or ``disk_alarm`` (the one seen longer).
    Publishing connections are blocked whatever else is slow.
 2. **Credit flow** (RabbitMQ, "Finding bottlenecks with RabbitMQ 3.3", 2014, and
-   ../shared/DOMAIN.md section 5): messages pass reader (connection) -> channel -> queue ->
+   docs/FLOW_CONTROL.md section 5): messages pass reader (connection) -> channel -> queue ->
    message store; each process grants its upstream credit and a process out of credit shows
    state ``flow``, so a slow stage pushes ``flow`` upstream and *the bottleneck is the first
    stage downstream of the last one in flow*. Per sample: a queue in flow -> ``message_store``;

@@ -6,7 +6,7 @@ Nothing here is shared with the pipelines: this is the spec read a second time.
 
 - AMQP 1.0 link flow control, transport spec 2.6.7 (``LinkMachine``)
 - AMQP 1.0 session flow control, transport spec 2.5.6 (``SessionMachine``)
-- AMQP 0-9-1 unacknowledged deliveries and publisher confirms, DOMAIN.md section 4 (``ChannelMachine``)
+- AMQP 0-9-1 unacknowledged deliveries and publisher confirms, docs/FLOW_CONTROL.md section 4 (``ChannelMachine``)
 
 Input frames are frames-table rows (dicts) of one connection in frame order. Like the pipelines,
 the machines see the connection from the capture point: a frame is applied when it is captured.
@@ -338,7 +338,7 @@ class _Channel:
 
 
 class ChannelMachine:
-    """DOMAIN.md section 4 per channel; rows like channel_unacked, consumer_unacked and channel_confirms."""
+    """docs/FLOW_CONTROL.md section 4 per channel; rows like channel_unacked, consumer_unacked and channel_confirms."""
 
     def __init__(self) -> None:
         self.channels: dict[int, _Channel] = {}

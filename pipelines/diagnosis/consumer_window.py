@@ -6,7 +6,7 @@ own (global=false), its channel's shared by the channel's consumers (global=true
 (``pipelines.consumer_capacity``): the broker sends no more while the limit is reached, and sends
 the next one as an ack frees a slot. In
 AMQP 1.0 it is the link credit the receiver grants (``flow``): the broker sends no more while the
-credit is used up, and sends again when the receiver grants more (DOMAIN.md sections 2 and 4).
+credit is used up, and sends again when the receiver grants more (docs/FLOW_CONTROL.md sections 2 and 4).
 
 ``consumer_windows_of`` gives one row per 0-9-1 consumer and per AMQP 1.0 link the broker sends on,
 in one shape: the window, the time its window was full (the union of the intervals at its limit,

@@ -170,7 +170,7 @@ def _held_together(islands: DataFrame, published: DataFrame, limits: DiagnosisTh
     connection publishing to a queue (or destination) it shares was held back too, and how
     many such connections (``co_throttled_publishers``). Islands are cut into buckets of
     together_bucket_ms so that two publishers' many short stalls of one credit-flow episode
-    meet (a blocked reader is let go and blocked again ~80 times a second, per the seeds)."""
+    meet (a blocked reader is let go and blocked again ~80 times a second, docs/FLOW_CONTROL.md section 5)."""
     bucket = int(limits.together_bucket_ms * 1000)
     cut = islands.select(
         *CONNECTION,
