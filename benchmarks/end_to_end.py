@@ -64,9 +64,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # decode.py builds captures; ingest.py samples processes
 from decode import DEFAULT_SEEDS, broker_port, build_capture
 
-from amqpscope.testbed import browser
-from amqpscope.testbed.tshark import TSHARK_PREFERENCES
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # the repository's root: testbed (not installed)
 from ingest import Sampler, _commit, machine
+from testbed import browser
+from testbed.tshark import TSHARK_PREFERENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "mixed.pcapng"

@@ -52,7 +52,8 @@ from pathlib import Path
 
 import pyspark
 
-from amqpscope.testbed.spark_cluster import StandaloneCluster
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # the repository's root: testbed (not installed)
+from testbed.spark_cluster import StandaloneCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/decode.py builds the capture
 from decode import DEFAULT_SEEDS, broker_port, build_capture

@@ -572,20 +572,6 @@ def _run_diagnose(args: argparse.Namespace) -> ExitCode:
     return diagnose.exit_code(answers)
 
 
-def _add_capture(sub: argparse._SubParsersAction) -> None:
-    from amqpscope.testbed import capture
-
-    p = sub.add_parser(
-        "capture",
-        help="record real AMQP traffic: private RabbitMQ, real clients, tcpdump on loopback",
-        description="Start a private RabbitMQ (Debian's rabbitmq-server, amqp1_0 plugin) on loopback, run "
-        "real pika / qpid-proton clients, capture with tcpdump, and write NAME.pcap with NAME.truth.json "
-        "(what the clients did). Needs root for tcpdump; every process started is stopped.",
-    )
-    capture.configure_parser(p)
-    p.set_defaults(run=capture.run_from_args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="amqpscope",
@@ -604,7 +590,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_watch(sub)
     _add_maintain(sub)
     _add_diagnose(sub)
-    _add_capture(sub)
     for name, command in sub.choices.items():
         command.epilog = _exit_codes_epilog(COMMAND_EXIT_MEANINGS.get(name))
         command.set_defaults(parser=command)  # a UsageError prints its command's usage

@@ -24,7 +24,7 @@ from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.cli import ExitCode
 from amqpscope.jobs.diagnose import exit_code
-from amqpscope.testbed.tshark import tshark_available
+from testbed.tshark import tshark_available
 
 NO_PACKETS = "No AMQP traffic found: the capture has no packets."
 

@@ -128,7 +128,7 @@ def test_version_and_python_m(tmp_path):
     helped = subprocess.run(
         [sys.executable, "-m", "amqpscope", "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=60
     )
-    for command in ("analyze", "ingest", "derive", "report", "capture"):
+    for command in ("analyze", "ingest", "derive", "report", "watch", "maintain", "diagnose"):
         assert command in helped.stdout
 
 

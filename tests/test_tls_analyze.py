@@ -20,8 +20,8 @@ from deltalake import DeltaTable
 
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.cli import ExitCode
-from amqpscope.testbed.tls_scenarios import CAPTURES
-from amqpscope.testbed.truth import expected_bottleneck
+from testbed.tls_scenarios import CAPTURES
+from testbed.truth import expected_bottleneck
 from tests.paths import SAMPLES
 
 TLS = SAMPLES / "tls"
