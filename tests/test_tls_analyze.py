@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.cli import ExitCode
+from amqpscope.jobs.outcomes import ExitCode
 from testbed.tls_scenarios import CAPTURES
 from testbed.truth import expected_bottleneck
 from tests.paths import SAMPLES
