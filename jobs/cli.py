@@ -234,9 +234,9 @@ def _add_ingest(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_ingest(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+    from amqpscope.jobs import commands  # Spark is imported only when a job runs
 
-    result = entry.ingest(args.landing, _config(args), args.progress)
+    result = commands.ingest(args.landing, _config(args), args.progress)
     print(
         json.dumps(
             {
@@ -305,7 +305,7 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_watch(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+    from amqpscope.jobs import commands  # Spark is imported only when a job runs
     from amqpscope.jobs.analyze import headline_line
 
     last: list[ExitCode] = [ExitCode.OK]
@@ -321,7 +321,7 @@ def _run_watch(args: argparse.Namespace) -> ExitCode:
         print(json.dumps(_round_json(done)), flush=True)
 
     try:
-        entry.watch(
+        commands.watch(
             args.landing,
             _config(args),
             interval=args.interval,
@@ -377,9 +377,9 @@ def _add_derive(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_derive(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+    from amqpscope.jobs import commands  # Spark is imported only when a job runs
 
-    result = entry.derive(_config(args), args.capture_ids, args.progress)
+    result = commands.derive(_config(args), args.capture_ids, args.progress)
     print(
         json.dumps(
             {
@@ -418,9 +418,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+    from amqpscope.jobs import commands  # Spark is imported only when a job runs
 
-    result = entry.report(_config(args), args.capture_ids, args.progress)
+    result = commands.report(_config(args), args.capture_ids, args.progress)
     print(
         json.dumps(
             {
@@ -456,9 +456,9 @@ def _add_maintain(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_maintain(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+    from amqpscope.jobs import commands  # Spark is imported only when a job runs
 
-    result = entry.maintain(_config(args), args.retain_hours)
+    result = commands.maintain(_config(args), args.retain_hours)
     print(
         json.dumps(
             {
