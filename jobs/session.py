@@ -73,8 +73,6 @@ _COLLECTOR = "-XX:+UseParallelGC"
 _CHOOSES_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
 
 DEFAULT_MASTER = "local[2]"
-# What the JSON summary and the report name as the engine that ran (``engine_of``).
-ENGINES = ("classic", "connect", "sail")
 # PySpark's own variable naming a Spark Connect server (sc://host:port, or local[N] for one it starts).
 REMOTE_ENVIRONMENT = "SPARK_REMOTE"
 JVM_EXIT_TIMEOUT_S = 300  # the JVM writing the class archive as it exits (about 5 s for Spark's)
@@ -410,15 +408,6 @@ def is_connect(spark: SparkSession) -> bool:
     """True for a Spark Connect session (Databricks' standard access mode and serverless compute),
     which has no SparkContext, JVM gateway or status tracker in this process."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def engine_of(spark: SparkSession) -> str:
-    """The engine a session runs on, as the JSON summary and the report name it (ENGINES)."""
-    from amqpscope.jobs.sail import is_sail
-
-    if is_sail(spark):
-        return "sail"
-    return "connect" if is_connect(spark) else "classic"
 
 
 # A Range's slices in a plan's text: Spark splits a range into the session's default parallelism.
