@@ -97,7 +97,7 @@ def _child_spark() -> dict:
     from amqpscope.jobs.session import build_session
 
     started = time.perf_counter()
-    spark = build_session("local[2]", "amqpscope-bench-bare")
+    spark = build_session("local[2]", "amqpscope-bench-bare", remember_py4j_lookups=True)
     up = time.perf_counter() - started
     spark.range(10).collect()  # one action: the yardstick the small-capture goal is stated against
     spark.stop()
@@ -195,7 +195,7 @@ def _child_writes(lake_from: str, lake_to: str, capture_bytes: int, jobs: int | 
         return ranked.filter(F.col("_shape") > 0).drop("_shape")  # kept by the filter, not by the rows
 
     started = time.perf_counter()
-    spark = build_session("local[2]", "amqpscope-bench-writes")
+    spark = build_session("local[2]", "amqpscope-bench-writes", remember_py4j_lookups=True)
     up = time.perf_counter() - started
     tracker = spark.sparkContext.statusTracker()
     source, target = Lake(spark, lake_from), Lake(spark, lake_to)

@@ -161,7 +161,7 @@ def engine_session(
         with sail_session(conf, verbose=verbose) as session:
             yield session
         return
-    session = build_session(app_name=app_name, conf=dict(conf or {}))
+    session = build_session(app_name=app_name, conf=dict(conf or {}), remember_py4j_lookups=True)
     try:
         yield session
     finally:

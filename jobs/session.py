@@ -120,6 +120,7 @@ def build_session(
     conf: dict[str, str] | None = None,
     write_class_archive: bool = False,
     remote: str | None = None,
+    remember_py4j_lookups: bool = False,
 ) -> SparkSession:
     """Build (or reuse) the SparkSession for an amqpscope job: a Spark Connect session on
     ``remote`` (sc://host:port, or local[N]: a Connect server PySpark starts in this process),
@@ -129,11 +130,16 @@ def build_session(
     ``write_class_archive`` and no archive yet, it writes one when it exits: stop such a session
     with ``stop_session``, which ends the JVM and puts the archive in place. A JVM this starts
     writes its own output (log4j, the JVM's warnings) to ``engine_log_path()`` unless amqpscope
-    logs at INFO (-v): a run's stderr holds amqpscope's lines only."""
+    logs at INFO (-v): a run's stderr holds amqpscope's lines only.
+
+    ``remember_py4j_lookups`` (the jobs' sessions ask for it: ``jobs.stages.job_session``) makes
+    Py4J remember its class and method lookups from then on, in the whole process
+    (``jobs.py4j_lookups``): a third fewer Py4J round trips while plans are built."""
     global _archive_written
     if remote is not None:
         return _connect_session(remote, app_name, {**_BASE_CONF, **(conf or {})})
-    py4j_lookups.install()  # a third fewer Py4J round trips while plans are built
+    if remember_py4j_lookups:
+        py4j_lookups.install()
     if master is None and not launched_by_spark_submit():
         master = DEFAULT_MASTER
     # Executors must run the interpreter that has amqpscope installed.
