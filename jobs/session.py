@@ -77,9 +77,10 @@ DEFAULT_MASTER = "local[2]"
 REMOTE_ENVIRONMENT = "SPARK_REMOTE"
 JVM_EXIT_TIMEOUT_S = 300  # the JVM writing the class archive as it exits (about 5 s for Spark's)
 
-# The class archive this process's JVM writes when it exits (set when build_session launched it
-# so), and that JVM's class path and collector, which a JVM checking the archive must have.
-_archive_written: tuple[ClassArchive, str, list[str]] | None = None
+# Where a JVM that build_session launched to write the class archive as it exits keeps what
+# stop_session needs: the archive, and that JVM's class path and collector, which a JVM checking
+# the archive must have. An attribute of the JVM's Py4J gateway, so that it goes with that JVM.
+_ARCHIVE_WRITTEN = "_amqpscope_archive_written"
 
 
 def driver_java_options(own: str, archive_options: str | None = None) -> str:
@@ -135,7 +136,6 @@ def build_session(
     ``remember_py4j_lookups`` (the jobs' sessions ask for it: ``jobs.stages.job_session``) makes
     Py4J remember its class and method lookups from then on, in the whole process
     (``jobs.py4j_lookups``): a third fewer Py4J round trips while plans are built."""
-    global _archive_written
     if remote is not None:
         return _connect_session(remote, app_name, {**_BASE_CONF, **(conf or {})})
     if remember_py4j_lookups:
@@ -172,7 +172,7 @@ def build_session(
         writing = None
         spark = _start(master, app_name, plain)
     if writing is not None:
-        _archive_written = (
+        vars(SparkContext._gateway)[_ARCHIVE_WRITTEN] = (
             writing,
             spark.sparkContext._jvm.System.getProperty("java.class.path"),
             collector_options(own),
@@ -185,11 +185,14 @@ def build_session(
 
 def stop_session(spark: SparkSession) -> None:
     """Stop ``spark``; if its JVM writes the class archive, end the JVM and put the archive in place."""
-    global _archive_written
     spark.stop()
     if SparkContext._active_spark_context is None:  # the JVM's output of a run that ended well
         engine_log_path().unlink(missing_ok=True)
-    writing, _archive_written = _archive_written, None
+    # vars(): a Py4J gateway answers any other name with a member of the JVM's entry point.
+    gateway = SparkContext._gateway
+    writing: tuple[ClassArchive, str, list[str]] | None = (
+        vars(gateway).pop(_ARCHIVE_WRITTEN, None) if gateway is not None else None
+    )
     if writing is None:
         return
     archive, class_path, options = writing
