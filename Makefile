@@ -44,10 +44,11 @@ test: setup system-deps lint
 test-slow: setup system-deps
 	$(BIN)/python -m pytest -m slow
 
-# Regenerates the bundled samples (root: tcpdump on lo). See samples/README.md.
+# Regenerates the bundled samples (root: tcpdump on lo) with the testbed, which runs from the
+# repository's root (it is not in the wheel). See samples/README.md.
 captures: setup system-deps
-	$(BIN)/amqpscope capture --out samples --scenario amqp091_qos_confirms --scenario amqp10_credit
-	$(BIN)/amqpscope capture --out samples --scenario mixed --pcapng
+	$(BIN)/python -m testbed capture --out samples --scenario amqp091_qos_confirms --scenario amqp10_credit
+	$(BIN)/python -m testbed capture --out samples --scenario mixed --pcapng
 
 # Benchmarks (minutes; results go to docs/BENCHMARKS.md by hand, with the machine).
 bench: setup system-deps

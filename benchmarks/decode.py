@@ -5,7 +5,7 @@ One command:
     .venv/bin/python benchmarks/decode.py [--frames 1000000] [--out out/bench] [--seed CAPTURE ...]
 
 1. Seeds are real captures made by the testbed (default: the bundled ``samples/``; ``--seed`` adds
-   others, e.g. fresh ones from ``amqpscope capture``). Each seed's TCP connections are replicated
+   others, e.g. fresh ones from ``python -m testbed capture``). Each seed's TCP connections are replicated
    with a different client address per copy (127.x.y.z, so every copy is its own connection for
    both decoders) until the capture holds at least ``--frames`` AMQP frames; the file is written
    with a plain pcap writer.
@@ -47,8 +47,10 @@ from amqpscope.ingest.messages import stream_decoder
 from amqpscope.ingest.packets import LINKTYPE_ETHERNET, parse_tcp
 from amqpscope.ingest.pcap import read_container, read_records, scan
 from amqpscope.ingest.rows import frame_row
-from amqpscope.testbed.capture import truth_path
-from amqpscope.testbed.tshark import TSHARK_PREFERENCES
+
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # the repository's root: testbed (not installed)
+from testbed.capture import truth_path
+from testbed.tshark import TSHARK_PREFERENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SEEDS = tuple(sorted(p for p in (ROOT / "samples").iterdir() if p.suffix in (".pcap", ".pcapng")))

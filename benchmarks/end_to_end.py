@@ -64,9 +64,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # decode.py builds captures; ingest.py samples processes
 from decode import DEFAULT_SEEDS, broker_port, build_capture
 
-from amqpscope.testbed import browser
-from amqpscope.testbed.tshark import TSHARK_PREFERENCES
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # the repository's root: testbed (not installed)
 from ingest import Sampler, _commit, machine
+from testbed import browser
+from testbed.tshark import TSHARK_PREFERENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "mixed.pcapng"
@@ -96,7 +97,7 @@ def _child_spark() -> dict:
     from amqpscope.jobs.session import build_session
 
     started = time.perf_counter()
-    spark = build_session("local[2]", "amqpscope-bench-bare")
+    spark = build_session("local[2]", "amqpscope-bench-bare", remember_py4j_lookups=True)
     up = time.perf_counter() - started
     spark.range(10).collect()  # one action: the yardstick the small-capture goal is stated against
     spark.stop()
@@ -194,7 +195,7 @@ def _child_writes(lake_from: str, lake_to: str, capture_bytes: int, jobs: int | 
         return ranked.filter(F.col("_shape") > 0).drop("_shape")  # kept by the filter, not by the rows
 
     started = time.perf_counter()
-    spark = build_session("local[2]", "amqpscope-bench-writes")
+    spark = build_session("local[2]", "amqpscope-bench-writes", remember_py4j_lookups=True)
     up = time.perf_counter() - started
     tracker = spark.sparkContext.statusTracker()
     source, target = Lake(spark, lake_from), Lake(spark, lake_to)

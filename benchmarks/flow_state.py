@@ -325,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             "spark.sql.maxPlanStringLength": "100000",
             "spark.local.dir": str(args.work.resolve() / "spark-tmp"),
         },
+        remember_py4j_lookups=True,  # as the jobs' sessions
     )
     try:
         shapes = ("balanced", "skewed") if args.shape == "both" else (args.shape,)

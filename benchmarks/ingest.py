@@ -52,7 +52,8 @@ from pathlib import Path
 
 import pyspark
 
-from amqpscope.testbed.spark_cluster import StandaloneCluster
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # the repository's root: testbed (not installed)
+from testbed.spark_cluster import StandaloneCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/decode.py builds the capture
 from decode import DEFAULT_SEEDS, broker_port, build_capture
@@ -260,7 +261,7 @@ def ingest_once(landing: Path, lake: Path, master: str, ports: tuple[int, ...], 
     from amqpscope.jobs.landing import ingest_landing
     from amqpscope.jobs.session import build_session
 
-    spark = build_session(master, APP_NAME, conf)
+    spark = build_session(master, APP_NAME, conf, remember_py4j_lookups=True)
     try:
         config = AnalyzeConfig(lake=lake, master=master, ports=ports, spark_conf=conf)
         started = time.perf_counter()
@@ -285,7 +286,7 @@ def derive_once(lake: Path, master: str, ports: tuple[int, ...], conf: dict[str,
     from amqpscope.jobs.lake import Lake
     from amqpscope.jobs.session import build_session
 
-    spark = build_session(master, APP_NAME, conf)
+    spark = build_session(master, APP_NAME, conf, remember_py4j_lookups=True)
     try:
         config = AnalyzeConfig(lake=lake, master=master, ports=ports, spark_conf=conf)
         started = time.perf_counter()

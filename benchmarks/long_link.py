@@ -25,10 +25,11 @@ from typing import Any
 
 import pika
 
-from amqpscope.testbed.amqp10_clients import _Handler, _run
-from amqpscope.testbed.broker import PrivateBroker
-from amqpscope.testbed.capture import DRAIN_SECONDS, Tcpdump, default_capture_port, truth_path
-from amqpscope.testbed.scenarios import GUEST, ClosedInTurn, message_body
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # the repository's root: testbed (not installed)
+from testbed.amqp10_clients import _Handler, _run
+from testbed.broker import PrivateBroker
+from testbed.capture import DRAIN_SECONDS, Tcpdump, default_capture_port, truth_path
+from testbed.scenarios import GUEST, ClosedInTurn, message_body
 
 QUEUE = "amqpscope.long-link"
 

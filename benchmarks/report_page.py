@@ -16,11 +16,14 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
 from amqpscope.jobs.report import _plotly_js
-from amqpscope.testbed import browser
+
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # the repository's root: testbed (not installed)
+from testbed import browser
 
 
 def _open(driver, page: Path) -> dict[str, float]:

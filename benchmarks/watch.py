@@ -42,8 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from end_to_end import SAMPLE, _measure
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.testbed.processes import watch_process
+
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # the repository's root: testbed (not installed)
 from ingest import _commit, machine
+from testbed.processes import watch_process
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

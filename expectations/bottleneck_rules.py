@@ -4,7 +4,7 @@ A rule reads one measure (``pipelines.diagnosis.measures.MEASURES``: one row per
 figures), keeps the rows its ``test`` holds for, and says what they mean: the component that is
 the bottleneck (one value, or the first of several cases that holds), the effect on traffic, a
 confidence, the evidence figures, one sentence and where RabbitMQ documents the mechanism.
-``pipelines.diagnosis.findings`` runs the catalogue; ``expectations.diagnosis_doc`` writes
+``pipelines.diagnosis.findings`` runs the catalogue; ``expectations.diagnosis_doc`` renders
 docs/DIAGNOSIS.md from it. Pure Python (no Spark): ``amqpscope diagnose`` reads the evidence
 units from here to type its JSON.
 

@@ -1,34 +1,38 @@
-"""docs/DIAGNOSIS.md generated from the bottleneck rule catalogue (bottlenecks.yml), the
-thresholds' defaults and the scenario captures' broker truth.
+"""The text of docs/DIAGNOSIS.md: the bottleneck rule catalogue (bottlenecks.yml), the thresholds'
+defaults, and the rows of the scenario captures' comparison it is given (``ScenarioRow``).
 
-    python -m amqpscope.expectations.diagnosis_doc [OUT]   # default: docs/DIAGNOSIS.md beside the package
-
-tests/test_diagnosis_doc.py checks that the committed file is what this renders.
+``render`` formats them; the rows come from the testbed's scenarios and their broker truth,
+which are not part of the product: ``python -m testbed.diagnosis_doc [OUT]`` builds them and
+writes the page (default: docs/DIAGNOSIS.md). tests/test_diagnosis_doc.py checks that the
+committed file is what it renders.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
-from pathlib import Path
+from dataclasses import dataclass, fields
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.expectations.bottleneck_rules import (
-    CATALOGUE_PATH,
     PARENT,
     UNITS,
     BottleneckRule,
     Template,
     Value,
-    load_bottleneck_rules,
 )
-from amqpscope.expectations.doc_command import write_doc
 from amqpscope.schemas.diagnosis import COMPONENTS, EFFECTS
 
-_ROOT = Path(__file__).resolve().parent.parent
-DOC_PATH = _ROOT / "docs" / "DIAGNOSIS.md"
-SCENARIOS_DIR = _ROOT / "samples" / "bottlenecks"
+
+@dataclass(frozen=True)
+class ScenarioRow:
+    """One scenario capture of the page's comparison table: the capture (its file name's stem),
+    what it was built to be, the bottleneck its broker's truth names, and what the diagnosis says."""
+
+    capture: str
+    built_to_be: str
+    truth: str
+    diagnosis: str
+
 
 COMPONENT_MEANINGS: Mapping[str, str] = {
     "none": "nothing was held back beyond the thresholds",
@@ -73,7 +77,7 @@ EFFECT_MEANINGS: Mapping[str, str] = {
 _INTRO = """\
 # Bottleneck diagnosis: what is slow, where, since when and why
 
-Generated from `expectations/bottlenecks.yml` by `python -m amqpscope.expectations.diagnosis_doc`; do not edit.
+Generated from `expectations/bottlenecks.yml` by `python -m testbed.diagnosis_doc`; do not edit.
 
 `analyze` (and `amqpscope diagnose`) turns the flow-state tables into two gold tables:
 
@@ -237,21 +241,6 @@ def _thresholds(rules: Sequence[BottleneckRule]) -> list[str]:
     return lines
 
 
-def scenario_rows(directory: Path = SCENARIOS_DIR) -> list[tuple[str, str, str, str]]:
-    """(capture, built to be, the broker's truth, the diagnosis) of every scenario capture."""
-    from amqpscope.testbed.bottleneck_scenarios import INTENDED, WIRE_BLIND
-    from amqpscope.testbed.truth import expected_bottleneck
-
-    rows = []
-    for truth_file in sorted(directory.glob("*.truth.json")):
-        truth = json.loads(truth_file.read_text())
-        component, _entity = expected_bottleneck(truth)
-        stem = truth_file.name.split(".")[0]
-        said = "none (the wire is blind to it: below)" if stem in WIRE_BLIND else component
-        rows.append((stem, INTENDED[truth["scenario"]], component, said))
-    return rows
-
-
 _TLS = """\
 ## TLS without the key log
 
@@ -349,8 +338,8 @@ _BLIND = """\
 """
 
 
-def render(rules: Sequence[BottleneckRule], scenarios: Sequence[tuple[str, str, str, str]]) -> str:
-    """The text of docs/DIAGNOSIS.md."""
+def render(rules: Sequence[BottleneckRule], scenarios: Sequence[ScenarioRow]) -> str:
+    """The text of docs/DIAGNOSIS.md: ``rules`` (in their order) and the ``scenarios`` compared."""
     lines = [_INTRO, "## Components and effects", "", "| component | meaning |", "|---|---|"]
     lines += [f"| `{c}` | {_cell(COMPONENT_MEANINGS[c])} |" for c in COMPONENTS]
     lines += ["", "| effect | what it does to traffic |", "|---|---|"]
@@ -368,20 +357,6 @@ def render(rules: Sequence[BottleneckRule], scenarios: Sequence[tuple[str, str, 
         "| scenario (`samples/bottlenecks/`) | built to be | broker's truth (`testbed/truth.py`) | diagnosis (the test asserts it) |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {name} | {built} | {truth} | {said} |" for name, built, truth, said in scenarios]
+    lines += [f"| {row.capture} | {row.built_to_be} | {row.truth} | {row.diagnosis} |" for row in scenarios]
     lines += ["", _BLIND.rstrip()]
     return "\n".join(lines) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return write_doc(
-        argv,
-        __spec__.name if __spec__ else __name__,
-        __doc__.splitlines()[0],
-        DOC_PATH,
-        lambda: render(load_bottleneck_rules(CATALOGUE_PATH), scenario_rows()),
-    )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

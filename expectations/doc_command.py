@@ -1,5 +1,5 @@
-"""The command line of the generated docs (``python -m amqpscope.expectations.rules_doc`` and
-``.diagnosis_doc``): one optional argument, where to write the page."""
+"""The command line of the generated docs (``python -m amqpscope.expectations.rules_doc``, and the
+testbed's ``python -m testbed.diagnosis_doc``): one optional argument, where to write the page."""
 
 from __future__ import annotations
 

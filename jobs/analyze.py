@@ -27,7 +27,8 @@ from amqpscope.jobs.landing import ingest_files
 from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable, without_packets
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.report import gold_rows, write_gold_report
-from amqpscope.jobs.session import engine_of, sized_for
+from amqpscope.jobs.sail import engine_of
+from amqpscope.jobs.session import sized_for
 from amqpscope.jobs.stages import StageClock, job_session
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.diagnosis.verdict import no_packets_diagnosis
@@ -49,7 +50,7 @@ class AnalyzeResult:
     run_id: str = ""
     # Per capture: the diagnosis headline (pipelines.diagnosis), the top component and its findings.
     diagnoses: tuple[dict[str, object], ...] = ()
-    # The engine the tables were computed on (jobs.session.engine_of); None: no Spark ran.
+    # The engine the tables were computed on (jobs.sail.engine_of); None: no Spark ran.
     engine: str | None = None
 
 

@@ -10,7 +10,6 @@ import math
 import sys
 import traceback
 from collections.abc import Sequence
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -19,40 +18,8 @@ import yaml
 from amqpscope.conf.settings import ENGINE_CHOICES, STORAGE_BACKENDS, AnalyzeConfig, load_yaml
 from amqpscope.ingest.pcap import CaptureError
 from amqpscope.jobs.errors import LakeError, printable, table_of
+from amqpscope.jobs.outcomes import COMMAND_EXIT_MEANINGS, EXIT_MEANINGS, ExitCode
 
-
-class ExitCode(IntEnum):
-    """How every command ends: the one place outcomes become exit codes (``EXIT_MEANINGS`` says
-    what each means, in --help and the README). ``diagnose`` adds its own verdicts here."""
-
-    OK = 0
-    FAILED = 1
-    USAGE = 2
-    BOTTLENECK = 3  # diagnose only
-    NOTHING_TO_JUDGE = 4  # diagnose only
-    INTERRUPTED = 130  # watch only: a second signal (128 + SIGINT, as a shell reports Ctrl-C)
-
-
-EXIT_MEANINGS: dict[ExitCode, str] = {
-    ExitCode.OK: "ok",
-    ExitCode.FAILED: "a failure inside a stage (the message names the stage and the table)",
-    ExitCode.USAGE: "a usage error or an unreadable input (the message names the argument or the file)",
-}
-# diagnose's verdicts, in its --help only (its 0 says what ok means there).
-DIAGNOSE_EXIT_MEANINGS: dict[ExitCode, str] = {
-    ExitCode.OK: "no bottleneck in any capture (problems alone, listed after the verdict, leave it at 0)",
-    ExitCode.BOTTLENECK: "a bottleneck found in at least one capture (the answer names the component)",
-    ExitCode.NOTHING_TO_JUDGE: "no capture could be judged (no AMQP traffic found, or all of it encrypted and not decoded)",
-}
-# watch's own, in its --help only (its 0 and 1 are the last round's).
-WATCH_EXIT_MEANINGS: dict[ExitCode, str] = {
-    ExitCode.INTERRUPTED: "stopped at once by a second signal, during a round (the next run does what it left)",
-}
-# The meanings of one command only, by command.
-COMMAND_EXIT_MEANINGS: dict[str, dict[ExitCode, str]] = {
-    "diagnose": DIAGNOSE_EXIT_MEANINGS,
-    "watch": WATCH_EXIT_MEANINGS,
-}
 # Wrong input: the message says it all (a capture or landing directory that cannot be read, a bad
 # setting, a lake that cannot be written).
 _INPUT_ERRORS = (CaptureError, ValueError, PermissionError, FileNotFoundError, yaml.YAMLError)
@@ -267,9 +234,9 @@ def _add_ingest(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_ingest(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+    from amqpscope.jobs import commands  # Spark is imported only when a job runs
 
-    result = entry.ingest(args.landing, _config(args), args.progress)
+    result = commands.ingest(args.landing, _config(args), args.progress)
     print(
         json.dumps(
             {
@@ -338,7 +305,7 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_watch(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+    from amqpscope.jobs import commands  # Spark is imported only when a job runs
     from amqpscope.jobs.analyze import headline_line
 
     last: list[ExitCode] = [ExitCode.OK]
@@ -354,7 +321,7 @@ def _run_watch(args: argparse.Namespace) -> ExitCode:
         print(json.dumps(_round_json(done)), flush=True)
 
     try:
-        entry.watch(
+        commands.watch(
             args.landing,
             _config(args),
             interval=args.interval,
@@ -410,9 +377,9 @@ def _add_derive(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_derive(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+    from amqpscope.jobs import commands  # Spark is imported only when a job runs
 
-    result = entry.derive(_config(args), args.capture_ids, args.progress)
+    result = commands.derive(_config(args), args.capture_ids, args.progress)
     print(
         json.dumps(
             {
@@ -451,9 +418,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+    from amqpscope.jobs import commands  # Spark is imported only when a job runs
 
-    result = entry.report(_config(args), args.capture_ids, args.progress)
+    result = commands.report(_config(args), args.capture_ids, args.progress)
     print(
         json.dumps(
             {
@@ -489,9 +456,9 @@ def _add_maintain(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_maintain(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import entry  # Spark is imported only when a job runs
+    from amqpscope.jobs import commands  # Spark is imported only when a job runs
 
-    result = entry.maintain(_config(args), args.retain_hours)
+    result = commands.maintain(_config(args), args.retain_hours)
     print(
         json.dumps(
             {
@@ -572,20 +539,6 @@ def _run_diagnose(args: argparse.Namespace) -> ExitCode:
     return diagnose.exit_code(answers)
 
 
-def _add_capture(sub: argparse._SubParsersAction) -> None:
-    from amqpscope.testbed import capture
-
-    p = sub.add_parser(
-        "capture",
-        help="record real AMQP traffic: private RabbitMQ, real clients, tcpdump on loopback",
-        description="Start a private RabbitMQ (Debian's rabbitmq-server, amqp1_0 plugin) on loopback, run "
-        "real pika / qpid-proton clients, capture with tcpdump, and write NAME.pcap with NAME.truth.json "
-        "(what the clients did). Needs root for tcpdump; every process started is stopped.",
-    )
-    capture.configure_parser(p)
-    p.set_defaults(run=capture.run_from_args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="amqpscope",
@@ -604,7 +557,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_watch(sub)
     _add_maintain(sub)
     _add_diagnose(sub)
-    _add_capture(sub)
     for name, command in sub.choices.items():
         command.epilog = _exit_codes_epilog(COMMAND_EXIT_MEANINGS.get(name))
         command.set_defaults(parser=command)  # a UsageError prints its command's usage

@@ -35,6 +35,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import ENGINE_CHOICES
+from amqpscope.jobs.session import build_session, is_connect
 from amqpscope.pipelines import engine
 
 log = logging.getLogger("amqpscope.jobs")
@@ -160,9 +161,7 @@ def engine_session(
         with sail_session(conf, verbose=verbose) as session:
             yield session
         return
-    from amqpscope.jobs.session import build_session
-
-    session = build_session(app_name=app_name, conf=dict(conf or {}))
+    session = build_session(app_name=app_name, conf=dict(conf or {}), remember_py4j_lookups=True)
     try:
         yield session
     finally:
@@ -172,6 +171,17 @@ def engine_session(
 def is_sail(spark: SparkSession) -> bool:
     """True for a session on a Sail server this process started (``start_sail``)."""
     return getattr(spark, "session_id", None) in _STARTED
+
+
+# What the JSON summary and the report name as the engine that ran (``engine_of``).
+ENGINES = ("classic", "connect", "sail")
+
+
+def engine_of(spark: SparkSession) -> str:
+    """The engine a session runs on, as the JSON summary and the report name it (ENGINES)."""
+    if is_sail(spark):
+        return "sail"
+    return "connect" if is_connect(spark) else "classic"
 
 
 # The Connect sessions opened on a Sail server by start_sail, by session id.

@@ -73,15 +73,14 @@ _COLLECTOR = "-XX:+UseParallelGC"
 _CHOOSES_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
 
 DEFAULT_MASTER = "local[2]"
-# What the JSON summary and the report name as the engine that ran (``engine_of``).
-ENGINES = ("classic", "connect", "sail")
 # PySpark's own variable naming a Spark Connect server (sc://host:port, or local[N] for one it starts).
 REMOTE_ENVIRONMENT = "SPARK_REMOTE"
 JVM_EXIT_TIMEOUT_S = 300  # the JVM writing the class archive as it exits (about 5 s for Spark's)
 
-# The class archive this process's JVM writes when it exits (set when build_session launched it
-# so), and that JVM's class path and collector, which a JVM checking the archive must have.
-_archive_written: tuple[ClassArchive, str, list[str]] | None = None
+# Where a JVM that build_session launched to write the class archive as it exits keeps what
+# stop_session needs: the archive, and that JVM's class path and collector, which a JVM checking
+# the archive must have. An attribute of the JVM's Py4J gateway, so that it goes with that JVM.
+_ARCHIVE_WRITTEN = "_amqpscope_archive_written"
 
 
 def driver_java_options(own: str, archive_options: str | None = None) -> str:
@@ -122,6 +121,7 @@ def build_session(
     conf: dict[str, str] | None = None,
     write_class_archive: bool = False,
     remote: str | None = None,
+    remember_py4j_lookups: bool = False,
 ) -> SparkSession:
     """Build (or reuse) the SparkSession for an amqpscope job: a Spark Connect session on
     ``remote`` (sc://host:port, or local[N]: a Connect server PySpark starts in this process),
@@ -131,11 +131,15 @@ def build_session(
     ``write_class_archive`` and no archive yet, it writes one when it exits: stop such a session
     with ``stop_session``, which ends the JVM and puts the archive in place. A JVM this starts
     writes its own output (log4j, the JVM's warnings) to ``engine_log_path()`` unless amqpscope
-    logs at INFO (-v): a run's stderr holds amqpscope's lines only."""
-    global _archive_written
+    logs at INFO (-v): a run's stderr holds amqpscope's lines only.
+
+    ``remember_py4j_lookups`` (the jobs' sessions ask for it: ``jobs.stages.job_session``) makes
+    Py4J remember its class and method lookups from then on, in the whole process
+    (``jobs.py4j_lookups``): a third fewer Py4J round trips while plans are built."""
     if remote is not None:
         return _connect_session(remote, app_name, {**_BASE_CONF, **(conf or {})})
-    py4j_lookups.install()  # a third fewer Py4J round trips while plans are built
+    if remember_py4j_lookups:
+        py4j_lookups.install()
     if master is None and not launched_by_spark_submit():
         master = DEFAULT_MASTER
     # Executors must run the interpreter that has amqpscope installed.
@@ -168,7 +172,7 @@ def build_session(
         writing = None
         spark = _start(master, app_name, plain)
     if writing is not None:
-        _archive_written = (
+        vars(SparkContext._gateway)[_ARCHIVE_WRITTEN] = (
             writing,
             spark.sparkContext._jvm.System.getProperty("java.class.path"),
             collector_options(own),
@@ -181,11 +185,14 @@ def build_session(
 
 def stop_session(spark: SparkSession) -> None:
     """Stop ``spark``; if its JVM writes the class archive, end the JVM and put the archive in place."""
-    global _archive_written
     spark.stop()
     if SparkContext._active_spark_context is None:  # the JVM's output of a run that ended well
         engine_log_path().unlink(missing_ok=True)
-    writing, _archive_written = _archive_written, None
+    # vars(): a Py4J gateway answers any other name with a member of the JVM's entry point.
+    gateway = SparkContext._gateway
+    writing: tuple[ClassArchive, str, list[str]] | None = (
+        vars(gateway).pop(_ARCHIVE_WRITTEN, None) if gateway is not None else None
+    )
     if writing is None:
         return
     archive, class_path, options = writing
@@ -410,15 +417,6 @@ def is_connect(spark: SparkSession) -> bool:
     """True for a Spark Connect session (Databricks' standard access mode and serverless compute),
     which has no SparkContext, JVM gateway or status tracker in this process."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def engine_of(spark: SparkSession) -> str:
-    """The engine a session runs on, as the JSON summary and the report name it (ENGINES)."""
-    from amqpscope.jobs.sail import is_sail
-
-    if is_sail(spark):
-        return "sail"
-    return "connect" if is_connect(spark) else "classic"
 
 
 # A Range's slices in a plan's text: Spark splits a range into the session's default parallelism.

@@ -147,7 +147,12 @@ def job_session(config: AnalyzeConfig, app_name: str, preload_modules: Sequence[
             yield sail
         return
     spark = build_session(
-        config.master, app_name, dict(config.spark_conf), write_class_archive=remote is None, remote=remote
+        config.master,
+        app_name,
+        dict(config.spark_conf),
+        write_class_archive=remote is None,
+        remote=remote,
+        remember_py4j_lookups=True,
     )
     try:
         yield spark

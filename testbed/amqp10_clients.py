@@ -15,7 +15,7 @@ from proton import Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from amqpscope.testbed.scenarios import GUEST, SCENARIO_TIMEOUT, message_body
+from testbed.scenarios import GUEST, SCENARIO_TIMEOUT, message_body
 
 PROTOCOL = "amqp-1.0"
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from proton import Collector, Connection, Delivery, Event, Message, Transport
 
-from amqpscope.testbed import tls
-from amqpscope.testbed.scenarios import GUEST, SCENARIO_TIMEOUT, Truth, message_body
+from testbed import tls
+from testbed.scenarios import GUEST, SCENARIO_TIMEOUT, Truth, message_body
 
 CONTAINER_ID = "amqpscope-testbed-tls"
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pika
 
-from amqpscope.testbed import raw091, tls
-from amqpscope.testbed.scenarios import GUEST, SCENARIO_TIMEOUT, message_body
+from testbed import raw091, tls
+from testbed.scenarios import GUEST, SCENARIO_TIMEOUT, message_body
 
 PUBLISHER_SNDBUF = 64 << 10  # raw publishers' SO_SNDBUF: what is left unread when they stop stays small
 

@@ -9,7 +9,7 @@ the alarms with their times, and the client-side facts (which connection is whic
 message sizes, persistence, prefetch). ``testbed.truth.expected_bottleneck`` reads the verdict
 from the broker's states; ``INTENDED`` says what each scenario is built to produce.
 
-    python -m amqpscope.testbed.bottleneck_scenarios --out samples/bottlenecks   # root: tcpdump on lo
+    python -m testbed.bottleneck_scenarios --out samples/bottlenecks   # root: tcpdump on lo
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from amqpscope.testbed import bottleneck_clients as clients
-from amqpscope.testbed import client_scenarios, network_scenarios, raw091, throttling_scenarios
-from amqpscope.testbed.amqp10_clients import LinkPlan, healthy_amqp10, two_receivers
-from amqpscope.testbed.broker import NORMAL_WATERMARK, PrivateBroker
-from amqpscope.testbed.broker_states import SAMPLE_INTERVAL_MS, BrokerStateSampler
-from amqpscope.testbed.capture import capture_scenario, default_capture_port, truth_path
-from amqpscope.testbed.flow_scenarios import ALARM_WATERMARK
-from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, GUEST, SCENARIO_TIMEOUT, SCENARIOS, Truth
-from amqpscope.testbed.truth import broker_summary
+from testbed import bottleneck_clients as clients
+from testbed import client_scenarios, network_scenarios, raw091, throttling_scenarios
+from testbed.amqp10_clients import LinkPlan, healthy_amqp10, two_receivers
+from testbed.broker import NORMAL_WATERMARK, PrivateBroker
+from testbed.broker_states import SAMPLE_INTERVAL_MS, BrokerStateSampler
+from testbed.capture import capture_scenario, default_capture_port, truth_path
+from testbed.flow_scenarios import ALARM_WATERMARK
+from testbed.scenarios import CLIENT_SCENARIOS, GUEST, SCENARIO_TIMEOUT, SCENARIOS, Truth
+from testbed.truth import broker_summary
 
 PREFIX = "amqpscope.bn."
 ALARM_AFTER_SECONDS = 1.5  # traffic after an alarm is cleared: the blocked publisher resumes
@@ -552,9 +552,7 @@ def capture_bottlenecks(out_dir: Path, names: tuple[str, ...] = tuple(BOTTLENECK
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m amqpscope.testbed.bottleneck_scenarios", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m testbed.bottleneck_scenarios", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--out", type=Path, default=Path("samples/bottlenecks"), help="output directory (default: samples/bottlenecks)"
     )

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 
-from amqpscope.testbed.processes import (
+from testbed.processes import (
     ProcessRef,
     descendants,
     free_port,
@@ -33,7 +33,7 @@ from amqpscope.testbed.processes import (
     port_is_free,
     wait_gone,
 )
-from amqpscope.testbed.tls import Certificates, make_certificates
+from testbed.tls import Certificates, make_certificates
 
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 LOOPBACK = "127.0.0.1"

@@ -40,8 +40,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from amqpscope.testbed.broker import RABBITMQ_BIN, PrivateBroker
-from amqpscope.testbed.processes import ProcessRef, descendants, kill_all, wait_gone
+from testbed.broker import RABBITMQ_BIN, PrivateBroker
+from testbed.processes import ProcessRef, descendants, kill_all, wait_gone
 
 SAMPLE_INTERVAL_MS = 250
 DEFAULT_MAX_SECONDS = 120

@@ -4,7 +4,7 @@ Each capture ``NAME.pcap`` (or ``NAME.pcapng``) gets a ``NAME.truth.json`` besid
 what the clients did (the ground truth) and how the capture was made. Every process started
 here is stopped by PID in ``finally`` blocks, also when a scenario raises.
 
-    python -m amqpscope.testbed.capture --out samples --scenario mixed --pcapng
+    python -m testbed capture --out samples --scenario mixed --pcapng   # from the repository's root
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from amqpscope.testbed.broker import PLUGINS, PrivateBroker
-from amqpscope.testbed.processes import port_is_free
-from amqpscope.testbed.scenarios import SCENARIOS, run_scenario
+from testbed.broker import PLUGINS, PrivateBroker
+from testbed.processes import port_is_free
+from testbed.scenarios import SCENARIOS, run_scenario
 
 IANA_AMQP_PORT = 5672
 INTERFACE = "lo"
@@ -314,7 +314,7 @@ def _first_line(command: list[str]) -> str:
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``amqpscope capture``."""
+    """Arguments of ``python -m testbed capture``."""
     parser.add_argument("--out", type=Path, default=Path("samples"), help="output directory (default: samples)")
     parser.add_argument(
         "--scenario",
@@ -344,7 +344,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m amqpscope.testbed.capture", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m testbed.capture", description=__doc__.splitlines()[0])
     configure_parser(parser)
     return run_from_args(parser.parse_args(argv))
 

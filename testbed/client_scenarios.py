@@ -24,9 +24,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from amqpscope.testbed import bottleneck_clients as clients
-from amqpscope.testbed.amqp10_clients import healthy_amqp10
-from amqpscope.testbed.scenarios import Truth
+from testbed import bottleneck_clients as clients
+from testbed.amqp10_clients import healthy_amqp10
+from testbed.scenarios import Truth
 
 PREFIX = "amqpscope.bn."
 

@@ -43,9 +43,9 @@ from proton import Message, symbol, ulong
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from amqpscope.testbed.broker import PrivateBroker, memory_alarm_switch
-from amqpscope.testbed.broker import alarm_switch as lend_alarm_switch
-from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, GUEST, SCENARIO_TIMEOUT, SCENARIOS, Truth, message_body
+from testbed.broker import PrivateBroker, memory_alarm_switch
+from testbed.broker import alarm_switch as lend_alarm_switch
+from testbed.scenarios import CLIENT_SCENARIOS, GUEST, SCENARIO_TIMEOUT, SCENARIOS, Truth, message_body
 
 # -- the memory alarm: scenarios get (host, port), the broker is reached through this switch -----
 

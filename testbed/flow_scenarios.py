@@ -5,7 +5,7 @@ They register with ``testbed.scenarios`` (``CLIENT_SCENARIOS`` / ``SCENARIOS``) 
 iterate SCENARIOS do not see them. The memory alarm needs the broker, which scenarios do not get:
 ``alarm_switch(broker)`` lends it to ``amqp091_memory_alarm`` by port.
 
-    python -m amqpscope.testbed.flow_scenarios --out samples/flow    # as root: tcpdump on lo
+    python -m testbed.flow_scenarios --out samples/flow    # as root: tcpdump on lo
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Any
 
 import pika
 
-from amqpscope.testbed import tls
-from amqpscope.testbed.broker import PrivateBroker, memory_alarm_switch
-from amqpscope.testbed.broker import alarm_switch as lend_alarm_switch
-from amqpscope.testbed.capture import capture_scenario, default_capture_port, truth_path
-from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, GUEST, SCENARIO_TIMEOUT, SCENARIOS, Truth, message_body
+from testbed import tls
+from testbed.broker import PrivateBroker, memory_alarm_switch
+from testbed.broker import alarm_switch as lend_alarm_switch
+from testbed.capture import capture_scenario, default_capture_port, truth_path
+from testbed.scenarios import CLIENT_SCENARIOS, GUEST, SCENARIO_TIMEOUT, SCENARIOS, Truth, message_body
 
 ALARM_WATERMARK = 0.0001  # a fraction of RAM any running node exceeds: raises the memory alarm
 
@@ -225,9 +225,7 @@ def capture_flow_scenarios(out_dir: Path, names: tuple[str, ...] = tuple(FLOW_CL
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m amqpscope.testbed.flow_scenarios", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m testbed.flow_scenarios", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--out", type=Path, default=Path("samples/flow"), help="output directory (default: samples/flow)"
     )

@@ -19,9 +19,9 @@ import threading
 import time
 from typing import Any
 
-from amqpscope.testbed import bottleneck_clients as clients
-from amqpscope.testbed import raw091
-from amqpscope.testbed.scenarios import GUEST, Truth, message_body
+from testbed import bottleneck_clients as clients
+from testbed import raw091
+from testbed.scenarios import GUEST, Truth, message_body
 
 PREFIX = "amqpscope.bn."
 TCP_RTO_MIN_US = 45  # include/uapi/linux/tcp.h, Linux 6.15

@@ -1,5 +1,5 @@
 """The Celery application of the ``celery_*`` problem scenarios, for a worker started as
-``python -m celery -A amqpscope.testbed.problem_celery worker ...`` and for the producer.
+``python -m celery -A testbed.problem_celery worker ...`` and for the producer.
 
 The broker URL, the work per task and the file the worker notes each finished task in come from
 the environment (the scenario sets them before it starts the worker process):

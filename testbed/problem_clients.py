@@ -26,9 +26,9 @@ from typing import Any
 import aio_pika
 import kombu
 
-from amqpscope.testbed import bottleneck_clients
-from amqpscope.testbed.processes import ProcessRef, descendants, kill_all, wait_gone
-from amqpscope.testbed.scenarios import GUEST, SCENARIO_TIMEOUT, message_body
+from testbed import bottleneck_clients
+from testbed.processes import ProcessRef, child_environment, descendants, kill_all, wait_gone
+from testbed.scenarios import GUEST, SCENARIO_TIMEOUT, message_body
 
 PROTOCOL = "amqp-0-9-1"
 
@@ -97,7 +97,7 @@ class CeleryWorker:
             "-m",
             "celery",
             "-A",
-            "amqpscope.testbed.problem_celery",
+            "testbed.problem_celery",
             "worker",
             "--pool=solo",
             "--concurrency=1",
@@ -111,7 +111,7 @@ class CeleryWorker:
 
     def start(self) -> None:
         env = {
-            **os.environ,
+            **child_environment(),  # the worker imports testbed.problem_celery
             "AMQPSCOPE_CELERY_BROKER": url(self.host, self.port),
             "AMQPSCOPE_CELERY_WORK_SECONDS": str(self.work_seconds),
             "AMQPSCOPE_CELERY_DONE_FILE": str(self.done_file),
@@ -189,7 +189,7 @@ def celery_producer(
 ) -> dict[str, Any]:
     """``send_task`` ``messages`` times to ``queue``, ``rate`` a second (None: as fast as it goes), on
     a connection of its own, closed at the end (Celery's pool would keep it open for the next send)."""
-    from amqpscope.testbed.problem_celery import TASK, app
+    from testbed.problem_celery import TASK, app
 
     app.conf.broker_url = url(host, port)
     started_us, started = now_us(), time.monotonic()

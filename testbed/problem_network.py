@@ -31,12 +31,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from amqpscope.testbed import capture as cap
-from amqpscope.testbed.broker import PrivateBroker
-from amqpscope.testbed.broker_states import BrokerStateSampler
-from amqpscope.testbed.capture import Tcpdump, capture_file_name, truth_path
-from amqpscope.testbed.processes import free_port
-from amqpscope.testbed.scenarios import GUEST, message_body
+from testbed import capture as cap
+from testbed.broker import PrivateBroker
+from testbed.broker_states import BrokerStateSampler
+from testbed.capture import Tcpdump, capture_file_name, truth_path
+from testbed.processes import child_environment, free_port
+from testbed.scenarios import GUEST, message_body
 
 CLIENT_ADDRESS, ROUTER_CLIENT_SIDE = "169.254.61.2", "169.254.61.1"
 ROUTER_BROKER_SIDE, BROKER_ADDRESS = "169.254.62.1", "169.254.62.2"
@@ -201,12 +201,14 @@ def publish(host: str, port: int, queue: str, seconds: float, rate: float | None
 
 def _publisher_in_namespace(link: SlowLink, port: int, queue: str, plan: LinkPlan) -> dict[str, Any]:
     command = [
-        "ip", "netns", "exec", link.client_ns, sys.executable, "-m", "amqpscope.testbed.problem_network",
+        "ip", "netns", "exec", link.client_ns, sys.executable, "-m", "testbed.problem_network",
         "publish", "--host", BROKER_ADDRESS, "--port", str(port), "--queue", queue, "--seconds", str(SECONDS),
     ]  # fmt: skip
     if plan.rate_per_second is not None:
         command += ["--rate", str(plan.rate_per_second)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_environment()
+    )
     try:
         out, err = process.communicate(timeout=PUBLISHER_TIMEOUT)
     finally:
@@ -223,8 +225,8 @@ def _publisher_in_namespace(link: SlowLink, port: int, queue: str, plan: LinkPla
 
 def capture_link_scenario(name: str, out_dir: Path) -> Path:
     """Capture ``name`` on the client's veth, with a private broker listening on the link and its states."""
-    from amqpscope.testbed import bottleneck_clients as clients
-    from amqpscope.testbed.problem_scenarios import add_broker_truth
+    from testbed import bottleneck_clients as clients
+    from testbed.problem_scenarios import add_broker_truth
 
     plan = LINK_SCENARIOS[name]
     queue = "amqpscope.pr." + name
@@ -295,7 +297,7 @@ def capture_link_scenario(name: str, out_dir: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m amqpscope.testbed.problem_network")
+    parser = argparse.ArgumentParser(prog="python -m testbed.problem_network")
     sub = parser.add_subparsers(dest="command", required=True)
     pub = sub.add_parser("publish", help="run the publisher (inside the client namespace)")
     pub.add_argument("--host", required=True)

@@ -21,10 +21,10 @@ from typing import Any
 import pika
 from proton import Message
 
-from amqpscope.testbed.amqp10_clients import PROTOCOL as AMQP10
-from amqpscope.testbed.amqp10_clients import _Handler, _run
-from amqpscope.testbed.bottleneck_clients import connect, local_port
-from amqpscope.testbed.scenarios import SCENARIO_TIMEOUT, message_body
+from testbed.amqp10_clients import PROTOCOL as AMQP10
+from testbed.amqp10_clients import _Handler, _run
+from testbed.bottleneck_clients import connect, local_port
+from testbed.scenarios import SCENARIO_TIMEOUT, message_body
 
 LINGER_SECONDS = 1.0  # a consumer done with its messages stays subscribed a second: a few more samples
 POISON = b'{"order": 17, "quantity": }'  # a message no consumer can parse

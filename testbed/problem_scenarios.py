@@ -9,7 +9,7 @@ bottleneck each is built to make and ``FINDINGS`` the rules it should raise;
 ``testbed.truth.expected_bottleneck`` and ``expected_findings`` read both from the broker's
 states, and from the clients' record where the broker cannot see the problem (``broker_blind``).
 
-    python -m amqpscope.testbed.problem_scenarios --out samples/problems   # root: tcpdump
+    python -m testbed.problem_scenarios --out samples/problems   # root: tcpdump
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from importlib.metadata import version as distribution_version
 from pathlib import Path
 from typing import Any
 
-from amqpscope.testbed import bottleneck_clients as clients
-from amqpscope.testbed import problem_clients as pc
-from amqpscope.testbed import problem_pika as pp
-from amqpscope.testbed.amqp10_clients import sender as amqp10_sender
-from amqpscope.testbed.broker import PrivateBroker
-from amqpscope.testbed.broker_states import BrokerStateSampler
-from amqpscope.testbed.capture import capture_scenario, default_capture_port, truth_path
-from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, SCENARIOS, Truth
-from amqpscope.testbed.truth import broker_summary
+from testbed import bottleneck_clients as clients
+from testbed import problem_clients as pc
+from testbed import problem_pika as pp
+from testbed.amqp10_clients import sender as amqp10_sender
+from testbed.broker import PrivateBroker
+from testbed.broker_states import BrokerStateSampler
+from testbed.capture import capture_scenario, default_capture_port, truth_path
+from testbed.scenarios import CLIENT_SCENARIOS, SCENARIOS, Truth
+from testbed.truth import broker_summary
 
 PREFIX = "amqpscope.pr."
 LIBRARIES = ("celery", "kombu", "amqp", "aio-pika", "aiormq", "pika", "python-qpid-proton")
@@ -494,7 +494,7 @@ def _epoch_us(iso: str) -> int:
 
 def capture_problems(out_dir: Path, names: tuple[str, ...]) -> list[Path]:
     """Capture each scenario (``slow_link`` on its own veth link) with one private broker."""
-    from amqpscope.testbed import problem_network
+    from testbed import problem_network
 
     captures = []
     loopback = [n for n in names if n in PROBLEM_SCENARIOS]
@@ -508,15 +508,13 @@ def capture_problems(out_dir: Path, names: tuple[str, ...]) -> list[Path]:
 
 
 def all_names() -> tuple[str, ...]:
-    from amqpscope.testbed import problem_network
+    from testbed import problem_network
 
     return (*PROBLEM_SCENARIOS, *problem_network.LINK_SCENARIOS)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m amqpscope.testbed.problem_scenarios", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m testbed.problem_scenarios", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--out", type=Path, default=Path("samples/problems"), help="output directory (default: samples/problems)"
     )

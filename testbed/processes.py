@@ -14,10 +14,22 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 PROC = Path("/proc")
+# The repository's root, where ``testbed`` is found: it is not installed (the wheel does not hold it).
+REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+
+
+def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default: this process's) with the repository's root first on PYTHONPATH: a
+    Python process started with it imports ``testbed`` as this one does, from any directory."""
+    env = dict(os.environ if environ is None else environ)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != REPOSITORY_ROOT]
+    env["PYTHONPATH"] = os.pathsep.join([str(REPOSITORY_ROOT), *paths])
+    return env
 
 
 @dataclass(frozen=True, order=True)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from amqpscope.testbed import tls
+from testbed import tls
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8

@@ -30,8 +30,8 @@ import pika
 from proton import Message
 from proton.reactor import Container
 
-from amqpscope.testbed.decoder_scenarios import _Amqp10Handler, _Later
-from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, SCENARIOS, Truth, message_body
+from testbed.decoder_scenarios import _Amqp10Handler, _Later
+from testbed.scenarios import CLIENT_SCENARIOS, SCENARIOS, Truth, message_body
 
 DRAIN_MESSAGES = 2
 DRAIN_CREDIT = 10

@@ -19,7 +19,7 @@ from proton import SASL, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from amqpscope.testbed import tls
+from testbed import tls
 
 Truth = dict[str, Any]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from amqpscope.testbed import bottleneck_clients as clients
-from amqpscope.testbed.scenarios import Truth
+from testbed import bottleneck_clients as clients
+from testbed.scenarios import Truth
 
 PREFIX = "amqpscope.bn."
 QUORUM = {"x-queue-type": "quorum"}

@@ -13,7 +13,7 @@ The bottleneck scenarios (a slow consumer, a memory alarm) sample the broker's o
 they run, as ``testbed.bottleneck_scenarios`` does over plain TCP, so their truth files carry the
 expected bottleneck from the broker's view.
 
-    python -m amqpscope.testbed.tls_scenarios --out samples/tls   # root: tcpdump on lo
+    python -m testbed.tls_scenarios --out samples/tls   # root: tcpdump on lo
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from amqpscope.testbed import bottleneck_scenarios
-from amqpscope.testbed.amqp10_tls import amqp10_credit_tls
-from amqpscope.testbed.broker import PrivateBroker
-from amqpscope.testbed.capture import capture_scenario, truth_path
-from amqpscope.testbed.processes import port_is_free
-from amqpscope.testbed.scenarios import CLIENT_SCENARIOS, SCENARIOS, Truth
-from amqpscope.testbed.tls import lend_client_context, new_client_context
+from testbed import bottleneck_scenarios
+from testbed.amqp10_tls import amqp10_credit_tls
+from testbed.broker import PrivateBroker
+from testbed.capture import capture_scenario, truth_path
+from testbed.processes import port_is_free
+from testbed.scenarios import CLIENT_SCENARIOS, SCENARIOS, Truth
+from testbed.tls import lend_client_context, new_client_context
 
 IANA_AMQPS_PORT = 5671
 # The broker of TLS 1.3 with ChaCha20-Poly1305: the only TLS 1.3 suite it offers (Erlang's name, as
@@ -133,9 +133,7 @@ def capture_all(out_dir: Path, names: tuple[str, ...] = tuple(CAPTURES)) -> list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m amqpscope.testbed.tls_scenarios", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m testbed.tls_scenarios", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("samples/tls"), help="output directory (default: samples/tls)")
     parser.add_argument("--capture", action="append", choices=sorted(CAPTURES), help="repeatable (default: all)")
     args = parser.parse_args(argv)

@@ -42,6 +42,7 @@ def spark():
         master="local[2]",
         app_name="amqpscope-tests",
         conf={"spark.python.authenticate.socketTimeout": "180s", "spark.driver.memory": "4g"},
+        remember_py4j_lookups=True,  # as the jobs' sessions
     )
     yield session
     session.stop()

@@ -81,7 +81,9 @@ def main(argv: list[str]) -> int:
 
     lake, captures = Path(argv[0]), [Path(a) for a in argv[1:]]
     made = cuts(captures, CUT_POINTS, lake.parent / f"{lake.name}-cuts")
-    spark = build_session(master="local[2]", app_name="amqpscope-cuts", conf={"spark.driver.memory": "4g"})
+    spark = build_session(
+        master="local[2]", app_name="amqpscope-cuts", conf={"spark.driver.memory": "4g"}, remember_py4j_lookups=True
+    )
     config = AnalyzeConfig(lake=lake, report=lake / "report.html", data_docs=lake / "data_docs", group_rotated=False)
     analyze(spark, [str(p) for p in (*captures, *(c.path for c in made))], config)
     print(table(made, verdicts(spark, lake)))

@@ -28,7 +28,7 @@ def main(engine: str, lake: Path) -> dict[str, object]:
     else:
         from amqpscope.jobs.session import build_session
 
-        spark = build_session("local[2]", "amqpscope-engine-derive")
+        spark = build_session("local[2]", "amqpscope-engine-derive", remember_py4j_lookups=True)
         stop = spark.stop
     up = time.perf_counter() - start
     try:

@@ -186,7 +186,7 @@ def tls_seeds() -> tuple[Case, ...]:
     conversations, each with its key log: TLS 1.3, and TLS 1.2 with AES-GCM and ChaCha20-Poly1305."""
     import tempfile
 
-    from amqpscope.testbed.tls import make_certificates, new_client_context, new_server_context
+    from testbed.tls import make_certificates, new_client_context, new_server_context
     from tests.tls_traffic import conversation, memory_session
 
     cases = []

@@ -82,7 +82,7 @@ def _commit() -> str:
 def main(out: str) -> None:
     from amqpscope.jobs.session import build_session
 
-    spark = build_session("local[2]", "amqpscope-table-digests")
+    spark = build_session("local[2]", "amqpscope-table-digests", remember_py4j_lookups=True)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             analyze_samples(spark, Path(tmp) / "lake")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.testbed.bottleneck_scenarios import BOTTLENECK_SCENARIOS, INTENDED
-from amqpscope.testbed.capture import capture_file_name
-from amqpscope.testbed.truth import expected_bottleneck
+from testbed.bottleneck_scenarios import BOTTLENECK_SCENARIOS, INTENDED
+from testbed.capture import capture_file_name
+from testbed.truth import expected_bottleneck
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "bottlenecks"
 MAX_CAPTURE_BYTES = 6_000_000

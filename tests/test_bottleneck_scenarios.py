@@ -16,8 +16,8 @@ import pytest
 
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.lake import Lake
-from amqpscope.testbed.bottleneck_scenarios import INTENDED, WIRE_BLIND
-from amqpscope.testbed.truth import expected_bottleneck
+from testbed.bottleneck_scenarios import INTENDED, WIRE_BLIND
+from testbed.truth import expected_bottleneck
 from tests.paths import BOTTLENECK_SCENARIOS as SCENARIOS
 from tests.paths import FLOW_SAMPLES, SAMPLES
 from tests.paths import HEALTHY_SAMPLES as HEALTHY

@@ -16,10 +16,10 @@ from pathlib import Path
 import pika
 import pytest
 
-from amqpscope.testbed.broker import NORMAL_WATERMARK, RABBITMQ_BIN, PrivateBroker
-from amqpscope.testbed.broker_states import BrokerStateSampler
-from amqpscope.testbed.flow_scenarios import ALARM_WATERMARK
-from amqpscope.testbed.scenarios import GUEST
+from testbed.broker import NORMAL_WATERMARK, RABBITMQ_BIN, PrivateBroker
+from testbed.broker_states import BrokerStateSampler
+from testbed.flow_scenarios import ALARM_WATERMARK
+from testbed.scenarios import GUEST
 
 pytestmark = [
     pytest.mark.live,

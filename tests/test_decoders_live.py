@@ -23,10 +23,10 @@ from amqpscope.pipelines.channel_unacked import channel_unacked_timeline
 from amqpscope.pipelines.frame_limits import frame_limits_timeline
 from amqpscope.pipelines.idle_gaps import idle_gaps_timeline
 from amqpscope.pipelines.messages import messages_091
-from amqpscope.testbed import decoder_scenarios
-from amqpscope.testbed.broker import RABBITMQ_BIN, PrivateBroker
-from amqpscope.testbed.capture import capture_scenario, truth_path
-from amqpscope.testbed.tshark import tshark_available
+from testbed import decoder_scenarios
+from testbed.broker import RABBITMQ_BIN, PrivateBroker
+from testbed.capture import capture_scenario, truth_path
+from testbed.tshark import tshark_available
 from tests.test_tshark_fields import compare_capture, frame_name, stream_rows
 
 pytestmark = [

@@ -5,25 +5,42 @@ from __future__ import annotations
 
 import pytest
 
-from amqpscope.expectations.bottleneck_rules import CATALOGUE_PATH, load_bottleneck_rules, rule_from_mapping
-from amqpscope.expectations.diagnosis_doc import COMPONENT_MEANINGS, DOC_PATH, EFFECT_MEANINGS, render, scenario_rows
+from amqpscope.expectations.bottleneck_rules import load_bottleneck_rules, rule_from_mapping
+from amqpscope.expectations.diagnosis_doc import COMPONENT_MEANINGS, EFFECT_MEANINGS, ScenarioRow, render
 from amqpscope.pipelines.diagnosis.measures import MEASURES
 from amqpscope.schemas.diagnosis import COMPONENTS, EFFECTS
-from tests.paths import BOTTLENECK_SCENARIOS
+from testbed import diagnosis_doc
+from tests.paths import BOTTLENECK_SCENARIOS, ROOT
 
 
 def test_committed_diagnosis_doc_is_current():
-    assert DOC_PATH.read_text(encoding="utf-8") == render(load_bottleneck_rules(CATALOGUE_PATH), scenario_rows()), (
-        "docs/DIAGNOSIS.md is stale: run python -m amqpscope.expectations.diagnosis_doc"
+    assert diagnosis_doc.DOC_PATH == ROOT / "docs" / "DIAGNOSIS.md"
+    assert diagnosis_doc.DOC_PATH.read_text(encoding="utf-8") == diagnosis_doc.text(), (
+        "docs/DIAGNOSIS.md is stale: run python -m testbed.diagnosis_doc"
     )
+
+
+def test_the_command_writes_the_page(tmp_path):
+    out = tmp_path / "DIAGNOSIS.md"
+    assert diagnosis_doc.main([str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == diagnosis_doc.text()
 
 
 def test_the_doc_lists_every_rule_component_effect_and_scenario():
     rules = load_bottleneck_rules(measures=frozenset(MEASURES))
-    text = render(rules, scenario_rows())
+    rows = diagnosis_doc.scenario_rows()
+    text = render(rules, rows)
     assert all(f"### `{rule.id}`" in text for rule in rules)
     assert set(COMPONENT_MEANINGS) == set(COMPONENTS) and set(EFFECT_MEANINGS) == set(EFFECTS)
-    assert {row[0] for row in scenario_rows()} == {c.stem for c in BOTTLENECK_SCENARIOS}
+    assert {row.capture for row in rows} == {c.stem for c in BOTTLENECK_SCENARIOS}
+    assert all(f"| {row.capture} | {row.built_to_be} | {row.truth} | {row.diagnosis} |" in text for row in rows)
+
+
+def test_the_product_renders_the_rows_it_is_given():
+    rules = load_bottleneck_rules(measures=frozenset(MEASURES))
+    text = render(rules, [ScenarioRow("made-up", "a slow consumer", "consumer", "consumer")])
+    assert "| made-up | a slow consumer | consumer | consumer |" in text
+    assert "| made-up |" not in render(rules, [])
 
 
 RULE = {

@@ -19,7 +19,7 @@ import pytest
 
 from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.pcap import read_records
-from amqpscope.testbed.tshark import decoded_frames, tshark_available
+from testbed.tshark import decoded_frames, tshark_available
 from tests.paths import SAMPLES
 
 pytestmark = [pytest.mark.tshark, pytest.mark.skipif(not tshark_available(), reason="needs tshark")]

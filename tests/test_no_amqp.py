@@ -22,9 +22,9 @@ from scapy.utils import wrpcap
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.cli import ExitCode
 from amqpscope.jobs.diagnose import exit_code
-from amqpscope.testbed.tshark import tshark_available
+from amqpscope.jobs.outcomes import ExitCode
+from testbed.tshark import tshark_available
 
 NO_PACKETS = "No AMQP traffic found: the capture has no packets."
 

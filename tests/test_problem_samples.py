@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.testbed import truth as broker_truth
-from amqpscope.testbed.capture import capture_file_name
-from amqpscope.testbed.problem_network import LINK_SCENARIOS
-from amqpscope.testbed.problem_scenarios import FINDINGS, INTENDED, PROBLEM_SCENARIOS
-from amqpscope.testbed.truth import expected_bottleneck, expected_findings
+from testbed import truth as broker_truth
+from testbed.capture import capture_file_name
+from testbed.problem_network import LINK_SCENARIOS
+from testbed.problem_scenarios import FINDINGS, INTENDED, PROBLEM_SCENARIOS
+from testbed.truth import expected_bottleneck, expected_findings
 from tests.test_bottleneck_samples import packet_times_us
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "problems"

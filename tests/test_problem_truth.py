@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from amqpscope.testbed import truth as rules
-from amqpscope.testbed.broker_states import parse_sample
-from amqpscope.testbed.truth import expected_bottleneck, expected_findings
+from testbed import truth as rules
+from testbed.broker_states import parse_sample
+from testbed.truth import expected_bottleneck, expected_findings
 from tests.test_truth_rule import channel, connection, consumer, queue, sample
 
 PUBLISHER, CONSUMER = 41001, 41002

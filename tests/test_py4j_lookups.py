@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pyspark.sql.functions as F
 import pytest
 from py4j.protocol import Py4JError
@@ -67,3 +70,47 @@ def test_installing_twice_keeps_one_layer(spark):
     wrapped = JavaClass.__getattr__
     py4j_lookups.install()
     assert JavaClass.__getattr__ is wrapped
+
+
+_CHILD = """
+from py4j.java_gateway import JavaClass, JavaPackage, JVMView
+from amqpscope.jobs import py4j_lookups
+from amqpscope.jobs.session import build_session
+def patched():
+    return [hasattr(cls.__getattr__, "__wrapped__") for cls in (JVMView, JavaPackage, JavaClass)]
+spark = build_session("local[1]", "amqpscope-py4j-opt-in")
+print(py4j_lookups.installed(), patched(), spark.range(3).count())
+spark = build_session("local[1]", "amqpscope-py4j-opt-in", remember_py4j_lookups=True)
+print(py4j_lookups.installed(), patched(), spark.range(3).count())
+spark.stop()
+"""
+
+
+def test_only_a_session_that_asks_changes_py4j_for_the_process():
+    """build_session leaves Py4J's classes as they are unless its caller asks (the jobs' sessions
+    do: jobs.stages.job_session); in a process of its own, as the suite's session has asked."""
+    done = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-2:] == ["False [False, False, False] 3", "True [True, True, True] 3"]
+
+
+def test_the_jobs_sessions_ask_for_it(monkeypatch, tmp_path):
+    from amqpscope.conf.settings import AnalyzeConfig
+    from amqpscope.jobs import stages
+
+    asked = {}
+
+    class Built:
+        def stop(self):
+            pass
+
+    def build_session(*args, **kwargs):
+        asked.update(kwargs)
+        return Built()
+
+    monkeypatch.setattr(stages.SparkSession, "getActiveSession", staticmethod(lambda: None))
+    monkeypatch.setattr(stages, "build_session", build_session)
+    monkeypatch.setattr(stages, "stop_session", lambda spark: None)
+    with stages.job_session(AnalyzeConfig(lake=tmp_path / "lake"), "amqpscope-test") as spark:
+        assert isinstance(spark, Built)
+    assert asked["remember_py4j_lookups"] is True

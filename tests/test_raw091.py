@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 from amqpscope.ingest import amqp091
-from amqpscope.testbed import raw091
+from testbed import raw091
 
 
 def split(data: bytes) -> list[bytes]:

@@ -30,7 +30,7 @@ from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.report import write_report
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
 from amqpscope.schemas.report import CHART_SERIES_SCHEMA
-from amqpscope.testbed.browser import available, headless_chromium, offline, open_drawn, page_timing
+from testbed.browser import available, headless_chromium, offline, open_drawn, page_timing
 from tests.paths import ROOT
 from tests.paths import SAMPLES as SAMPLES_DIR
 

@@ -23,9 +23,9 @@ from amqpscope.expectations.catalogue import load_rules, rules_for, violations
 from amqpscope.jobs.ingest import decode_captures, resolve_captures
 from amqpscope.pipelines.events import events_timeline
 from amqpscope.pipelines.tables import Build
-from amqpscope.testbed import rule_scenarios
-from amqpscope.testbed.broker import RABBITMQ_BIN, PrivateBroker
-from amqpscope.testbed.capture import capture_scenario, truth_path
+from testbed import rule_scenarios
+from testbed.broker import RABBITMQ_BIN, PrivateBroker
+from testbed.capture import capture_scenario, truth_path
 
 pytestmark = [
     pytest.mark.live,

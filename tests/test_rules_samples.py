@@ -15,7 +15,7 @@ from amqpscope.expectations.catalogue import CATALOGUE_PATH, load_rules, violati
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.ingest import decode_captures, resolve_captures
 from amqpscope.pipelines import tables as lake_tables
-from amqpscope.testbed.tshark import TSHARK_PREFERENCES, tshark_available
+from testbed.tshark import TSHARK_PREFERENCES, tshark_available
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 # samples/bottlenecks (the diagnosis scenarios) go through every rule in

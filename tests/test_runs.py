@@ -128,7 +128,7 @@ def test_version_and_python_m(tmp_path):
     helped = subprocess.run(
         [sys.executable, "-m", "amqpscope", "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=60
     )
-    for command in ("analyze", "ingest", "derive", "report", "capture"):
+    for command in ("analyze", "ingest", "derive", "report", "watch", "maintain", "diagnose"):
         assert command in helped.stdout
 
 
@@ -180,13 +180,13 @@ def test_stage_failure_is_one_line_naming_stage_and_table():
 
 
 def test_cli_prints_a_stage_failure_on_one_line(monkeypatch, capsys):
-    from amqpscope.jobs import entry
+    from amqpscope.jobs import commands
     from amqpscope.jobs.stages import StageFailed
 
     def failing(config, capture_ids, progress):
         raise StageFailed("stage verdicts, table violations", _JvmError())
 
-    monkeypatch.setattr(entry, "derive", failing)
+    monkeypatch.setattr(commands, "derive", failing)
     assert cli_main(["derive", "--lake", "unused"]) == 1
     err = capsys.readouterr().err
     assert err == (

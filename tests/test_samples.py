@@ -18,7 +18,7 @@ from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.lake import Lake
 from amqpscope.jobs.lake_read import read_table
 from amqpscope.pipelines import tables as lake_tables
-from amqpscope.testbed import tshark
+from testbed import tshark
 from tests.paths import SAMPLE_CAPTURES as CAPTURES
 from tests.paths import SAMPLES
 

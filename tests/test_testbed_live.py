@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.testbed.broker import RABBITMQ_BIN, PrivateBroker
-from amqpscope.testbed.capture import capture_scenario, truth_path
-from amqpscope.testbed.processes import descendants
-from amqpscope.testbed.scenarios import SCENARIOS
-from amqpscope.testbed.tshark import DecodedFrame, capture_gaps, decoded_frames, frame_counts
+from testbed.broker import RABBITMQ_BIN, PrivateBroker
+from testbed.capture import capture_scenario, truth_path
+from testbed.processes import descendants
+from testbed.scenarios import SCENARIOS
+from testbed.tshark import DecodedFrame, capture_gaps, decoded_frames, frame_counts
 
 pytestmark = [
     pytest.mark.live,

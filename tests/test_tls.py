@@ -18,8 +18,8 @@ import pytest
 from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.tls_crypto import SUITES, hkdf_expand_label, prf, tls13_keys
 from amqpscope.ingest.tls_keylog import KeyLog, KeyLogError, check_key_logs
-from amqpscope.testbed.tls import dh_parameters, make_certificates, new_client_context, new_server_context
-from amqpscope.testbed.tshark import decoded_frames, tshark_available
+from testbed.tls import dh_parameters, make_certificates, new_client_context, new_server_context
+from testbed.tshark import decoded_frames, tshark_available
 from tests.paths import SAMPLES
 from tests.test_tshark_fields import compare_frames
 from tests.tls_traffic import conversation, memory_session, openssl_session, write_capture

@@ -19,9 +19,9 @@ import pytest
 from deltalake import DeltaTable
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.cli import ExitCode
-from amqpscope.testbed.tls_scenarios import CAPTURES
-from amqpscope.testbed.truth import expected_bottleneck
+from amqpscope.jobs.outcomes import ExitCode
+from testbed.tls_scenarios import CAPTURES
+from testbed.truth import expected_bottleneck
 from tests.paths import SAMPLES
 
 TLS = SAMPLES / "tls"

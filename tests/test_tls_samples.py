@@ -12,8 +12,8 @@ import pytest
 
 from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.rotation import resolve_parts
-from amqpscope.testbed.tls_scenarios import CAPTURES
-from amqpscope.testbed.tshark import decoded_frames, tshark_available
+from testbed.tls_scenarios import CAPTURES
+from testbed.tshark import decoded_frames, tshark_available
 from tests.paths import SAMPLES
 from tests.test_tshark_fields import compare_frames
 

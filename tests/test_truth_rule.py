@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from amqpscope.testbed.broker_states import parse_sample
-from amqpscope.testbed.truth import broker_summary, expected_bottleneck
+from testbed.broker_states import parse_sample
+from testbed.truth import broker_summary, expected_bottleneck
 
 PUBLISHER, CONSUMER = 40001, 40002
 

@@ -27,7 +27,7 @@ from amqpscope.ingest.pcap import read_records
 from amqpscope.ingest.rows import TYPED_COLUMNS, frame_row
 from amqpscope.ingest.specs import amqp10 as amqp10_spec
 from amqpscope.ingest.tcp import Data, DirectionStream
-from amqpscope.testbed.tshark import DecodedFrame, decoded_frames, tshark_available
+from testbed.tshark import DecodedFrame, decoded_frames, tshark_available
 
 SENDER = {"c2s": "client", "s2c": "broker"}
 _CHOICES = amqp10_spec().choices

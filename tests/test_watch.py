@@ -23,7 +23,7 @@ from amqpscope.jobs import landing as landing_module
 from amqpscope.jobs import watch as watch_module
 from amqpscope.jobs.landing import landing_files
 from amqpscope.jobs.watch import stop_requests, watch
-from amqpscope.testbed.processes import descendants, kill_all, wait_gone, watch_process
+from testbed.processes import descendants, kill_all, wait_gone, watch_process
 from tests.table_digests import table_digests
 from tests.test_same_rows import EXPECTED, differences
 

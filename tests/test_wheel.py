@@ -95,6 +95,9 @@ def test_the_bundle_builds_a_wheel_the_runtime_installs(tmp_path):
     )
     assert "3.12.3" in SpecifierSet(requires)
     assert not [n for n in names if n.endswith((".so", "_compiled_sources.json"))]  # pure: no extension, no manifest
+    # The product alone: the testbed (the capture scaffolding, a top-level folder of the repository) stays out.
+    assert "amqpscope/jobs/cli.py" in names
+    assert not [n for n in names if "testbed" in n.split("/")[:2]]
     # The package data the stages read at run time.
     assert "amqpscope/conf/analyze.yml" in names
     assert [n for n in names if n.startswith("amqpscope/ingest/specs/") and n.endswith(".json")]

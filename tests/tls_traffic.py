@@ -27,8 +27,8 @@ from scapy.utils import wrpcap
 from amqpscope.ingest.packets import TCP_SYN, parse_tcp
 from amqpscope.ingest.pcap import read_records
 from amqpscope.ingest.tcp import Data, DirectionStream
-from amqpscope.testbed.processes import free_port
-from amqpscope.testbed.tls import HOSTNAME, Certificates
+from testbed.processes import free_port
+from testbed.tls import HOSTNAME, Certificates
 
 Transcript = list[tuple[str, bytes]]  # (direction, bytes on the wire), in the order they were sent
 CLIENT = ("10.1.0.1", 40001)
