@@ -61,7 +61,9 @@ def test_python_work_validates_every_suite_and_reports_every_capture(samples_lak
     page = (tmp_path / "lake" / "report.html").read_text(encoding="utf-8")
     for capture in SAMPLE_CAPTURES:
         assert capture.name in page
-    assert done["work_cpu_s"] >= done["gx_validation_cpu_s"] + done["report_cpu_s"]
+    # Each figure is rounded to 0.01 s on its own: the three roundings may take up to 0.015 s apart
+    # (5.51 against 5.23 + 0.28 = 5.510000000000001 was seen).
+    assert done["work_cpu_s"] >= done["gx_validation_cpu_s"] + done["report_cpu_s"] - 0.015
     assert not (root / "_bench_data_docs").exists()  # the analysed lake is left as it was
 
 

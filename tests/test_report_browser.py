@@ -352,12 +352,14 @@ def test_data_docs_open_offline_styled_and_make_no_request(lake, browser):
             " rows: document.querySelectorAll('table[id$=\"-body-table\"] tbody tr').length,"
             " jquery: typeof window.jQuery, vega: typeof window.vegaEmbed};"
         )
-        sent = [
-            entry
-            for entry in browser.get_log("performance")
-            if json.loads(entry["message"])["message"]["method"] == "Network.requestWillBeSent"
+        # What the Data Docs' pages (file://) asked for; the browser's own chrome:// pages (Chromium
+        # 156 loads its cr_elements for them) are not theirs.
+        sent = [json.loads(entry["message"])["message"] for entry in browser.get_log("performance")]
+        urls = [
+            m["params"]["request"]["url"]
+            for m in sent
+            if m["method"] == "Network.requestWillBeSent" and m["params"].get("documentURL", "").startswith("file://")
         ]
-        urls = [json.loads(e["message"])["message"]["params"]["request"]["url"] for e in sent]
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(ARTIFACTS / "data-docs-offline.png"))
     finally:
