@@ -251,7 +251,7 @@ def _bound(events: DataFrame, opened: DataFrame) -> DataFrame:
                 "role": F.coalesce(F.col("role"), F.when(before, F.col("_role"))),
             }
         )
-        .drop("_first_attach", "_name", "_role")
+        .drop("_first_attach", "_sends", "_name", "_role")
     )
 
 

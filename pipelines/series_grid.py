@@ -120,11 +120,15 @@ def keyed(df: DataFrame, **keys: Column | str) -> DataFrame:
 
 def exact_sum(column: Column) -> Column:
     """The sum of a column of seconds (doubles), the same whatever order the rows come in and on
-    every engine: each value as whole nanoseconds (its floor: IEEE arithmetic, which every engine
-    does alike), summed exactly as longs, then seconds again. Added as doubles, the last digits
-    depend on the plan's order (adaptive execution, the number of partitions); cast to decimals,
-    on the engine (Spark casts a double's shortest decimal form, Sail its binary value)."""
-    return F.sum(F.floor(column * F.lit(1e9)).cast("long")) / F.lit(1e9)
+    every engine. Each value is split into whole seconds (its floor) and whole nanoseconds of the
+    rest; both are summed exactly as longs, then added as seconds. Floor, the subtraction of a
+    value's floor and the product by 1e9 are IEEE arithmetic, which every engine does alike. Added
+    as doubles, the last digits depend on the plan's order (adaptive execution, the number of
+    partitions); cast to decimals, on the engine (Spark casts a double's shortest decimal form,
+    Sail its binary value)."""
+    whole = F.floor(column)
+    nanoseconds = F.floor((column - whole) * F.lit(1e9))
+    return F.sum(whole.cast("long")).cast("double") + F.sum(nanoseconds.cast("long")) / F.lit(1e9)
 
 
 def busiest(

@@ -66,6 +66,7 @@ def link_credit(spark: SparkSession, events: list[LinkEvent]) -> DataFrame:
                 method,
                 0,
                 "sender-link",
+                True,  # attach_seen
                 "client",
                 "/queues/q1",
                 None,

@@ -355,6 +355,7 @@ def flow_tables(spark: SparkSession) -> dict[str, DataFrame]:
             packet_number=30 + i,
             handle=0,
             link_name=HOSTILE_IMG,
+            attach_seen=True,
             role="sender",
             sender_side="client",
             target_address=HOSTILE,
