@@ -12,7 +12,7 @@ What counts for a queue:
 | acked, requeued, discarded | its deliveries' settlements (``basic.ack``; ``basic.nack`` / ``basic.reject`` with and without requeue), at the settlement's time |
 | returned    | ``basic.return`` of a message published through the default exchange to its name       |
 | confirmed, refused | its publishes in confirm mode that the broker's ``basic.ack`` / ``basic.nack`` settled |
-| backlog     | the ready count at the bucket's end (``queue_depth``); where the capture never sees it set, counted from 0 at the first packet |
+| backlog     | the ready count at the bucket's end (``queue_depth``); where the capture never sees it set, the least it can have held: the changes since the first packet, raised by the smallest start that keeps them at 0 or more (``backlog_from`` says which) |
 | settle_p50_ms | AMQP 1.0: the median time the broker took to settle the transfers written to it in the bucket |
 
 The ready count is RabbitMQ's ``messages_ready`` as far as the capture holds every publisher and
@@ -55,7 +55,7 @@ def _event(df: DataFrame, metric: str | Column, ts_us: Column) -> DataFrame:
 
 
 def _queue_in_time() -> WindowSpec:
-    """One queue's buckets in order: the backlog counted from the first packet, bucket by bucket."""
+    """One queue's buckets in order: the changes since the first packet, bucket by bucket."""
     return Window.partitionBy(*_QUEUE).orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)
 
 
@@ -176,17 +176,22 @@ def queue_balance(
     )
     # A returned message never entered the queue its routing key names.
     change = F.col("published") - F.col("returned") - F.col("delivered") + F.col("requeued")
-    counted_from_start = F.sum(change).over(_queue_in_time())
-    known = F.max(F.col("ready").isNotNull().cast("int")).over(Window.partitionBy(*_QUEUE)) > 0
+    whole_queue = Window.partitionBy(*_QUEUE)
+    known = F.max(F.col("ready").isNotNull().cast("int")).over(whole_queue) > 0
+    # Without a count set, what the queue held at the first packet is unknown, and a queue never
+    # holds fewer than 0 messages: the smallest start that keeps every bucket's end at 0 or more
+    # gives the backlog at least held (0 when the changes never go below the start).
+    since_start = rows.withColumn("_changes", F.sum(change).over(_queue_in_time()))
+    at_least = F.col("_changes") - F.least(F.min("_changes").over(whole_queue), F.lit(0))
     width = F.col("bucket_s")
-    return rows.select(
+    return since_start.select(
         *_QUEUE,
         "bucket",
         F.timestamp_micros(F.col("_start_us") + F.col("bucket") * F.col("_bucket_us")).alias("bucket_start_ts"),
         "bucket_s",
         *COUNTS,
-        F.when(known, F.col("ready")).otherwise(counted_from_start).alias("backlog"),
-        F.when(known, F.lit("declare-ok")).otherwise(F.lit("first packet")).alias("backlog_from"),
+        F.when(known, F.col("ready")).otherwise(at_least).alias("backlog"),
+        F.when(known, F.lit("declare-ok")).otherwise(F.lit("lower bound")).alias("backlog_from"),
         (F.col("published") / width).alias("in_per_second"),
         (F.col("delivered") / width).alias("out_per_second"),
         "settle_p50_ms",

@@ -11,10 +11,9 @@ A queue is named by its canonical address, ``/queues/<name>``, whichever protoco
 - **deliver**: ``basic.deliver`` and ``basic.get-ok`` from the queue, 1.0 deliveries from a queue
   address; **redeliver**: those the broker flagged redelivered (0-9-1).
 - **ack**: deliveries of the queue's 0-9-1 consumers settled by their ``basic.ack``.
-- **ready** (``queue_depth``): messages published minus messages delivered for the first time,
-  summed from the capture's first packet: RabbitMQ's "Ready" as far as the wire shows it. It
-  starts at 0 because a capture cannot see what the queue held before it began: a queue that
-  delivers messages published before the capture goes below 0 (the report says so).
+
+A queue's depth (ready messages) is the queue_balance table's backlog
+(``pipelines.queue_accounting``), which knows where the capture sets the count.
 
 **Consumer utilisation** is RabbitMQ's figure, "the proportion of time that a queue's consumers
 could take new messages" (RabbitMQ blog, "Finding bottlenecks with RabbitMQ 3.3", 2014; the
@@ -72,16 +71,9 @@ def queue_events(messages: DataFrame, consumer_unacked: DataFrame) -> DataFrame:
 
 
 def queue_charts(events: DataFrame) -> list[CountChart]:
-    """The queue_rates chart (publish, deliver, redeliver and ack a bucket per queue) and the
-    queue_depth chart (ready messages at each bucket's end, from 0 at the capture's first packet:
-    published minus first deliveries, i.e. deliveries less redeliveries), from ``queue_events``."""
-    sign = F.when(F.col("metric") == "deliver", F.lit(-1)).otherwise(F.lit(1))
-    moved = events.where(F.col("metric").isin("publish", "deliver", "redeliver"))
-    ready = moved.withColumns({"w": F.col("n"), "n": F.col("n") * sign, "metric": F.lit("ready")})
-    return [
-        CountChart("queue_rates", events, QUEUE_METRICS),
-        CountChart("queue_depth", ready, ("ready",), running=True),
-    ]
+    """The queue_rates chart (publish, deliver, redeliver and ack a bucket per queue), from
+    ``queue_events``."""
+    return [CountChart("queue_rates", events, QUEUE_METRICS)]
 
 
 def _pieces(spans: DataFrame, column: str) -> DataFrame:

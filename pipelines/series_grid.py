@@ -174,14 +174,12 @@ def on_series(df: DataFrame, per_series: DataFrame, series: Sequence[str]) -> Da
 class CountChart:
     """A chart of counts: ``events`` (capture_id, KEYS, metric, ts, n) summed per bucket for each of
     ``metrics``; its series ranked by their ``rank_by`` metric's total (None: every metric's; a
-    ``w`` column in ``events``, when there is one, weighs instead). ``running``: the chart shows
-    the running sum at each bucket's end (a level from its changes), not the counts."""
+    ``w`` column in ``events``, when there is one, weighs instead)."""
 
     name: str
     events: DataFrame
     metrics: tuple[str, ...]
     rank_by: str | None = None
-    running: bool = False
 
 
 def counts(charts: Sequence[CountChart], grid: DataFrame) -> DataFrame:
@@ -247,22 +245,7 @@ def counts(charts: Sequence[CountChart], grid: DataFrame) -> DataFrame:
             }
         )
     )
-    running = [c.name for c in charts if c.running]
-    if not running:
-        return in_schema(filled, CHART_SERIES_SCHEMA, x=F.col("_bucket") * F.col("bucket_s"))
-    # A series' buckets in time: the running sum is its level at each bucket's end.
-    so_far = (
-        Window.partitionBy("capture_id", "chart", *KEYS, "metric")
-        .orderBy("_bucket")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    is_running = F.col("chart").isin(running)
-    return in_schema(
-        filled,
-        CHART_SERIES_SCHEMA,
-        x=(F.col("_bucket") + F.when(is_running, F.lit(1)).otherwise(F.lit(0))) * F.col("bucket_s"),
-        value=F.when(is_running, F.sum("value").over(so_far)).otherwise(F.col("value")),
-    )
+    return in_schema(filled, CHART_SERIES_SCHEMA, x=F.col("_bucket") * F.col("bucket_s"))
 
 
 @dataclass(frozen=True)

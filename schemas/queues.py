@@ -32,11 +32,11 @@ QUEUE_BALANCE_SCHEMA = StructType(
         StructField("confirmed", LongType(), False),  # publishes to it the broker confirmed (basic.ack)
         StructField("refused", LongType(), False),  # publishes to it the broker refused (basic.nack)
         # Messages ready in it at the end of the bucket: from the broker's queue.declare-ok
-        # message-count where the capture has one (backlog_from "declare-ok"), else counted from 0 at
-        # the capture's first packet ("first packet": what the queue held before is unknown, the
-        # count may go below 0).
+        # message-count where the capture has one (backlog_from "declare-ok"; null before it), else
+        # the least the queue can have held ("lower bound": what it held at the capture's first
+        # packet is unknown; the changes since, raised so that no bucket ends below 0).
         StructField("backlog", LongType(), True),
-        StructField("backlog_from", StringType(), False),  # declare-ok | first packet
+        StructField("backlog_from", StringType(), False),  # declare-ok | lower bound
         StructField("in_per_second", DoubleType(), False),  # published over the bucket's width
         StructField("out_per_second", DoubleType(), False),  # delivered over the bucket's width
         # AMQP 1.0: the median time from a sender's transfer to the queue, written in this bucket, to

@@ -18,7 +18,7 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 CHART_SERIES_SCHEMA = StructType(
     [
         StructField("capture_id", StringType(), False),
-        # queue_rates | queue_depth | connection_rates | churn | consumer_unacked | consumer_utilisation |
+        # queue_rates | connection_rates | churn | consumer_unacked | consumer_utilisation |
         # channel_unacked | link_credit | link_deliveries | confirms | tcp_window | timeline | violations
         StructField("chart", StringType(), False),
         StructField("series_rank", IntegerType(), False),  # 1 = the chart's busiest series in the capture
@@ -32,14 +32,14 @@ CHART_SERIES_SCHEMA = StructType(
         # Timeline: the lane's entity (connection, channel, consumer, link, session, tcp).
         StructField("entity", StringType(), True),
         # What value measures: publish | deliver | redeliver | ack (queue_rates, messages a bucket),
-        # ready (queue_depth), messages | bytes (connection_rates), connections_opened |
+        # messages | bytes (connection_rates), connections_opened |
         # connections_closed | channels_opened | channels_closed (churn), unacked | prefetch,
         # utilisation and utilisation_overall (0..1, the latter once at x = 0), link_credit, deliveries,
         # outstanding, window, zero_windows; the flow_intervals cause (timeline); the severity (violations)
         StructField("metric", StringType(), False),
         StructField("bucket_s", DoubleType(), False),  # the capture's bucket width in seconds
         # Seconds since the capture's first packet: a count's bucket start, a state's time (the first
-        # in its bucket when a long series is cut into buckets), the depth's bucket end, a bar's start
+        # in its bucket when a long series is cut into buckets), a bar's start
         StructField("x", DoubleType(), False),
         StructField("x_end", DoubleType(), True),  # timeline bars: the interval's end (the capture's end if open)
         StructField("value", DoubleType(), True),  # a count, a state, a fraction; null for bars and markers

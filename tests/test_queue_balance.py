@@ -16,7 +16,8 @@ def balanced() -> Traffic:
     """Queue "q" holds 3 messages when declared; a publisher in confirm mode publishes 4 to it
     (10, 20, 30, 40 ms), the broker confirms 3 and nacks the 4th; a consumer gets 2 at 50 ms, acks
     the first, nacks the second with requeue, gets it back redelivered at 60 ms and rejects it
-    without requeue. A mandatory publish to "gone" (no such queue) comes back as basic.return."""
+    without requeue. A mandatory publish to "gone" (no such queue) comes back as basic.return. Queue
+    "old" held messages before the capture began."""
     t = Traffic(capture_id="balance")
     t.connection("pub", 42001)
     t.connection("con", 42002)
@@ -60,6 +61,23 @@ def balanced() -> Traffic:
     t.content("pub", 70.0, "c2s", "basic.publish", channel=1, exchange="", routing_key="gone", mandatory=True)
     t.frame("pub", 71.0, "s2c", "basic.ack", channel=1, delivery_tag=5, multiple=False)
     t.content("pub", 71.0, "s2c", "basic.return", channel=1, exchange="", routing_key="gone", reply_code=312)
+    # "old" is never declared in the capture: it already held messages, which a consumer on
+    # channel 2 takes at 81, 82 and 90 ms; one more is published to it at 85 ms.
+    t.frame("con", 80.0, "c2s", "basic.consume", channel=2, queue="old")
+    t.frame("con", 80.1, "s2c", "basic.consume-ok", channel=2, consumer_tag="o")
+    for tag, ms in enumerate((81.0, 82.0, 90.0), start=1):
+        t.content(
+            "con",
+            ms,
+            "s2c",
+            "basic.deliver",
+            channel=2,
+            consumer_tag="o",
+            delivery_tag=tag,
+            exchange="",
+            routing_key="old",
+        )
+    t.content("pub", 85.0, "c2s", "basic.publish", channel=1, exchange="", routing_key="old")
     t.frame("pub", 100.0, "c2s", "channel.close", channel=1)
     return t
 
@@ -105,9 +123,9 @@ def totals(rows: list, queue: str) -> dict[str, int]:
 
 
 def test_every_bucket_of_the_capture_is_there_for_each_queue(balance):
-    # 100 ms of capture in 1 ms buckets (the report's grid): buckets 0 to 100 for both queues.
-    assert {r.queue for r in balance} == {"q", "gone"}
-    for queue in ("q", "gone"):
+    # 100 ms of capture in 1 ms buckets (the report's grid): buckets 0 to 100 for every queue.
+    assert {r.queue for r in balance} == {"q", "gone", "old"}
+    for queue in ("q", "gone", "old"):
         assert [r.bucket for r in balance if r.queue == queue] == list(range(101))
     assert {r.bucket_s for r in balance} == {0.001}
 
@@ -132,9 +150,9 @@ def test_the_backlog_counts_from_the_declare_ok_where_the_capture_has_one(balanc
     assert (backlog[5], backlog[40], backlog[50], backlog[53], backlog[60], backlog[100]) == (3, 7, 5, 6, 5, 5)
 
 
-def test_the_backlog_of_a_queue_never_declared_counts_from_the_first_packet(balance):
+def test_the_backlog_of_a_queue_never_declared_is_the_least_it_held(balance):
     gone = [r for r in balance if r.queue == "gone"]
-    assert {r.backlog_from for r in gone} == {"first packet"}
+    assert {r.backlog_from for r in gone} == {"lower bound"}
     # Published at 70 ms and returned at 71: it never entered the queue.
     assert [(r.bucket, r.backlog) for r in gone if r.bucket in (69, 70, 71, 100)] == [
         (69, 0),
@@ -142,3 +160,12 @@ def test_the_backlog_of_a_queue_never_declared_counts_from_the_first_packet(bala
         (71, 0),
         (100, 0),
     ]
+
+
+def test_a_queue_that_held_messages_before_the_capture_is_not_counted_from_zero(balance):
+    old = {r.bucket: r for r in balance if r.queue == "old"}
+    assert {r.backlog_from for r in old.values()} == {"lower bound"}
+    # Delivered at 81, 82 and 90 ms, one published at 85: the changes go 0, -1, -2, -1, -2, so it
+    # held at least 2 at the first packet, and none after the last delivery.
+    assert [old[b].backlog for b in (0, 80, 81, 82, 84, 85, 89, 90, 100)] == [2, 2, 1, 0, 0, 1, 1, 0, 0]
+    assert totals(balance, "old")["delivered"] == 3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from amqpscope.jobs.report.balance import QUEUES_DRAWN, balance_figures
+from amqpscope.jobs.report.balance import QUEUES_DRAWN, balance_figures, depth_figure
 
 
 def row(queue: str, bucket: int, backlog_from: str = "declare-ok", **counts) -> dict:
@@ -52,14 +52,29 @@ def test_a_queue_balance_draws_its_rates_and_its_backlog_per_bucket():
     assert [t["x"] for t in figure["data"]][0] == [0.0, 0.5]
 
 
-def test_a_backlog_counted_from_the_first_packet_says_so_and_the_busiest_queues_are_drawn():
-    rows = [row(f"q{n}", 0, "first packet", published=n + 1, backlog=n + 1) for n in range(QUEUES_DRAWN + 2)]
+def test_a_backlog_the_capture_never_saw_set_says_it_is_a_lower_bound_and_the_busiest_queues_are_drawn():
+    rows = [row(f"q{n}", 0, "lower bound", published=n + 1, backlog=n + 1) for n in range(QUEUES_DRAWN + 2)]
     drawn = balance_figures(rows)
     assert [title for _k, title, _f, _n in drawn] == [f"Queue balance: q{n}" for n in range(QUEUES_DRAWN + 1, 1, -1)]
-    assert all("first packet" in note for _k, _t, _f, note in drawn)
+    assert all("the least it can have held" in note for _k, _t, _f, note in drawn)
     assert f"The {QUEUES_DRAWN} busiest of {QUEUES_DRAWN + 2} queues are drawn." in drawn[-1][3]
 
 
 def test_a_queue_name_from_the_wire_is_text_in_the_figure():
     ((_key, _title, figure, _note),) = balance_figures([row("<b>x</b>", 0, published=1)])
     assert "<b>" not in json.dumps(figure["layout"]["title"])
+
+
+def test_the_depth_chart_draws_each_backlog_at_its_buckets_end_and_says_where_it_counts_from():
+    rows = [
+        row("orders", 0, published=4, backlog=None),
+        row("orders", 1, published=2, backlog=7),
+        row("held", 0, "lower bound", delivered=3, backlog=1),
+        row("held", 1, "lower bound", delivered=1, backlog=0),
+    ]
+    figure, note = depth_figure(rows)
+    drawn = {t["name"]: (t["x"], t["y"]) for t in figure["data"]}
+    # No level before the declare-ok set it; each level at its bucket's end (0.5 s buckets).
+    assert drawn == {"orders ready": ([0.5, 1.0], [None, 7]), "held ready": ([0.5, 1.0], [1, 0])}
+    assert "declare-ok" in note and "the least it can have held" in note
+    assert depth_figure([]) is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from amqpscope.jobs.report.charts import Series, line_chart, wire
@@ -54,6 +55,46 @@ def queue_series(rows: Sequence[Mapping[str, Any]]) -> list[Series]:
     return found
 
 
+_BACKLOG_FROM = {
+    "declare-ok": "The backlog counts from the broker's queue.declare-ok message-count (none is drawn before it).",
+    "lower bound": "The capture never shows this queue's count (no queue.declare-ok): the backlog is the "
+    "least it can have held, the messages in and out since the first packet raised by the fewest it "
+    "must have held then.",
+}
+# A lake written before backlog_from said "lower bound" (it said "first packet": counted from 0).
+_UNKNOWN_START = "The backlog counts from 0 at the capture's first packet: what the queue held then is unknown."
+
+
+def depth_figure(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], str] | None:
+    """The queue depth chart of a capture's queue_balance rows (its busiest queues' backlog at each
+    bucket's end) and its note, None without queues."""
+    series = queue_series(rows)[:QUEUES_DRAWN]
+    if not series:
+        return None
+    # Each backlog is the level at its bucket's end: drawn there.
+    at_end = [
+        replace(
+            s,
+            points={
+                "backlog": (tuple(round(x + s.bucket_s, 6) for x in s.points["backlog"][0]), s.points["backlog"][1])
+            },
+        )
+        for s in series
+    ]
+    figure = line_chart(
+        "Ready messages per queue at each bucket's end",
+        "messages",
+        at_end,
+        [("backlog", "ready", {})],
+        lambda q: wire(q.key[2], 60),
+    )
+    notes = [_BACKLOG_FROM.get(kind, _UNKNOWN_START) for kind in sorted({s.key[3] for s in series})]
+    total = series[0].total
+    if total > len(series):
+        notes.append(f"The {len(series)} busiest of {total} queues are drawn.")
+    return figure, " ".join(notes)
+
+
 def balance_figures(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, dict[str, Any], str | None]]:
     """Per queue drawn: (key, title, figure, note) of its balance chart (rates in and out, what
     the consumers and the broker did) with its backlog on the same time axis."""
@@ -68,12 +109,7 @@ def balance_figures(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, d
         backlog = line_chart("", "", [s], [("backlog", "backlog (ready)", {"yaxis": "y2"})], lambda _s: "")
         figure["data"] += backlog["data"]
         figure["layout"]["yaxis2"] = {"title": {"text": "ready messages"}, "overlaying": "y", "side": "right"}
-        note = (
-            "The backlog counts from the broker's queue.declare-ok message-count."
-            if s.key[3] == "declare-ok"
-            else "The backlog counts from 0 at the capture's first packet: what the queue held before is "
-            "not on the wire (it may go below 0)."
-        )
+        note = _BACKLOG_FROM.get(s.key[3], _UNKNOWN_START)
         if len(series) > QUEUES_DRAWN and s is series[QUEUES_DRAWN - 1]:
             note += f" The {QUEUES_DRAWN} busiest of {len(series)} queues are drawn."
         drawn.append((f"queue-balance-{s.rank}", f"Queue balance: {queue}", figure, note))

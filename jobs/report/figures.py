@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
-from amqpscope.jobs.report.balance import balance_figures
+from amqpscope.jobs.report.balance import balance_figures, depth_figure
 from amqpscope.jobs.report.charts import (
     QUEUE_DASHES,
     Series,
@@ -114,33 +113,9 @@ def capture_figures(
         figure["layout"]["legend"] = {"orientation": "v", "x": 1.02, "y": 1, "tracegroupgap": 6}
         figure["layout"]["margin"] = {**figure["layout"]["margin"], "r": 20}
         add("queue-rates", "Queue rates", figure, _left_out(queues, "queues"))
-        # Each point is the level at its bucket's end; the level at the capture's first packet is 0.
-        depth = [
-            replace(s, points={"ready": ((0.0, *s.points["ready"][0]), (0.0, *s.points["ready"][1]))})
-            for s in series_of(charts.get("queue_depth", ()))
-            if "ready" in s.points
-        ]
-        lowest = min((v for s in depth for v in s.points.get("ready", ((), ()))[1] if v is not None), default=0)
-        note = (
-            "Ready messages count from 0 at the capture's first packet, so a queue that delivers messages "
-            "published before the capture began goes below 0: its true depth is higher by what it held then."
-            if lowest < 0
-            else "Ready messages count from 0 at the capture's first packet: what the queue held "
-            "before the capture is not on the wire."
-        )
-        add(
-            "queue-depth",
-            "Queue depth",
-            line_chart(
-                "Ready messages per queue (published minus delivered, from the capture's start)",
-                "messages",
-                depth,
-                [("ready", "ready", {})],
-                lambda q: wire(q.key[2], 60),
-            ),
-            note,
-        )
-
+    depth = depth_figure(balance)
+    if depth is not None:
+        add("queue-depth", "Queue depth", *depth)
     for key, title, figure, note in balance_figures(balance):
         add(key, title, figure, note)
 
