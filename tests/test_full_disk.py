@@ -64,12 +64,13 @@ def assert_one_error_line(run: subprocess.CompletedProcess) -> str:
     return ours[0]
 
 
-def test_a_full_lake_disk(samples_lake, tmp_path):
+@pytest.mark.parametrize("engine", ("spark", "sail"))
+def test_a_full_lake_disk(samples_lake, tmp_path, engine):
     with small_disk(tmp_path / "disk", "32k") as disk:
         lake = disk / "lake"
         stages = []
         for more in ("160k", None):  # the disk fills in ingest; with a little more space, later on
-            failed = analyze("--lake", str(lake))
+            failed = analyze("--lake", str(lake), "--engine", engine)
             error = assert_one_error_line(failed)
             assert "No space left on device" in error and ", table " in error, error
             stages.append(error.split(": error: stage ")[1].split(",")[0])
@@ -80,7 +81,7 @@ def test_a_full_lake_disk(samples_lake, tmp_path):
         assert stages[0] == "ingest" and stages[1] != "ingest", stages  # two places a disk fills at
 
         grow(disk, "256m")  # space freed
-        done = analyze("--lake", str(lake))
+        done = analyze("--lake", str(lake), "--engine", engine)
         assert done.returncode == 0, done.stderr[-3000:]
         assert_stored_once(lake, SMALL, expected(samples_lake, SMALL))
         assert_whole(lake / "_data_docs" / "gx")

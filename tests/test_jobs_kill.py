@@ -43,11 +43,12 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def kill_at(lake: Path, stage: str) -> None:
-    """Run ``amqpscope -v analyze`` and SIGKILL it (then every process it started, by PID) once it
-    enters ``stage``; for ingest, once its first bronze table is committed."""
+def kill_at(lake: Path, stage: str, engine: str = "spark") -> None:
+    """Run ``amqpscope -v analyze`` on ``engine`` and SIGKILL it (then every process it started, by
+    PID) once it enters ``stage``; for ingest, once its first bronze table is committed."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "amqpscope", "-v", "analyze", str(SAMPLE), "--lake", str(lake), "--progress", "never"],
+        [sys.executable, "-m", "amqpscope", "-v", "analyze", str(SAMPLE), "--lake", str(lake), "--progress", "never"]
+        + ["--engine", engine],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -77,9 +78,10 @@ def kill_at(lake: Path, stage: str) -> None:
         proc.stderr.close()
 
 
-def run_to_end(lake: Path) -> dict:
+def run_to_end(lake: Path, engine: str = "spark") -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "amqpscope", "analyze", str(SAMPLE), "--lake", str(lake), "--progress", "never"],
+        [sys.executable, "-m", "amqpscope", "analyze", str(SAMPLE), "--lake", str(lake), "--progress", "never"]
+        + ["--engine", engine],
         capture_output=True,
         text=True,
         timeout=3600,
@@ -115,14 +117,15 @@ def reader_state(lake: Path, cid: str) -> str:
 
 
 @pytest.mark.slow
-def test_kill_at_each_stage_then_rerun_converges(samples_lake, tmp_path):
+@pytest.mark.parametrize("engine", ("spark", "sail"))
+def test_kill_at_each_stage_then_rerun_converges(samples_lake, tmp_path, engine):
     cid = capture_id(SAMPLE)
     clean, _config, _result = samples_lake  # SAMPLE among others, analysed by a run never killed
     expected = {name: rows for name, rows in tables(clean, cid).items() if name != "runs"}
 
     lake = tmp_path / "lake"
     for stage in STAGES:
-        kill_at(lake, stage)
+        kill_at(lake, stage, engine)
         seen = tables(lake)  # every table opens after the kill
         state = reader_state(lake, cid)
         reports = sorted((lake / "reports").glob("*.html")) if (lake / "reports").is_dir() else []
@@ -134,7 +137,7 @@ def test_kill_at_each_stage_then_rerun_converges(samples_lake, tmp_path):
             assert state != COMPLETE, (stage, state)
         assert stage == "ingest" or "runs" in seen  # from derive on, the capture's run is recorded
 
-    result = run_to_end(lake)
+    result = run_to_end(lake, engine)  # on the engine killed: the rows of classic Spark's clean run
     assert result["captures"] == [cid]
     assert reader_state(lake, cid) == COMPLETE
     actual = {name: rows for name, rows in tables(lake).items() if name != "runs"}
