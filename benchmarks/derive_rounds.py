@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.derive import bronze_tables
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.jobs.session import sized_for
 from amqpscope.jobs.stages import job_session
 from amqpscope.pipelines import tables

@@ -185,7 +185,7 @@ def _child_writes(lake_from: str, lake_to: str, capture_bytes: int, jobs: int | 
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from amqpscope.jobs.lake import Lake
+    from amqpscope.jobs.lake.lake import Lake
     from amqpscope.jobs.session import build_session, sized_for
     from amqpscope.pipelines.tables import TABLES
 
@@ -242,7 +242,7 @@ def _stored_rows_decoder(lake_from: str):
             from pyspark.sql.pandas.types import to_arrow_schema
 
             from amqpscope.jobs.ingest import _BATCH_ROWS, _DECODED_KINDS, _MUX_SCHEMA, _flow_key
-            from amqpscope.jobs.lake_read import read_table
+            from amqpscope.jobs.lake.read import read_table
 
             # The stored rows, read once a Python worker (workers are reused between tasks).
             stored = getattr(sys, "_amqpscope_floor_rows", None)
@@ -319,9 +319,9 @@ def _child_floor(capture: str, lake_from: str, lake_to: str, ports: tuple[int, .
     from amqpscope.jobs import ingest as ingest_job
     from amqpscope.jobs.derive import VERDICTS_MODULE
     from amqpscope.jobs.ingest import resolve_captures
-    from amqpscope.jobs.lake import Lake
+    from amqpscope.jobs.lake.lake import Lake
+    from amqpscope.jobs.lake.runs import new_run_id
     from amqpscope.jobs.landing import ingest_files
-    from amqpscope.jobs.runs import new_run_id
     from amqpscope.jobs.session import sized_for
     from amqpscope.jobs.stages import job_session
     from amqpscope.pipelines import tables
@@ -372,7 +372,7 @@ def _answer_without_work(lake, run_id: str, ids: list[str], config) -> None:
     on its thread, while the run is marked derived and the report is written from the gold tables
     (``write_gold_report``, which waits for Great Expectations last)."""
     from amqpscope.expectations import suite
-    from amqpscope.jobs import runs
+    from amqpscope.jobs.lake import runs
     from amqpscope.jobs.report import gold_rows, write_gold_report
     from amqpscope.pipelines import tables
     from amqpscope.schemas.runs import OUTCOME_OK
@@ -469,7 +469,7 @@ def _child_python(lake_from: str, lake_to: str) -> dict:
 
     from amqpscope.conf.settings import AnalyzeConfig
     from amqpscope.expectations import catalogue  # noqa: F401 - imported by the least work's process as well
-    from amqpscope.jobs.lake import Lake  # noqa: F401
+    from amqpscope.jobs.lake.lake import Lake  # noqa: F401
     from amqpscope.pipelines import tables
 
     def cpu() -> float:

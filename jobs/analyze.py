@@ -2,7 +2,7 @@
 
 Every table is partitioned by capture and each write replaces exactly the captures of this run,
 so analysing the same capture again leaves the lake as it was. The ``runs`` table records each
-stage per capture (``jobs/runs.py``): a run killed half-way leaves its captures marked
+stage per capture (``jobs/lake/runs.py``): a run killed half-way leaves its captures marked
 incomplete, and the next run repairs them.
 """
 
@@ -18,11 +18,11 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs import runs
-from amqpscope.jobs.commits import committed_row_counts
 from amqpscope.jobs.derive import VERDICTS_MODULE, derive
 from amqpscope.jobs.ingest import CaptureFile, resolve_captures, superseded_captures
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.commits import committed_row_counts
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.jobs.landing import ingest_files
 from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable, without_packets
 from amqpscope.jobs.progress import Progress

@@ -17,7 +17,7 @@ import yaml
 
 from amqpscope.conf.settings import ENGINE_CHOICES, STORAGE_BACKENDS, AnalyzeConfig, load_yaml
 from amqpscope.ingest.pcap import CaptureError
-from amqpscope.jobs.errors import LakeError, printable, table_of
+from amqpscope.jobs.lake.errors import LakeError, printable, table_of
 from amqpscope.jobs.outcomes import COMMAND_EXIT_MEANINGS, EXIT_MEANINGS, ExitCode
 
 # Wrong input: the message says it all (a capture or landing directory that cannot be read, a bad

@@ -22,8 +22,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs import runs
-from amqpscope.jobs.lake import Lake, lake_capture_filter
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.lake import Lake, lake_capture_filter
 from amqpscope.jobs.session import sized_for
 from amqpscope.jobs.stages import StageClock, one_line
 from amqpscope.pipelines import tables

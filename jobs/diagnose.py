@@ -19,7 +19,7 @@ from typing import Any
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.bottleneck_rules import UNITS, evidence_units
 from amqpscope.ingest.rotation import resolve_parts
-from amqpscope.jobs.lake_read import python_values, read_rows
+from amqpscope.jobs.lake.read import python_values, read_rows
 from amqpscope.jobs.outcomes import ExitCode
 from amqpscope.jobs.preflight import check_capture_arguments, without_packets
 from amqpscope.schemas.diagnosis import COMPONENTS
@@ -34,14 +34,14 @@ _BOTTLENECKS = frozenset(COMPONENTS) - {"none"}
 
 
 def _read_capture_rows(lake: Path, table: str, ids: Sequence[str]) -> list[dict[str, Any]]:
-    # delta-rs, through the helper that cannot abort the process at exit (jobs.lake_read)
+    # delta-rs, through the helper that cannot abort the process at exit (jobs.lake.read)
     return read_rows(lake / table, ids)
 
 
 def incomplete(lake: Path, ids: Sequence[str]) -> list[str]:
     """Those of ``ids`` whose rows the runs table does not call complete (a run killed or failed
-    part way, a derive older than the latest ingest, no run recorded): ``jobs.runs.completeness``."""
-    from amqpscope.jobs.runs import COMPLETE, RUNS_TABLE, StageRun, completeness
+    part way, a derive older than the latest ingest, no run recorded): ``jobs.lake.runs.completeness``."""
+    from amqpscope.jobs.lake.runs import COMPLETE, RUNS_TABLE, StageRun, completeness
 
     runs = [StageRun(**r) for r in _read_capture_rows(lake, RUNS_TABLE, ids)]
     by_stage = {(r.capture_id, r.stage): r for r in runs}

@@ -37,7 +37,7 @@ from amqpscope.ingest.quarantine import capture_status, damage_row
 from amqpscope.ingest.ranges import read_container, split
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.ingest.tls_keylog import KeyLog
-from amqpscope.jobs.lake import Lake, lake_capture_filter
+from amqpscope.jobs.lake.lake import Lake, lake_capture_filter
 from amqpscope.jobs.progress import Progress, TaskCounters
 from amqpscope.jobs.session import default_parallelism, is_connect
 from amqpscope.pipelines.tables import STORED_FRAMES

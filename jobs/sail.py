@@ -8,9 +8,9 @@ session (``pyspark.sql.connect``). The pipelines give the same rows on it as on 
 (pipelines/throughput.py), checkpoints with a storage level or of types Sail states but does not
 return (pipelines/partitioning.py), observed metrics (expectations/suite.py), decimal literals
 beside doubles (expectations/bottleneck_rules.py); pipelines/engine.py names the settings this
-module sets for that. The lake's tables are written by the delta-rs backend (jobs.lake): Sail
+module sets for that. The lake's tables are written by the delta-rs backend (jobs.lake.lake): Sail
 writes the Parquet files of a table's captures into a staging folder and the project's commit
-layer commits them (jobs.delta_commit), so a commit checks conflicts on Sail as on classic Spark.
+layer commits them (jobs.lake.delta_commit), so a commit checks conflicts on Sail as on classic Spark.
 Tables are read as their snapshot's files, one scan per capture, not through Sail's Delta reader
 (docs/ARCHITECTURE.md, "Sail, the embedded engine").
 

@@ -339,7 +339,7 @@ _UNBROADCAST = {
 # than by Spark's Parquet writer: on rows this few, the writer's tasks and output committer are most
 # of a write's time (the sample's 29 tables, rows computed beforehand: 5.4 s written by Spark, 1.1 s
 # through Arrow; docs/BENCHMARKS.md, "What is set": small tables staged through the driver). Read by
-# jobs.lake.
+# jobs.lake.lake.
 STAGE_ON_DRIVER = "amqpscope.lake.stage_on_driver"
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.errors import LakeError, printable, table_of
+from amqpscope.jobs.lake.errors import LakeError, printable, table_of
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.session import build_session, resolve_remote, stop_session
 from amqpscope.threads import in_background

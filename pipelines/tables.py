@@ -465,7 +465,7 @@ TABLES: dict[str, Table] = {
             read_without_spark=True,
             frames_as_stored=True,
         ),
-        # Bookkeeping: each stage's latest run per capture, marked without Spark (jobs.runs).
+        # Bookkeeping: each stage's latest run per capture, marked without Spark (jobs.lake.runs).
         Table("runs", RUNS_SCHEMA, "bookkeeping", None, order_by=("capture_id", "stage")),
     )
 }

@@ -16,7 +16,7 @@ import pytest
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.class_archive import ENVIRONMENT as CLASS_ARCHIVE_ENVIRONMENT
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.jobs.session import build_session
 from tests.paths import BOTTLENECK_SCENARIOS, FLOW_SAMPLES, HEALTHY_SAMPLES, SAMPLE_CAPTURES
 

@@ -52,7 +52,7 @@ def cuts(captures: list[Path], points: tuple[Fraction, ...], directory: Path) ->
 def verdicts(spark, lake: Path) -> dict[str, tuple[str, int, int]]:
     """Per file name: the diagnosis' verdict (its ``bottleneck`` component) and the data quality
     rules' error and warning violations (the dq_summary table)."""
-    from amqpscope.jobs.lake import Lake
+    from amqpscope.jobs.lake.lake import Lake
 
     rows = Lake(spark, lake).read("dq_summary").collect()
     return {r.file_name: (r.bottleneck, r.violations_error, r.violations_warning) for r in rows}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.derive import derive_lake
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 
 
 def main(engine: str, lake: Path) -> dict[str, object]:

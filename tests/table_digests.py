@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.pipelines import tables as lake_tables
 from tests.paths import ROOT, SAMPLES
 

@@ -12,9 +12,9 @@ from pyspark import cloudpickle
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.catalogue import load_rules
 from amqpscope.jobs import ingest as ingest_job
-from amqpscope.jobs import runs
 from amqpscope.jobs.ingest import decode_tables, resolve_captures
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.schemas.runs import OUTCOME_OK
 from tests.benchmark_scripts import benchmark_script
 from tests.paths import SAMPLE_CAPTURES

@@ -20,7 +20,7 @@ import yaml
 from jsonschema import validators
 from pyspark.sql import functions as F
 
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.schemas.catalog import tables
 from amqpscope.schemas.diagnosis import COMPONENTS
 from tests.paths import ROOT

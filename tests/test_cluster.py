@@ -16,9 +16,10 @@ import pytest
 import yaml
 from pyspark.testing import assertDataFrameEqual
 
-from amqpscope.jobs import entry, runs
-from amqpscope.jobs.commits import committed_row_counts
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs import entry
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.commits import committed_row_counts
+from amqpscope.jobs.lake.lake import Lake
 from testbed.spark_cluster import StandaloneCluster
 from tests.paths import SAMPLE_CAPTURES
 from tests.test_jobs import TABLES, TASK_ORDER, bundle, same_input, substituted

@@ -18,7 +18,7 @@ from amqpscope import register
 from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.datasource import AmqpDataSource
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from tests.test_parallel_ingest import as_python
 

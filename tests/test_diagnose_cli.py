@@ -15,7 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.diagnose import exit_code, incomplete, stored_answers, typed_evidence
-from amqpscope.jobs.lake_read import read_table
+from amqpscope.jobs.lake.read import read_table
 from amqpscope.jobs.outcomes import ExitCode
 from amqpscope.schemas.runs import OUTCOME_RUNNING
 from tests.paths import SAMPLES

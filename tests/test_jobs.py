@@ -19,9 +19,9 @@ from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs import runs
 from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.jobs.report import write_report
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.tables import BRONZE, DERIVED, FLOW

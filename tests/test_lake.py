@@ -11,10 +11,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.testing import assertDataFrameEqual
 
-from amqpscope.jobs import lake as lake_module
 from amqpscope.jobs import session
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.lake_read import read_table
+from amqpscope.jobs.lake import lake as lake_module
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.lake.read import read_table
 
 SCHEMA = "capture_id string, n long, ts timestamp, m map<string,string>, b binary, s struct<x:int,tags:array<string>>"
 TS = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)

@@ -9,7 +9,7 @@ from deltalake import DeltaTable
 from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.jobs.maintain import maintain_lake
 from amqpscope.schemas.runs import RUNS_SCHEMA
 

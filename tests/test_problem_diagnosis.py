@@ -20,7 +20,7 @@ import pytest
 
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.analyze import AnalyzeConfig, analyze
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 from testbed.truth import expected_bottleneck, expected_findings
 from tests.paths import SAMPLES
 from tests.test_wireshark_filters import tshark_fields

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.runs import COMPLETE
+from amqpscope.jobs.lake.runs import COMPLETE
 from tests.paths import SAMPLES
 from tests.test_jobs_kill import reader_state, tables
 

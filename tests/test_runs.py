@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from amqpscope.ingest.pcap import CaptureError
-from amqpscope.jobs import runs
 from amqpscope.jobs.cli import main as cli_main
-from amqpscope.jobs.lake_files import staging_is_stale as _staging_is_stale
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.files import staging_is_stale as _staging_is_stale
+from amqpscope.jobs.lake.runs import StageRun, completeness
 from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable
-from amqpscope.jobs.runs import StageRun, completeness
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

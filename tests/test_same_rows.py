@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.jobs import lake as lake_module
 from amqpscope.jobs import session
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import lake as lake_module
+from amqpscope.jobs.lake.lake import Lake
 from tests.table_digests import CAPTURES, ROOT, analyze_samples, table_digests
 
 EXPECTED = Path(__file__).resolve().parent / "data" / "table_digests.json"

@@ -232,7 +232,7 @@ def test_analyze_live_captures(spark, captures: dict[str, Path], broker: Private
 
     from amqpscope.conf.settings import AnalyzeConfig
     from amqpscope.jobs.analyze import analyze
-    from amqpscope.jobs.lake import Lake
+    from amqpscope.jobs.lake.lake import Lake
 
     config = AnalyzeConfig(lake=tmp_path / "lake", ports=(broker.port,))
     result = analyze(spark, [str(p) for p in captures.values()], config)

@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # neither Spark nor Great Expectations is needed to draw a pa
     from pyspark.sql import DataFrame
 
     from amqpscope.expectations.suite import PendingVerdicts, VerdictRun
-    from amqpscope.jobs.lake import Lake
+    from amqpscope.jobs.lake.lake import Lake
 
 __all__ = ["write_report", "write_gold_report", "gold_rows", "anchor", "REPORT_GOLD", "GIVEN"]
 
