@@ -10,9 +10,9 @@ One command (also in ``make bench``):
    frames).
 2. Runs, each in its own process (its own JVM) and sampled every 0.5 s from ``/proc`` for the CPU
    of the whole process tree (driver, JVM, Python workers). Every JVM maps the class archive
-   (``jobs.class_archive``) as a user's runs after the first do; where there is none yet, a first
+   (``jobs.engine.class_archive``) as a user's runs after the first do; where there is none yet, a first
    analyze of the sample writes it, and its time is printed apart. Then a bare ``SparkSession`` start,
-   one action and stop (``jobs.session.build_session``, what analyze starts with), then ``analyze``
+   one action and stop (``jobs.engine.session.build_session``, what analyze starts with), then ``analyze``
    of every capture into a fresh lake (``jobs.analyze.main``'s steps: session, analyze with a
    ``Progress`` that counts the Spark jobs and stages of each step and notes the CPU seconds of the
    process tree in each, stop), and
@@ -94,7 +94,7 @@ STEPS = ("ingest", "messages", "flow_state", "diagnosis", "verdicts", "charts", 
 
 
 def _child_spark() -> dict:
-    from amqpscope.jobs.session import build_session
+    from amqpscope.jobs.engine.session import build_session
 
     started = time.perf_counter()
     spark = build_session("local[2]", "amqpscope-bench-bare", remember_py4j_lookups=True)
@@ -185,8 +185,8 @@ def _child_writes(lake_from: str, lake_to: str, capture_bytes: int, jobs: int | 
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    from amqpscope.jobs.engine.session import build_session, sized_for
     from amqpscope.jobs.lake.lake import Lake
-    from amqpscope.jobs.session import build_session, sized_for
     from amqpscope.pipelines.tables import TABLES
 
     def through_a_window(rows):
@@ -318,11 +318,11 @@ def _child_floor(capture: str, lake_from: str, lake_to: str, ports: tuple[int, .
     from amqpscope.conf.settings import AnalyzeConfig
     from amqpscope.jobs import ingest as ingest_job
     from amqpscope.jobs.derive import VERDICTS_MODULE
+    from amqpscope.jobs.engine.session import sized_for
     from amqpscope.jobs.ingest import resolve_captures
     from amqpscope.jobs.lake.lake import Lake
     from amqpscope.jobs.lake.runs import new_run_id
     from amqpscope.jobs.landing import ingest_files
-    from amqpscope.jobs.session import sized_for
     from amqpscope.jobs.stages import job_session
     from amqpscope.pipelines import tables
 
@@ -621,9 +621,9 @@ def captures(out: Path, frames: tuple[int, ...]) -> list[tuple[str, Path, tuple[
 
 
 def class_archive(out: Path, me: list[str]) -> dict:
-    """The JVM class archive every measured run maps (jobs.class_archive), as a user's runs after
+    """The JVM class archive every measured run maps (jobs.engine.class_archive), as a user's runs after
     the first one do: when there is none yet, a first analyze of the sample writes it, measured."""
-    from amqpscope.jobs.class_archive import archive_for_this_jvm
+    from amqpscope.jobs.engine.class_archive import archive_for_this_jvm
 
     archive = archive_for_this_jvm()
     if archive is None:

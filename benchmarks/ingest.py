@@ -257,9 +257,9 @@ class Sampler(threading.Thread):
 def ingest_once(landing: Path, lake: Path, master: str, ports: tuple[int, ...], conf: dict[str, str]) -> dict:
     """Time ``ingest_landing`` on ``landing`` into ``lake``; count the frames written (runs in the child)."""
     from amqpscope.conf.settings import AnalyzeConfig
+    from amqpscope.jobs.engine.session import build_session
     from amqpscope.jobs.lake.lake import Lake
     from amqpscope.jobs.landing import ingest_landing
-    from amqpscope.jobs.session import build_session
 
     spark = build_session(master, APP_NAME, conf, remember_py4j_lookups=True)
     try:
@@ -283,8 +283,8 @@ def derive_once(lake: Path, master: str, ports: tuple[int, ...], conf: dict[str,
     ``lake``; count the frames it derived from (runs in the child)."""
     from amqpscope.conf.settings import AnalyzeConfig
     from amqpscope.jobs.derive import derive_lake
+    from amqpscope.jobs.engine.session import build_session
     from amqpscope.jobs.lake.lake import Lake
-    from amqpscope.jobs.session import build_session
 
     spark = build_session(master, APP_NAME, conf, remember_py4j_lookups=True)
     try:

@@ -19,6 +19,8 @@ from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.derive import VERDICTS_MODULE, derive
+from amqpscope.jobs.engine.sail import engine_of
+from amqpscope.jobs.engine.session import sized_for
 from amqpscope.jobs.ingest import CaptureFile, resolve_captures, superseded_captures
 from amqpscope.jobs.lake import runs
 from amqpscope.jobs.lake.commits import committed_row_counts
@@ -27,8 +29,6 @@ from amqpscope.jobs.landing import ingest_files
 from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable, without_packets
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.report import gold_rows, write_gold_report
-from amqpscope.jobs.sail import engine_of
-from amqpscope.jobs.session import sized_for
 from amqpscope.jobs.stages import StageClock, job_session
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.diagnosis.verdict import no_packets_diagnosis
@@ -50,7 +50,7 @@ class AnalyzeResult:
     run_id: str = ""
     # Per capture: the diagnosis headline (pipelines.diagnosis), the top component and its findings.
     diagnoses: tuple[dict[str, object], ...] = ()
-    # The engine the tables were computed on (jobs.sail.engine_of); None: no Spark ran.
+    # The engine the tables were computed on (jobs.engine.sail.engine_of); None: no Spark ran.
     engine: str | None = None
 
 

@@ -37,9 +37,9 @@ from amqpscope.ingest.quarantine import capture_status, damage_row
 from amqpscope.ingest.ranges import read_container, split
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.ingest.tls_keylog import KeyLog
+from amqpscope.jobs.engine.session import default_parallelism, is_connect
 from amqpscope.jobs.lake.lake import Lake, lake_capture_filter
 from amqpscope.jobs.progress import Progress, TaskCounters
-from amqpscope.jobs.session import default_parallelism, is_connect
 from amqpscope.pipelines.tables import STORED_FRAMES
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.packets import PACKETS_SCHEMA

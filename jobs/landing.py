@@ -22,11 +22,11 @@ from amqpscope.ingest.pcap import CaptureError, capture_id
 from amqpscope.ingest.quarantine import FAILED
 from amqpscope.ingest.quarantine import unreadable_rows as quarantine_rows
 from amqpscope.ingest.rotation import CapturePart, describe_part, group_parts
+from amqpscope.jobs.engine.session import sized_for
 from amqpscope.jobs.ingest import Bronze, CaptureFile, superseded_captures, write_bronze
 from amqpscope.jobs.lake import runs
 from amqpscope.jobs.lake.lake import Lake
 from amqpscope.jobs.progress import Progress
-from amqpscope.jobs.session import sized_for
 from amqpscope.jobs.stages import StageClock, one_line
 from amqpscope.schemas.frames import CAPTURES_SCHEMA, QUARANTINE_SCHEMA
 from amqpscope.schemas.runs import OUTCOME_OK, OUTCOME_RUNNING

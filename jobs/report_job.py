@@ -21,10 +21,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.jobs.engine.session import session_time_zone
 from amqpscope.jobs.lake import runs
 from amqpscope.jobs.lake.lake import Lake, lake_capture_filter
 from amqpscope.jobs.report import gold_rows, render_page, write_gold_report
-from amqpscope.jobs.session import session_time_zone
 from amqpscope.jobs.stages import StageClock, job_session
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.report_sections import report_sections

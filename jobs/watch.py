@@ -33,11 +33,11 @@ from pyspark.sql import SparkSession
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.analyze import Answered, headlines
 from amqpscope.jobs.derive import DeriveResult, derive_lake
+from amqpscope.jobs.engine.session import is_connect
 from amqpscope.jobs.lake.lake import Lake
 from amqpscope.jobs.landing import LandingResult, ingest_landing
 from amqpscope.jobs.progress import Progress
 from amqpscope.jobs.report_job import ReportResult, reads_without_spark, report_lake
-from amqpscope.jobs.session import is_connect
 from amqpscope.jobs.stages import StageClock
 
 log = logging.getLogger("amqpscope.watch")

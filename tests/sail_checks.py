@@ -1,4 +1,4 @@
-"""The embedded engine (jobs.sail): a Sail server in this process, a Spark Connect session on it.
+"""The embedded engine (jobs.engine.sail): a Sail server in this process, a Spark Connect session on it.
 
 PySpark holds one kind of session a process (its Column classes follow one process-wide switch), so
 these checks run in a pytest process of their own, started by tests/test_sail.py; a test worker
@@ -13,7 +13,7 @@ import pytest
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.expectations.bottleneck_rules import bind
-from amqpscope.jobs.sail import CHECKPOINT_PATH, engine_session, is_sail, start_sail
+from amqpscope.jobs.engine.sail import CHECKPOINT_PATH, engine_session, is_sail, start_sail
 from amqpscope.pipelines import engine
 from amqpscope.pipelines.partitioning import checkpointed, kept
 

@@ -80,7 +80,7 @@ def _commit() -> str:
 
 
 def main(out: str) -> None:
-    from amqpscope.jobs.session import build_session
+    from amqpscope.jobs.engine.session import build_session
 
     spark = build_session("local[2]", "amqpscope-table-digests", remember_py4j_lookups=True)
     try:

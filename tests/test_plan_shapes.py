@@ -174,7 +174,7 @@ def test_shuffles_reads_a_plans_own_shuffles(spark):
 def test_ingest_hands_frames_and_segments_over_partitioned_by_connection(spark, range_bytes):
     # The decoded rows are persisted hash-partitioned by connection and split by kind keeping that
     # partitioning: the frames' and the segments' pipelines, and joins of tables derived from them
-    # on the connection and more, shuffle nothing (jobs.session: requireAllClusterKeysForCoPartition).
+    # on the connection and more, shuffle nothing (jobs.engine.session: requireAllClusterKeysForCoPartition).
     tables, persisted = decode_tables(
         spark, resolve_captures([SAMPLES / "mixed.pcapng"]), (5672,), range_bytes=range_bytes
     )

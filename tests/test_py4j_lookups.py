@@ -1,4 +1,4 @@
-"""Py4J's lookups remembered (jobs.py4j_lookups): fewer round trips, the same answers."""
+"""Py4J's lookups remembered (jobs.engine.py4j_lookups): fewer round trips, the same answers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyspark.sql.functions as F
 import pytest
 from py4j.protocol import Py4JError
 
-from amqpscope.jobs import py4j_lookups
+from amqpscope.jobs.engine import py4j_lookups
 
 
 @pytest.fixture
@@ -74,8 +74,8 @@ def test_installing_twice_keeps_one_layer(spark):
 
 _CHILD = """
 from py4j.java_gateway import JavaClass, JavaPackage, JVMView
-from amqpscope.jobs import py4j_lookups
-from amqpscope.jobs.session import build_session
+from amqpscope.jobs.engine import py4j_lookups
+from amqpscope.jobs.engine.session import build_session
 def patched():
     return [hasattr(cls.__getattr__, "__wrapped__") for cls in (JVMView, JavaPackage, JavaClass)]
 spark = build_session("local[1]", "amqpscope-py4j-opt-in")

@@ -71,6 +71,8 @@ from pyspark.sql.types import (
 )
 
 from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.jobs.engine.sail import is_sail
+from amqpscope.jobs.engine.session import jvm_has_delta, staged_on_driver
 from amqpscope.jobs.lake import delta_commit, delta_log, delta_spark
 from amqpscope.jobs.lake.delta_spark import TableRef
 from amqpscope.jobs.lake.errors import WriteConflict, name_table
@@ -87,8 +89,6 @@ from amqpscope.jobs.lake.files import (
 )
 from amqpscope.jobs.lake.read import add_actions, is_delta_table, open_table, read_table
 from amqpscope.jobs.lake.stats import file_stats
-from amqpscope.jobs.sail import is_sail
-from amqpscope.jobs.session import jvm_has_delta, staged_on_driver
 from amqpscope.pipelines.columns import union_all
 from amqpscope.schemas.catalog import description, documented
 
@@ -580,7 +580,7 @@ def _write_delta_rs(
     if timestamp_type != "TIMESTAMP_MICROS":
         raise ValueError(
             "spark.sql.parquet.outputTimestampType must be TIMESTAMP_MICROS, "
-            f"not {timestamp_type} (jobs/session.py sets it)"
+            f"not {timestamp_type} (jobs/engine/session.py sets it)"
         )
     return _commit_staged(
         path,

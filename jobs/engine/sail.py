@@ -35,14 +35,14 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import ENGINE_CHOICES
-from amqpscope.jobs.session import build_session, is_connect
+from amqpscope.jobs.engine.session import build_session, is_connect
 from amqpscope.pipelines import engine
 
 log = logging.getLogger("amqpscope.jobs")
 
 LOOPBACK = "127.0.0.1"
 
-# What the session is told at the start (jobs/session.py sets the same on classic Spark): the lake's
+# What the session is told at the start (jobs/engine/session.py sets the same on classic Spark): the lake's
 # Parquet timestamps as delta-rs reads them, times in UTC. Sail takes what it does not use.
 SAIL_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -153,7 +153,7 @@ def engine_session(
     engine: str, app_name: str = "amqpscope", conf: Mapping[str, str] | None = None, verbose: bool = False
 ) -> Iterator[SparkSession]:
     """The hook for ``--engine spark|sail``: a session on ``engine`` for the block, stopped after it.
-    ``spark`` is today's local session (jobs.session.build_session, on its default master); ``sail``
+    ``spark`` is today's local session (jobs.engine.session.build_session, on its default master); ``sail``
     the embedded engine. The Spark settings in ``conf`` go to either (Sail takes what it uses)."""
     if engine not in ENGINE_CHOICES:
         raise ValueError(f"engine {engine!r} is not one of {', '.join(ENGINE_CHOICES)}")

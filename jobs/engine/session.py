@@ -16,8 +16,8 @@ from pathlib import Path
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from amqpscope.jobs import py4j_lookups
-from amqpscope.jobs.class_archive import ClassArchive, archive_for_this_jvm
+from amqpscope.jobs.engine import py4j_lookups
+from amqpscope.jobs.engine.class_archive import ClassArchive, archive_for_this_jvm
 
 log = logging.getLogger("amqpscope.jobs")
 
@@ -127,7 +127,7 @@ def build_session(
     ``remote`` (sc://host:port, or local[N]: a Connect server PySpark starts in this process),
     else a classic one on ``master``; None: the master spark-submit was given, else local[2].
 
-    A classic JVM this starts maps the class archive of earlier runs (``jobs.class_archive``); with
+    A classic JVM this starts maps the class archive of earlier runs (``jobs.engine.class_archive``); with
     ``write_class_archive`` and no archive yet, it writes one when it exits: stop such a session
     with ``stop_session``, which ends the JVM and puts the archive in place. A JVM this starts
     writes its own output (log4j, the JVM's warnings) to ``engine_log_path()`` unless amqpscope
@@ -135,7 +135,7 @@ def build_session(
 
     ``remember_py4j_lookups`` (the jobs' sessions ask for it: ``jobs.stages.job_session``) makes
     Py4J remember its class and method lookups from then on, in the whole process
-    (``jobs.py4j_lookups``): a third fewer Py4J round trips while plans are built."""
+    (``jobs.engine.py4j_lookups``): a third fewer Py4J round trips while plans are built."""
     if remote is not None:
         return _connect_session(remote, app_name, {**_BASE_CONF, **(conf or {})})
     if remember_py4j_lookups:
