@@ -42,10 +42,10 @@ from pyspark.sql import functions as F
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.derive import bronze_tables
 from amqpscope.jobs.engine.session import sized_for
 from amqpscope.jobs.lake.lake import Lake
-from amqpscope.jobs.stages import job_session
+from amqpscope.jobs.stages.derive import bronze_tables
+from amqpscope.jobs.stages.stages import job_session
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.partitioning import by_connection
 

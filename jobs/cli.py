@@ -186,7 +186,7 @@ def _config(args: argparse.Namespace) -> AnalyzeConfig:
 
 
 def _run_analyze(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import analyze  # Spark is imported only when a job runs
+    from amqpscope.jobs.stages import analyze  # Spark is imported only when a job runs
 
     config = _config(args)
     result = analyze.main(args.captures, config, args.progress)  # prints the headlines as they come
@@ -306,7 +306,7 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
 
 def _run_watch(args: argparse.Namespace) -> ExitCode:
     from amqpscope.jobs import commands  # Spark is imported only when a job runs
-    from amqpscope.jobs.analyze import headline_line
+    from amqpscope.jobs.stages.analyze import headline_line
 
     last: list[ExitCode] = [ExitCode.OK]
 
@@ -594,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    from amqpscope.jobs.stages import StageFailed, one_line  # imports PySpark: only once a job has run
+    from amqpscope.jobs.stages.stages import StageFailed, one_line  # imports PySpark: only once a job has run
 
     if isinstance(exc, (StageFailed, LakeError)):
         return str(exc)

@@ -2,7 +2,7 @@
 
 Captures already analysed into ``--lake`` by a run that finished are answered from its gold tables
 with delta-rs alone (no Spark, a second or so); the others (not in the lake, or left incomplete by a
-run killed or failed part way: the runs table says which) are analysed first (``jobs.analyze``,
+run killed or failed part way: the runs table says which) are analysed first (``jobs.stages.analyze``,
 which repairs them), then answered.
 """
 
@@ -21,7 +21,7 @@ from amqpscope.expectations.bottleneck_rules import UNITS, evidence_units
 from amqpscope.ingest.rotation import resolve_parts
 from amqpscope.jobs.lake.read import python_values, read_rows
 from amqpscope.jobs.outcomes import ExitCode
-from amqpscope.jobs.preflight import check_capture_arguments, without_packets
+from amqpscope.jobs.stages.preflight import check_capture_arguments, without_packets
 from amqpscope.schemas.diagnosis import COMPONENTS
 
 _MAX_FINDINGS_SHOWN = 10
@@ -91,7 +91,7 @@ def diagnose(
         if answers is not None and config.tls_keylog and any(d.get("encrypted_connections") for d in answers[0]):
             answers = None  # answered before without the key log given now: decrypt and judge again
         if answers is None:
-            from amqpscope.jobs import analyze  # Spark is imported only when a capture must be analysed
+            from amqpscope.jobs.stages import analyze  # Spark is imported only when a capture must be analysed
 
             result = analyze.main(captures, config, progress)
             answers = stored_answers(config.lake, ids)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.engine.class_archive import ENVIRONMENT as CLASS_ARCHIVE_ENVIRONMENT
 from amqpscope.jobs.engine.session import build_session
 from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.analyze import analyze
 from tests.paths import BOTTLENECK_SCENARIOS, FLOW_SAMPLES, HEALTHY_SAMPLES, SAMPLE_CAPTURES
 
 

@@ -76,8 +76,8 @@ def table(made: list[Cut], found: dict[str, tuple[str, int, int]]) -> str:
 
 def main(argv: list[str]) -> int:
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs.analyze import analyze
     from amqpscope.jobs.engine.session import build_session
+    from amqpscope.jobs.stages.analyze import analyze
 
     lake, captures = Path(argv[0]), [Path(a) for a in argv[1:]]
     made = cuts(captures, CUT_POINTS, lake.parent / f"{lake.name}-cuts")

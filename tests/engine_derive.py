@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.derive import derive_lake
 from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.derive import derive_lake
 
 
 def main(engine: str, lake: Path) -> dict[str, object]:

@@ -112,7 +112,7 @@ _JOB = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs.stages import job_session
+    from amqpscope.jobs.stages.stages import job_session
     config = AnalyzeConfig(lake=Path(sys.argv[1]), spark_conf=json.loads(sys.argv[2]))
     with job_session(config, "amqpscope-class-archive-test") as spark:
         print(spark.range(100).selectExpr("sum(id)").first()[0])

@@ -15,9 +15,9 @@ import pytest
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs import cli
-from amqpscope.jobs.analyze import analyze
 from amqpscope.jobs.engine.sail import engine_of
 from amqpscope.jobs.engine.session import REMOTE_ENVIRONMENT, resolve_remote
+from amqpscope.jobs.stages.analyze import analyze
 from tests.paths import ROOT, SAMPLES
 from tests.table_digests import TABLES, table_digests
 from tests.test_jobs import TASK_ORDER, bundle, substituted

@@ -17,7 +17,7 @@ from deltalake import write_deltalake
 from amqpscope.jobs.lake import runs
 from amqpscope.jobs.lake.errors import DamagedLog, StoredRowsMismatch
 from amqpscope.jobs.lake.lake import Lake
-from amqpscope.jobs.stages import StageClock, StageFailed, one_line
+from amqpscope.jobs.stages.stages import StageClock, StageFailed, one_line
 from tests.racers import SCHEMA
 
 

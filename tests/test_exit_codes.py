@@ -55,8 +55,8 @@ def test_an_unreadable_capture_is_an_unreadable_input(tmp_path, capsys):
 
 
 def test_a_failure_inside_a_stage_exits_1(tmp_path, capsys, monkeypatch):
-    from amqpscope.jobs import analyze
-    from amqpscope.jobs.stages import StageFailed
+    from amqpscope.jobs.stages import analyze
+    from amqpscope.jobs.stages.stages import StageFailed
 
     def fail(*_args, **_kwargs):
         raise StageFailed("stage ingest, table frames", OSError("disk full"))

@@ -10,7 +10,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.lake.lake import Lake
-from amqpscope.jobs.maintain import maintain_lake
+from amqpscope.jobs.stages.maintain import maintain_lake
 from amqpscope.schemas.runs import RUNS_SCHEMA
 
 T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -18,8 +18,8 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
-from amqpscope.jobs.ingest import decode_captures, decode_tables, resolve_captures, write_bronze
 from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.decode import decode_captures, decode_tables, resolve_captures, write_bronze
 from amqpscope.pipelines.channel_unacked import consumer_unacked_timeline, unacked_ledger
 from amqpscope.pipelines.channels import channel_pass
 from amqpscope.pipelines.confirms import channel_confirms_timeline

@@ -88,7 +88,7 @@ spark.stop()
 
 def test_only_a_session_that_asks_changes_py4j_for_the_process():
     """build_session leaves Py4J's classes as they are unless its caller asks (the jobs' sessions
-    do: jobs.stages.job_session); in a process of its own, as the suite's session has asked."""
+    do: jobs.stages.stages.job_session); in a process of its own, as the suite's session has asked."""
     done = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines()[-2:] == ["False [False, False, False] 3", "True [True, True, True] 3"]
@@ -96,7 +96,7 @@ def test_only_a_session_that_asks_changes_py4j_for_the_process():
 
 def test_the_jobs_sessions_ask_for_it(monkeypatch, tmp_path):
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs import stages
+    from amqpscope.jobs.stages import stages
 
     asked = {}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.analyze import analyze
+from amqpscope.jobs.stages.analyze import analyze
 from tests.table_digests import TABLES, table_digests
 from tests.test_connect import SAMPLE, amqpscope
 

@@ -30,7 +30,7 @@ _BASE_CONF = {
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.adaptive.enabled": "true",
     "spark.ui.enabled": "false",
-    # Spark's console bar would interleave with amqpscope's own progress lines (jobs/progress.py).
+    # Spark's console bar would interleave with amqpscope's own progress lines (jobs/stages/progress.py).
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # Spark's cache writes its column batches with Java serialization, whose streams keep every
@@ -53,9 +53,9 @@ _BASE_CONF = {
     # PySpark 4 wraps every DataFrame and Column call to record its Python call site for error
     # messages: three to four more Py4J round trips and a walk of the Python stack a call. Building
     # the flow-state plans (about 15,000 Py4J calls) took 8.6 s with it, 4.1-6.5 s without. A failed
-    # stage is named by the job itself (jobs.stages.StageFailed).
+    # stage is named by the job itself (jobs.stages.stages.StageFailed).
     "spark.python.sql.dataFrameDebugging.enabled": "false",
-    # Ingest hands the frames over hash-partitioned by connection (jobs.ingest), and every join of
+    # Ingest hands the frames over hash-partitioned by connection (jobs.stages.decode), and every join of
     # two tables derived from them is on the connection and more (channel, direction, frame). By
     # default Spark shuffles both sides again unless they are partitioned on all the join keys; a
     # connection's rows are never skewed enough to need that. Analyze of the sample: 174 Spark jobs
@@ -133,7 +133,7 @@ def build_session(
     writes its own output (log4j, the JVM's warnings) to ``engine_log_path()`` unless amqpscope
     logs at INFO (-v): a run's stderr holds amqpscope's lines only.
 
-    ``remember_py4j_lookups`` (the jobs' sessions ask for it: ``jobs.stages.job_session``) makes
+    ``remember_py4j_lookups`` (the jobs' sessions ask for it: ``jobs.stages.stages.job_session``) makes
     Py4J remember its class and method lookups from then on, in the whole process
     (``jobs.engine.py4j_lookups``): a third fewer Py4J round trips while plans are built."""
     if remote is not None:
@@ -302,7 +302,7 @@ _INTERPRETED = {
     "spark.sql.codegen.factoryMode": ("NO_CODEGEN", "FALLBACK"),
 }
 # A small run also shuffles into one partition a core, not _BASE_CONF's 8: every stage that reads
-# the frames (kept partitioned by connection, jobs.ingest) runs a task a partition, and on a few
+# the frames (kept partitioned by connection, jobs.stages.decode) runs a task a partition, and on a few
 # thousand rows a task's fixed cost is most of its work. Analyze: 0.97x the wall time on the
 # sample, 0.95x at 100 k frames (docs/BENCHMARKS.md, "What is set": one shuffle partition a core for
 # small runs).

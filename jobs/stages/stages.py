@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.engine.session import build_session, resolve_remote, stop_session
 from amqpscope.jobs.lake.errors import LakeError, printable, table_of
-from amqpscope.jobs.progress import Progress
+from amqpscope.jobs.stages.progress import Progress
 from amqpscope.threads import in_background
 
 log = logging.getLogger("amqpscope.jobs")

@@ -25,7 +25,7 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.engine.session import sized_for
 from amqpscope.jobs.lake import runs
 from amqpscope.jobs.lake.lake import Lake, lake_capture_filter
-from amqpscope.jobs.stages import StageClock, one_line
+from amqpscope.jobs.stages.stages import StageClock, one_line
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.accounting import assert_bytes_accounted
 from amqpscope.schemas.runs import OUTCOME_OK, OUTCOME_RUNNING
