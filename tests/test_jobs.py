@@ -295,7 +295,7 @@ def test_the_report_job_starts_no_spark_where_the_lake_is_read_with_delta_rs(spa
     script = (
         "import json, sys\n"
         "from pyspark import SparkContext\n"
-        "from amqpscope.jobs import cli\n"
+        "from amqpscope.jobs.cli import cli\n"
         "code = cli.main(['report', '--lake', sys.argv[1], '--report', sys.argv[2], '--progress', 'never'])\n"
         "print(json.dumps({'exit': int(code), 'jvm': SparkContext._gateway is not None}))\n"
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.jobs.cli import build_parser
+from amqpscope.jobs.cli.cli import build_parser
 from amqpscope.jobs.stages.decode import decode_tables, resolve_captures
 from amqpscope.jobs.stages.progress import Progress, SparkWork, TaskCounters, decode_line
 

@@ -17,7 +17,7 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.ingest.ranges import read_container, read_range, split
 from amqpscope.ingest.rotation import describe_part, resolve_parts, rotation_key
-from amqpscope.jobs.cli import main as cli_main
+from amqpscope.jobs.cli.cli import main as cli_main
 from amqpscope.jobs.lake.lake import Lake
 from amqpscope.jobs.stages.decode import decode_tables, resolve_captures
 from amqpscope.jobs.stages.landing import ingest_landing

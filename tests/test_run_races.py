@@ -27,7 +27,7 @@ from tests.test_jobs_kill import reader_state, tables
 SMALL = SAMPLES / "amqp10-credit.pcap"
 TRIALS = int(os.environ.get("AMQPSCOPE_RACE_TRIALS", "1"))
 # What a run that lost the race prints (without -v): one line naming the stage, the table and the other run,
-# and where the trace is (jobs/cli.py).
+# and where the trace is (jobs/cli/cli.py).
 LOST = re.compile(
     r"amqpscope (analyze|ingest): error: stage \w+, table \w+: (CaptureBusy: capture \w{12} is being "
     r"written by run \S+ \(pid \d+ on .+\)|WriteConflict: capture \w{12} was written by run \S+ "

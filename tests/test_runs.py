@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from amqpscope.ingest.pcap import CaptureError
-from amqpscope.jobs.cli import main as cli_main
+from amqpscope.jobs.cli.cli import main as cli_main
 from amqpscope.jobs.lake import runs
 from amqpscope.jobs.lake.files import staging_is_stale as _staging_is_stale
 from amqpscope.jobs.lake.runs import StageRun, completeness
@@ -180,7 +180,7 @@ def test_stage_failure_is_one_line_naming_stage_and_table():
 
 
 def test_cli_prints_a_stage_failure_on_one_line(monkeypatch, capsys):
-    from amqpscope.jobs import commands
+    from amqpscope.jobs.cli import commands
     from amqpscope.jobs.stages.stages import StageFailed
 
     def failing(config, capture_ids, progress):

@@ -1,5 +1,5 @@
-"""What each ``amqpscope`` command that runs a stage does (``jobs.cli`` parses its arguments and
-calls it): check the arguments, get Spark, run the job. The stages' entry points (``jobs.entry``:
+"""What each ``amqpscope`` command that runs a stage does (``jobs.cli.cli`` parses its arguments and
+calls it): check the arguments, get Spark, run the job. The stages' entry points (``jobs.cli.entry``:
 console scripts, Databricks tasks, spark-submit) run them through the command.
 """
 

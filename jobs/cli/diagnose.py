@@ -19,8 +19,8 @@ from typing import Any
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.bottleneck_rules import UNITS, evidence_units
 from amqpscope.ingest.rotation import resolve_parts
+from amqpscope.jobs.cli.outcomes import ExitCode
 from amqpscope.jobs.lake.read import python_values, read_rows
-from amqpscope.jobs.outcomes import ExitCode
 from amqpscope.jobs.stages.preflight import check_capture_arguments, without_packets
 from amqpscope.schemas.diagnosis import COMPONENTS
 
