@@ -8,7 +8,7 @@ One command:
 
 ``LAKE`` is a lake ``analyze`` wrote (for instance the one ``end_to_end.py`` leaves for a capture of
 1 M frames). In one fresh process (its own JVM, started as analyze starts it, set up for the
-capture's size by ``jobs.session.sized_for``), the tables of ``--steps`` are built by
+capture's size by ``jobs.engine.session.sized_for``), the tables of ``--steps`` are built by
 ``pipelines.tables.Build`` from the capture's stored bronze tables (and the stored tables of other
 steps that they read: ``--steps diagnosis`` builds the diagnosis alone), the frames partitioned by
 connection and persisted as ingest hands them to derive, each table written as Parquet and read back
@@ -42,10 +42,10 @@ from pyspark.sql import functions as F
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.derive import bronze_tables
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.session import sized_for
-from amqpscope.jobs.stages import job_session
+from amqpscope.jobs.engine.session import sized_for
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.derive import bronze_tables
+from amqpscope.jobs.stages.stages import job_session
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.partitioning import by_connection
 

@@ -10,10 +10,10 @@ One command (also in ``make bench``):
    frames).
 2. Runs, each in its own process (its own JVM) and sampled every 0.5 s from ``/proc`` for the CPU
    of the whole process tree (driver, JVM, Python workers). Every JVM maps the class archive
-   (``jobs.class_archive``) as a user's runs after the first do; where there is none yet, a first
+   (``jobs.engine.class_archive``) as a user's runs after the first do; where there is none yet, a first
    analyze of the sample writes it, and its time is printed apart. Then a bare ``SparkSession`` start,
-   one action and stop (``jobs.session.build_session``, what analyze starts with), then ``analyze``
-   of every capture into a fresh lake (``jobs.analyze.main``'s steps: session, analyze with a
+   one action and stop (``jobs.engine.session.build_session``, what analyze starts with), then ``analyze``
+   of every capture into a fresh lake (``jobs.stages.analyze.main``'s steps: session, analyze with a
    ``Progress`` that counts the Spark jobs and stages of each step and notes the CPU seconds of the
    process tree in each, stop), and
    ``tshark -r F -o tcp.reassemble_out_of_order:TRUE -n -Y amqp -T fields -e frame.number`` on the
@@ -85,7 +85,7 @@ GOAL_FRAMES = 1_000_000  # the large capture of those goals
 # The bare jobs beside analyze (its tables written alone, its shape, its least work) run for captures
 # up to this size: beyond it they take longer than the analyze itself, and the goals are stated at 1 M.
 BARE_JOBS_UP_TO_FRAMES = 1_100_000
-# The steps of an analyze, in order (jobs.analyze times each one; Progress groups its Spark jobs): as
+# The steps of an analyze, in order (jobs.stages.analyze times each one; Progress groups its Spark jobs): as
 # pipelines.tables.STEPS, written out because paired.py runs this file over older trees' code.
 STEPS = ("ingest", "messages", "flow_state", "diagnosis", "verdicts", "charts", "report")
 
@@ -94,7 +94,7 @@ STEPS = ("ingest", "messages", "flow_state", "diagnosis", "verdicts", "charts", 
 
 
 def _child_spark() -> dict:
-    from amqpscope.jobs.session import build_session
+    from amqpscope.jobs.engine.session import build_session
 
     started = time.perf_counter()
     spark = build_session("local[2]", "amqpscope-bench-bare", remember_py4j_lookups=True)
@@ -106,10 +106,10 @@ def _child_spark() -> dict:
 
 def _child_analyze(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs.analyze import analyze
-    from amqpscope.jobs.derive import VERDICTS_MODULE
-    from amqpscope.jobs.progress import Progress
-    from amqpscope.jobs.stages import job_session
+    from amqpscope.jobs.stages.analyze import analyze
+    from amqpscope.jobs.stages.derive import VERDICTS_MODULE
+    from amqpscope.jobs.stages.progress import Progress
+    from amqpscope.jobs.stages.stages import job_session
 
     class StepCpu(Progress):
         """Progress that also notes the CPU seconds of the run's process tree in each step (what
@@ -139,7 +139,7 @@ def _child_analyze(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
     tree = Sampler(os.getpid(), every=0.2)
     tree.start()
     started = time.perf_counter()
-    # As `amqpscope analyze` starts its session (jobs.analyze.main), stopped at the end.
+    # As `amqpscope analyze` starts its session (jobs.stages.analyze.main), stopped at the end.
     with job_session(config, "amqpscope-analyze", preload_modules=(VERDICTS_MODULE,)) as spark:
         timings["spark_start"] = time.perf_counter() - started
         start_cpu = tree.cpu_so_far()
@@ -185,8 +185,8 @@ def _child_writes(lake_from: str, lake_to: str, capture_bytes: int, jobs: int | 
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from amqpscope.jobs.lake import Lake
-    from amqpscope.jobs.session import build_session, sized_for
+    from amqpscope.jobs.engine.session import build_session, sized_for
+    from amqpscope.jobs.lake.lake import Lake
     from amqpscope.pipelines.tables import TABLES
 
     def through_a_window(rows):
@@ -226,7 +226,7 @@ def _child_writes(lake_from: str, lake_to: str, capture_bytes: int, jobs: int | 
 
 
 def _stored_rows_decoder(lake_from: str):
-    """A stand-in for ingest's decode task (``jobs.ingest._decode_connections``) that decodes
+    """A stand-in for ingest's decode task (``jobs.stages.decode._decode_connections``) that decodes
     nothing: it reads its packets as that task does, finds their connections (the same flow key the
     read task computed) and emits the rows analyze stored for those connections, taken from the lake
     at ``lake_from`` with pyarrow, as the muxed Arrow batches the real task emits. What a decoder that
@@ -241,8 +241,8 @@ def _stored_rows_decoder(lake_from: str):
             from pyspark import TaskContext
             from pyspark.sql.pandas.types import to_arrow_schema
 
-            from amqpscope.jobs.ingest import _BATCH_ROWS, _DECODED_KINDS, _MUX_SCHEMA, _flow_key
-            from amqpscope.jobs.lake_read import read_table
+            from amqpscope.jobs.lake.read import read_table
+            from amqpscope.jobs.stages.decode import _BATCH_ROWS, _DECODED_KINDS, _MUX_SCHEMA, _flow_key
 
             # The stored rows, read once a Python worker (workers are reused between tasks).
             stored = getattr(sys, "_amqpscope_floor_rows", None)
@@ -316,14 +316,14 @@ def _child_floor(capture: str, lake_from: str, lake_to: str, ports: tuple[int, .
     written, the Data Docs built, while the run is marked derived and the report page is written
     from the gold tables, as analyze runs them (the rules' counts are not evaluated: no Spark job)."""
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs import ingest as ingest_job
-    from amqpscope.jobs.derive import VERDICTS_MODULE
-    from amqpscope.jobs.ingest import resolve_captures
-    from amqpscope.jobs.lake import Lake
-    from amqpscope.jobs.landing import ingest_files
-    from amqpscope.jobs.runs import new_run_id
-    from amqpscope.jobs.session import sized_for
-    from amqpscope.jobs.stages import job_session
+    from amqpscope.jobs.engine.session import sized_for
+    from amqpscope.jobs.lake.lake import Lake
+    from amqpscope.jobs.lake.runs import new_run_id
+    from amqpscope.jobs.stages import decode as decode_job
+    from amqpscope.jobs.stages.decode import resolve_captures
+    from amqpscope.jobs.stages.derive import VERDICTS_MODULE
+    from amqpscope.jobs.stages.landing import ingest_files
+    from amqpscope.jobs.stages.stages import job_session
     from amqpscope.pipelines import tables
 
     config = AnalyzeConfig(lake=Path(lake_to), ports=ports, report=Path(lake_to) / "report.html")
@@ -331,7 +331,7 @@ def _child_floor(capture: str, lake_from: str, lake_to: str, ports: tuple[int, .
     preloaded = (VERDICTS_MODULE,) if answer else ()
     with job_session(config, "amqpscope-bench-floor", preload_modules=preloaded) as spark:
         up = time.perf_counter() - started
-        ingest_job._decode_connections = _stored_rows_decoder(str(Path(lake_from).resolve()))
+        decode_job._decode_connections = _stored_rows_decoder(str(Path(lake_from).resolve()))
         files = resolve_captures([capture], config.group_rotated)
         run_id = new_run_id()
         lake, source = Lake.of(spark, config, run_id=run_id), Lake(spark, lake_from)
@@ -372,7 +372,7 @@ def _answer_without_work(lake, run_id: str, ids: list[str], config) -> None:
     on its thread, while the run is marked derived and the report is written from the gold tables
     (``write_gold_report``, which waits for Great Expectations last)."""
     from amqpscope.expectations import suite
-    from amqpscope.jobs import runs
+    from amqpscope.jobs.lake import runs
     from amqpscope.jobs.report import gold_rows, write_gold_report
     from amqpscope.pipelines import tables
     from amqpscope.schemas.runs import OUTCOME_OK
@@ -458,7 +458,7 @@ def _child_python(lake_from: str, lake_to: str) -> dict:
     report marks its run in the lake): Great Expectations imported, the suites of every table with
     rules validated in one Checkpoint whose action builds the Data Docs, the site made to open
     offline (``expectations.suite._validate``, what analyze's verdicts step runs on its thread); then the report
-    page written from the gold tables with delta-rs (``jobs.report_job.report_lake`` without Spark).
+    page written from the gold tables with delta-rs (``jobs.stages.report_job.report_lake`` without Spark).
     CPU seconds of this process from after the imports the least work made too (Python, PySpark,
     pandas, pyarrow, delta-rs, the jobs' modules), so that the two add up."""
     import resource
@@ -469,7 +469,7 @@ def _child_python(lake_from: str, lake_to: str) -> dict:
 
     from amqpscope.conf.settings import AnalyzeConfig
     from amqpscope.expectations import catalogue  # noqa: F401 - imported by the least work's process as well
-    from amqpscope.jobs.lake import Lake  # noqa: F401
+    from amqpscope.jobs.lake.lake import Lake  # noqa: F401
     from amqpscope.pipelines import tables
 
     def cpu() -> float:
@@ -485,7 +485,7 @@ def _child_python(lake_from: str, lake_to: str) -> dict:
     # What analyze's verdicts thread runs (no Spark there; the violations it only hands on).
     results = suite._validate(Path(lake_to) / "_bench_data_docs", checked, {}, None, "bench-python-work").suites
     validated = cpu()
-    from amqpscope.jobs.report_job import report_lake
+    from amqpscope.jobs.stages.report_job import report_lake
 
     report = report_lake(None, AnalyzeConfig(lake=Path(lake_to), report=Path(lake_to) / "report.html"))
     reported = cpu()
@@ -507,9 +507,9 @@ def _child_python(lake_from: str, lake_to: str) -> dict:
 def _child_warm(capture: str, lake: str, ports: tuple[int, ...]) -> dict:
     """The capture analysed twice in one process: where the second run, on a warm JVM, spends its time."""
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs.analyze import analyze
-    from amqpscope.jobs.derive import VERDICTS_MODULE
-    from amqpscope.jobs.stages import job_session
+    from amqpscope.jobs.stages.analyze import analyze
+    from amqpscope.jobs.stages.derive import VERDICTS_MODULE
+    from amqpscope.jobs.stages.stages import job_session
 
     def config(name: str) -> AnalyzeConfig:
         return AnalyzeConfig(lake=Path(lake) / name, ports=ports, report=Path(lake) / f"{name}.html")
@@ -621,9 +621,9 @@ def captures(out: Path, frames: tuple[int, ...]) -> list[tuple[str, Path, tuple[
 
 
 def class_archive(out: Path, me: list[str]) -> dict:
-    """The JVM class archive every measured run maps (jobs.class_archive), as a user's runs after
+    """The JVM class archive every measured run maps (jobs.engine.class_archive), as a user's runs after
     the first one do: when there is none yet, a first analyze of the sample writes it, measured."""
-    from amqpscope.jobs.class_archive import archive_for_this_jvm
+    from amqpscope.jobs.engine.class_archive import archive_for_this_jvm
 
     archive = archive_for_this_jvm()
     if archive is None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINES = ("spark", "sail")
-# The summary's seconds compared (jobs.analyze: the engine's start, the decode, the first answer, all).
+# The summary's seconds compared (jobs.stages.analyze: the engine's start, the decode, the first answer, all).
 STAGES = ("spark_start", "ingest", "answer", "total")
 
 

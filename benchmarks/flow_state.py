@@ -37,7 +37,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from amqpscope.jobs.session import build_session
+from amqpscope.jobs.engine.session import build_session
 from amqpscope.pipelines.tables import FLOW, Build, upstream
 from amqpscope.schemas.frames import FRAMES_SCHEMA
 from amqpscope.schemas.tcp import TCP_SEGMENTS_SCHEMA

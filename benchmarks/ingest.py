@@ -12,7 +12,7 @@ One command:
    later (every record's timestamp moved, nothing else): ingestion keys captures by content hash,
    so four identical files would be one capture. Their names differ in letters (``capture-a.pcap``
    ... ``capture-d.pcap``) and their times overlap, so none is taken for a rotated part of another.
-2. Throughput: ``jobs.landing.ingest_landing`` (what ``amqpscope ingest LANDING_DIR`` runs) on a
+2. Throughput: ``jobs.stages.landing.ingest_landing`` (what ``amqpscope ingest LANDING_DIR`` runs) on a
    landing directory of one capture and of the four, each into a fresh lake, in its own process
    (its own JVM), on ``local[2]`` and on a standalone cluster on loopback
    (``testbed.spark_cluster``) with one and with two 1-core workers; every JVM that runs tasks gets
@@ -23,7 +23,7 @@ One command:
    default driver memory, while the process tree is sampled every 0.5 s from ``/proc``: peak RSS
    of the driver's JVM (which runs the tasks in local mode), of the Python workers, and of the
    driver's Python process. ``--memory-conf`` adds Spark settings to these runs (never driver memory).
-   With ``--memory-derive`` each run's lake is then derived (``jobs.derive.derive_lake``, what
+   With ``--memory-derive`` each run's lake is then derived (``jobs.stages.derive.derive_lake``, what
    ``amqpscope derive --lake`` runs: every table after the bronze ones) in a process of its own, with
    the same default driver memory, measured the same way as a run of its own.
 
@@ -257,9 +257,9 @@ class Sampler(threading.Thread):
 def ingest_once(landing: Path, lake: Path, master: str, ports: tuple[int, ...], conf: dict[str, str]) -> dict:
     """Time ``ingest_landing`` on ``landing`` into ``lake``; count the frames written (runs in the child)."""
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs.lake import Lake
-    from amqpscope.jobs.landing import ingest_landing
-    from amqpscope.jobs.session import build_session
+    from amqpscope.jobs.engine.session import build_session
+    from amqpscope.jobs.lake.lake import Lake
+    from amqpscope.jobs.stages.landing import ingest_landing
 
     spark = build_session(master, APP_NAME, conf, remember_py4j_lookups=True)
     try:
@@ -282,9 +282,9 @@ def derive_once(lake: Path, master: str, ports: tuple[int, ...], conf: dict[str,
     """Time ``derive_lake`` (what ``amqpscope derive --lake LAKE`` runs) over every capture ingested into
     ``lake``; count the frames it derived from (runs in the child)."""
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs.derive import derive_lake
-    from amqpscope.jobs.lake import Lake
-    from amqpscope.jobs.session import build_session
+    from amqpscope.jobs.engine.session import build_session
+    from amqpscope.jobs.lake.lake import Lake
+    from amqpscope.jobs.stages.derive import derive_lake
 
     spark = build_session(master, APP_NAME, conf, remember_py4j_lookups=True)
     try:

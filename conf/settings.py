@@ -18,7 +18,7 @@ from amqpscope.conf.diagnosis import DiagnosisThresholds
 
 STORAGE_BACKENDS = ("auto", "delta-rs", "delta-spark")
 # The engines a local run can be given (--engine): Spark (classic, or Spark Connect with remote) and
-# Sail, the embedded Rust engine on Spark Connect's protocol (jobs.sail).
+# Sail, the embedded Rust engine on Spark Connect's protocol (jobs.engine.sail).
 ENGINE_CHOICES = ("spark", "sail")
 _UC_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 DEFAULT_PORTS = (5672, 5671)  # AMQP, and AMQP over TLS (IANA)
@@ -32,10 +32,10 @@ class AnalyzeConfig:
     # None: the master spark-submit was given, else local[2]; a Databricks task uses its runtime's session.
     master: str | None = None
     # A Spark Connect server (sc://host:port, or local[N]: one started in this process) instead of
-    # a classic session; None: SPARK_REMOTE's when it is set (jobs.session.resolve_remote).
+    # a classic session; None: SPARK_REMOTE's when it is set (jobs.engine.session.resolve_remote).
     remote: str | None = None
     # The engine a session is built on when no runtime gives one: "spark" (master or remote) or
-    # "sail", a Sail server started in this process for the run (jobs.sail).
+    # "sail", a Sail server started in this process for the run (jobs.engine.sail).
     engine: str = "spark"
     storage: str = "auto"
     ports: tuple[int, ...] = DEFAULT_PORTS

@@ -2,7 +2,7 @@
 
 Every path that reads captures builds them here: the whole-file decode (``ingest.capture``: tests'
 reference, and the Spark data source), the parallel ingest's read tasks and its captures table
-(``jobs.ingest``), and the landing job's unreadable files (``jobs.landing``). A row's reason is an id
+(``jobs.stages.decode``), and the landing job's unreadable files (``jobs.stages.landing``). A row's reason is an id
 of ``ingest.reasons.REASONS``, a sentence, and the details in columns (``QUARANTINE_SCHEMA``).
 """
 

@@ -294,7 +294,7 @@ def resolve_parts(paths: Sequence[str | Path], group_rotated: bool = True) -> Gr
     (the first in name order stands for them); rotated parts are grouped unless told not to."""
     seen: dict[str, CapturePart] = {}
     for raw in sorted(Path(p).resolve() for p in paths):
-        if not raw.is_file():  # jobs.preflight says more (a directory: which command takes one)
+        if not raw.is_file():  # jobs.stages.preflight says more (a directory: which command takes one)
             raise CaptureError(raw, "argument", "not a regular file" if raw.exists() else "no such capture file")
         part = describe_part(raw)
         seen.setdefault(part.content_hash, part)

@@ -18,6 +18,6 @@ except importlib.metadata.PackageNotFoundError:  # run from a source tree that i
 
 def register(spark) -> None:
     """Make ``spark.read.format("amqp")`` and ``spark.readStream.format("amqp")`` known to ``spark``."""
-    from amqpscope.jobs.datasource import register as register_source
+    from amqpscope.jobs.stages.datasource import register as register_source
 
     register_source(spark)

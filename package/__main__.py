@@ -2,6 +2,6 @@
 
 import sys
 
-from amqpscope.jobs.cli import main
+from amqpscope.jobs.cli.cli import main
 
 sys.exit(main())

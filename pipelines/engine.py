@@ -1,6 +1,6 @@
 """What the session's engine does its own way, as settings on the session: classic Spark and a Spark
 Connect server leave them unset; an embedded engine that differs sets them when it starts
-(jobs.sail). The pipelines and the verdicts read them where the engines differ, so that the same
+(jobs.engine.sail). The pipelines and the verdicts read them where the engines differ, so that the same
 code gives the same rows on each."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 builder (a pure ``pipelines/`` function), the tables and shared results the builder reads, and
 how its rows are partitioned and ordered.
 
-``derive`` walks this graph (``jobs/derive.py``): it writes the diagnosis's inputs first, then the
+``derive`` walks this graph (``jobs/stages/derive.py``): it writes the diagnosis's inputs first, then the
 diagnosis, then the rest, each table built from its inputs as stored (read back from the lake) and
 from the shared results (``Shared``: a pass over the frames or a table that several tables are drawn from,
 computed once and kept while they are written). ``analyze``, ``report``, the row counts and the
@@ -72,14 +72,14 @@ from amqpscope.schemas.tcp import TCP_FLOW_SCHEMA
 from amqpscope.schemas.verdicts import VIOLATIONS_SCHEMA
 
 Layer = Literal["bronze", "silver", "gold", "bookkeeping"]
-# The steps of a run, in order (jobs.analyze times each; a step may write in two parts).
+# The steps of a run, in order (jobs.stages.analyze times each; a step may write in two parts).
 STEPS = ("ingest", "messages", "flow_state", "diagnosis", "verdicts", "charts", "report")
 AMQP091, AMQP10 = "amqp-0-9-1", "amqp-1.0"
 # Within a connection, the order frames completed on the wire.
 _FRAME = ("connection_id", "frame_index")
 _CHANNEL = ("connection_id", "channel", "frame_index")
 # The frames as stored, which derive may be given besides the frames it reads for windows
-# (jobs.ingest.write_bronze): in a large run those are the decoded rows kept partitioned by
+# (jobs.stages.decode.write_bronze): in a large run those are the decoded rows kept partitioned by
 # connection, which a window over every frame of a connection reads without a shuffle, but every
 # read of them takes every column of every kind; the stored Parquet files give a query the columns
 # it takes (at 1 M frames, half the CPU for the begins: docs/BENCHMARKS.md). Without it (a small
@@ -187,7 +187,7 @@ SHARED: dict[str, Shared] = {
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (
-        # Bronze: what ingest decodes and writes (jobs.ingest), as schemas.bronze lists them.
+        # Bronze: what ingest decodes and writes (jobs.stages.decode), as schemas.bronze lists them.
         *(
             Table(name, schema, "bronze", "ingest", order_by=_BRONZE_ORDER.get(name, ()))
             for name, schema in BRONZE_SCHEMAS.items()
@@ -465,7 +465,7 @@ TABLES: dict[str, Table] = {
             read_without_spark=True,
             frames_as_stored=True,
         ),
-        # Bookkeeping: each stage's latest run per capture, marked without Spark (jobs.runs).
+        # Bookkeeping: each stage's latest run per capture, marked without Spark (jobs.lake.runs).
         Table("runs", RUNS_SCHEMA, "bookkeeping", None, order_by=("capture_id", "stage")),
     )
 }

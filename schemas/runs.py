@@ -4,7 +4,7 @@ A stage marks its captures ``running`` before it writes any of their rows and ``
 commit, so a run killed in between leaves ``running`` behind: readers tell a half-analysed capture
 from a finished one here, and the next run of the stage repairs it. A ``running`` row is also the
 run's lease on the capture: while its owner lives (and, seen from another host, until
-``lease_until``), no other run writes the capture (``jobs.runs``).
+``lease_until``), no other run writes the capture (``jobs.lake.runs``).
 """
 
 from __future__ import annotations

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.class_archive import ENVIRONMENT as CLASS_ARCHIVE_ENVIRONMENT
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.session import build_session
+from amqpscope.jobs.engine.class_archive import ENVIRONMENT as CLASS_ARCHIVE_ENVIRONMENT
+from amqpscope.jobs.engine.session import build_session
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.analyze import analyze
 from tests.paths import BOTTLENECK_SCENARIOS, FLOW_SAMPLES, HEALTHY_SAMPLES, SAMPLE_CAPTURES
 
 
 def pytest_configure(config):
-    # The JVM class archive the jobs' sessions write (jobs.class_archive): the run's own, not the
+    # The JVM class archive the jobs' sessions write (jobs.engine.class_archive): the run's own, not the
     # user's cache. The JVMs of the commands the tests start in subprocesses share it.
     config.class_archive_dir = tempfile.mkdtemp(prefix="amqpscope-class-archive-")
     os.environ[CLASS_ARCHIVE_ENVIRONMENT] = config.class_archive_dir
@@ -50,11 +50,11 @@ def spark():
 
 @pytest.fixture(scope="session")
 def sail_spark():
-    """A Spark Connect session on Sail, the embedded engine (jobs.sail), for the whole run: its
+    """A Spark Connect session on Sail, the embedded engine (jobs.engine.sail), for the whole run: its
     server starts in about a second, in this process, and stops at the end. PySpark cannot hold it
     beside the classic ``spark`` session in one process: a test that compares the two runs Sail in
     a process of its own (tests.engine_derive)."""
-    from amqpscope.jobs.sail import sail_available, start_sail
+    from amqpscope.jobs.engine.sail import sail_available, start_sail
 
     if not sail_available():
         pytest.fail("pysail is not installed: pip install -e '.[sail]'")

@@ -52,7 +52,7 @@ def cuts(captures: list[Path], points: tuple[Fraction, ...], directory: Path) ->
 def verdicts(spark, lake: Path) -> dict[str, tuple[str, int, int]]:
     """Per file name: the diagnosis' verdict (its ``bottleneck`` component) and the data quality
     rules' error and warning violations (the dq_summary table)."""
-    from amqpscope.jobs.lake import Lake
+    from amqpscope.jobs.lake.lake import Lake
 
     rows = Lake(spark, lake).read("dq_summary").collect()
     return {r.file_name: (r.bottleneck, r.violations_error, r.violations_warning) for r in rows}
@@ -76,8 +76,8 @@ def table(made: list[Cut], found: dict[str, tuple[str, int, int]]) -> str:
 
 def main(argv: list[str]) -> int:
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs.analyze import analyze
-    from amqpscope.jobs.session import build_session
+    from amqpscope.jobs.engine.session import build_session
+    from amqpscope.jobs.stages.analyze import analyze
 
     lake, captures = Path(argv[0]), [Path(a) for a in argv[1:]]
     made = cuts(captures, CUT_POINTS, lake.parent / f"{lake.name}-cuts")

@@ -1,5 +1,5 @@
 """``derive`` of every capture of a lake, whole process, on the engine named: the same-rows test
-derives on Sail so (PySpark cannot hold a classic and a Connect session side by side: jobs.sail),
+derives on Sail so (PySpark cannot hold a classic and a Connect session side by side: jobs.engine.sail),
 and the embedded engine's benchmark times it (engine start, derive, stop) beside classic Spark.
 Prints the run as JSON.
 
@@ -14,19 +14,19 @@ import time
 from pathlib import Path
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.derive import derive_lake
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.derive import derive_lake
 
 
 def main(engine: str, lake: Path) -> dict[str, object]:
     start = time.perf_counter()
     if engine == "sail":
-        from amqpscope.jobs.sail import start_sail
+        from amqpscope.jobs.engine.sail import start_sail
 
         started = start_sail()
         spark, stop = started.session, started.stop
     else:
-        from amqpscope.jobs.session import build_session
+        from amqpscope.jobs.engine.session import build_session
 
         spark = build_session("local[2]", "amqpscope-engine-derive", remember_py4j_lookups=True)
         stop = spark.stop

@@ -32,9 +32,9 @@ class Trial:
 
 
 def _race(index: int, trials: Sequence[Trial], barrier, results) -> None:
-    from amqpscope.jobs import runs
-    from amqpscope.jobs.errors import CaptureBusy, WriteConflict
-    from amqpscope.jobs.lake import Lake
+    from amqpscope.jobs.lake import runs
+    from amqpscope.jobs.lake.errors import CaptureBusy, WriteConflict
+    from amqpscope.jobs.lake.lake import Lake
 
     run_id = f"racer-{index}"
     for number, trial in enumerate(trials):

@@ -1,4 +1,4 @@
-"""The embedded engine (jobs.sail): a Sail server in this process, a Spark Connect session on it.
+"""The embedded engine (jobs.engine.sail): a Sail server in this process, a Spark Connect session on it.
 
 PySpark holds one kind of session a process (its Column classes follow one process-wide switch), so
 these checks run in a pytest process of their own, started by tests/test_sail.py; a test worker
@@ -13,7 +13,7 @@ import pytest
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.expectations.bottleneck_rules import bind
-from amqpscope.jobs.sail import CHECKPOINT_PATH, engine_session, is_sail, start_sail
+from amqpscope.jobs.engine.sail import CHECKPOINT_PATH, engine_session, is_sail, start_sail
 from amqpscope.pipelines import engine
 from amqpscope.pipelines.partitioning import checkpointed, kept
 
@@ -68,13 +68,13 @@ def test_rule_expressions_are_bound_with_double_literals_and_their_strings_kept(
 
 
 def test_a_table_of_many_captures_reads_on_sail_in_a_plan_its_client_accepts(sail_spark, tmp_path):
-    # On Sail a table is read one scan a capture (jobs.lake); unioned one after another, 300 captures
+    # On Sail a table is read one scan a capture (jobs.lake.lake); unioned one after another, 300 captures
     # made a plan deeper than the Spark Connect client's protobuf limit ("Exceeded
     # upb_DecodeOptions_MaxDepth") once a measure joined it and kept the result.
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from amqpscope.jobs.lake import Lake
+    from amqpscope.jobs.lake.lake import Lake
 
     captures = [f"capture-{n:03d}" for n in range(300)]
     rows = pa.table({"capture_id": captures, "packets": pa.array(range(300), pa.int64())})

@@ -22,8 +22,8 @@ import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.analyze import analyze
 from amqpscope.pipelines import tables as lake_tables
 from tests.paths import ROOT, SAMPLES
 
@@ -80,7 +80,7 @@ def _commit() -> str:
 
 
 def main(out: str) -> None:
-    from amqpscope.jobs.session import build_session
+    from amqpscope.jobs.engine.session import build_session
 
     spark = build_session("local[2]", "amqpscope-table-digests", remember_py4j_lookups=True)
     try:

@@ -11,10 +11,10 @@ from pyspark import cloudpickle
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.catalogue import load_rules
-from amqpscope.jobs import ingest as ingest_job
-from amqpscope.jobs import runs
-from amqpscope.jobs.ingest import decode_tables, resolve_captures
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages import decode as decode_job
+from amqpscope.jobs.stages.decode import decode_tables, resolve_captures
 from amqpscope.schemas.runs import OUTCOME_OK
 from tests.benchmark_scripts import benchmark_script
 from tests.paths import SAMPLE_CAPTURES
@@ -34,9 +34,9 @@ def test_stand_in_decoder_gives_the_rows_analyze_decoded(spark, samples_lake, en
     stored = Lake(spark, root)
     captures = resolve_captures([str(c) for c in SAMPLE_CAPTURES], config.group_rotated)
     ids = [c.capture_id for c in captures]
-    monkeypatch.setattr(ingest_job, "_decode_connections", end_to_end._stored_rows_decoder(str(root)))
+    monkeypatch.setattr(decode_job, "_decode_connections", end_to_end._stored_rows_decoder(str(root)))
     # Two byte ranges a capture at least (the shuffled path a large capture takes) and one a capture.
-    for range_bytes in (ingest_job.DEFAULT_RANGE_BYTES, 64 * 1024):
+    for range_bytes in (decode_job.DEFAULT_RANGE_BYTES, 64 * 1024):
         decoded, persisted = decode_tables(spark, captures, config.ports, range_bytes=range_bytes)
         try:
             for name in ("frames", "connections", "tcp_segments", "quarantine"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 from tests.benchmark_scripts import benchmark_script
 from tests.table_digests import sorted_rows
 

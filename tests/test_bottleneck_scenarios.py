@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 from testbed.bottleneck_scenarios import INTENDED, WIRE_BLIND
 from testbed.truth import expected_bottleneck
 from tests.paths import BOTTLENECK_SCENARIOS as SCENARIOS

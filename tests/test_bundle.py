@@ -20,7 +20,7 @@ import yaml
 from jsonschema import validators
 from pyspark.sql import functions as F
 
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.schemas.catalog import tables
 from amqpscope.schemas.diagnosis import COMPONENTS
 from tests.paths import ROOT
@@ -226,7 +226,7 @@ def test_references_between_the_files_resolve():
         assert (job_file.parent / library["whl"]).resolve() == (ROOT / output["source"]).resolve()
         wheel = task["python_wheel_task"]
         assert wheel["entry_point"] in task_functions
-        assert task_functions[wheel["entry_point"]] == f"amqpscope.jobs.entry:{task['task_key']}_task"
+        assert task_functions[wheel["entry_point"]] == f"amqpscope.jobs.cli.entry:{task['task_key']}_task"
         assert {m for s in wheel["parameters"] for m in JOB_PARAMETER.findall(s)} <= parameters
     # The dashboard's file, and the datasets its widgets read.
     dashboard = found["dashboards"]["amqpscope"]
@@ -381,5 +381,5 @@ def test_the_wheel_task_entry_points_are_in_the_wheel_metadata():
         for e in importlib.metadata.distribution("amqpscope").entry_points
         if e.group == "amqpscope.tasks"
     }
-    assert group == {f"{stage}_task": f"amqpscope.jobs.entry:{stage}_task" for stage in TASK_ORDER}
+    assert group == {f"{stage}_task": f"amqpscope.jobs.cli.entry:{stage}_task" for stage in TASK_ORDER}
     assert Path(ROOT / "resources" / "amqpscope.lvdash.json").is_file()

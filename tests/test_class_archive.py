@@ -1,4 +1,4 @@
-"""The driver JVM's class archive (jobs.class_archive): named for the JVM and jars, written by the
+"""The driver JVM's class archive (jobs.engine.class_archive): named for the JVM and jars, written by the
 first job's JVM as it exits, mapped by the next, and cleaned up."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.jobs import class_archive
-from amqpscope.jobs.class_archive import ENVIRONMENT, ClassArchive, archive_for_this_jvm, prune
-from amqpscope.jobs.session import collector_options, driver_java_options
+from amqpscope.jobs.engine import class_archive
+from amqpscope.jobs.engine.class_archive import ENVIRONMENT, ClassArchive, archive_for_this_jvm, prune
+from amqpscope.jobs.engine.session import collector_options, driver_java_options
 
 DAY_S = 86400
 
@@ -112,7 +112,7 @@ _JOB = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs.stages import job_session
+    from amqpscope.jobs.stages.stages import job_session
     config = AnalyzeConfig(lake=Path(sys.argv[1]), spark_conf=json.loads(sys.argv[2]))
     with job_session(config, "amqpscope-class-archive-test") as spark:
         print(spark.range(100).selectExpr("sum(id)").first()[0])

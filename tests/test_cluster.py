@@ -16,9 +16,10 @@ import pytest
 import yaml
 from pyspark.testing import assertDataFrameEqual
 
-from amqpscope.jobs import entry, runs
-from amqpscope.jobs.commits import committed_row_counts
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.cli import entry
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.commits import committed_row_counts
+from amqpscope.jobs.lake.lake import Lake
 from testbed.spark_cluster import StandaloneCluster
 from tests.paths import SAMPLE_CAPTURES
 from tests.test_jobs import TABLES, TASK_ORDER, bundle, same_input, substituted
@@ -39,7 +40,7 @@ SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")
 
 
 def submit(master: str, entry_point: str, parameters: list[str], log: Path) -> dict:
-    """One task as spark-submit runs it: jobs/entry.py with the stage first, then the task's
+    """One task as spark-submit runs it: jobs/cli/entry.py with the stage first, then the task's
     parameters; its JSON answer. Its own process: a SparkContext per process."""
     command = [str(SPARK_SUBMIT), "--master", master, entry.__file__, entry_point.removesuffix("_task"), *parameters]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from amqpscope.jobs.commits import committed_row_counts, committed_rows
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.commits import committed_row_counts, committed_rows
+from amqpscope.jobs.lake.lake import Lake
 
 
 def test_row_counts_come_from_the_log_per_capture(spark, tmp_path):

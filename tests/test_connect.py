@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs import cli
-from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.sail import engine_of
-from amqpscope.jobs.session import REMOTE_ENVIRONMENT, resolve_remote
+from amqpscope.jobs.cli import cli
+from amqpscope.jobs.engine.sail import engine_of
+from amqpscope.jobs.engine.session import REMOTE_ENVIRONMENT, resolve_remote
+from amqpscope.jobs.stages.analyze import analyze
 from tests.paths import ROOT, SAMPLES
 from tests.table_digests import TABLES, table_digests
 from tests.test_jobs import TASK_ORDER, bundle, substituted
@@ -117,7 +117,7 @@ def test_the_bundles_tasks_run_on_spark_connect_end_to_end(connect_spark, tmp_pa
     for task in jobs["amqpscope_serverless"]["tasks"]:
         wheel = task["python_wheel_task"]
         call = (
-            "import sys; from amqpscope.jobs.entry import {0}; sys.argv = ['amqpscope', *sys.argv[1:]]; {0}()"
+            "import sys; from amqpscope.jobs.cli.entry import {0}; sys.argv = ['amqpscope', *sys.argv[1:]]; {0}()"
         ).format(wheel["entry_point"])
         done = subprocess.run(
             [sys.executable, "-c", call, *substituted(wheel["parameters"], values)],

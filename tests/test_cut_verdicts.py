@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.analyze import analyze
 from tests.cuts import CUT_POINTS, Cut, cuts, packet_count
 from tests.paths import BOTTLENECK_SCENARIOS, FLOW_SAMPLES, HEALTHY_SAMPLES, SAMPLES
 

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from amqpscope.jobs import runs
-from amqpscope.jobs.errors import DamagedLog, StoredRowsMismatch
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.stages import StageClock, StageFailed, one_line
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.errors import DamagedLog, StoredRowsMismatch
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.stages import StageClock, StageFailed, one_line
 from tests.racers import SCHEMA
 
 

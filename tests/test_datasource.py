@@ -17,8 +17,8 @@ from pyspark.testing import assertDataFrameEqual
 from amqpscope import register
 from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.datasource import AmqpDataSource
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.datasource import AmqpDataSource
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from tests.test_parallel_ingest import as_python
 
@@ -177,7 +177,7 @@ def test_stream_offset_names_only_the_files_of_its_window(tmp_path):
     """The offset holds the newest modification time and the names modified within the lookback
     before it; each file is in exactly one batch, also one that lands with an older time inside the
     window, and a batch run again from the same offsets reads the same files."""
-    from amqpscope.jobs.datasource import _StreamReader
+    from amqpscope.jobs.stages.datasource import _StreamReader
 
     landing = tmp_path / "landing"
     landing.mkdir()

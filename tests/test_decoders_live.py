@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from amqpscope.expectations.catalogue import load_rules, rules_for, violations
-from amqpscope.jobs.ingest import decode_captures, resolve_captures
+from amqpscope.jobs.stages.decode import decode_captures, resolve_captures
 from amqpscope.pipelines.channel_unacked import channel_unacked_timeline
 from amqpscope.pipelines.frame_limits import frame_limits_timeline
 from amqpscope.pipelines.idle_gaps import idle_gaps_timeline

@@ -11,11 +11,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs import delta_spark, maintain
-from amqpscope.jobs import lake as lake_module
-from amqpscope.jobs.delta_spark import TableRef
-from amqpscope.jobs.errors import WriteConflict
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import delta_spark
+from amqpscope.jobs.lake import lake as lake_module
+from amqpscope.jobs.lake.delta_spark import TableRef
+from amqpscope.jobs.lake.errors import WriteConflict
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages import maintain
 from amqpscope.schemas.catalog import description, documented, tables
 from amqpscope.schemas.runs import RUNS_SCHEMA
 

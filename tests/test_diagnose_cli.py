@@ -14,9 +14,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.diagnose import exit_code, incomplete, stored_answers, typed_evidence
-from amqpscope.jobs.lake_read import read_table
-from amqpscope.jobs.outcomes import ExitCode
+from amqpscope.jobs.cli.diagnose import exit_code, incomplete, stored_answers, typed_evidence
+from amqpscope.jobs.cli.outcomes import ExitCode
+from amqpscope.jobs.lake.read import read_table
 from amqpscope.schemas.runs import OUTCOME_RUNNING
 from tests.paths import SAMPLES
 
@@ -25,7 +25,7 @@ SAMPLE = SAMPLES / "flow" / "amqp091-memory-alarm.pcap"
 
 def diagnose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "amqpscope.jobs.cli", "diagnose", *args],
+        [sys.executable, "-m", "amqpscope.jobs.cli.cli", "diagnose", *args],
         capture_output=True,
         text=True,
         timeout=1800,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from amqpscope.jobs.diagnose import exit_code, render_json, render_text
-from amqpscope.jobs.outcomes import ExitCode
+from amqpscope.jobs.cli.diagnose import exit_code, render_json, render_text
+from amqpscope.jobs.cli.outcomes import ExitCode
 
 
 def finding(rank: int, kind: str, severity: str, rule_id: str, component: str, effect: str, sentence: str) -> dict:

@@ -1,6 +1,6 @@
 """A failed stage fails every way it is run: the entry point a Databricks ``python_wheel_task`` calls
 raises with the command's one-line error, a console script exits non-zero, and so does
-``spark-submit`` of jobs/entry.py. Exit statuses as every command has them: 1 a failure inside a
+``spark-submit`` of jobs/cli/entry.py. Exit statuses as every command has them: 1 a failure inside a
 stage, 2 a usage error or an unreadable input."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.jobs import entry
-from amqpscope.jobs.entry import TaskFailed
+from amqpscope.jobs.cli import entry
+from amqpscope.jobs.cli.entry import TaskFailed
 from tests.test_jobs import TASK_ORDER, bundle, run_wheel_task, substituted
 
 SPARK_SUBMIT = Path(sys.executable).with_name("spark-submit")

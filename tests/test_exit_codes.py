@@ -1,5 +1,5 @@
 """Exit codes of every command: 0 ok, 1 a failure inside a stage, 2 a usage error or an unreadable
-input; said in --help and the README, mapped in one place (``jobs.outcomes.ExitCode``)."""
+input; said in --help and the README, mapped in one place (``jobs.cli.outcomes.ExitCode``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.jobs import cli
-from amqpscope.jobs.cli import build_parser, main
-from amqpscope.jobs.outcomes import COMMAND_EXIT_MEANINGS, EXIT_MEANINGS, ExitCode
+from amqpscope.jobs.cli import cli
+from amqpscope.jobs.cli.cli import build_parser, main
+from amqpscope.jobs.cli.outcomes import COMMAND_EXIT_MEANINGS, EXIT_MEANINGS, ExitCode
 from tests.paths import SAMPLES
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -55,8 +55,8 @@ def test_an_unreadable_capture_is_an_unreadable_input(tmp_path, capsys):
 
 
 def test_a_failure_inside_a_stage_exits_1(tmp_path, capsys, monkeypatch):
-    from amqpscope.jobs import analyze
-    from amqpscope.jobs.stages import StageFailed
+    from amqpscope.jobs.stages import analyze
+    from amqpscope.jobs.stages.stages import StageFailed
 
     def fail(*_args, **_kwargs):
         raise StageFailed("stage ingest, table frames", OSError("disk full"))

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from amqpscope.expectations.catalogue import load_rules, violations
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.ingest import decode_captures, resolve_captures
+from amqpscope.jobs.stages.decode import decode_captures, resolve_captures
 from amqpscope.pipelines import tables as lake_tables
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

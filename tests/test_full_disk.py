@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.runs import COMPLETE
+from amqpscope.jobs.lake.runs import COMPLETE
 from tests.test_gx_files import assert_whole
 from tests.test_jobs_kill import reader_state, tables
 from tests.test_run_races import SMALL, assert_stored_once, expected

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.analyze import analyze
 from tests import amqp_bytes as b
 from tests.cuts import packet_count
 from tests.fuzzing import CRASHES, ISSUE_CASES, Case, corpus, generated, generated_tls, mutated, run, tls_seeds

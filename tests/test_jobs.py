@@ -19,10 +19,10 @@ from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs import runs
-from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.jobs.report import write_report
+from amqpscope.jobs.stages.analyze import analyze
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.tables import BRONZE, DERIVED, FLOW
 from amqpscope.schemas.quality import RUN_COLUMNS
@@ -220,7 +220,7 @@ def test_report_of_a_lake_with_no_complete_capture_says_so(spark, tmp_path, clea
     runs.mark(store, "killed-run", "derive", [first], "running")
     config = AnalyzeConfig(lake=lake, storage="delta-rs")
 
-    from amqpscope.jobs.report_job import report_lake
+    from amqpscope.jobs.stages.report_job import report_lake
 
     result = report_lake(spark, config)
     assert result.captures == () and result.incomplete == ((first, "derive running"),)
@@ -268,7 +268,7 @@ def test_the_report_job_reads_the_gold_tables_without_spark_and_draws_the_page_t
     monkeypatch.setattr(Lake, "read", read)
     context = spark.sparkContext
     context.setJobGroup("the-report-job", "jobs the report job runs")
-    from amqpscope.jobs.report_job import report_lake
+    from amqpscope.jobs.stages.report_job import report_lake
 
     result = report_lake(spark, config)
     assert result.captures == (first,)
@@ -295,7 +295,7 @@ def test_the_report_job_starts_no_spark_where_the_lake_is_read_with_delta_rs(spa
     script = (
         "import json, sys\n"
         "from pyspark import SparkContext\n"
-        "from amqpscope.jobs import cli\n"
+        "from amqpscope.jobs.cli import cli\n"
         "code = cli.main(['report', '--lake', sys.argv[1], '--report', sys.argv[2], '--progress', 'never'])\n"
         "print(json.dumps({'exit': int(code), 'jvm': SparkContext._gateway is not None}))\n"
     )
@@ -311,7 +311,7 @@ def test_the_report_job_starts_no_spark_where_the_lake_is_read_with_delta_rs(spa
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"exit": 0, "jvm": False}
     # The page is the one the job draws beside a running session.
-    from amqpscope.jobs.report_job import report_lake
+    from amqpscope.jobs.stages.report_job import report_lake
 
     beside = report_lake(spark, AnalyzeConfig(lake=lake, report=tmp_path / "beside.html", storage="delta-rs"))
     assert beside.captures == (capture_id(FIRST),)

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.lake_read import is_delta_table, read_table
-from amqpscope.jobs.runs import COMPLETE, StageRun, completeness
+from amqpscope.jobs.lake.read import is_delta_table, read_table
+from amqpscope.jobs.lake.runs import COMPLETE, StageRun, completeness
 from amqpscope.schemas.quality import RUN_COLUMNS
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "amqp10-credit.pcap"

@@ -11,10 +11,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.testing import assertDataFrameEqual
 
-from amqpscope.jobs import lake as lake_module
-from amqpscope.jobs import session
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.lake_read import read_table
+from amqpscope.jobs.engine import session
+from amqpscope.jobs.lake import lake as lake_module
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.lake.read import read_table
 
 SCHEMA = "capture_id string, n long, ts timestamp, m map<string,string>, b binary, s struct<x:int,tags:array<string>>"
 TS = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
@@ -346,7 +346,7 @@ def test_rows_written_on_the_driver_read_as_spark_wrote_them(spark, lake):
 
 
 def test_a_small_run_stages_rows_through_the_driver_as_spark_writes_them(spark, lake):
-    # jobs.session.sized_for has the lake stage a small run's rows through Arrow (pyarrow writes
+    # jobs.engine.session.sized_for has the lake stage a small run's rows through Arrow (pyarrow writes
     # them), not Spark's Parquet writer: every type and odd partition values read back alike.
     ids = ["cap-a", "a b", "x:y%z/w", "it's", "ü", "q=1?#[]"]
     rows = [(cid, n, TS, {"k": cid}, bytes([n]), (n, [cid])) for n, cid in enumerate(ids)] + rows_a() + rows_b()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.pipelines import tables as lake_tables
 from amqpscope.schemas import catalog
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA

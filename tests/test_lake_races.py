@@ -19,9 +19,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from amqpscope.jobs import runs
-from amqpscope.jobs.errors import CaptureBusy
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.errors import CaptureBusy
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.schemas.runs import RUNS_SCHEMA
 from tests.racers import ROWS_PER_WRITE, SCHEMA, TABLE, Trial, race
 

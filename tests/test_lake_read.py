@@ -1,4 +1,4 @@
-"""Every delta-rs read goes through ``jobs.lake_read``, which cannot abort the process at exit.
+"""Every delta-rs read goes through ``jobs.lake.read``, which cannot abort the process at exit.
 
 deltalake's own ``to_pyarrow_table`` reads through a filesystem written in Python; an Arrow thread
 may release one of its files while the interpreter finalizes, and the process then aborts
@@ -17,12 +17,12 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from amqpscope.jobs.lake_read import add_actions, read_rows, read_table
+from amqpscope.jobs.lake.read import add_actions, read_rows, read_table
 
 RUNS = 40
 CHILD = """
 import sys
-from amqpscope.jobs.lake_read import read_rows
+from amqpscope.jobs.lake.read import read_rows
 rows = read_rows(sys.argv[1], sys.argv[2:] or None)
 print(len(rows), sum(r["x"] for r in rows))
 """

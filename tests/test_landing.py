@@ -9,8 +9,8 @@ from pyspark.sql import functions as F
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.landing import ingest_landing
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.landing import ingest_landing
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

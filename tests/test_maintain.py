@@ -9,8 +9,8 @@ from deltalake import DeltaTable
 from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.maintain import maintain_lake
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.maintain import maintain_lake
 from amqpscope.schemas.runs import RUNS_SCHEMA
 
 T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -21,9 +21,9 @@ from scapy.utils import wrpcap
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.diagnose import exit_code
-from amqpscope.jobs.outcomes import ExitCode
+from amqpscope.jobs.cli.diagnose import exit_code
+from amqpscope.jobs.cli.outcomes import ExitCode
+from amqpscope.jobs.stages.analyze import analyze
 from testbed.tshark import tshark_available
 
 NO_PACKETS = "No AMQP traffic found: the capture has no packets."

@@ -10,7 +10,7 @@ from pyspark.sql.types import StructType, TimestampType
 from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.ingest.capture import decode_capture
-from amqpscope.jobs.ingest import decode_tables, plan_ranges, resolve_captures
+from amqpscope.jobs.stages.decode import decode_tables, plan_ranges, resolve_captures
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from tests.paths import SAMPLE_CAPTURES
 
@@ -130,7 +130,7 @@ def test_the_read_plan_puts_range_i_alone_in_partition_i(spark):
     as a Spark Connect session, which has no parallelize, gets it too)."""
     import pyspark.sql.functions as F
 
-    from amqpscope.jobs.ingest import _read_plan
+    from amqpscope.jobs.stages.decode import _read_plan
 
     rows = [
         (f"/c/{i}.pcap", f"cap{i % 2}", i, 1000 * i, 1000 * (i + 1), "" if i < 4 else f"{i}.pcap: ") for i in range(7)

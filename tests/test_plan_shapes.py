@@ -18,8 +18,8 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
-from amqpscope.jobs.ingest import decode_captures, decode_tables, resolve_captures, write_bronze
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.decode import decode_captures, decode_tables, resolve_captures, write_bronze
 from amqpscope.pipelines.channel_unacked import consumer_unacked_timeline, unacked_ledger
 from amqpscope.pipelines.channels import channel_pass
 from amqpscope.pipelines.confirms import channel_confirms_timeline
@@ -174,7 +174,7 @@ def test_shuffles_reads_a_plans_own_shuffles(spark):
 def test_ingest_hands_frames_and_segments_over_partitioned_by_connection(spark, range_bytes):
     # The decoded rows are persisted hash-partitioned by connection and split by kind keeping that
     # partitioning: the frames' and the segments' pipelines, and joins of tables derived from them
-    # on the connection and more, shuffle nothing (jobs.session: requireAllClusterKeysForCoPartition).
+    # on the connection and more, shuffle nothing (jobs.engine.session: requireAllClusterKeysForCoPartition).
     tables, persisted = decode_tables(
         spark, resolve_captures([SAMPLES / "mixed.pcapng"]), (5672,), range_bytes=range_bytes
     )

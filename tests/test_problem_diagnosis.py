@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.analyze import AnalyzeConfig, analyze
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.analyze import AnalyzeConfig, analyze
 from testbed.truth import expected_bottleneck, expected_findings
 from tests.paths import SAMPLES
 from tests.test_wireshark_filters import tshark_fields

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from amqpscope.jobs.cli import build_parser
+from amqpscope.jobs.cli.cli import build_parser
 from testbed.processes import REPOSITORY_ROOT, child_environment
 from tests.paths import ROOT
 
@@ -40,7 +40,7 @@ def _lines(value: str) -> list[str]:
 
 
 def product_modules() -> dict[str, Path]:
-    """Every module of the product by its installed name (``amqpscope.jobs.cli``), and its file."""
+    """Every module of the product by its installed name (``amqpscope.jobs.cli.cli``), and its file."""
     modules = {}
     for folder, package in PRODUCT.items():
         for path in sorted((ROOT / folder).rglob("*.py")):
@@ -90,7 +90,9 @@ def test_setup_cfg_installs_the_product_folders_and_no_testbed():
 
 def test_no_product_module_imports_the_testbed_the_tests_or_the_benchmarks():
     modules = product_modules()
-    assert len(modules) > 50 and "amqpscope.jobs.cli" in modules and "amqpscope.expectations.diagnosis_doc" in modules
+    assert (
+        len(modules) > 50 and "amqpscope.jobs.cli.cli" in modules and "amqpscope.expectations.diagnosis_doc" in modules
+    )
     crossing = [
         f"{path.relative_to(ROOT)}:{line}: {name}"
         for module, path in modules.items()

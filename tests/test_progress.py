@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.jobs.cli import build_parser
-from amqpscope.jobs.ingest import decode_tables, resolve_captures
-from amqpscope.jobs.progress import Progress, SparkWork, TaskCounters, decode_line
+from amqpscope.jobs.cli.cli import build_parser
+from amqpscope.jobs.stages.decode import decode_tables, resolve_captures
+from amqpscope.jobs.stages.progress import Progress, SparkWork, TaskCounters, decode_line
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "mixed.pcapng"
 

@@ -1,4 +1,4 @@
-"""Py4J's lookups remembered (jobs.py4j_lookups): fewer round trips, the same answers."""
+"""Py4J's lookups remembered (jobs.engine.py4j_lookups): fewer round trips, the same answers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyspark.sql.functions as F
 import pytest
 from py4j.protocol import Py4JError
 
-from amqpscope.jobs import py4j_lookups
+from amqpscope.jobs.engine import py4j_lookups
 
 
 @pytest.fixture
@@ -74,8 +74,8 @@ def test_installing_twice_keeps_one_layer(spark):
 
 _CHILD = """
 from py4j.java_gateway import JavaClass, JavaPackage, JVMView
-from amqpscope.jobs import py4j_lookups
-from amqpscope.jobs.session import build_session
+from amqpscope.jobs.engine import py4j_lookups
+from amqpscope.jobs.engine.session import build_session
 def patched():
     return [hasattr(cls.__getattr__, "__wrapped__") for cls in (JVMView, JavaPackage, JavaClass)]
 spark = build_session("local[1]", "amqpscope-py4j-opt-in")
@@ -88,7 +88,7 @@ spark.stop()
 
 def test_only_a_session_that_asks_changes_py4j_for_the_process():
     """build_session leaves Py4J's classes as they are unless its caller asks (the jobs' sessions
-    do: jobs.stages.job_session); in a process of its own, as the suite's session has asked."""
+    do: jobs.stages.stages.job_session); in a process of its own, as the suite's session has asked."""
     done = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines()[-2:] == ["False [False, False, False] 3", "True [True, True, True] 3"]
@@ -96,7 +96,7 @@ def test_only_a_session_that_asks_changes_py4j_for_the_process():
 
 def test_the_jobs_sessions_ask_for_it(monkeypatch, tmp_path):
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs import stages
+    from amqpscope.jobs.stages import stages
 
     asked = {}
 

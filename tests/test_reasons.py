@@ -12,7 +12,7 @@ from amqpscope.ingest import amqp091
 from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.framing import FrameSplitter
 from amqpscope.ingest.reasons import REASONS
-from amqpscope.jobs.ingest import decode_tables, resolve_captures
+from amqpscope.jobs.stages.decode import decode_tables, resolve_captures
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from tests.fuzzing import Case, run
 from tests.test_rotation import rotate_like_tcpdump_c

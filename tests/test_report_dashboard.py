@@ -660,7 +660,7 @@ def test_dq_summary_one_row_per_capture(spark, accounting_given):
     connections = table(spark, CONNECTIONS_SCHEMA, CONNECTIONS)
     frames = table(spark, FRAMES_SCHEMA, FRAMES)
     quarantine = table(spark, QUARANTINE_SCHEMA, QUARANTINE)
-    # derive hands over the accounting it checked, computed once and kept (jobs/derive.py).
+    # derive hands over the accounting it checked, computed once and kept (jobs/stages/derive.py).
     accounting = byte_accounting(connections, frames, quarantine).localCheckpoint() if accounting_given else None
     summary = dq_summary(
         captures=captures(spark),

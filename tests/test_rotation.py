@@ -17,11 +17,11 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.ingest.ranges import read_container, read_range, split
 from amqpscope.ingest.rotation import describe_part, resolve_parts, rotation_key
-from amqpscope.jobs.cli import main as cli_main
-from amqpscope.jobs.ingest import decode_tables, resolve_captures
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.landing import ingest_landing
-from amqpscope.jobs.progress import Progress
+from amqpscope.jobs.cli.cli import main as cli_main
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.decode import decode_tables, resolve_captures
+from amqpscope.jobs.stages.landing import ingest_landing
+from amqpscope.jobs.stages.progress import Progress
 from amqpscope.pipelines.accounting import assert_bytes_accounted, byte_accounting
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from amqpscope.expectations.catalogue import load_rules, rules_for, violations
-from amqpscope.jobs.ingest import decode_captures, resolve_captures
+from amqpscope.jobs.stages.decode import decode_captures, resolve_captures
 from amqpscope.pipelines.events import events_timeline
 from amqpscope.pipelines.tables import Build
 from testbed import rule_scenarios

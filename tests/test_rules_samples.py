@@ -13,7 +13,7 @@ import pytest
 from amqpscope.conf.settings import DEFAULT_PORTS
 from amqpscope.expectations.catalogue import CATALOGUE_PATH, load_rules, violations
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.ingest import decode_captures, resolve_captures
+from amqpscope.jobs.stages.decode import decode_captures, resolve_captures
 from amqpscope.pipelines import tables as lake_tables
 from testbed.tshark import TSHARK_PREFERENCES, tshark_available
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.runs import COMPLETE
+from amqpscope.jobs.lake.runs import COMPLETE
 from tests.paths import SAMPLES
 from tests.test_jobs_kill import reader_state, tables
 
@@ -30,7 +30,7 @@ TRIALS = int(os.environ.get("AMQPSCOPE_RACE_TRIALS", "1"))
 # Spark's: the engines write the same rows, tests/test_same_rows.py).
 ENGINES = ("spark", "sail")
 # What a run that lost the race prints (without -v): one line naming the stage, the table and the other run,
-# and where the trace is (jobs/cli.py).
+# and where the trace is (jobs/cli/cli.py).
 LOST = re.compile(
     r"amqpscope (analyze|ingest): error: stage \w+, table \w+: (CaptureBusy: capture \w{12} is being "
     r"written by run \S+ \(pid \d+ on .+\)|WriteConflict: capture \w{12} was written by run \S+ "

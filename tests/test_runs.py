@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from amqpscope.ingest.pcap import CaptureError
-from amqpscope.jobs import runs
-from amqpscope.jobs.cli import main as cli_main
-from amqpscope.jobs.lake_files import staging_is_stale as _staging_is_stale
-from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable
-from amqpscope.jobs.runs import StageRun, completeness
+from amqpscope.jobs.cli.cli import main as cli_main
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.files import staging_is_stale as _staging_is_stale
+from amqpscope.jobs.lake.runs import StageRun, completeness
+from amqpscope.jobs.stages.preflight import check_capture_arguments, check_lake_writable
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -164,7 +164,7 @@ class _JvmError(Exception):
 
 
 def test_stage_failure_is_one_line_naming_stage_and_table():
-    from amqpscope.jobs.stages import StageClock, StageFailed
+    from amqpscope.jobs.stages.stages import StageClock, StageFailed
 
     clock = StageClock()
     with pytest.raises(StageFailed) as caught:
@@ -180,8 +180,8 @@ def test_stage_failure_is_one_line_naming_stage_and_table():
 
 
 def test_cli_prints_a_stage_failure_on_one_line(monkeypatch, capsys):
-    from amqpscope.jobs import commands
-    from amqpscope.jobs.stages import StageFailed
+    from amqpscope.jobs.cli import commands
+    from amqpscope.jobs.stages.stages import StageFailed
 
     def failing(config, capture_ids, progress):
         raise StageFailed("stage verdicts, table violations", _JvmError())

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.analyze import analyze
+from amqpscope.jobs.stages.analyze import analyze
 from tests.table_digests import TABLES, table_digests
 from tests.test_connect import SAMPLE, amqpscope
 
@@ -49,7 +49,7 @@ def test_analyze_on_the_sail_engine_writes_every_table_as_classic_spark(spark, t
 
 
 def test_the_engine_flag_reaches_the_config_and_sail_takes_no_master_or_remote(tmp_path):
-    from amqpscope.jobs import cli
+    from amqpscope.jobs.cli import cli
 
     for command in ("analyze", "ingest", "derive", "report", "maintain"):
         position = {"analyze": ["x.pcap"], "ingest": [str(tmp_path)]}.get(command, [])

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.jobs import lake as lake_module
-from amqpscope.jobs import session
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.engine import session
+from amqpscope.jobs.lake import lake as lake_module
+from amqpscope.jobs.lake.lake import Lake
 from tests.table_digests import CAPTURES, ROOT, analyze_samples, table_digests
 
 EXPECTED = Path(__file__).resolve().parent / "data" / "table_digests.json"
@@ -39,7 +39,7 @@ def differences(got: dict, want: dict) -> list[str]:
 def test_every_table_equals_the_code_before_and_a_rerun_changes_nothing(spark, tmp_path, monkeypatch):
     expected = json.loads(EXPECTED.read_text(encoding="utf-8"))
     assert expected["captures"] == [str(c.relative_to(ROOT)) for c in CAPTURES]
-    # The first run interprets its expressions (the captures are small: jobs.session.sized_for),
+    # The first run interprets its expressions (the captures are small: jobs.engine.session.sized_for),
     # the second generates code for them, as a larger capture would: both write the same rows.
     # It also joins without broadcasts (small enough: JOINS_UNBROADCAST_UP_TO_BYTES).
     assert sum(c.stat().st_size for c in CAPTURES) <= session.JOINS_UNBROADCAST_UP_TO_BYTES

@@ -14,9 +14,9 @@ import pytest
 from pyspark.sql import functions as F
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.lake_read import read_table
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.lake.read import read_table
+from amqpscope.jobs.stages.analyze import analyze
 from amqpscope.pipelines import tables as lake_tables
 from testbed import tshark
 from tests.paths import SAMPLE_CAPTURES as CAPTURES

@@ -1,4 +1,4 @@
-"""How a run sets its session up for the size of its captures (jobs.session.sized_for)."""
+"""How a run sets its session up for the size of its captures (jobs.engine.session.sized_for)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from amqpscope.jobs.session import INTERPRETED_UP_TO_BYTES, JOINS_UNBROADCAST_UP_TO_BYTES, sized_for
+from amqpscope.jobs.engine.session import INTERPRETED_UP_TO_BYTES, JOINS_UNBROADCAST_UP_TO_BYTES, sized_for
 
 WHOLE_STAGE = "spark.sql.codegen.wholeStage"
 FACTORY = "spark.sql.codegen.factoryMode"
@@ -61,7 +61,7 @@ def test_a_cluster_session_is_left_alone():
 
 def test_a_small_run_shuffles_into_a_partition_a_core_the_smallest_into_one_and_puts_the_setting_back(spark):
     before = spark.conf.get(PARTITIONS)
-    assert before == "8"  # jobs.session's own setting
+    assert before == "8"  # jobs.engine.session's own setting
     with sized_for(spark, INTERPRETED_UP_TO_BYTES):
         assert spark.conf.get(PARTITIONS) == str(spark.sparkContext.defaultParallelism) == "2"
     assert spark.conf.get(PARTITIONS) == before
@@ -88,7 +88,7 @@ def test_shuffle_partitions_chosen_on_the_session_are_left_alone(spark):
 
 
 def test_a_small_run_plans_without_adaptive_execution_and_puts_the_setting_back(spark):
-    assert spark.conf.get(ADAPTIVE) == "true"  # jobs.session's own setting
+    assert spark.conf.get(ADAPTIVE) == "true"  # jobs.engine.session's own setting
     grouped = spark.range(100).selectExpr("id % 3 AS k").groupBy("k").count()
     with sized_for(spark, INTERPRETED_UP_TO_BYTES):
         assert spark.conf.get(ADAPTIVE) == "false"

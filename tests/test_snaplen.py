@@ -22,7 +22,7 @@ from amqpscope.ingest.capture import decode_capture
 from amqpscope.ingest.packets import parse_tcp
 from amqpscope.ingest.pcap import Record, read_records
 from amqpscope.ingest.tcp import Data, DirectionStream, Gap
-from amqpscope.jobs.ingest import decode_tables, resolve_captures
+from amqpscope.jobs.stages.decode import decode_tables, resolve_captures
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from tests.test_damaged_captures import assert_accounted, decode, write_pcap
 from tests.test_parallel_ingest import as_python

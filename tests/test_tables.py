@@ -14,9 +14,9 @@ from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.catalogue import TABLE_SCHEMAS
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.analyze import analyze
-from amqpscope.jobs.derive import ANSWER
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.analyze import analyze
+from amqpscope.jobs.stages.derive import ANSWER
 from amqpscope.pipelines import tables as lake_tables
 from amqpscope.pipelines.partitioning import by_connection
 from amqpscope.schemas import catalog

@@ -231,8 +231,8 @@ def test_analyze_live_captures(spark, captures: dict[str, Path], broker: Private
     from pyspark.sql import functions as F
 
     from amqpscope.conf.settings import AnalyzeConfig
-    from amqpscope.jobs.analyze import analyze
-    from amqpscope.jobs.lake import Lake
+    from amqpscope.jobs.lake.lake import Lake
+    from amqpscope.jobs.stages.analyze import analyze
 
     config = AnalyzeConfig(lake=tmp_path / "lake", ports=(broker.port,))
     result = analyze(spark, [str(p) for p in captures.values()], config)

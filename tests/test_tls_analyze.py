@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.outcomes import ExitCode
+from amqpscope.jobs.cli.outcomes import ExitCode
 from testbed.tls_scenarios import CAPTURES
 from testbed.truth import expected_bottleneck
 from tests.paths import SAMPLES
@@ -41,7 +41,7 @@ HEALTHY = [c for c in CAPTURE_FILES if "qos-confirms" in c.stem or "credit" in c
 def amqpscope(*args: str) -> subprocess.CompletedProcess[str]:
     """``amqpscope ARGS --engine sail`` in a process of its own."""
     return subprocess.run(
-        [sys.executable, "-m", "amqpscope.jobs.cli", *args, "--engine", "sail"],
+        [sys.executable, "-m", "amqpscope.jobs.cli.cli", *args, "--engine", "sail"],
         capture_output=True,
         text=True,
         timeout=3600,

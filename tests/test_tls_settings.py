@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from amqpscope.conf.settings import AnalyzeConfig, load_yaml
-from amqpscope.jobs import cli
-from amqpscope.jobs.diagnose import exit_code
+from amqpscope.jobs.cli import cli
+from amqpscope.jobs.cli.diagnose import exit_code
 from tests.paths import SAMPLES
 
 KEYLOG = SAMPLES / "tls" / "amqp10-credit-tls13-chacha20.keylog"

@@ -19,10 +19,10 @@ import pytest
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs import landing as landing_module
-from amqpscope.jobs import watch as watch_module
-from amqpscope.jobs.landing import landing_files
-from amqpscope.jobs.watch import stop_requests, watch
+from amqpscope.jobs.stages import landing as landing_module
+from amqpscope.jobs.stages import watch as watch_module
+from amqpscope.jobs.stages.landing import landing_files
+from amqpscope.jobs.stages.watch import stop_requests, watch
 from testbed.processes import descendants, kill_all, wait_gone, watch_process
 from tests.table_digests import table_digests
 from tests.test_same_rows import EXPECTED, differences

@@ -96,7 +96,7 @@ def test_the_bundle_builds_a_wheel_the_runtime_installs(tmp_path):
     assert "3.12.3" in SpecifierSet(requires)
     assert not [n for n in names if n.endswith((".so", "_compiled_sources.json"))]  # pure: no extension, no manifest
     # The product alone: the testbed (the capture scaffolding, a top-level folder of the repository) stays out.
-    assert "amqpscope/jobs/cli.py" in names
+    assert "amqpscope/jobs/cli/cli.py" in names
     assert not [n for n in names if "testbed" in n.split("/")[:2]]
     # The package data the stages read at run time.
     assert "amqpscope/conf/analyze.yml" in names
@@ -108,7 +108,7 @@ def test_the_bundle_builds_a_wheel_the_runtime_installs(tmp_path):
         assert f"amqpscope/web/node_modules/{package}/{file}" in names
     assert "amqpscope/web/node_modules/bootstrap/LICENSE" in names
     for stage in TASK_ORDER:
-        assert f"{stage}_task = amqpscope.jobs.entry:{stage}_task" in entry_points
+        assert f"{stage}_task = amqpscope.jobs.cli.entry:{stage}_task" in entry_points
 
     # Installed (here, on this Python), the task entry point the job names runs from the wheel and
     # raises when its stage fails: derive on a lake that is a file.

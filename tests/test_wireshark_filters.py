@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.ingest.pcap import capture_id
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake.lake import Lake
 from testbed.tshark import TSHARK_PREFERENCES, tshark_available
 from tests.paths import BOTTLENECK_SCENARIOS
 

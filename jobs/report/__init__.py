@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # neither Spark nor Great Expectations is needed to draw a pa
     from pyspark.sql import DataFrame
 
     from amqpscope.expectations.suite import PendingVerdicts, VerdictRun
-    from amqpscope.jobs.lake import Lake
+    from amqpscope.jobs.lake.lake import Lake
 
 __all__ = ["write_report", "write_gold_report", "gold_rows", "anchor", "REPORT_GOLD", "GIVEN"]
 
@@ -186,7 +186,7 @@ def write_gold_report(
     report leaves out (capture_id, file_name, why); ``given`` names the optional tables that were
     computed (``GIVEN``). `data_docs_index` defaults to the Data Docs of `verdicts`, when there are
     verdicts. Pending verdicts (GX still validating) are waited for last. ``engine`` names the
-    engine the run computed the tables on (``jobs.sail.engine_of``), shown at the top.
+    engine the run computed the tables on (``jobs.engine.sail.engine_of``), shown at the top.
     """
     found = sections_of(sections)
     lines = sorted((s.rows[0] for s in found.get("capture", {}).values()), key=lambda r: r["capture_id"])

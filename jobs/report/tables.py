@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from amqpscope.jobs.lake_read import python_values
+from amqpscope.jobs.lake.read import python_values
 
 MAX_CAPTURES = 50  # captures a page reports (the first by id)
 

@@ -27,11 +27,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from amqpscope.jobs.commits import check_stored
-from amqpscope.jobs.delta_commit import process_owner
-from amqpscope.jobs.errors import CaptureBusy, WriteConflict
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.lake_files import pid_running
+from amqpscope.jobs.lake.commits import check_stored
+from amqpscope.jobs.lake.delta_commit import process_owner
+from amqpscope.jobs.lake.errors import CaptureBusy, WriteConflict
+from amqpscope.jobs.lake.files import pid_running
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.schemas.runs import OUTCOME_FAILED_PREFIX, OUTCOME_OK, OUTCOME_RUNNING, RUNS_SCHEMA, STAGES
 
 log = logging.getLogger("amqpscope.runs")
@@ -137,7 +137,7 @@ def mark(
     ``running`` starts the clock; any other outcome ends it (the start kept when this run marked
     the stage running before). ``CaptureBusy`` when another live run holds one of the captures.
     Before ``ok``, the tables this run wrote are checked to hold the captures' rows it committed
-    (``jobs.commits.check_stored``: ``StoredRowsMismatch`` names the table)."""
+    (``jobs.lake.commits.check_stored``: ``StoredRowsMismatch`` names the table)."""
     _checked(stage, outcome)
     if outcome == OUTCOME_OK:
         check_stored(lake, lake.take_written(capture_ids, exclude=(RUNS_TABLE,)))

@@ -1,5 +1,5 @@
-"""The entry points of the scheduled stages: each runs its ``amqpscope`` command (``jobs.cli``, which
-runs the stage's job: ``jobs.commands``).
+"""The entry points of the scheduled stages: each runs its ``amqpscope`` command (``jobs.cli.cli``, which
+runs the stage's job: ``jobs.cli.commands``).
 
 Each stage runs three ways, and a failed stage fails each of them:
 
@@ -13,7 +13,7 @@ Each stage runs three ways, and a failed stage fails each of them:
   with the command's one-line error instead, so the task, and the job, fail;
 - ``spark-submit`` of this file with the subcommand first, which exits with the command's status::
 
-    spark-submit "$(python -c 'import amqpscope.jobs.entry as e; print(e.__file__)')" derive --lake /lake
+    spark-submit "$(python -c 'import amqpscope.jobs.cli.entry as e; print(e.__file__)')" derive --lake /lake
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from contextlib import redirect_stderr
 from typing import TextIO
 
-from amqpscope.jobs import cli
+from amqpscope.jobs.cli import cli
 
 
 def _stage_main(command: str):

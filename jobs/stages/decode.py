@@ -37,9 +37,9 @@ from amqpscope.ingest.quarantine import capture_status, damage_row
 from amqpscope.ingest.ranges import read_container, split
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.ingest.tls_keylog import KeyLog
-from amqpscope.jobs.lake import Lake, lake_capture_filter
-from amqpscope.jobs.progress import Progress, TaskCounters
-from amqpscope.jobs.session import default_parallelism, is_connect
+from amqpscope.jobs.engine.session import default_parallelism, is_connect
+from amqpscope.jobs.lake.lake import Lake, lake_capture_filter
+from amqpscope.jobs.stages.progress import Progress, TaskCounters
 from amqpscope.pipelines.tables import STORED_FRAMES
 from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from amqpscope.schemas.packets import PACKETS_SCHEMA
@@ -418,7 +418,7 @@ def decode_tables(
 ) -> tuple[dict[str, DataFrame], tuple[DataFrame, ...]]:
     """The bronze tables of ``captures``, decoded range- and connection-parallel, and the persisted
     intermediates to release once the tables are written. Tasks report their counts to the
-    ``counters`` directory when one is given (jobs.progress.TaskCounters)."""
+    ``counters`` directory when one is given (jobs.stages.progress.TaskCounters)."""
     cores = default_parallelism(spark)
     ranges = plan_ranges(captures, range_bytes, cores)
     multi_part = {c.capture_id for c in captures if len(c.parts) > 1}

@@ -2,7 +2,7 @@
 
 Every table is partitioned by capture and each write replaces exactly the captures of this run,
 so analysing the same capture again leaves the lake as it was. The ``runs`` table records each
-stage per capture (``jobs/runs.py``): a run killed half-way leaves its captures marked
+stage per capture (``jobs/lake/runs.py``): a run killed half-way leaves its captures marked
 incomplete, and the next run repairs them.
 """
 
@@ -18,18 +18,18 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs import runs
-from amqpscope.jobs.commits import committed_row_counts
-from amqpscope.jobs.derive import VERDICTS_MODULE, derive
-from amqpscope.jobs.ingest import CaptureFile, resolve_captures, superseded_captures
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.landing import ingest_files
-from amqpscope.jobs.preflight import check_capture_arguments, check_lake_writable, without_packets
-from amqpscope.jobs.progress import Progress
+from amqpscope.jobs.engine.sail import engine_of
+from amqpscope.jobs.engine.session import sized_for
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.commits import committed_row_counts
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.jobs.report import gold_rows, write_gold_report
-from amqpscope.jobs.sail import engine_of
-from amqpscope.jobs.session import sized_for
-from amqpscope.jobs.stages import StageClock, job_session
+from amqpscope.jobs.stages.decode import CaptureFile, resolve_captures, superseded_captures
+from amqpscope.jobs.stages.derive import VERDICTS_MODULE, derive
+from amqpscope.jobs.stages.landing import ingest_files
+from amqpscope.jobs.stages.preflight import check_capture_arguments, check_lake_writable, without_packets
+from amqpscope.jobs.stages.progress import Progress
+from amqpscope.jobs.stages.stages import StageClock, job_session
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.diagnosis.verdict import no_packets_diagnosis
 from amqpscope.schemas.runs import OUTCOME_OK
@@ -50,12 +50,12 @@ class AnalyzeResult:
     run_id: str = ""
     # Per capture: the diagnosis headline (pipelines.diagnosis), the top component and its findings.
     diagnoses: tuple[dict[str, object], ...] = ()
-    # The engine the tables were computed on (jobs.sail.engine_of); None: no Spark ran.
+    # The engine the tables were computed on (jobs.engine.sail.engine_of); None: no Spark ran.
     engine: str | None = None
 
 
 # Called with the captures' diagnoses (``headlines``) as soon as they are stored, before the tables
-# the diagnosis does not read (jobs.derive), the verdicts and the report: the answer an operator
+# the diagnosis does not read (jobs.stages.derive), the verdicts and the report: the answer an operator
 # waits for, 29 % (1 M frames) to 38 % (the sample) of the run early (docs/BENCHMARKS.md,
 # "What is set": the answer first).
 Answered = Callable[[tuple[dict[str, object], ...]], None]

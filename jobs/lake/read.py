@@ -14,7 +14,7 @@ pyarrow 26); reading on the calling thread only (``use_threads=False``, the firs
 
 Here the files are read through Arrow's native local filesystem instead: no Arrow thread ever
 calls into Python, so none can be caught by the interpreter's exit. The delta-rs backend's lakes
-are local paths (``jobs.lake``), so nothing else is needed. The table's log (file list, partition
+are local paths (``jobs.lake.lake``), so nothing else is needed. The table's log (file list, partition
 values, statistics, schema) still comes from delta-rs.
 """
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.errors import LakeError, printable, table_of
-from amqpscope.jobs.progress import Progress
-from amqpscope.jobs.session import build_session, resolve_remote, stop_session
+from amqpscope.jobs.engine.session import build_session, resolve_remote, stop_session
+from amqpscope.jobs.lake.errors import LakeError, printable, table_of
+from amqpscope.jobs.stages.progress import Progress
 from amqpscope.threads import in_background
 
 log = logging.getLogger("amqpscope.jobs")
@@ -140,7 +140,7 @@ def job_session(config: AnalyzeConfig, app_name: str, preload_modules: Sequence[
         yield active
         return
     if config.engine == "sail":
-        from amqpscope.jobs.sail import sail_session
+        from amqpscope.jobs.engine.sail import sail_session
 
         verbose = logging.getLogger("amqpscope").isEnabledFor(logging.INFO)
         with sail_session(dict(config.spark_conf), verbose=verbose) as sail:

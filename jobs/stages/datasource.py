@@ -60,7 +60,7 @@ class CapturePartition(InputPartition):
 def _paths(options: dict[str, str]) -> list[Path]:
     """The files named by ``load(path)`` / ``load([paths])`` (``paths`` arrives as JSON), directories
     expanded as ``amqpscope ingest`` lists a landing directory."""
-    from amqpscope.jobs.landing import landing_files
+    from amqpscope.jobs.stages.landing import landing_files
 
     named = json.loads(options["paths"]) if options.get("paths") else []
     if options.get("path"):
@@ -113,7 +113,7 @@ def _batches(
 def _or_unreadable(decoded: Iterator[tuple[str, dict]], cid: str, path: str) -> Iterator[tuple[str, dict]]:
     """``decoded``'s rows; for a file that is not a readable capture (``decode_capture`` raises
     before its first row), the rows ``amqpscope ingest`` records it with instead."""
-    from amqpscope.jobs.landing import unreadable_rows
+    from amqpscope.jobs.stages.landing import unreadable_rows
 
     try:
         first = next(decoded, None)

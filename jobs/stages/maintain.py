@@ -24,8 +24,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs import delta_spark
-from amqpscope.jobs.lake import Lake
+from amqpscope.jobs.lake import delta_spark
+from amqpscope.jobs.lake.lake import Lake
 from amqpscope.schemas.catalog import description, documented, tables
 
 log = logging.getLogger("amqpscope.maintain")

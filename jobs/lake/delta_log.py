@@ -15,7 +15,7 @@ The delta-rs backend's tables are on the local filesystem, so their log is read 
   captures had no rows in the version read (a "blind" overwrite of an empty partition: both runs'
   rows stay, twice); it does see removes, but of any partition, so two runs writing different
   captures would conflict for nothing. The lake therefore commits with delta-rs's own retries off
-  and checks the commits in between itself (``jobs.lake``).
+  and checks the commits in between itself (``jobs.lake.lake``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from urllib.parse import unquote
 
-from amqpscope.jobs.errors import DamagedLog, WriteConflict
+from amqpscope.jobs.lake.errors import DamagedLog, WriteConflict
 
 LOG_DIR = "_delta_log"
 _COMMIT = re.compile(r"(\d{20})\.json")

@@ -22,10 +22,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs import runs
-from amqpscope.jobs.lake import Lake, lake_capture_filter
-from amqpscope.jobs.session import sized_for
-from amqpscope.jobs.stages import StageClock, one_line
+from amqpscope.jobs.engine.session import sized_for
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.lake import Lake, lake_capture_filter
+from amqpscope.jobs.stages.stages import StageClock, one_line
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.accounting import assert_bytes_accounted
 from amqpscope.schemas.runs import OUTCOME_OK, OUTCOME_RUNNING
@@ -210,7 +210,7 @@ def derive_lake(
     suites_passed = True
     if todo or orphans:
         log.info("deriving %d capture(s)%s", len(todo), f", removing {len(orphans)} gone" if orphans else "")
-        # Set up for the captures' size as analyze is (jobs.session.sized_for).
+        # Set up for the captures' size as analyze is (jobs.engine.session.sized_for).
         with sized_for(spark, _captures_bytes(lake, todo)):
             derived = derive(
                 lake,

@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql import functions as F
 
-from amqpscope.jobs import delta_log
-from amqpscope.jobs.errors import StoredRowsMismatch
-from amqpscope.jobs.lake import CAPTURE_ID, Lake
-from amqpscope.jobs.lake_read import add_actions
+from amqpscope.jobs.lake import delta_log
+from amqpscope.jobs.lake.errors import StoredRowsMismatch
+from amqpscope.jobs.lake.lake import CAPTURE_ID, Lake
+from amqpscope.jobs.lake.read import add_actions
 
 
 def rows_by_capture(path: str, capture_ids: Sequence[str]) -> dict[str, int | None]:

@@ -1,6 +1,6 @@
 """Checks made before Spark starts, so that a wrong argument fails in a second, not after 30.
 
-Capture files are checked by ``jobs.ingest.resolve_captures`` (exists, a regular file, a pcap or
+Capture files are checked by ``jobs.stages.decode.resolve_captures`` (exists, a regular file, a pcap or
 pcapng header); this module adds the directory hint, the lake's writability, and the captures that
 hold no packet at all (answered "no AMQP traffic" without Spark).
 """

@@ -16,8 +16,8 @@ from pathlib import Path
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from amqpscope.jobs import py4j_lookups
-from amqpscope.jobs.class_archive import ClassArchive, archive_for_this_jvm
+from amqpscope.jobs.engine import py4j_lookups
+from amqpscope.jobs.engine.class_archive import ClassArchive, archive_for_this_jvm
 
 log = logging.getLogger("amqpscope.jobs")
 
@@ -30,7 +30,7 @@ _BASE_CONF = {
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.adaptive.enabled": "true",
     "spark.ui.enabled": "false",
-    # Spark's console bar would interleave with amqpscope's own progress lines (jobs/progress.py).
+    # Spark's console bar would interleave with amqpscope's own progress lines (jobs/stages/progress.py).
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # Spark's cache writes its column batches with Java serialization, whose streams keep every
@@ -53,9 +53,9 @@ _BASE_CONF = {
     # PySpark 4 wraps every DataFrame and Column call to record its Python call site for error
     # messages: three to four more Py4J round trips and a walk of the Python stack a call. Building
     # the flow-state plans (about 15,000 Py4J calls) took 8.6 s with it, 4.1-6.5 s without. A failed
-    # stage is named by the job itself (jobs.stages.StageFailed).
+    # stage is named by the job itself (jobs.stages.stages.StageFailed).
     "spark.python.sql.dataFrameDebugging.enabled": "false",
-    # Ingest hands the frames over hash-partitioned by connection (jobs.ingest), and every join of
+    # Ingest hands the frames over hash-partitioned by connection (jobs.stages.decode), and every join of
     # two tables derived from them is on the connection and more (channel, direction, frame). By
     # default Spark shuffles both sides again unless they are partitioned on all the join keys; a
     # connection's rows are never skewed enough to need that. Analyze of the sample: 174 Spark jobs
@@ -127,15 +127,15 @@ def build_session(
     ``remote`` (sc://host:port, or local[N]: a Connect server PySpark starts in this process),
     else a classic one on ``master``; None: the master spark-submit was given, else local[2].
 
-    A classic JVM this starts maps the class archive of earlier runs (``jobs.class_archive``); with
+    A classic JVM this starts maps the class archive of earlier runs (``jobs.engine.class_archive``); with
     ``write_class_archive`` and no archive yet, it writes one when it exits: stop such a session
     with ``stop_session``, which ends the JVM and puts the archive in place. A JVM this starts
     writes its own output (log4j, the JVM's warnings) to ``engine_log_path()`` unless amqpscope
     logs at INFO (-v): a run's stderr holds amqpscope's lines only.
 
-    ``remember_py4j_lookups`` (the jobs' sessions ask for it: ``jobs.stages.job_session``) makes
+    ``remember_py4j_lookups`` (the jobs' sessions ask for it: ``jobs.stages.stages.job_session``) makes
     Py4J remember its class and method lookups from then on, in the whole process
-    (``jobs.py4j_lookups``): a third fewer Py4J round trips while plans are built."""
+    (``jobs.engine.py4j_lookups``): a third fewer Py4J round trips while plans are built."""
     if remote is not None:
         return _connect_session(remote, app_name, {**_BASE_CONF, **(conf or {})})
     if remember_py4j_lookups:
@@ -302,7 +302,7 @@ _INTERPRETED = {
     "spark.sql.codegen.factoryMode": ("NO_CODEGEN", "FALLBACK"),
 }
 # A small run also shuffles into one partition a core, not _BASE_CONF's 8: every stage that reads
-# the frames (kept partitioned by connection, jobs.ingest) runs a task a partition, and on a few
+# the frames (kept partitioned by connection, jobs.stages.decode) runs a task a partition, and on a few
 # thousand rows a task's fixed cost is most of its work. Analyze: 0.97x the wall time on the
 # sample, 0.95x at 100 k frames (docs/BENCHMARKS.md, "What is set": one shuffle partition a core for
 # small runs).
@@ -339,7 +339,7 @@ _UNBROADCAST = {
 # than by Spark's Parquet writer: on rows this few, the writer's tasks and output committer are most
 # of a write's time (the sample's 29 tables, rows computed beforehand: 5.4 s written by Spark, 1.1 s
 # through Arrow; docs/BENCHMARKS.md, "What is set": small tables staged through the driver). Read by
-# jobs.lake.
+# jobs.lake.lake.
 STAGE_ON_DRIVER = "amqpscope.lake.stage_on_driver"
 
 

@@ -4,7 +4,7 @@ Every run of ``analyze`` or of a scheduled stage starts a JVM, and more than hal
 capture, or of derive at 1 M frames, is that JVM's JIT compiling Spark's code and the code Spark
 generates (docs/BENCHMARKS.md, "Where the time goes"). ``watch`` keeps one Spark session for its
 life. Each round takes the landing directory's new captures as ``amqpscope ingest`` does
-(``jobs.landing``: keyed by content, rotated parts grouped, unreadable files recorded), derives
+(``jobs.stages.landing``: keyed by content, rotated parts grouped, unreadable files recorded), derives
 what needs it as ``amqpscope derive`` does, and writes the report of the captures derived. From the
 second round on, the JVM's code is compiled (docs/BENCHMARKS.md, "A watch between captures").
 
@@ -31,14 +31,14 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.analyze import Answered, headlines
-from amqpscope.jobs.derive import DeriveResult, derive_lake
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.landing import LandingResult, ingest_landing
-from amqpscope.jobs.progress import Progress
-from amqpscope.jobs.report_job import ReportResult, reads_without_spark, report_lake
-from amqpscope.jobs.session import is_connect
-from amqpscope.jobs.stages import StageClock
+from amqpscope.jobs.engine.session import is_connect
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.analyze import Answered, headlines
+from amqpscope.jobs.stages.derive import DeriveResult, derive_lake
+from amqpscope.jobs.stages.landing import LandingResult, ingest_landing
+from amqpscope.jobs.stages.progress import Progress
+from amqpscope.jobs.stages.report_job import ReportResult, reads_without_spark, report_lake
+from amqpscope.jobs.stages.stages import StageClock
 
 log = logging.getLogger("amqpscope.watch")
 
@@ -71,7 +71,7 @@ def watch_round(
 ) -> Round:
     """Ingest the captures of ``landing`` that settled and are new, derive every capture of the lake
     that needs it, report those derived. A failure ends the round, not the watch: it is returned.
-    ``remembered`` is the landing files read before (``jobs.landing.ingest_landing``); ``answered``
+    ``remembered`` is the landing files read before (``jobs.stages.landing.ingest_landing``); ``answered``
     gets the captures' diagnoses as soon as they are written, before the rest of derive."""
     start = time.perf_counter()
     done: dict[str, object] = {}

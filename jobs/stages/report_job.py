@@ -21,11 +21,11 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs import runs
-from amqpscope.jobs.lake import Lake, lake_capture_filter
+from amqpscope.jobs.engine.session import session_time_zone
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.lake import Lake, lake_capture_filter
 from amqpscope.jobs.report import gold_rows, render_page, write_gold_report
-from amqpscope.jobs.session import session_time_zone
-from amqpscope.jobs.stages import StageClock, job_session
+from amqpscope.jobs.stages.stages import StageClock, job_session
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.report_sections import report_sections
 from amqpscope.schemas.runs import OUTCOME_OK

@@ -8,9 +8,9 @@ session (``pyspark.sql.connect``). The pipelines give the same rows on it as on 
 (pipelines/throughput.py), checkpoints with a storage level or of types Sail states but does not
 return (pipelines/partitioning.py), observed metrics (expectations/suite.py), decimal literals
 beside doubles (expectations/bottleneck_rules.py); pipelines/engine.py names the settings this
-module sets for that. The lake's tables are written by the delta-rs backend (jobs.lake): Sail
+module sets for that. The lake's tables are written by the delta-rs backend (jobs.lake.lake): Sail
 writes the Parquet files of a table's captures into a staging folder and the project's commit
-layer commits them (jobs.delta_commit), so a commit checks conflicts on Sail as on classic Spark.
+layer commits them (jobs.lake.delta_commit), so a commit checks conflicts on Sail as on classic Spark.
 Tables are read as their snapshot's files, one scan per capture, not through Sail's Delta reader
 (docs/ARCHITECTURE.md, "Sail, the embedded engine").
 
@@ -35,14 +35,14 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import ENGINE_CHOICES
-from amqpscope.jobs.session import build_session, is_connect
+from amqpscope.jobs.engine.session import build_session, is_connect
 from amqpscope.pipelines import engine
 
 log = logging.getLogger("amqpscope.jobs")
 
 LOOPBACK = "127.0.0.1"
 
-# What the session is told at the start (jobs/session.py sets the same on classic Spark): the lake's
+# What the session is told at the start (jobs/engine/session.py sets the same on classic Spark): the lake's
 # Parquet timestamps as delta-rs reads them, times in UTC. Sail takes what it does not use.
 SAIL_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -153,7 +153,7 @@ def engine_session(
     engine: str, app_name: str = "amqpscope", conf: Mapping[str, str] | None = None, verbose: bool = False
 ) -> Iterator[SparkSession]:
     """The hook for ``--engine spark|sail``: a session on ``engine`` for the block, stopped after it.
-    ``spark`` is today's local session (jobs.session.build_session, on its default master); ``sail``
+    ``spark`` is today's local session (jobs.engine.session.build_session, on its default master); ``sail``
     the embedded engine. The Spark settings in ``conf`` go to either (Sail takes what it uses)."""
     if engine not in ENGINE_CHOICES:
         raise ValueError(f"engine {engine!r} is not one of {', '.join(ENGINE_CHOICES)}")

@@ -17,8 +17,8 @@ import yaml
 
 from amqpscope.conf.settings import ENGINE_CHOICES, STORAGE_BACKENDS, AnalyzeConfig, load_yaml
 from amqpscope.ingest.pcap import CaptureError
-from amqpscope.jobs.errors import LakeError, printable, table_of
-from amqpscope.jobs.outcomes import COMMAND_EXIT_MEANINGS, EXIT_MEANINGS, ExitCode
+from amqpscope.jobs.cli.outcomes import COMMAND_EXIT_MEANINGS, EXIT_MEANINGS, ExitCode
+from amqpscope.jobs.lake.errors import LakeError, printable, table_of
 
 # Wrong input: the message says it all (a capture or landing directory that cannot be read, a bad
 # setting, a lake that cannot be written).
@@ -186,7 +186,7 @@ def _config(args: argparse.Namespace) -> AnalyzeConfig:
 
 
 def _run_analyze(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import analyze  # Spark is imported only when a job runs
+    from amqpscope.jobs.stages import analyze  # Spark is imported only when a job runs
 
     config = _config(args)
     result = analyze.main(args.captures, config, args.progress)  # prints the headlines as they come
@@ -234,7 +234,7 @@ def _add_ingest(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_ingest(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import commands  # Spark is imported only when a job runs
+    from amqpscope.jobs.cli import commands  # Spark is imported only when a job runs
 
     result = commands.ingest(args.landing, _config(args), args.progress)
     print(
@@ -305,8 +305,8 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_watch(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import commands  # Spark is imported only when a job runs
-    from amqpscope.jobs.analyze import headline_line
+    from amqpscope.jobs.cli import commands  # Spark is imported only when a job runs
+    from amqpscope.jobs.stages.analyze import headline_line
 
     last: list[ExitCode] = [ExitCode.OK]
 
@@ -377,7 +377,7 @@ def _add_derive(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_derive(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import commands  # Spark is imported only when a job runs
+    from amqpscope.jobs.cli import commands  # Spark is imported only when a job runs
 
     result = commands.derive(_config(args), args.capture_ids, args.progress)
     print(
@@ -418,7 +418,7 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import commands  # Spark is imported only when a job runs
+    from amqpscope.jobs.cli import commands  # Spark is imported only when a job runs
 
     result = commands.report(_config(args), args.capture_ids, args.progress)
     print(
@@ -456,7 +456,7 @@ def _add_maintain(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_maintain(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import commands  # Spark is imported only when a job runs
+    from amqpscope.jobs.cli import commands  # Spark is imported only when a job runs
 
     result = commands.maintain(_config(args), args.retain_hours)
     print(
@@ -513,7 +513,7 @@ def _add_diagnose(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_diagnose(args: argparse.Namespace) -> ExitCode:
-    from amqpscope.jobs import diagnose
+    from amqpscope.jobs.cli import diagnose
 
     settings = _settings(args)
     if args.lake is not None:
@@ -594,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    from amqpscope.jobs.stages import StageFailed, one_line  # imports PySpark: only once a job has run
+    from amqpscope.jobs.stages.stages import StageFailed, one_line  # imports PySpark: only once a job has run
 
     if isinstance(exc, (StageFailed, LakeError)):
         return str(exc)

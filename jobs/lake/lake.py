@@ -8,7 +8,7 @@ every other capture's rows alone.
 Two backends behind one interface:
 
 - ``delta-spark``: Delta Lake's own Spark integration (Databricks, or a JVM with the
-  delta-spark jars), ``jobs.delta_spark``: tables at ``<root>/<table>`` or, given a catalog and a
+  delta-spark jars), ``jobs.lake.delta_spark``: tables at ``<root>/<table>`` or, given a catalog and a
   schema, the Unity Catalog tables ``catalog.schema.<table>``; created with their comments and
   clustered by ``capture_id``; ``replaceWhere`` on the capture ids gives the replacement.
 - ``delta-rs``: for a JVM without Delta. Tables are partitioned by ``capture_id``. Spark
@@ -28,17 +28,17 @@ Concurrency: each write is a single Delta commit, so readers see all of it or no
 each commit names the version it read (optimistic concurrency). With delta-rs, the version read is
 the snapshot opened before Spark writes the files; a commit made since then that replaced rows of
 the same captures wins, and this write fails naming the table and the other run
-(``jobs.delta_commit``: delta-rs alone would keep both runs' rows of a capture new to the table);
+(``jobs.lake.delta_commit``: delta-rs alone would keep both runs' rows of a capture new to the table);
 commits of other captures, or the table created meanwhile by another run, are harmless and the
 commit is tried again on the newer version. delta-spark's ``replaceWhere`` has Delta's own
 conflict detection. There is no lock (the runs table's leases keep two live runs off one capture,
-``jobs.runs``), and vacuum with a zero retention period may delete a delta-rs write's files
+``jobs.lake.runs``), and vacuum with a zero retention period may delete a delta-rs write's files
 between their move and their commit.
 
 Damage: a commit file of the log that is empty or does not parse is reported naming the table and
-the version (``jobs.delta_log``), never read as a commit of nothing. ``written`` keeps, per table and
+the version (``jobs.lake.delta_log``), never read as a commit of nothing. ``written`` keeps, per table and
 capture, the rows this Lake's writes committed, for checking the lake against them after a run
-(``jobs.commits.check_stored``).
+(``jobs.lake.commits.check_stored``).
 """
 
 from __future__ import annotations
@@ -71,10 +71,12 @@ from pyspark.sql.types import (
 )
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs import delta_commit, delta_log, delta_spark
-from amqpscope.jobs.delta_spark import TableRef
-from amqpscope.jobs.errors import WriteConflict, name_table
-from amqpscope.jobs.lake_files import (
+from amqpscope.jobs.engine.sail import is_sail
+from amqpscope.jobs.engine.session import jvm_has_delta, staged_on_driver
+from amqpscope.jobs.lake import delta_commit, delta_log, delta_spark
+from amqpscope.jobs.lake.delta_spark import TableRef
+from amqpscope.jobs.lake.errors import WriteConflict, name_table
+from amqpscope.jobs.lake.files import (
     NULL_PARTITION_DIR,
     STAGING_DIR,
     make_staging,
@@ -85,10 +87,8 @@ from amqpscope.jobs.lake_files import (
     staged_files,
     staging_is_stale,
 )
-from amqpscope.jobs.lake_read import add_actions, is_delta_table, open_table, read_table
-from amqpscope.jobs.lake_stats import file_stats
-from amqpscope.jobs.sail import is_sail
-from amqpscope.jobs.session import jvm_has_delta, staged_on_driver
+from amqpscope.jobs.lake.read import add_actions, is_delta_table, open_table, read_table
+from amqpscope.jobs.lake.stats import file_stats
 from amqpscope.pipelines.columns import union_all
 from amqpscope.schemas.catalog import description, documented
 
@@ -309,7 +309,7 @@ class Lake:
 
     def take_written(self, capture_ids: Sequence[str], exclude: Sequence[str] = ()) -> dict[str, dict[str, int]]:
         """The rows committed per table (but ``exclude``) for ``capture_ids`` since they were last
-        taken: what a check of the lake against the run compares (``jobs.commits.check_stored``)."""
+        taken: what a check of the lake against the run compares (``jobs.lake.commits.check_stored``)."""
         taken: dict[str, dict[str, int]] = {}
         for table, by_capture in self.written.items():
             if table in exclude:
@@ -580,7 +580,7 @@ def _write_delta_rs(
     if timestamp_type != "TIMESTAMP_MICROS":
         raise ValueError(
             "spark.sql.parquet.outputTimestampType must be TIMESTAMP_MICROS, "
-            f"not {timestamp_type} (jobs/session.py sets it)"
+            f"not {timestamp_type} (jobs/engine/session.py sets it)"
         )
     return _commit_staged(
         path,
@@ -632,7 +632,7 @@ def _commit_staged(
 ) -> dict[str, int]:
     """``stage(staging)`` writes the rows' Parquet files into the staging folder in Spark's
     partition layout; they are moved into the table and committed, replacing ``capture_ids``, on
-    the version read before staging (``jobs.delta_commit``). Returns the rows committed per capture."""
+    the version read before staging (``jobs.lake.delta_commit``). Returns the rows committed per capture."""
     name = os.path.basename(path)
     # The columns' comments of schemas/ go into the Delta schema: readers see what each column means.
     schema = Schema.from_json(_delta_schema_json(documented(name, rows_schema)))

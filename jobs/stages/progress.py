@@ -34,7 +34,7 @@ from typing import TextIO
 
 from pyspark.sql import SparkSession
 
-from amqpscope.jobs.session import is_connect
+from amqpscope.jobs.engine.session import is_connect
 
 PROGRESS_MODES = ("auto", "always", "never")
 _START = "starting"

@@ -22,12 +22,12 @@ from amqpscope.ingest.pcap import CaptureError, capture_id
 from amqpscope.ingest.quarantine import FAILED
 from amqpscope.ingest.quarantine import unreadable_rows as quarantine_rows
 from amqpscope.ingest.rotation import CapturePart, describe_part, group_parts
-from amqpscope.jobs import runs
-from amqpscope.jobs.ingest import Bronze, CaptureFile, superseded_captures, write_bronze
-from amqpscope.jobs.lake import Lake
-from amqpscope.jobs.progress import Progress
-from amqpscope.jobs.session import sized_for
-from amqpscope.jobs.stages import StageClock, one_line
+from amqpscope.jobs.engine.session import sized_for
+from amqpscope.jobs.lake import runs
+from amqpscope.jobs.lake.lake import Lake
+from amqpscope.jobs.stages.decode import Bronze, CaptureFile, superseded_captures, write_bronze
+from amqpscope.jobs.stages.progress import Progress
+from amqpscope.jobs.stages.stages import StageClock, one_line
 from amqpscope.schemas.frames import CAPTURES_SCHEMA, QUARANTINE_SCHEMA
 from amqpscope.schemas.runs import OUTCOME_OK, OUTCOME_RUNNING
 
@@ -131,7 +131,7 @@ def ingest_landing(
     """Decode every capture of ``landing`` not in the lake yet (or whose last ingest did not
     finish); record the ones that cannot be read. Files changed within the last ``settled_for``
     seconds are left for a later run (``landing_files``). ``remembered``, kept by the caller from
-    one run to the next (``jobs.watch``), saves reading files again whose path, size and change time
+    one run to the next (``jobs.stages.watch``), saves reading files again whose path, size and change time
     are as they were.
 
     Rotated files are decoded as one capture (``ingest.rotation``); when a new part joins a

@@ -1,5 +1,5 @@
-"""What each ``amqpscope`` command that runs a stage does (``jobs.cli`` parses its arguments and
-calls it): check the arguments, get Spark, run the job. The stages' entry points (``jobs.entry``:
+"""What each ``amqpscope`` command that runs a stage does (``jobs.cli.cli`` parses its arguments and
+calls it): check the arguments, get Spark, run the job. The stages' entry points (``jobs.cli.entry``:
 console scripts, Databricks tasks, spark-submit) run them through the command.
 """
 
@@ -9,14 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from amqpscope.conf.settings import AnalyzeConfig
-from amqpscope.jobs.preflight import check_lake_writable
+from amqpscope.jobs.stages.preflight import check_lake_writable
 
 
 def ingest(landing: Path, config: AnalyzeConfig, progress: str = "auto"):
     """``amqpscope ingest``: the landing directory's new captures into the bronze tables."""
-    from amqpscope.jobs.landing import ingest_landing, landing_files
-    from amqpscope.jobs.progress import Progress
-    from amqpscope.jobs.stages import job_session
+    from amqpscope.jobs.stages.landing import ingest_landing, landing_files
+    from amqpscope.jobs.stages.progress import Progress
+    from amqpscope.jobs.stages.stages import job_session
 
     landing_files(landing)  # before Spark: not a directory fails at once
     check_lake_writable(config.lake)
@@ -26,9 +26,9 @@ def ingest(landing: Path, config: AnalyzeConfig, progress: str = "auto"):
 
 def derive(config: AnalyzeConfig, capture_ids: Sequence[str] | None = None, progress: str = "auto"):
     """``amqpscope derive``: derived tables for the captures whose bronze rows are newer."""
-    from amqpscope.jobs.derive import VERDICTS_MODULE, derive_lake
-    from amqpscope.jobs.progress import Progress
-    from amqpscope.jobs.stages import StageClock, job_session
+    from amqpscope.jobs.stages.derive import VERDICTS_MODULE, derive_lake
+    from amqpscope.jobs.stages.progress import Progress
+    from amqpscope.jobs.stages.stages import StageClock, job_session
 
     check_lake_writable(config.lake)
     session = job_session(config, "amqpscope-derive", preload_modules=(VERDICTS_MODULE,))
@@ -40,9 +40,9 @@ def report(config: AnalyzeConfig, capture_ids: Sequence[str] | None = None, prog
     """``amqpscope report``: the HTML report of complete captures from the lake: from its gold
     tables through delta-rs, with no Spark session to start where the lake allows it
     (``report_job.reads_without_spark``)."""
-    from amqpscope.jobs.progress import Progress
-    from amqpscope.jobs.report_job import reads_without_spark, report_lake
-    from amqpscope.jobs.stages import StageClock, job_session
+    from amqpscope.jobs.stages.progress import Progress
+    from amqpscope.jobs.stages.report_job import reads_without_spark, report_lake
+    from amqpscope.jobs.stages.stages import StageClock, job_session
 
     check_lake_writable(config.lake)
     if reads_without_spark(config):
@@ -65,12 +65,12 @@ def watch(
     """``amqpscope watch``: rounds of ingest, derive and report of the landing directory in one
     Spark session, until a signal or after ``rounds``; ``each`` gets every round as it ends,
     ``answered`` the diagnoses as soon as they are written."""
-    from amqpscope.jobs.derive import VERDICTS_MODULE
-    from amqpscope.jobs.landing import landing_files
-    from amqpscope.jobs.progress import Progress
-    from amqpscope.jobs.stages import job_session
-    from amqpscope.jobs.watch import stop_requests
-    from amqpscope.jobs.watch import watch as watch_landing
+    from amqpscope.jobs.stages.derive import VERDICTS_MODULE
+    from amqpscope.jobs.stages.landing import landing_files
+    from amqpscope.jobs.stages.progress import Progress
+    from amqpscope.jobs.stages.stages import job_session
+    from amqpscope.jobs.stages.watch import stop_requests
+    from amqpscope.jobs.stages.watch import watch as watch_landing
 
     landing_files(landing)  # before Spark: not a directory fails at once
     check_lake_writable(config.lake)
@@ -93,8 +93,8 @@ def watch(
 
 def maintain(config: AnalyzeConfig, retain_hours: int):
     """``amqpscope maintain``: compact every table of the lake and remove the files it no longer needs."""
-    from amqpscope.jobs.maintain import maintain_lake
-    from amqpscope.jobs.stages import job_session
+    from amqpscope.jobs.stages.maintain import maintain_lake
+    from amqpscope.jobs.stages.stages import job_session
 
     check_lake_writable(config.lake)
     with job_session(config, "amqpscope-maintain") as spark:

@@ -1,6 +1,6 @@
 """How every command ends: the one place outcomes become exit codes, and what each means.
 
-``jobs.cli`` (every command) and ``jobs.diagnose`` (its verdicts) both take them from here, so that
+``jobs.cli.cli`` (every command) and ``jobs.cli.diagnose`` (its verdicts) both take them from here, so that
 neither imports the other for them.
 """
 

@@ -2,7 +2,7 @@
 
 Captures already analysed into ``--lake`` by a run that finished are answered from its gold tables
 with delta-rs alone (no Spark, a second or so); the others (not in the lake, or left incomplete by a
-run killed or failed part way: the runs table says which) are analysed first (``jobs.analyze``,
+run killed or failed part way: the runs table says which) are analysed first (``jobs.stages.analyze``,
 which repairs them), then answered.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.expectations.bottleneck_rules import UNITS, evidence_units
 from amqpscope.ingest.rotation import resolve_parts
-from amqpscope.jobs.lake_read import python_values, read_rows
-from amqpscope.jobs.outcomes import ExitCode
-from amqpscope.jobs.preflight import check_capture_arguments, without_packets
+from amqpscope.jobs.cli.outcomes import ExitCode
+from amqpscope.jobs.lake.read import python_values, read_rows
+from amqpscope.jobs.stages.preflight import check_capture_arguments, without_packets
 from amqpscope.schemas.diagnosis import COMPONENTS
 
 _MAX_FINDINGS_SHOWN = 10
@@ -34,14 +34,14 @@ _BOTTLENECKS = frozenset(COMPONENTS) - {"none"}
 
 
 def _read_capture_rows(lake: Path, table: str, ids: Sequence[str]) -> list[dict[str, Any]]:
-    # delta-rs, through the helper that cannot abort the process at exit (jobs.lake_read)
+    # delta-rs, through the helper that cannot abort the process at exit (jobs.lake.read)
     return read_rows(lake / table, ids)
 
 
 def incomplete(lake: Path, ids: Sequence[str]) -> list[str]:
     """Those of ``ids`` whose rows the runs table does not call complete (a run killed or failed
-    part way, a derive older than the latest ingest, no run recorded): ``jobs.runs.completeness``."""
-    from amqpscope.jobs.runs import COMPLETE, RUNS_TABLE, StageRun, completeness
+    part way, a derive older than the latest ingest, no run recorded): ``jobs.lake.runs.completeness``."""
+    from amqpscope.jobs.lake.runs import COMPLETE, RUNS_TABLE, StageRun, completeness
 
     runs = [StageRun(**r) for r in _read_capture_rows(lake, RUNS_TABLE, ids)]
     by_stage = {(r.capture_id, r.stage): r for r in runs}
@@ -91,7 +91,7 @@ def diagnose(
         if answers is not None and config.tls_keylog and any(d.get("encrypted_connections") for d in answers[0]):
             answers = None  # answered before without the key log given now: decrypt and judge again
         if answers is None:
-            from amqpscope.jobs import analyze  # Spark is imported only when a capture must be analysed
+            from amqpscope.jobs.stages import analyze  # Spark is imported only when a capture must be analysed
 
             result = analyze.main(captures, config, progress)
             answers = stored_answers(config.lake, ids)

@@ -20,7 +20,7 @@ Delta's jars (tests/test_delta_spark.py parses the statements with Spark's own S
 
 Overlapping runs rely on Delta's own optimistic concurrency: each commit carries the run that made it
 (``userMetadata``), and the conflicts Delta raises (``commit_conflict``) become the lake's one-line
-``WriteConflict`` naming the run that won (``jobs.lake``).
+``WriteConflict`` naming the run that won (``jobs.lake.lake``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The files of a delta-rs write, as Spark lays them out: ``col=value`` partition directories (values
 escaped as Spark escapes them), the staging folder a write fills before its files move into the
-table, and whose process left a staging folder behind (``jobs.lake``)."""
+table, and whose process left a staging folder behind (``jobs.lake.lake``)."""
 
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ _STAGING_ATTEMPTS = 100
 def make_staging(table_path: str) -> str:
     """Make this write's own folder ``<table>/_staging/<host>-<pid>-<id>`` and return it.
 
-    A write that finishes removes ``_staging`` when it is empty (``jobs.lake``), so between making
+    A write that finishes removes ``_staging`` when it is empty (``jobs.lake.lake``), so between making
     that parent and making the folder in it, another write may remove the parent: the folder is
     made again until it exists. Once it does, the parent is not empty and stays."""
     folder = os.path.join(table_path, STAGING_DIR, staging_name())

@@ -4,7 +4,7 @@ commit made since then touched the same captures.
 
 delta-rs commits at the version after the snapshot it was given, without retries of its own
 (``max_commit_retries=0``): if that version is taken, the commits in between are read
-(``jobs.delta_log.conflicting_commit``). One that replaced rows of the same captures wins, and this
+(``jobs.lake.delta_log.conflicting_commit``). One that replaced rows of the same captures wins, and this
 write fails with a ``WriteConflict`` naming the table and the other run; others (different
 captures, the table created meanwhile by another run) are harmless, and the commit is tried again
 on the newer snapshot. Since a version file is created only if absent, the check and the commit
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from deltalake import DeltaTable, Schema
 from deltalake.transaction import AddAction, CommitProperties, create_table_with_add_actions
 
-from amqpscope.jobs import delta_log
-from amqpscope.jobs.errors import printable
+from amqpscope.jobs.lake import delta_log
+from amqpscope.jobs.lake.errors import printable
 
 log = logging.getLogger("amqpscope.lake")
 
