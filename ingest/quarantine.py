@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from amqpscope.ingest.framing import Unframed
 from amqpscope.ingest.pcap import Damage
+from amqpscope.ingest.reasons import CAPTURE_UNREADABLE
 
 Row = dict[str, Any]
 
@@ -122,5 +123,5 @@ def unreadable_rows(capture_id: str, file_name: str, file_size: int, reason: str
         "link_types": None,
         "status": FAILED + reason,
     }
-    quarantine = quarantine_row(capture_id, None, None, 0, file_size, None, _UNREADABLE + reason, "capture.unreadable")
+    quarantine = quarantine_row(capture_id, None, None, 0, file_size, None, _UNREADABLE + reason, CAPTURE_UNREADABLE)
     return {"captures": capture, "quarantine": quarantine}
