@@ -20,7 +20,7 @@ from tests.test_rotation import rotate_like_tcpdump_c
 ROOT = Path(__file__).resolve().parent.parent
 REASONS_MODULE = ROOT / "ingest" / "reasons.py"
 # Where an id may be written out: the catalogue itself (and, for the other kinds of finding, their own).
-CATALOGUES = {REASONS_MODULE}
+CATALOGUES = {REASONS_MODULE, ROOT / "expectations" / "finding_catalogue.py"}
 # The product's code (setup.cfg's packages).
 PRODUCT = [ROOT / name for name in ("package", "ingest", "schemas", "pipelines", "expectations", "jobs", "conf")]
 SAMPLE = ROOT / "samples" / "amqp091-qos-confirms.pcap"
