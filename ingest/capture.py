@@ -16,7 +16,7 @@ from amqpscope.ingest.framing import FrameError, FrameFormat, FrameSplitter, Raw
 from amqpscope.ingest.messages import StreamDecoder, stream_decoder
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, Segment, parse_tcp
 from amqpscope.ingest.pcap import Damage, read_container, read_records, scan
-from amqpscope.ingest.quarantine import capture_status, damage_row, quarantine_row, unframed_row
+from amqpscope.ingest.quarantine import STATUS_OK, capture_status, damage_row, quarantine_row, unframed_row
 from amqpscope.ingest.reasons import (
     CONNECTION_AMQP_OVER_TLS,
     CONNECTION_NO_CLIENT_BYTES,
@@ -711,7 +711,7 @@ class CaptureDecoder:
             "retransmitted_bytes": c2s.stream.retransmitted_bytes + s2c.stream.retransmitted_bytes,
         }
 
-    def capture_row(self, path: str | Path, file_size: int, status: str = "ok") -> Row:
+    def capture_row(self, path: str | Path, file_size: int, status: str = STATUS_OK) -> Row:
         """The captures row of a one-file capture (whose id is that file's content hash)."""
         return {
             "capture_id": self.capture_id,

@@ -17,8 +17,9 @@ from amqpscope.ingest.reasons import CAPTURE_UNREADABLE
 
 Row = dict[str, Any]
 
+# ``captures.status``, defined here only (``expectations.finding_catalogue`` lists them): a file read
+# whole; the prefix of one read past damage (the rest was read), and of one not read at all.
 STATUS_OK: Final = "ok"
-# ``captures.status`` of a file read past damage (the rest was read), and of one not read at all.
 DAMAGED: Final = "damaged: "
 FAILED: Final = "failed: "
 _FILE_DAMAGED: Final = "capture file damaged: "
