@@ -27,18 +27,7 @@ from importlib.metadata import version as distribution_version
 from pathlib import Path
 from typing import Any
 
-from amqpscope.expectations.finding_ids import (
-    DIAGNOSIS_CLIENT_CONNECTION_CHURN,
-    DIAGNOSIS_CLIENT_REQUEST_REPLY_LATENCY,
-    DIAGNOSIS_CONSUMER_NEVER_ACKS,
-    DIAGNOSIS_CONSUMER_PREFETCH_BOUND,
-    DIAGNOSIS_CONSUMER_REDELIVERY_LOOP,
-    DIAGNOSIS_NETWORK_BANDWIDTH_LIMITED,
-    DIAGNOSIS_PUBLISHER_REFUSED,
-    DIAGNOSIS_PUBLISHER_SLOW_SETTLEMENT,
-    DIAGNOSIS_PUBLISHER_UNROUTABLE,
-    DIAGNOSIS_QUEUE_BACKLOG_WITHOUT_CONSUMER,
-)
+from amqpscope.expectations import finding_ids as ids
 from testbed import bottleneck_clients as clients
 from testbed import problem_clients as pc
 from testbed import problem_pika as pp
@@ -423,19 +412,19 @@ INTENDED: Mapping[str, str] = {
     "slow_link": "network",
 }
 FINDINGS: Mapping[str, frozenset[str]] = {
-    "celery_slow_worker": frozenset({DIAGNOSIS_CONSUMER_PREFETCH_BOUND}),
-    "aio_pika_slow_consumer": frozenset({DIAGNOSIS_CONSUMER_PREFETCH_BOUND}),
-    "connection_churn": frozenset({DIAGNOSIS_CLIENT_CONNECTION_CHURN}),
-    "requeue_loop": frozenset({DIAGNOSIS_CONSUMER_REDELIVERY_LOOP}),
-    "reject_publish_nacks": frozenset({DIAGNOSIS_PUBLISHER_REFUSED}),
-    "unroutable_returns": frozenset({DIAGNOSIS_PUBLISHER_UNROUTABLE}),
-    "consumer_never_acks": frozenset({DIAGNOSIS_CONSUMER_NEVER_ACKS}),
-    "request_reply_slow_responder": frozenset({DIAGNOSIS_CLIENT_REQUEST_REPLY_LATENCY}),
+    "celery_slow_worker": frozenset({ids.DIAGNOSIS_CONSUMER_PREFETCH_BOUND}),
+    "aio_pika_slow_consumer": frozenset({ids.DIAGNOSIS_CONSUMER_PREFETCH_BOUND}),
+    "connection_churn": frozenset({ids.DIAGNOSIS_CLIENT_CONNECTION_CHURN}),
+    "requeue_loop": frozenset({ids.DIAGNOSIS_CONSUMER_REDELIVERY_LOOP}),
+    "reject_publish_nacks": frozenset({ids.DIAGNOSIS_PUBLISHER_REFUSED}),
+    "unroutable_returns": frozenset({ids.DIAGNOSIS_PUBLISHER_UNROUTABLE}),
+    "consumer_never_acks": frozenset({ids.DIAGNOSIS_CONSUMER_NEVER_ACKS}),
+    "request_reply_slow_responder": frozenset({ids.DIAGNOSIS_CLIENT_REQUEST_REPLY_LATENCY}),
     # Nobody consumes: 42 000 deliveries and acks would not fit in the capture.
     "amqp10_senders_read_slowly": frozenset(
-        {DIAGNOSIS_PUBLISHER_SLOW_SETTLEMENT, DIAGNOSIS_QUEUE_BACKLOG_WITHOUT_CONSUMER}
+        {ids.DIAGNOSIS_PUBLISHER_SLOW_SETTLEMENT, ids.DIAGNOSIS_QUEUE_BACKLOG_WITHOUT_CONSUMER}
     ),
-    "slow_link": frozenset({DIAGNOSIS_NETWORK_BANDWIDTH_LIMITED}),
+    "slow_link": frozenset({ids.DIAGNOSIS_NETWORK_BANDWIDTH_LIMITED}),
 }
 
 
