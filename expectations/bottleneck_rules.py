@@ -23,9 +23,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from amqpscope.conf.diagnosis import DiagnosisThresholds
+from amqpscope.expectations.findings import Finding, check_keys, finding, load_catalogue
 from amqpscope.schemas.diagnosis import COMPONENTS, EFFECTS, ENTITY_KINDS, FINDING_KINDS, FINDING_SEVERITIES
 
 CATALOGUE_PATH = Path(__file__).with_name("bottlenecks.yml")
@@ -167,6 +166,11 @@ class BottleneckRule:
         texts += [t for c in self.cases for t in (c.when or "", c.confidence or "")]
         return frozenset(name for text in texts for name in _THRESHOLD.findall(text))
 
+    @property
+    def finding(self) -> Finding:
+        """The rule in the one catalogue: its group is its kind (bottleneck or problem)."""
+        return finding(self.id, self.kind, self.severity, self.description)
+
     def units(self) -> dict[str, str]:
         """Evidence key -> unit."""
         return {key: value.unit for key, value in self.evidence}
@@ -197,19 +201,7 @@ def rule_from_mapping(
     entry: Mapping[str, Any], source: str = "<inline>", measures: frozenset[str] | None = None
 ) -> BottleneckRule:
     """A rule from one YAML entry; anything missing, unknown or inconsistent is a ValueError naming it."""
-    if not isinstance(entry, Mapping):
-        raise ValueError(f"{source}: every rule must be a mapping, got {entry!r}")
-    where = f"{source}: rule {entry.get('id', '<no id>')!r}"
-    missing = [k for k in _REQUIRED if k not in entry]
-    unknown = sorted(set(entry) - _RULE_KEYS)
-    if missing or unknown:
-        raise ValueError(
-            f"{where}: "
-            + "; ".join(
-                ([f"missing {', '.join(missing)}"] if missing else [])
-                + ([f"unknown keys {', '.join(unknown)}"] if unknown else [])
-            )
-        )
+    where = check_keys(entry, source, "rule", _REQUIRED, _RULE_KEYS)
     if not _RULE_ID.fullmatch(str(entry["id"])):
         raise ValueError(f"{where}: id must be diagnosis.<dotted lower-case words>")
     raw_cases = entry["component"] if isinstance(entry["component"], list) else [entry["component"]]
@@ -273,18 +265,11 @@ def load_bottleneck_rules(
     path: Path = CATALOGUE_PATH, measures: frozenset[str] | None = None
 ) -> tuple[BottleneckRule, ...]:
     """The catalogue, validated: ids unique, every ``after`` naming an earlier rule."""
-    document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(document, Mapping) or not isinstance(document.get("rules"), list):
-        raise ValueError(f"{path}: expected a top-level 'rules' list")
-    rules: list[BottleneckRule] = []
-    for entry in document["rules"]:
-        rule = rule_from_mapping(entry, str(path), measures)
-        if any(r.id == rule.id for r in rules):
-            raise ValueError(f"{path}: rule {rule.id!r}: duplicate id")
-        if rule.after is not None and all(r.id != rule.after for r in rules):
+    rules = load_catalogue(path, "rules", "rule", lambda entry, source: rule_from_mapping(entry, source, measures))
+    for earlier, rule in enumerate(rules):
+        if rule.after is not None and all(r.id != rule.after for r in rules[:earlier]):
             raise ValueError(f"{path}: rule {rule.id!r}: after {rule.after!r}, which is not an earlier rule")
-        rules.append(rule)
-    return tuple(rules)
+    return rules
 
 
 def evidence_units(rules: Sequence[BottleneckRule] | None = None) -> dict[str, dict[str, str]]:

@@ -7,7 +7,6 @@ Great Expectations suites in :mod:`amqpscope.expectations.suite`, so the two alw
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
@@ -15,10 +14,10 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import pyspark.sql.functions as F
-import yaml
 from pyspark.sql import Column, DataFrame
 from pyspark.sql.types import ArrayType, BinaryType, DataType, MapType, StructType
 
+from amqpscope.expectations.findings import ID, VIOLATION, Finding, check_keys, finding, load_catalogue
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 from amqpscope.schemas.flow import (
     CHANNEL_CONFIRMS_SCHEMA,
@@ -60,9 +59,6 @@ TABLE_SCHEMAS: Mapping[str, StructType] = {
 # violation nor a failed suite (docs/DIAGNOSIS.md).
 CATALOGUE_PATH = Path(__file__).with_name("rules.yml")
 
-# Dotted, lower-case and stable: reports, Data Docs and stored violations refer to rules by it.
-_RULE_ID = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
-
 _RULE_KEYS = ("id", "severity", "description", "table", "violation", "evidence")
 
 
@@ -82,7 +78,7 @@ class Rule:
         def fail(problem: str) -> ValueError:
             return ValueError(f"{self.source}: rule {self.id!r}: {problem}")
 
-        if not isinstance(self.id, str) or not _RULE_ID.fullmatch(self.id):
+        if not isinstance(self.id, str) or not ID.fullmatch(self.id):
             raise fail("id must be dotted lower-case words, e.g. amqp10.link.credit_exceeded")
         if self.severity not in SEVERITIES:
             raise fail(f"unknown severity {self.severity!r} (one of {', '.join(SEVERITIES)})")
@@ -98,18 +94,15 @@ class Rule:
         if unknown:
             raise fail(f"evidence columns not in table {self.table}: {', '.join(unknown)}")
 
+    @property
+    def finding(self) -> Finding:
+        """The rule in the one catalogue (its severity on the one scale; the violations table keeps its own)."""
+        return finding(self.id, VIOLATION, self.severity, self.description)
+
 
 def rule_from_mapping(entry: Mapping[str, Any], source: str = "<inline>") -> Rule:
     """A Rule from one YAML entry; a missing or unknown key is a ValueError naming the rule."""
-    if not isinstance(entry, Mapping):
-        raise ValueError(f"{source}: every rule must be a mapping, got {entry!r}")
-    rule_id = entry.get("id", "<no id>")
-    missing = [k for k in _RULE_KEYS if k not in entry]
-    unknown = sorted(set(entry) - set(_RULE_KEYS))
-    if missing or unknown:
-        problems = [f"missing {', '.join(missing)}"] if missing else []
-        problems += [f"unknown keys {', '.join(map(str, unknown))}"] if unknown else []
-        raise ValueError(f"{source}: rule {rule_id!r}: {'; '.join(problems)}")
+    check_keys(entry, source, "rule", _RULE_KEYS, ())
     evidence = entry["evidence"]
     return Rule(
         id=entry["id"],
@@ -124,17 +117,7 @@ def rule_from_mapping(entry: Mapping[str, Any], source: str = "<inline>") -> Rul
 
 def load_rules(path: Path | None = None) -> tuple[Rule, ...]:
     """Load and validate a rule file (default: rules.yml); rule ids must be unique."""
-    path = Path(CATALOGUE_PATH if path is None else path)
-    document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(document, Mapping) or not isinstance(document.get("rules"), list):
-        raise ValueError(f"{path}: expected a top-level 'rules' list")
-    rules = tuple(rule_from_mapping(entry, source=str(path)) for entry in document["rules"])
-    seen: set[str] = set()
-    for rule in rules:
-        if rule.id in seen:
-            raise ValueError(f"{path}: rule {rule.id!r}: duplicate id")
-        seen.add(rule.id)
-    return rules
+    return load_catalogue(Path(CATALOGUE_PATH if path is None else path), "rules", "rule", rule_from_mapping)
 
 
 def rules_for(table: str, rules: Iterable[Rule] | None = None) -> tuple[Rule, ...]:

@@ -18,7 +18,16 @@ from amqpscope.ingest.amqp091_methods import METHODS, decode_basic_properties
 from amqpscope.ingest.amqp091_values import short_of
 from amqpscope.ingest.framing import FrameError, RawFrame, new_frame
 from amqpscope.ingest.limits import BUDGET
-from amqpscope.ingest.reasons import DecodeError
+from amqpscope.ingest.reasons import (
+    AMQP091_FRAME_BAD_FRAME_END,
+    AMQP091_FRAME_TRAILING_BYTES,
+    AMQP091_FRAME_UNKNOWN_TYPE,
+    AMQP091_HEADER_BAD_WEIGHT,
+    AMQP091_HEARTBEAT_PAYLOAD,
+    AMQP091_METHOD_UNKNOWN,
+    AMQP091_PROPERTIES_UNKNOWN_FLAG,
+    DecodeError,
+)
 from amqpscope.ingest.specs import amqp091
 
 PROTOCOL: Final[str] = "amqp-0-9-1"
@@ -53,7 +62,7 @@ class Amqp091Format:
             raise FrameError(
                 f"unknown 0-9-1 frame type {buf[pos]}",
                 0,
-                "amqp091.frame.unknown_type",
+                AMQP091_FRAME_UNKNOWN_TYPE,
                 expected=_FRAME_TYPE_CODES,
                 found=str(buf[pos]),
             )
@@ -68,7 +77,7 @@ class Amqp091Format:
         return FrameError(
             f"frame-end is 0x{end:02x}, not 0xce",
             length - 1,
-            "amqp091.frame.bad_frame_end",
+            AMQP091_FRAME_BAD_FRAME_END,
             length=length,
             expected="0xce",
             found=f"0x{end:02x}",
@@ -130,7 +139,7 @@ def decode_properties(data: bytes, pos: int, end: int) -> dict[str, Any]:
         raise DecodeError(
             "property flags name a property basic does not have",
             pos - 2,
-            "amqp091.properties.unknown_flag",
+            AMQP091_PROPERTIES_UNKNOWN_FLAG,
             found=f"0x{unknown:04x}",
         )
     properties, stop = decode_basic_properties(data, pos, end, first)
@@ -138,7 +147,7 @@ def decode_properties(data: bytes, pos: int, end: int) -> dict[str, Any]:
         raise DecodeError(
             f"{end - stop} bytes after the arguments of basic.properties",
             stop,
-            "amqp091.frame.trailing_bytes",
+            AMQP091_FRAME_TRAILING_BYTES,
             length=end - stop,
         )
     return properties
@@ -158,7 +167,7 @@ def decode_frame(data: bytes) -> dict[str, Any]:
             raise DecodeError(
                 f"unknown method {class_id}.{method_id}",
                 FRAME_HEADER_SIZE,
-                "amqp091.method.unknown",
+                AMQP091_METHOD_UNKNOWN,
                 found=f"{class_id}.{method_id}",
             )
         name, decode_arguments = known
@@ -167,7 +176,7 @@ def decode_frame(data: bytes) -> dict[str, Any]:
             raise DecodeError(
                 f"{end - stop} bytes after the arguments of {name}",
                 stop,
-                "amqp091.frame.trailing_bytes",
+                AMQP091_FRAME_TRAILING_BYTES,
                 length=end - stop,
             )
         return {
@@ -188,7 +197,7 @@ def decode_frame(data: bytes) -> dict[str, Any]:
             raise DecodeError(
                 f"content header weight is {weight}, not 0",
                 FRAME_HEADER_SIZE + 2,
-                "amqp091.header.bad_weight",
+                AMQP091_HEADER_BAD_WEIGHT,
                 expected="0",
                 found=str(weight),
             )
@@ -204,7 +213,7 @@ def decode_frame(data: bytes) -> dict[str, Any]:
         raise DecodeError(
             f"heartbeat frame with a {size}-byte payload",
             FRAME_HEADER_SIZE,
-            "amqp091.heartbeat.payload",
+            AMQP091_HEARTBEAT_PAYLOAD,
             expected="0",
             found=str(size),
         )

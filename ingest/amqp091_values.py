@@ -18,7 +18,13 @@ from mypy_extensions import mypyc_attr
 
 from amqpscope.ingest.amqp10_types import likely_unit
 from amqpscope.ingest.limits import BUDGET
-from amqpscope.ingest.reasons import DecodeError, beyond
+from amqpscope.ingest.reasons import (
+    AMQP091_VALUE_OVERRUNS_FRAME,
+    AMQP091_VALUE_TRUNCATED,
+    AMQP091_VALUE_UNKNOWN_TYPE,
+    DecodeError,
+    beyond,
+)
 
 # Arguments that carry credentials: never decoded into a row (the mechanism is kept).
 SECRET_ARGUMENTS: Final = frozenset(
@@ -38,7 +44,7 @@ def short_of(n: int, pos: int, end: int) -> DecodeError:
     return DecodeError(
         f"value needs {n} bytes, {max(end - pos, 0)} left",
         pos,
-        "amqp091.value.truncated",
+        AMQP091_VALUE_TRUNCATED,
         expected=str(n),
         found=str(max(end - pos, 0)),
     )
@@ -142,7 +148,7 @@ def _sized(data: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
         raise DecodeError(
             f"{what} of {stop - pos - 4} bytes overruns the frame",
             pos,
-            "amqp091.value.overruns_frame",
+            AMQP091_VALUE_OVERRUNS_FRAME,
             length=stop - pos - 4,
         )
     return stop, pos + 4
@@ -216,6 +222,6 @@ def _field_value(data: bytes, pos: int, end: int) -> tuple[Any, int]:
     reader = FIELD_VALUE_READERS.get(data[pos])
     if reader is None:
         raise DecodeError(
-            f"unknown field value type {chr(data[pos])!r}", pos, "amqp091.value.unknown_type", found=chr(data[pos])
+            f"unknown field value type {chr(data[pos])!r}", pos, AMQP091_VALUE_UNKNOWN_TYPE, found=chr(data[pos])
         )
     return reader(data, pos + 1, end)

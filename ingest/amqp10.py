@@ -21,7 +21,19 @@ from amqpscope.ingest.amqp10_types import (
 )
 from amqpscope.ingest.framing import FrameError, RawFrame, new_frame
 from amqpscope.ingest.limits import BUDGET
-from amqpscope.ingest.reasons import DecodeError
+from amqpscope.ingest.reasons import (
+    AMQP10_FRAME_BAD_DATA_OFFSET,
+    AMQP10_FRAME_NOT_PERFORMATIVE,
+    AMQP10_FRAME_SIZE_BELOW_MINIMUM,
+    AMQP10_FRAME_TRAILING_BYTES,
+    AMQP10_FRAME_UNKNOWN_TYPE,
+    AMQP10_FRAME_WRONG_BODY,
+    AMQP10_MESSAGE_AFTER_BODY,
+    AMQP10_MESSAGE_NOT_A_SECTION,
+    AMQP10_MESSAGE_SECTION_ORDER,
+    AMQP10_MESSAGE_SECTION_TYPE,
+    DecodeError,
+)
 from amqpscope.ingest.specs import Composite, amqp10
 
 PROTOCOL: Final = "amqp-1.0"
@@ -67,7 +79,7 @@ class Amqp10Format:
             raise FrameError(
                 f"frame size {size} is below the 8-byte minimum",
                 0,
-                "amqp10.frame.size_below_minimum",
+                AMQP10_FRAME_SIZE_BELOW_MINIMUM,
                 expected=f"at least {FRAME_HEADER_SIZE}",
                 found=str(size),
             )
@@ -75,13 +87,13 @@ class Amqp10Format:
             raise FrameError(
                 f"data offset {doff} does not fit a {size}-byte frame",
                 4,
-                "amqp10.frame.bad_data_offset",
+                AMQP10_FRAME_BAD_DATA_OFFSET,
                 length=size,
                 found=str(doff),
             )
         if frame_type not in FRAME_TYPES:
             raise FrameError(
-                f"unknown 1.0 frame type {frame_type}", 5, "amqp10.frame.unknown_type", found=f"0x{frame_type:02x}"
+                f"unknown 1.0 frame type {frame_type}", 5, AMQP10_FRAME_UNKNOWN_TYPE, found=f"0x{frame_type:02x}"
             )
         return size
 
@@ -241,14 +253,14 @@ def decode_frame(data: bytes) -> dict[str, Any]:
     BUDGET.start(len(data))
     descriptor, items, end = _decode_described(data, body_start)
     if descriptor is _NOT_DESCRIBED:
-        raise DecodeError("frame body is not a described performative", body_start, "amqp10.frame.not_performative")
+        raise DecodeError("frame body is not a described performative", body_start, AMQP10_FRAME_NOT_PERFORMATIVE)
     composite = _composite_for(descriptor)
     expected = "sasl-frame" if kind == "sasl" else "frame"
     if composite is None or expected not in composite.provides or not isinstance(items, list):
         raise DecodeError(
             f"{descriptor_name(descriptor)} cannot be the body of a {kind} frame",
             body_start,
-            "amqp10.frame.wrong_body",
+            AMQP10_FRAME_WRONG_BODY,
             expected=kind,
             found=descriptor_name(descriptor),
         )
@@ -264,7 +276,7 @@ def decode_frame(data: bytes) -> dict[str, Any]:
         raise DecodeError(
             f"{size - end} bytes after the {composite.name} performative",
             end,
-            "amqp10.frame.trailing_bytes",
+            AMQP10_FRAME_TRAILING_BYTES,
             length=size - end,
         )
     return decoded
@@ -298,27 +310,27 @@ def decode_message(payload: bytes) -> list[Section]:
         composite = None if descriptor is _NOT_DESCRIBED else _composite_for(descriptor)
         rules = None if composite is None else _SECTION_RULES.get(composite.name)
         if composite is None or rules is None:
-            raise DecodeError("message data is not a message section", start, "amqp10.message.not_a_section")
+            raise DecodeError("message data is not a message section", start, AMQP10_MESSAGE_NOT_A_SECTION)
         rank, repeats, is_body, source_type = rules
         if source_type is not None and not isinstance(inner, source_type):
             raise DecodeError(
                 f"{composite.name} section is not a {_TYPE_NAMES[source_type]}",
                 start,
-                "amqp10.message.section_type",
+                AMQP10_MESSAGE_SECTION_TYPE,
                 expected=_TYPE_NAMES[source_type],
                 found=composite.name,
             )
         # Sections come in spec order, and only body sections repeat (data, amqp-sequence).
         if rank < order or (rank == order and not repeats):
             raise DecodeError(
-                f"{composite.name} section out of order", start, "amqp10.message.section_order", found=composite.name
+                f"{composite.name} section out of order", start, AMQP10_MESSAGE_SECTION_ORDER, found=composite.name
             )
         if is_body:
             if body is not None and body != composite.name:
                 raise DecodeError(
                     f"{composite.name} section after a {body} body",
                     start,
-                    "amqp10.message.after_body",
+                    AMQP10_MESSAGE_AFTER_BODY,
                     found=composite.name,
                 )
             body = composite.name

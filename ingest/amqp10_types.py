@@ -28,7 +28,22 @@ from typing import Any, Final
 from mypy_extensions import mypyc_attr
 
 from amqpscope.ingest.limits import BUDGET, MAX_DEPTH, MAX_VALUE_BYTES
-from amqpscope.ingest.reasons import DecodeError, beyond
+from amqpscope.ingest.reasons import (
+    AMQP10_VALUE_BAD_ASCII,
+    AMQP10_VALUE_BAD_BOOLEAN,
+    AMQP10_VALUE_BAD_UTF8,
+    AMQP10_VALUE_COUNT_EXCEEDS_SIZE,
+    AMQP10_VALUE_INVALID,
+    AMQP10_VALUE_ODD_MAP,
+    AMQP10_VALUE_OVERRUNS_FRAME,
+    AMQP10_VALUE_SIZE_MISMATCH,
+    AMQP10_VALUE_TRUNCATED,
+    AMQP10_VALUE_UNKNOWN_FORMAT_CODE,
+    LIMIT_DEPTH,
+    LIMIT_VALUE_BYTES,
+    DecodeError,
+    beyond,
+)
 from amqpscope.ingest.specs import Encoding, amqp10
 
 
@@ -91,7 +106,7 @@ def short_of(n: int, pos: int, left: int) -> DecodeError:
     return DecodeError(
         f"value needs {n} bytes, {max(left, 0)} left",
         pos,
-        "amqp10.value.truncated",
+        AMQP10_VALUE_TRUNCATED,
         expected=str(n),
         found=str(max(left, 0)),
     )
@@ -158,7 +173,7 @@ def _fixed(enc: Encoding) -> Decoder:
                 raise DecodeError(
                     f"boolean octet 0x{buf[pos]:02x} is neither 0x00 nor 0x01",
                     pos,
-                    "amqp10.value.bad_boolean",
+                    AMQP10_VALUE_BAD_BOOLEAN,
                     expected="0x00 or 0x01",
                     found=f"0x{buf[pos]:02x}",
                 )
@@ -209,7 +224,7 @@ def _fixed(enc: Encoding) -> Decoder:
             return convert(bytes(buf[pos : pos + width])), pos + width
         except ValueError as exc:
             raise DecodeError(
-                f"{enc.type_name}: {exc}", pos, "amqp10.value.invalid", found=bytes(buf[pos : pos + width]).hex()
+                f"{enc.type_name}: {exc}", pos, AMQP10_VALUE_INVALID, found=bytes(buf[pos : pos + width]).hex()
             ) from None
 
     return decode_raw
@@ -252,7 +267,7 @@ def _variable(enc: Encoding) -> Decoder:
                 raise DecodeError(
                     f"{enc.name} of {size} bytes, above {MAX_VALUE_BYTES} (limit)",
                     pos - width,
-                    "limit.value_bytes",
+                    LIMIT_VALUE_BYTES,
                     expected=str(MAX_VALUE_BYTES),
                     found=str(size),
                 )
@@ -264,12 +279,12 @@ def _variable(enc: Encoding) -> Decoder:
             try:
                 return raw.decode("utf-8"), stop
             except UnicodeDecodeError as exc:
-                raise DecodeError("string is not valid UTF-8", pos + exc.start, "amqp10.value.bad_utf8") from None
+                raise DecodeError("string is not valid UTF-8", pos + exc.start, AMQP10_VALUE_BAD_UTF8) from None
         if kind == "symbol":
             try:
                 return Symbol(raw.decode("ascii")), stop
             except UnicodeDecodeError as exc:
-                raise DecodeError("symbol is not ASCII", pos + exc.start, "amqp10.value.bad_ascii") from None
+                raise DecodeError("symbol is not ASCII", pos + exc.start, AMQP10_VALUE_BAD_ASCII) from None
         return raw, stop
 
     return decode
@@ -299,7 +314,7 @@ def _sequence(enc: Encoding) -> Decoder:
         end = pos + size
         if end > length or size < width:
             raise DecodeError(
-                f"{enc.name} of {size} bytes overruns the frame", pos, "amqp10.value.overruns_frame", length=size
+                f"{enc.name} of {size} bytes overruns the frame", pos, AMQP10_VALUE_OVERRUNS_FRAME, length=size
             )
         if width == 1:
             count = buf[pos]
@@ -312,7 +327,7 @@ def _sequence(enc: Encoding) -> Decoder:
             raise DecodeError(
                 f"{enc.name} of {size} bytes cannot hold {count} elements",
                 pos,
-                "amqp10.value.count_exceeds_size",
+                AMQP10_VALUE_COUNT_EXCEEDS_SIZE,
                 length=size,
                 found=str(count),
             )
@@ -349,7 +364,7 @@ def _sequence(enc: Encoding) -> Decoder:
             raise DecodeError(
                 f"{enc.name} size {size} disagrees with its {count} elements",
                 pos,
-                "amqp10.value.size_mismatch",
+                AMQP10_VALUE_SIZE_MISMATCH,
                 length=size,
                 found=str(count),
             )
@@ -357,7 +372,7 @@ def _sequence(enc: Encoding) -> Decoder:
         if is_map:
             if count % 2:
                 raise DecodeError(
-                    f"{enc.name} has an odd number ({count}) of elements", pos, "amqp10.value.odd_map", found=str(count)
+                    f"{enc.name} has an odd number ({count}) of elements", pos, AMQP10_VALUE_ODD_MAP, found=str(count)
                 )
             return dict(zip(map(_hashable, items[0::2]), items[1::2])), pos
         return items, pos
@@ -407,7 +422,7 @@ def _constructor(buf: bytes, pos: int) -> tuple[Decoder, int]:
     decoder = _BY_CODE[code]
     if decoder is None:
         raise DecodeError(
-            f"unknown format code 0x{code:02x}", pos, "amqp10.value.unknown_format_code", found=f"0x{code:02x}"
+            f"unknown format code 0x{code:02x}", pos, AMQP10_VALUE_UNKNOWN_FORMAT_CODE, found=f"0x{code:02x}"
         )
     return decoder, pos + 1
 
@@ -439,9 +454,7 @@ def read_value(buf: bytes, pos: int) -> tuple[Any, int]:
         value, pos = read_value(buf, pos)
         BUDGET.leave()
         return Described(descriptor, value), pos
-    raise DecodeError(
-        f"unknown format code 0x{code:02x}", pos, "amqp10.value.unknown_format_code", found=f"0x{code:02x}"
-    )
+    raise DecodeError(f"unknown format code 0x{code:02x}", pos, AMQP10_VALUE_UNKNOWN_FORMAT_CODE, found=f"0x{code:02x}")
 
 
 def value_extent(buf: bytes, pos: int, depth: int = 0) -> int | None:
@@ -462,7 +475,7 @@ def value_extent(buf: bytes, pos: int, depth: int = 0) -> int | None:
             raise DecodeError(
                 f"descriptors nested deeper than {MAX_DEPTH} levels (limit)",
                 pos,
-                "limit.depth",
+                LIMIT_DEPTH,
                 expected=str(MAX_DEPTH),
             )
         descriptor = value_extent(buf, pos + 1, depth + 1)
@@ -472,7 +485,7 @@ def value_extent(buf: bytes, pos: int, depth: int = 0) -> int | None:
     enc = spec.get(code)
     if enc is None:
         raise DecodeError(
-            f"unknown format code 0x{code:02x}", pos, "amqp10.value.unknown_format_code", found=f"0x{code:02x}"
+            f"unknown format code 0x{code:02x}", pos, AMQP10_VALUE_UNKNOWN_FORMAT_CODE, found=f"0x{code:02x}"
         )
     if enc.category == "fixed":
         return pos + 1 + enc.width - start

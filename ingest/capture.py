@@ -16,8 +16,18 @@ from amqpscope.ingest.framing import FrameError, FrameFormat, FrameSplitter, Raw
 from amqpscope.ingest.messages import StreamDecoder, stream_decoder
 from amqpscope.ingest.packets import LINK_TYPE_NAMES, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, Segment, parse_tcp
 from amqpscope.ingest.pcap import Damage, read_container, read_records, scan
-from amqpscope.ingest.quarantine import capture_status, damage_row, quarantine_row, unframed_row
-from amqpscope.ingest.reasons import DecodeError
+from amqpscope.ingest.quarantine import STATUS_OK, capture_status, damage_row, quarantine_row, unframed_row
+from amqpscope.ingest.reasons import (
+    CONNECTION_AMQP_OVER_TLS,
+    CONNECTION_NO_CLIENT_BYTES,
+    CONNECTION_NOT_AMQP,
+    CONNECTION_TLS,
+    CONNECTION_UNSUPPORTED_PROTOCOL_HEADER,
+    DECODER_DEFECT,
+    FRAMING_MID_STREAM_START,
+    TCP_GAP,
+    DecodeError,
+)
 from amqpscope.ingest.rows import add_arguments
 from amqpscope.ingest.tcp import Data, DirectionStream, Event, Gap
 from amqpscope.ingest.tls_keylog import KeyLog
@@ -38,7 +48,7 @@ _FORMATS: Final[dict[str, FrameFormat]] = {
 # Bytes of a stream examined before giving up on recognising AMQP in it.
 _DETECT_BYTES: Final = 64
 _GAP: Final = "capture gap: bytes missing from the capture"
-_NOT_AMQP: Final = ("connection.not_amqp", "not decoded: not AMQP")
+_NOT_AMQP: Final = (CONNECTION_NOT_AMQP, "not decoded: not AMQP")
 # A connection picked up mid-stream on an AMQP port (no SYN captured) may start inside a frame as
 # long as RabbitMQ's frame_max (131072 by default), and the version is taken from two whole frames
 # back to back after it and the start of a third: up to this many bytes of each direction (the cut
@@ -49,7 +59,7 @@ _INFER_BYTES: Final = 4 * 131072
 _INFER_HOLD: Final = 4 * _INFER_BYTES
 # The bytes of such a direction before its first frame (the rest of a frame the capture cut).
 _MID_STREAM_START: Final = FrameError(
-    "capture started inside a frame (connection picked up mid-stream)", 0, "framing.mid_stream_start"
+    "capture started inside a frame (connection picked up mid-stream)", 0, FRAMING_MID_STREAM_START
 )
 
 Row = dict[str, Any]
@@ -241,7 +251,7 @@ class CaptureDecoder:
             gap.size,
             gap.packet_number,
             _GAP,
-            "tcp.gap",
+            TCP_GAP,
             missing=True,
         )
 
@@ -547,7 +557,7 @@ class CaptureDecoder:
             offset = raw.offset + exc.offset
             reason_id, reason, length, expected, found = exc.reason_id, exc.reason, exc.length, exc.expected, exc.found
         else:
-            reason_id = "decoder.defect"
+            reason_id = DECODER_DEFECT
             offset, reason, length, expected = raw.offset, f"{type(exc).__name__}: {str(exc)[:200]}", None, None
             found = type(exc).__name__
         return quarantine_row(
@@ -672,7 +682,7 @@ class CaptureDecoder:
                         side.missing_bytes,
                         self._last_packet,
                         _GAP,
-                        "tcp.gap",
+                        TCP_GAP,
                         missing=True,
                     ),
                 )
@@ -701,7 +711,7 @@ class CaptureDecoder:
             "retransmitted_bytes": c2s.stream.retransmitted_bytes + s2c.stream.retransmitted_bytes,
         }
 
-    def capture_row(self, path: str | Path, file_size: int, status: str = "ok") -> Row:
+    def capture_row(self, path: str | Path, file_size: int, status: str = STATUS_OK) -> Row:
         """The captures row of a one-file capture (whose id is that file's content hash)."""
         return {
             "capture_id": self.capture_id,
@@ -792,13 +802,13 @@ def _frames_from(head: memoryview, complete: bool) -> tuple[str, int] | None:
 def _not_amqp_reason(head: bytes) -> tuple[str, str]:
     """Why a connection on an AMQP port is not decoded, from the client's first bytes: (id, sentence)."""
     if not head:
-        return "connection.no_client_bytes", "not decoded: no payload bytes captured"
+        return CONNECTION_NO_CLIENT_BYTES, "not decoded: no payload bytes captured"
     if head.startswith(b"AMQP\x02"):
-        return "connection.amqp_over_tls", "not decoded: AMQP over TLS"
+        return CONNECTION_AMQP_OVER_TLS, "not decoded: AMQP over TLS"
     if head[:1] == b"\x16":
-        return "connection.tls", "not decoded: TLS handshake"
+        return CONNECTION_TLS, "not decoded: TLS handshake"
     if head.startswith(b"AMQP"):
-        return "connection.unsupported_protocol_header", f"not decoded: unsupported protocol header {head[:8].hex()}"
+        return CONNECTION_UNSUPPORTED_PROTOCOL_HEADER, f"not decoded: unsupported protocol header {head[:8].hex()}"
     return _NOT_AMQP
 
 

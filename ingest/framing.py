@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final, NamedTuple, Protocol
 
-from amqpscope.ingest.reasons import DecodeError
+from amqpscope.ingest.reasons import FRAMING_CUT_BY_GAP, FRAMING_INCOMPLETE_FRAME, DecodeError
 
 PROTOCOL_HEADER_SIZE: Final = 8
 _AMQP: Final = b"AMQP"
@@ -254,10 +254,10 @@ class FrameSplitter:
                 self._base, size, packet_number, unframeable.reason if gap is None else f"{unframeable.reason} ({gap})"
             )
         elif gap is None:
-            left = Unframed(self._base, size, packet_number, _INCOMPLETE, "framing.incomplete_frame", error_length=size)
+            left = Unframed(self._base, size, packet_number, _INCOMPLETE, FRAMING_INCOMPLETE_FRAME, error_length=size)
         else:
             left = Unframed(
-                self._base, size, packet_number, f"incomplete frame {gap}", "framing.cut_by_gap", error_length=size
+                self._base, size, packet_number, f"incomplete frame {gap}", FRAMING_CUT_BY_GAP, error_length=size
             )
         self._base += size
         self._buf.clear()

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from amqpscope.ingest.reasons import Reason
+from amqpscope.ingest.reasons import LIMIT_DEPTH, LIMIT_ELEMENTS, LIMIT_OBJECTS, Reason
 
 MAX_DEPTH: Final = 100
 MAX_ELEMENTS: Final = 1 << 20
@@ -51,9 +51,7 @@ class Budget:
         """One level deeper; the reason when that is too deep (the caller raises, with its offset:
         ``reasons.beyond``)."""
         if self.depth >= MAX_DEPTH:
-            return Reason(
-                "limit.depth", f"values nested deeper than {MAX_DEPTH} levels (limit)", expected=str(MAX_DEPTH)
-            )
+            return Reason(LIMIT_DEPTH, f"values nested deeper than {MAX_DEPTH} levels (limit)", expected=str(MAX_DEPTH))
         self.depth += 1
         return None
 
@@ -64,7 +62,7 @@ class Budget:
         """Room for ``count`` more values; the reason when the frame may not build them."""
         if count > MAX_ELEMENTS:
             return Reason(
-                "limit.elements",
+                LIMIT_ELEMENTS,
                 f"{count} elements in one value, above {MAX_ELEMENTS} (limit)",
                 expected=str(MAX_ELEMENTS),
                 found=str(count),
@@ -72,7 +70,7 @@ class Budget:
         self.objects += count
         if self.objects > self.allowed:
             return Reason(
-                "limit.objects",
+                LIMIT_OBJECTS,
                 f"more than {self.allowed} values in one frame of {self.allowed - MAX_OBJECTS} bytes (limit)",
                 expected=str(self.allowed),
             )

@@ -17,6 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final, NamedTuple
 
+from amqpscope.ingest.reasons import (
+    CAPTURE_BLOCK_LENGTH_IMPOSSIBLE,
+    CAPTURE_BLOCK_LENGTH_NOT_REPEATED,
+    CAPTURE_RECORD_LENGTH_IMPOSSIBLE,
+    CAPTURE_TRUNCATED,
+)
+
 _PCAP_MAGIC: Final = {
     b"\xd4\xc3\xb2\xa1": ("<", False),
     b"\xa1\xb2\xc3\xd4": (">", False),
@@ -228,7 +235,7 @@ def _pcap_records(
                             len(buf),
                             f"record at byte {base}",
                             "file ends inside a record header",
-                            "capture.truncated",
+                            CAPTURE_TRUNCATED,
                             "16",
                             str(len(buf)),
                         )
@@ -246,7 +253,7 @@ def _pcap_records(
                     place,
                     f"impossible captured length {caplen}",
                     damage,
-                    "capture.record_length_impossible",
+                    CAPTURE_RECORD_LENGTH_IMPOSSIBLE,
                     f"at most {MAX_RECORD}",
                     str(caplen),
                 )
@@ -267,7 +274,7 @@ def _pcap_records(
                             len(buf),
                             f"record at byte {base}",
                             reason,
-                            "capture.truncated",
+                            CAPTURE_TRUNCATED,
                             str(stop),
                             str(len(buf)),
                         )
@@ -303,7 +310,7 @@ def _pcapng_records(
                             len(buf),
                             f"block at byte {base}",
                             "file ends inside a block header",
-                            "capture.truncated",
+                            CAPTURE_TRUNCATED,
                             "12",
                             str(len(buf)),
                         )
@@ -324,7 +331,7 @@ def _pcapng_records(
                     place,
                     f"impossible block length {length}",
                     damage,
-                    "capture.block_length_impossible",
+                    CAPTURE_BLOCK_LENGTH_IMPOSSIBLE,
                     found=str(length),
                 )
                 f.seek(resume)
@@ -343,7 +350,7 @@ def _pcapng_records(
                             len(buf),
                             f"block at byte {base}",
                             "file ends inside a block",
-                            "capture.truncated",
+                            CAPTURE_TRUNCATED,
                             str(length),
                             str(len(buf)),
                         )
@@ -360,7 +367,7 @@ def _pcapng_records(
                     place,
                     f"block length {length} not repeated at its end",
                     damage,
-                    "capture.block_length_not_repeated",
+                    CAPTURE_BLOCK_LENGTH_NOT_REPEATED,
                     str(length),
                     str(trailer),
                 )

@@ -13,11 +13,13 @@ from typing import Any, Final
 
 from amqpscope.ingest.framing import Unframed
 from amqpscope.ingest.pcap import Damage
+from amqpscope.ingest.reasons import CAPTURE_UNREADABLE
 
 Row = dict[str, Any]
 
+# ``captures.status``, defined here only (``expectations.finding_catalogue`` lists them): a file read
+# whole; the prefix of one read past damage (the rest was read), and of one not read at all.
 STATUS_OK: Final = "ok"
-# ``captures.status`` of a file read past damage (the rest was read), and of one not read at all.
 DAMAGED: Final = "damaged: "
 FAILED: Final = "failed: "
 _FILE_DAMAGED: Final = "capture file damaged: "
@@ -122,5 +124,5 @@ def unreadable_rows(capture_id: str, file_name: str, file_size: int, reason: str
         "link_types": None,
         "status": FAILED + reason,
     }
-    quarantine = quarantine_row(capture_id, None, None, 0, file_size, None, _UNREADABLE + reason, "capture.unreadable")
+    quarantine = quarantine_row(capture_id, None, None, 0, file_size, None, _UNREADABLE + reason, CAPTURE_UNREADABLE)
     return {"captures": capture, "quarantine": quarantine}

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+from amqpscope.ingest.reasons import TLS_NOT_AMQP
 from amqpscope.ingest.tcp import Data, Gap
 from amqpscope.ingest.tls_keylog import KeyLog
-from amqpscope.ingest.tls_stream import C2S, NOT_AMQP, S2C, Break, Item, Output, Plain, Problem, TlsSession, reason
+from amqpscope.ingest.tls_stream import C2S, S2C, Break, Item, Output, Plain, Problem, TlsSession, reason
 
 # (client's first decrypted bytes, server's, no more will come) -> (decided, protocol or None, inferred)
 Classify = Callable[[bytes, bytes, bool], tuple[bool, str | None, bool]]
@@ -80,7 +81,7 @@ class TlsStage:
         """What the layer above gets of decrypted bytes: themselves, or their quarantine when not AMQP."""
         assert self._decided is not None
         if isinstance(item, Plain) and self._decided.protocol is None:
-            return Problem(item.offset, len(item.payload), item.packet_number, reason(NOT_AMQP), NOT_AMQP)
+            return Problem(item.offset, len(item.payload), item.packet_number, reason(TLS_NOT_AMQP), TLS_NOT_AMQP)
         return item
 
     def _last_is_plain(self, direction: str) -> bool:

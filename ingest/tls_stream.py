@@ -30,7 +30,16 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from amqpscope.ingest.reasons import REASONS
+from amqpscope.ingest.reasons import (
+    REASONS,
+    TLS_CIPHER_UNSUPPORTED,
+    TLS_DECRYPT_FAILED,
+    TLS_NO_HANDSHAKE,
+    TLS_NO_KEY,
+    TLS_NOT_A_RECORD,
+    TLS_RECORD_TRUNCATED,
+    TLS_SEGMENT_MISSING,
+)
 from amqpscope.ingest.tcp import Data, Gap
 from amqpscope.ingest.tls_handshake import (
     CLIENT_HELLO,
@@ -61,16 +70,6 @@ AMQP_TLS_HEADER: Final = b"AMQP\x02\x01\x00\x00"
 MAX_WAITING_BYTES: Final = 4 << 20
 # After lost bytes: how many sequence numbers past the expected one a record is tried under.
 MAX_SEQUENCE_TRIES: Final = 1024
-
-# Quarantine reason ids (their sentences: ``ingest.reasons.REASONS``).
-NO_KEY = "tls.no_key"
-DECRYPT_FAILED = "tls.decrypt_failed"
-CIPHER_UNSUPPORTED = "tls.cipher_unsupported"
-RECORD_TRUNCATED = "tls.record_truncated"
-SEGMENT_MISSING = "tls.segment_missing"
-NOT_A_RECORD = "tls.not_a_record"
-NO_HANDSHAKE = "tls.no_handshake"
-NOT_AMQP = "tls.not_amqp"
 
 
 def reason(reason_id: str, detail: str = "") -> str:
@@ -159,7 +158,7 @@ class _Side:
         self.keys: RecordKeys | None = None
         self.secret: bytes | None = None  # TLS 1.3: the secret of ``keys``, for a key update
         self.later: list[tuple[RecordKeys, bytes]] = []  # TLS 1.3: application keys while handshake keys run
-        self.why = NO_KEY  # why records cannot be decrypted, when ``keys`` and ``later`` are empty
+        self.why = TLS_NO_KEY  # why records cannot be decrypted, when ``keys`` and ``later`` are empty
         self.seq = 0
         self.tries = 1  # sequence numbers to try for the next record (more after lost bytes)
         self.handshake = HandshakeMessages()
@@ -197,9 +196,9 @@ class TlsSession:
         out: Output = []
         if data.offset != side.base + len(side.buf):
             # Reassembly delivers contiguous data; anything else is a discontinuity to resynchronise after.
-            out += self._drop_partial(side, data.packet_number, SEGMENT_MISSING)
+            out += self._drop_partial(side, data.packet_number, TLS_SEGMENT_MISSING)
             side.base = data.offset
-            side.lost, side.scan = SEGMENT_MISSING, 0
+            side.lost, side.scan = TLS_SEGMENT_MISSING, 0
         side.buf += data.payload
         self._records(direction, side, data.packet_number, data.ts_us, out)
         return out
@@ -207,9 +206,9 @@ class TlsSession:
     def gap(self, direction: str, gap: Gap) -> Output:
         """Bytes missing from the capture: the record they cut is lost, and the boundary after them unknown."""
         side = self.sides[direction]
-        out = self._drop_partial(side, gap.packet_number, SEGMENT_MISSING)
+        out = self._drop_partial(side, gap.packet_number, TLS_SEGMENT_MISSING)
         side.base = gap.offset + gap.size
-        side.lost, side.scan = SEGMENT_MISSING, 0
+        side.lost, side.scan = TLS_SEGMENT_MISSING, 0
         # Each lost record took a sequence number: try as many as could have fit in the gap.
         side.tries = min(MAX_SEQUENCE_TRIES, side.tries + gap.size // _SMALLEST_SEALED_RECORD + 1)
         return out
@@ -224,11 +223,11 @@ class TlsSession:
             if side.lost is not None:
                 self._problem(side, side.base, len(side.buf), packet_number, side.lost, out)
             elif not side.begun:
-                self._problem(side, side.base, len(side.buf), packet_number, NOT_A_RECORD, out)
+                self._problem(side, side.base, len(side.buf), packet_number, TLS_NOT_A_RECORD, out)
             else:
                 expected = RECORD_HEADER + ((side.buf[3] << 8) | side.buf[4]) if len(side.buf) >= RECORD_HEADER else 0
                 detail = f"{len(side.buf)} of {expected} bytes" if expected else f"{len(side.buf)} bytes of a header"
-                self._problem(side, side.base, len(side.buf), packet_number, RECORD_TRUNCATED, out, detail)
+                self._problem(side, side.base, len(side.buf), packet_number, TLS_RECORD_TRUNCATED, out, detail)
             side.base += len(side.buf)
             side.buf.clear()
         for record in side.waiting:
@@ -237,7 +236,7 @@ class TlsSession:
                 record.offset,
                 record.size,
                 record.packet_number,
-                NO_HANDSHAKE,
+                TLS_NO_HANDSHAKE,
                 out,
                 "no ServerHello in the capture",
             )
@@ -278,7 +277,7 @@ class TlsSession:
             if end - pos < RECORD_HEADER:
                 break
             if not _plausible_header(buf, pos):
-                side.lost, side.scan = NOT_A_RECORD, pos + 1
+                side.lost, side.scan = TLS_NOT_A_RECORD, pos + 1
                 out.append((side.name, Break(packet)))
                 continue
             size = RECORD_HEADER + ((buf[pos + 3] << 8) | buf[pos + 4])
@@ -368,7 +367,7 @@ class TlsSession:
                 if self._hello_seen:
                     self._wait(side, record, out)  # TLS 1.3 whose ServerHello has not been read yet
                 else:
-                    self._problem(side, record.offset, record.size, record.packet_number, NO_HANDSHAKE, out)
+                    self._problem(side, record.offset, record.size, record.packet_number, TLS_NO_HANDSHAKE, out)
                     out.append((side.name, Break(record.packet_number)))
             else:
                 side.tls_bytes += record.size  # alerts, heartbeats
@@ -385,7 +384,7 @@ class TlsSession:
                 record.offset,
                 record.size,
                 record.packet_number,
-                NO_HANDSHAKE,
+                TLS_NO_HANDSHAKE,
                 out,
                 "no ServerHello before the session's first 4 MiB",
             )
@@ -397,11 +396,11 @@ class TlsSession:
     def _sealed(self, direction: str, side: _Side, record: _Record, out: Output) -> None:
         plain = self._open(side, record)
         if plain is None:
-            why = DECRYPT_FAILED if side.keys is not None or side.later else side.why
+            why = TLS_DECRYPT_FAILED if side.keys is not None or side.later else side.why
             detail = ""
-            if why == CIPHER_UNSUPPORTED:
+            if why == TLS_CIPHER_UNSUPPORTED:
                 detail = self.suite_name() or ""
-            elif why == NO_KEY and (self.keys is None or not self.keys.given):
+            elif why == TLS_NO_KEY and (self.keys is None or not self.keys.given):
                 detail = "no key log given"
             self._problem(side, record.offset, record.size, record.packet_number, why, out, detail)
             out.append((side.name, Break(record.packet_number)))
@@ -413,7 +412,7 @@ class TlsSession:
             stripped = plain.rstrip(b"\x00")
             if not stripped:
                 self._problem(
-                    side, record.offset, record.size, record.packet_number, DECRYPT_FAILED, out, "no content type"
+                    side, record.offset, record.size, record.packet_number, TLS_DECRYPT_FAILED, out, "no content type"
                 )
                 out.append((side.name, Break(record.packet_number)))
                 return
@@ -527,11 +526,11 @@ class TlsSession:
         side.keys, side.later, side.secret = None, [], None
         suite = SUITES.get(self.suite if self.suite is not None else -1)
         if suite is None or suite.version != self.version:
-            side.why = CIPHER_UNSUPPORTED
+            side.why = TLS_CIPHER_UNSUPPORTED
             return
-        side.why = NO_KEY
+        side.why = TLS_NO_KEY
         if self.keys is None or self.client_random is None:
-            side.why = NO_KEY if self.client_random is not None else NO_HANDSHAKE
+            side.why = TLS_NO_KEY if self.client_random is not None else TLS_NO_HANDSHAKE
             return
         role = "CLIENT" if direction == self.client else "SERVER"
         if suite.version == TLS12:

@@ -9,6 +9,8 @@ operator reads first, and the ranked list.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pyspark.sql.types import (
     ArrayType,
     DoubleType,
@@ -21,45 +23,57 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-# The bottleneck, named by the stage that holds traffic back (docs/DIAGNOSIS.md, "Components").
-COMPONENTS = (
-    "none",
-    "connection",  # RabbitMQ's reader process (credit flow): a connection in flow, its channels not
-    "channel",  # a channel process (routing): connection in flow, queues not
-    "queue",  # a queue process: connection and channels in flow, the queue not keeping up
-    "message_store",  # persistent messages of at least the embed threshold, written to disk
-    "memory_alarm",
-    "disk_alarm",
-    "alarm",  # a resource alarm whose reason the wire does not say
-    "consumer",  # a slow consumer: unacked held at prefetch / link credit held at 0 while messages wait
-    "client",  # the client sets the pace: not reading its socket, or bound by its own round trips
-    "network",  # loss and retransmission between the peers
-)
 
-# What a finding does to traffic.
-EFFECTS = (
-    "publisher_throttled",  # the broker reads a publisher's socket slower than it sends
-    "blocked",  # connection.blocked / incoming-window 0: publishing stopped by an alarm
-    "consumer_starved",  # a consumer waits for deliveries the broker holds back
-    "head_of_line",  # a consumer slowed because it shares a throttled connection with a publisher
-    "credit_starved",  # an AMQP 1.0 link's sender out of credit while it has messages for it
-    "deliveries_wait_for_acks",  # 0-9-1: deliveries released only as the consumer acks
-    "deliveries_never_acked",  # 0-9-1: a manual-ack consumer holds its deliveries and acks none
-    "redelivery_loop",  # a message requeued and redelivered again and again
-    "settlement_delayed",  # AMQP 1.0: the broker settles a sender's transfers seconds after they were written
-    "backlog_unconsumed",  # a queue filling with no consumer in the capture
-    "client_not_reading",  # the client's receive window closed: the broker cannot send
-    "retransmission",  # segments lost and sent again: time lost to recovery
-    "consumer_round_trip_bound",  # a consumer taking one message per round trip (prefetch / credit 1)
-    "publisher_waits_for_confirms",  # a publisher waiting for each confirm before its next publish
-    "publishes_refused",  # the broker basic.nack'ed publishes: messages it did not take
-    "messages_returned",  # basic.return: mandatory messages no queue took, sent back
-    "closed_with_error",  # a channel or connection closed with an error reply code
-    "connection_churn",  # a connection opened and closed for a few messages
-    "channel_churn",  # a channel opened and closed for a few messages
-    "request_reply_latency",  # a caller waiting for each reply before its next request
-    "bandwidth_limited",  # throughput held at the link's ceiling, with loss
-)
+class Component(StrEnum):
+    """The bottleneck, named by the stage that holds traffic back (docs/DIAGNOSIS.md, "Components")."""
+
+    NONE = "none"
+    CONNECTION = "connection"  # RabbitMQ's reader process (credit flow): a connection in flow, its channels not
+    CHANNEL = "channel"  # a channel process (routing): connection in flow, queues not
+    QUEUE = "queue"  # a queue process: connection and channels in flow, the queue not keeping up
+    MESSAGE_STORE = "message_store"  # persistent messages of at least the embed threshold, written to disk
+    MEMORY_ALARM = "memory_alarm"
+    DISK_ALARM = "disk_alarm"
+    ALARM = "alarm"  # a resource alarm whose reason the wire does not say
+    CONSUMER = "consumer"  # a slow consumer: unacked held at prefetch / link credit held at 0 while messages wait
+    CLIENT = "client"  # the client sets the pace: not reading its socket, or bound by its own round trips
+    NETWORK = "network"  # loss and retransmission between the peers
+
+
+# The bottlenecks table's component and effect columns hold these values (plain strings).
+COMPONENTS = tuple(member.value for member in Component)
+
+
+class Effect(StrEnum):
+    """What a finding does to traffic."""
+
+    PUBLISHER_THROTTLED = "publisher_throttled"  # the broker reads a publisher's socket slower than it sends
+    BLOCKED = "blocked"  # connection.blocked / incoming-window 0: publishing stopped by an alarm
+    CONSUMER_STARVED = "consumer_starved"  # a consumer waits for deliveries the broker holds back
+    HEAD_OF_LINE = "head_of_line"  # a consumer slowed because it shares a throttled connection with a publisher
+    CREDIT_STARVED = "credit_starved"  # an AMQP 1.0 link's sender out of credit while it has messages for it
+    DELIVERIES_WAIT_FOR_ACKS = "deliveries_wait_for_acks"  # 0-9-1: deliveries released only as the consumer acks
+    DELIVERIES_NEVER_ACKED = "deliveries_never_acked"  # 0-9-1: a manual-ack consumer holds its deliveries and acks none
+    REDELIVERY_LOOP = "redelivery_loop"  # a message requeued and redelivered again and again
+    # AMQP 1.0: the broker settles a sender's transfers seconds after they were written
+    SETTLEMENT_DELAYED = "settlement_delayed"
+    BACKLOG_UNCONSUMED = "backlog_unconsumed"  # a queue filling with no consumer in the capture
+    CLIENT_NOT_READING = "client_not_reading"  # the client's receive window closed: the broker cannot send
+    RETRANSMISSION = "retransmission"  # segments lost and sent again: time lost to recovery
+    # a consumer taking one message per round trip (prefetch / credit 1)
+    CONSUMER_ROUND_TRIP_BOUND = "consumer_round_trip_bound"
+    # a publisher waiting for each confirm before its next publish
+    PUBLISHER_WAITS_FOR_CONFIRMS = "publisher_waits_for_confirms"
+    PUBLISHES_REFUSED = "publishes_refused"  # the broker basic.nack'ed publishes: messages it did not take
+    MESSAGES_RETURNED = "messages_returned"  # basic.return: mandatory messages no queue took, sent back
+    CLOSED_WITH_ERROR = "closed_with_error"  # a channel or connection closed with an error reply code
+    CONNECTION_CHURN = "connection_churn"  # a connection opened and closed for a few messages
+    CHANNEL_CHURN = "channel_churn"  # a channel opened and closed for a few messages
+    REQUEST_REPLY_LATENCY = "request_reply_latency"  # a caller waiting for each reply before its next request
+    BANDWIDTH_LIMITED = "bandwidth_limited"  # throughput held at the link's ceiling, with loss
+
+
+EFFECTS = tuple(member.value for member in Effect)
 
 # What a finding is: a bottleneck holds traffic back (the top one is the capture's verdict); a problem
 # is wrong or an anti-pattern without being the verdict (returns, refused publishes, churn, a slow
@@ -70,6 +84,8 @@ FINDING_SEVERITIES = ("warning", "info")
 
 # diagnosis.bottleneck of a capture with nothing to judge: no AMQP connection was decoded in it.
 NO_AMQP = "no_amqp"
+# ... and of one whose AMQP-port connections were all encrypted and not decrypted.
+ENCRYPTED = "encrypted"
 
 ENTITY_KINDS = ("connection", "channel", "consumer", "queue", "session", "link", "node")
 

@@ -27,6 +27,7 @@ from importlib.metadata import version as distribution_version
 from pathlib import Path
 from typing import Any
 
+from amqpscope.expectations import finding_ids as ids
 from testbed import bottleneck_clients as clients
 from testbed import problem_clients as pc
 from testbed import problem_pika as pp
@@ -411,19 +412,19 @@ INTENDED: Mapping[str, str] = {
     "slow_link": "network",
 }
 FINDINGS: Mapping[str, frozenset[str]] = {
-    "celery_slow_worker": frozenset({"diagnosis.consumer.prefetch_bound"}),
-    "aio_pika_slow_consumer": frozenset({"diagnosis.consumer.prefetch_bound"}),
-    "connection_churn": frozenset({"diagnosis.client.connection_churn"}),
-    "requeue_loop": frozenset({"diagnosis.consumer.redelivery_loop"}),
-    "reject_publish_nacks": frozenset({"diagnosis.publisher.refused"}),
-    "unroutable_returns": frozenset({"diagnosis.publisher.unroutable"}),
-    "consumer_never_acks": frozenset({"diagnosis.consumer.never_acks"}),
-    "request_reply_slow_responder": frozenset({"diagnosis.client.request_reply_latency"}),
+    "celery_slow_worker": frozenset({ids.DIAGNOSIS_CONSUMER_PREFETCH_BOUND}),
+    "aio_pika_slow_consumer": frozenset({ids.DIAGNOSIS_CONSUMER_PREFETCH_BOUND}),
+    "connection_churn": frozenset({ids.DIAGNOSIS_CLIENT_CONNECTION_CHURN}),
+    "requeue_loop": frozenset({ids.DIAGNOSIS_CONSUMER_REDELIVERY_LOOP}),
+    "reject_publish_nacks": frozenset({ids.DIAGNOSIS_PUBLISHER_REFUSED}),
+    "unroutable_returns": frozenset({ids.DIAGNOSIS_PUBLISHER_UNROUTABLE}),
+    "consumer_never_acks": frozenset({ids.DIAGNOSIS_CONSUMER_NEVER_ACKS}),
+    "request_reply_slow_responder": frozenset({ids.DIAGNOSIS_CLIENT_REQUEST_REPLY_LATENCY}),
     # Nobody consumes: 42 000 deliveries and acks would not fit in the capture.
     "amqp10_senders_read_slowly": frozenset(
-        {"diagnosis.publisher.slow_settlement", "diagnosis.queue.backlog_without_consumer"}
+        {ids.DIAGNOSIS_PUBLISHER_SLOW_SETTLEMENT, ids.DIAGNOSIS_QUEUE_BACKLOG_WITHOUT_CONSUMER}
     ),
-    "slow_link": frozenset({"diagnosis.network.bandwidth_limited"}),
+    "slow_link": frozenset({ids.DIAGNOSIS_NETWORK_BANDWIDTH_LIMITED}),
 }
 
 

@@ -41,6 +41,20 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from amqpscope.expectations.finding_ids import (
+    DIAGNOSIS_CLIENT_CHANNEL_CHURN,
+    DIAGNOSIS_CLIENT_CONNECTION_CHURN,
+    DIAGNOSIS_CLIENT_REQUEST_REPLY_LATENCY,
+    DIAGNOSIS_CONSUMER_NEVER_ACKS,
+    DIAGNOSIS_CONSUMER_PREFETCH_BOUND,
+    DIAGNOSIS_CONSUMER_REDELIVERY_LOOP,
+    DIAGNOSIS_NETWORK_BANDWIDTH_LIMITED,
+    DIAGNOSIS_PUBLISHER_REFUSED,
+    DIAGNOSIS_PUBLISHER_SLOW_SETTLEMENT,
+    DIAGNOSIS_PUBLISHER_UNROUTABLE,
+    DIAGNOSIS_QUEUE_BACKLOG_WITHOUT_CONSUMER,
+)
+
 MIN_SAMPLES = 2  # a state seen in one sample only is a blip, not a bottleneck
 FLOW_MIN_SHARE = 0.2  # share of samples with some stage in flow
 CONSUMER_MIN_SHARE = 0.5  # share of a consumed queue's samples with its consumers held back
@@ -436,22 +450,22 @@ def expected_findings(truth: Mapping[str, Any]) -> set[str]:
     findings = {rule for rule, seen in _SEEN_BY_BROKER if seen(samples)}
     findings |= {rule for rule, seen in _SEEN_BY_CLIENTS if seen(truth)}
     if _held_consumer(samples) is not None and not loop:
-        findings.add("diagnosis.consumer.prefetch_bound")
+        findings.add(DIAGNOSIS_CONSUMER_PREFETCH_BOUND)
     return findings
 
 
 # The rules the broker's samples call for, and those only the clients' record shows (the broker is blind).
 _SEEN_BY_BROKER: tuple[tuple[str, Any], ...] = (
-    ("diagnosis.consumer.redelivery_loop", redelivery_loop),
-    ("diagnosis.consumer.never_acks", never_acking_channels),
-    ("diagnosis.queue.backlog_without_consumer", backlog_without_consumer),
-    ("diagnosis.client.connection_churn", connection_churn),
-    ("diagnosis.client.channel_churn", channel_churn),
-    ("diagnosis.publisher.refused", refused_publishes),
-    ("diagnosis.publisher.unroutable", unroutable_returns),
+    (DIAGNOSIS_CONSUMER_REDELIVERY_LOOP, redelivery_loop),
+    (DIAGNOSIS_CONSUMER_NEVER_ACKS, never_acking_channels),
+    (DIAGNOSIS_QUEUE_BACKLOG_WITHOUT_CONSUMER, backlog_without_consumer),
+    (DIAGNOSIS_CLIENT_CONNECTION_CHURN, connection_churn),
+    (DIAGNOSIS_CLIENT_CHANNEL_CHURN, channel_churn),
+    (DIAGNOSIS_PUBLISHER_REFUSED, refused_publishes),
+    (DIAGNOSIS_PUBLISHER_UNROUTABLE, unroutable_returns),
 )
 _SEEN_BY_CLIENTS: tuple[tuple[str, Any], ...] = (
-    ("diagnosis.client.request_reply_latency", slow_replies),
-    ("diagnosis.publisher.slow_settlement", slow_settlement),
-    ("diagnosis.network.bandwidth_limited", link_bound),
+    (DIAGNOSIS_CLIENT_REQUEST_REPLY_LATENCY, slow_replies),
+    (DIAGNOSIS_PUBLISHER_SLOW_SETTLEMENT, slow_settlement),
+    (DIAGNOSIS_NETWORK_BANDWIDTH_LIMITED, link_bound),
 )

@@ -17,58 +17,76 @@ from amqpscope.schemas.bronze import BRONZE_SCHEMAS
 from tests.fuzzing import Case, run
 from tests.test_rotation import rotate_like_tcpdump_c
 
-INGEST = Path(__file__).resolve().parent.parent / "ingest"
-JOBS = INGEST.parent / "jobs"
-SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "amqp091-qos-confirms.pcap"
+ROOT = Path(__file__).resolve().parent.parent
+REASONS_MODULE = ROOT / "ingest" / "reasons.py"
+# Where an id may be written out: the catalogue itself (and, for the other kinds of finding, their own).
+CATALOGUES = {REASONS_MODULE, ROOT / "expectations" / "finding_catalogue.py"}
+# The product's code (setup.cfg's packages).
+PRODUCT = [ROOT / name for name in ("package", "ingest", "schemas", "pipelines", "expectations", "jobs", "conf")]
+SAMPLE = ROOT / "samples" / "amqp091-qos-confirms.pcap"
 _ID = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
-# The layers ids are named by (ingest/reasons.py's docstring): a constant of another name is no id.
-_LAYERS = {"capture", "tcp", "connection", "tls", "framing", "amqp091", "amqp10", "limit", "decoder"}
+# The layers reason ids are named by (ingest/reasons.py's docstring) but for those a literal of other
+# meaning shares (``amqp10.`` rule ids, ``connection.`` 0-9-1 methods): a literal ``capture.x``,
+# ``tcp.x``, ... outside the catalogue is a reason id written out, as is any literal id of ``REASONS``.
+_REASON_LAYERS = {"capture", "tcp", "tls", "framing", "limit", "decoder"}
 DETAIL_COLUMNS = ("reason_id", "error_offset", "error_length", "expected", "found")
 
 
-def _given_ids() -> set[str]:
-    """Every reason id the ingest code gives: ``reason_id=...`` (an argument or an assignment), a
-    ``Reason``'s first argument, a constant (``NO_KEY = "tls.no_key"``), a ``DecodeError``'s or ``FrameError``'s third, a ``Damage``'s
-    fifth, ..., or an id paired with its sentence (``("connection.tls", "not decoded: TLS handshake")``)."""
-    positions = {
-        "Reason": 0,
-        "DecodeError": 2,
-        "FrameError": 2,
-        "Damage": 4,
-        "_skip_damage": 6,
-        "quarantine_row": 7,
-        "Unframed": 4,
-    }
-    found: set[str] = set()
-    for path in [*INGEST.glob("*.py"), *JOBS.glob("*.py")]:
-        if path.name == "reasons.py":
+def _names() -> dict[str, str]:
+    """The reason constants of ingest/reasons.py (``TCP_GAP: Final = "tcp.gap"``): name -> id."""
+    names = {}
+    for node in ast.parse(REASONS_MODULE.read_text()).body:
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(node.value, ast.Constant)
+        ):
+            if isinstance(node.value.value, str) and _ID.fullmatch(node.value.value):
+                names[node.target.id] = node.value.value
+    return names
+
+
+def _product_files() -> list[Path]:
+    return [p for folder in PRODUCT for p in folder.rglob("*.py") if "node_modules" not in p.parts]
+
+
+def _bare_ids() -> list[str]:
+    """Every string literal of the product, outside the catalogue, that is a reason id or looks like
+    one (dotted, lower-case, of a reason layer): where a constant of ingest/reasons.py belongs."""
+    found = []
+    for path in _product_files():
+        if path in CATALOGUES:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "reason_id" for t in node.targets):
-                if isinstance(node.value, ast.Constant):
-                    found.add(node.value.value)
-            if isinstance(node, ast.Assign) and all(str(getattr(t, "id", "")).isupper() for t in node.targets):
-                value = node.value.value if isinstance(node.value, ast.Constant) else None
-                if isinstance(value, str) and _ID.fullmatch(value) and value.split(".")[0] in _LAYERS:
-                    found.add(value)  # an id named once as a constant (NO_KEY = "tls.no_key")
-            if isinstance(node, ast.Call):
-                name = getattr(node.func, "id", getattr(node.func, "attr", None))
-                values = [k.value for k in node.keywords if k.arg == "reason_id"]
-                if name in positions and len(node.args) > positions[name]:
-                    values.append(node.args[positions[name]])
-                found |= {v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)}
-            elif isinstance(node, ast.Tuple) and len(node.elts) == 2 and isinstance(node.elts[0], ast.Constant):
-                reason_id, sentence = node.elts[0].value, node.elts[1]
-                words = sentence.value if isinstance(sentence, ast.Constant) else ast.unparse(sentence)
-                if isinstance(reason_id, str) and _ID.fullmatch(reason_id) and " " in str(words):
-                    found.add(reason_id)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _ID.fullmatch(node.value):
+                if node.value in REASONS or node.value.split(".")[0] in _REASON_LAYERS:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
     return found
 
 
-def test_every_reason_the_decoders_give_is_in_the_catalogue_and_every_one_is_given():
-    given = _given_ids()
-    assert given - set(REASONS) == set(), "reason ids without a catalogue entry (ingest/reasons.py)"
-    assert set(REASONS) - given == set(), "catalogue entries no code gives"
+def _used_names() -> set[str]:
+    """The names the product's modules other than ingest/reasons.py use (``TCP_GAP``, ``reasons.TCP_GAP``)."""
+    used: set[str] = set()
+    for path in _product_files():
+        if path == REASONS_MODULE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                used.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                used.add(node.attr)
+    return used
+
+
+def test_every_reason_has_one_name_and_the_code_gives_names_never_bare_ids():
+    names = _names()
+    assert sorted(names.values()) == sorted(REASONS), "a constant without a sentence, or a sentence without one"
+    assert len(set(names.values())) == len(names), "an id named twice"
+    assert _bare_ids() == [], "reason ids written as literals: use the constants of ingest/reasons.py"
+
+
+def test_every_reason_in_the_catalogue_is_given():
+    assert sorted(set(_names()) - _used_names()) == [], "catalogue entries no code gives"
 
 
 def test_the_quarantine_schema_declares_the_details():

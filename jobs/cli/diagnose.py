@@ -22,15 +22,15 @@ from amqpscope.ingest.rotation import resolve_parts
 from amqpscope.jobs.cli.outcomes import ExitCode
 from amqpscope.jobs.lake.read import python_values, read_rows
 from amqpscope.jobs.stages.preflight import check_capture_arguments, without_packets
-from amqpscope.schemas.diagnosis import COMPONENTS
+from amqpscope.schemas.diagnosis import COMPONENTS, ENCRYPTED, NO_AMQP, Component
 
 _MAX_FINDINGS_SHOWN = 10
 # diagnosis.bottleneck when a capture gave nothing to judge (no AMQP decoded; or every AMQP-port
 # connection encrypted and not decoded): ``diagnose`` exits ExitCode.NOTHING_TO_JUDGE (4) when no
 # capture could be judged.
-NOTHING_TO_JUDGE = ("no_amqp", "encrypted")
+NOTHING_TO_JUDGE = (NO_AMQP, ENCRYPTED)
 # diagnosis.bottleneck values that name a component: ``diagnose`` exits ExitCode.BOTTLENECK (3).
-_BOTTLENECKS = frozenset(COMPONENTS) - {"none"}
+_BOTTLENECKS = frozenset(COMPONENTS) - {Component.NONE.value}
 
 
 def _read_capture_rows(lake: Path, table: str, ids: Sequence[str]) -> list[dict[str, Any]]:

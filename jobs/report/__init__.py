@@ -44,6 +44,7 @@ from amqpscope.jobs.report.tables import (
     sections_of,
 )
 from amqpscope.pipelines.report_sections import FINDINGS_SHOWN, FRAMES_PER_FINDING
+from amqpscope.schemas.diagnosis import ENCRYPTED, NO_AMQP, Component
 from amqpscope.web_assets import asset
 
 if TYPE_CHECKING:  # neither Spark nor Great Expectations is needed to draw a page
@@ -375,9 +376,9 @@ def overview_row(model: Mapping[str, Any]) -> dict[str, Any]:
     dq = model["dq"][-1] if model["dq"] else None
     component = diagnosis["bottleneck"] if diagnosis else None
     problems = problems_of(diagnosis)
-    if component in (None, "no_amqp", "encrypted"):
+    if component in (None, NO_AMQP, ENCRYPTED):
         level = "unknown"
-    elif component != "none":
+    elif component != Component.NONE:
         level = "bottleneck"
     elif by_severity["error"]:
         level = "error"
@@ -392,7 +393,7 @@ def overview_row(model: Mapping[str, Any]) -> dict[str, Any]:
         level = "healthy"
     if diagnosis is None:
         verdict = "Not diagnosed: the diagnosis tables were not given to the report."
-    elif component == "none":
+    elif component == Component.NONE:
         verdict = "No bottleneck found" + (
             f"; {by_severity['error']:,} protocol errors." if by_severity["error"] else "."
         )

@@ -35,6 +35,7 @@ from amqpscope.ingest.packets import LINK_TYPE_NAMES, parse_tcp
 from amqpscope.ingest.pcap import CaptureError, Damage, scan
 from amqpscope.ingest.quarantine import capture_status, damage_row
 from amqpscope.ingest.ranges import read_container, split
+from amqpscope.ingest.reasons import CAPTURE_DAMAGED
 from amqpscope.ingest.rotation import CapturePart, resolve_parts
 from amqpscope.ingest.tls_keylog import KeyLog
 from amqpscope.jobs.engine.session import default_parallelism, is_connect
@@ -244,7 +245,7 @@ def _read_range(r: dict, schema: pa.Schema, counters: str | None) -> Iterator[pa
         # A range that cannot be read on: what was read stays, the rest is quarantined with the
         # place and the reason.
         stop = exc.offset if exc.offset is not None else position
-        damage.append(Damage(stop, r["end"] - stop, exc.place, exc.reason, "capture.damaged"))
+        damage.append(Damage(stop, r["end"] - stop, exc.place, exc.reason, CAPTURE_DAMAGED))
     for skipped in damage:
         # The quarantine row, built as every path builds it (ingest.quarantine), travels as JSON.
         quarantined = damage_row(r["capture_id"], skipped, r["part_label"])

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
 from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.ingest.quarantine import FAILED
 from amqpscope.jobs.engine.session import sized_for
 from amqpscope.jobs.lake import runs
 from amqpscope.jobs.lake.lake import Lake, lake_capture_filter
@@ -234,7 +235,7 @@ def ingested_captures(lake: Lake) -> list[str]:
     """Captures in the bronze captures table that were readable (status not failed)."""
     if not lake.exists("captures"):
         return []
-    df = lake.read("captures").filter(~F.coalesce(F.col("status"), F.lit("")).startswith("failed"))
+    df = lake.read("captures").filter(~F.coalesce(F.col("status"), F.lit("")).startswith(FAILED))
     return sorted(r.capture_id for r in df.select("capture_id").collect())
 
 

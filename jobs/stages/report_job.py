@@ -21,6 +21,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from amqpscope.conf.settings import AnalyzeConfig
+from amqpscope.ingest.quarantine import FAILED
 from amqpscope.jobs.engine.session import session_time_zone
 from amqpscope.jobs.lake import runs
 from amqpscope.jobs.lake.lake import Lake, lake_capture_filter
@@ -155,7 +156,7 @@ def _why_not(capture: dict, state: dict) -> str:
     """``runs.COMPLETE``, or why the capture is left out: its ingest failed (the captures table's
     status), or the runs table's reason (``runs.completeness``)."""
     status = capture.get("status") or ""
-    if status.startswith("failed"):
+    if status.startswith(FAILED):
         return f"ingest {status}"
     return runs.completeness(state, capture["capture_id"])
 

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from amqpscope.pipelines.link_credit import unbound_senders
 from amqpscope.pipelines.tcp_pressure import unjudged_windows
-from amqpscope.schemas.diagnosis import DIAGNOSIS_SCHEMA, FINDING_SUMMARY, NO_AMQP
+from amqpscope.schemas.diagnosis import DIAGNOSIS_SCHEMA, ENCRYPTED, FINDING_SUMMARY, NO_AMQP, Component
 
 # Protocols of a decoded AMQP connection (connections.protocol; "tls" and "not-amqp" are not).
 AMQP_PROTOCOLS = ("amqp-0-9-1", "amqp-1.0")
@@ -384,9 +384,9 @@ def diagnosis(
     empty = F.array().cast(DIAGNOSIS_SCHEMA["findings"].dataType)
     return joined.select(
         "capture_id",
-        F.when(nothing_else, F.lit("encrypted"))
+        F.when(nothing_else, F.lit(ENCRYPTED))
         .when(no_amqp, F.lit(NO_AMQP))
-        .otherwise(F.coalesce(F.col("bottleneck"), F.lit("none")))
+        .otherwise(F.coalesce(F.col("bottleneck"), F.lit(Component.NONE.value)))
         .alias("bottleneck"),
         "effect",
         "entity_kind",

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from amqpscope.conf.diagnosis import DiagnosisThresholds
+from amqpscope.expectations.finding_ids import DIAGNOSIS_PUBLISHER_CREDIT_FLOW
 from amqpscope.pipelines.diagnosis.figures import CONNECTION, apart, per_second, share, us
 from amqpscope.pipelines.held import clipped, held_time, merged_intervals, timestamp
 from amqpscope.pipelines.partitioning import next_value
@@ -221,7 +222,7 @@ def head_of_line(
     prefetch. Held: from each ack that freed a slot of a full prefetch while the publisher was
     held back until the next delivery, where that took longer than refill_ms; the consumer's
     delivery rate before, during and after."""
-    publishers = found("diagnosis.publisher.credit_flow").select(
+    publishers = found(DIAGNOSIS_PUBLISHER_CREDIT_FLOW).select(
         *CONNECTION,
         F.col("component").alias("parent_component"),
         F.col("confidence").alias("parent_confidence"),
