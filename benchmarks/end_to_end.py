@@ -373,7 +373,7 @@ def _answer_without_work(lake, run_id: str, ids: list[str], config) -> None:
     (``write_gold_report``, which waits for Great Expectations last)."""
     from amqpscope.expectations import suite
     from amqpscope.jobs.lake import runs
-    from amqpscope.jobs.report import gold_rows, write_gold_report
+    from amqpscope.jobs.report.page import gold_rows, write_gold_report
     from amqpscope.pipelines import tables
     from amqpscope.schemas.runs import OUTCOME_OK
     from amqpscope.threads import in_background

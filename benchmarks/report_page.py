@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from amqpscope.jobs.report import _plotly_js
+from amqpscope.jobs.report.page import _plotly_js
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # the repository's root: testbed (not installed)
 from testbed import browser

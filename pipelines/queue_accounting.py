@@ -31,7 +31,7 @@ from amqpscope.pipelines.columns import lower_median
 from amqpscope.pipelines.messages import settlement_times
 from amqpscope.pipelines.publishing import publish_routes
 from amqpscope.pipelines.queue_depth import consumer_queues, depth_at, depth_events
-from amqpscope.pipelines.series_grid import bucket_grid
+from amqpscope.pipelines.report.series_grid import bucket_grid
 from amqpscope.schemas.queues import QUEUE_BALANCE_SCHEMA
 
 _CONNECTION = ("capture_id", "connection_id")

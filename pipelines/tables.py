@@ -25,7 +25,6 @@ from amqpscope.pipelines.accounting import byte_accounting
 from amqpscope.pipelines.blocking import channel_flow_intervals, connection_blocked_intervals
 from amqpscope.pipelines.channel_unacked import channel_unacked_timeline, consumer_unacked_timeline, unacked_ledger
 from amqpscope.pipelines.channels import channel_pass
-from amqpscope.pipelines.chart_series import chart_series
 from amqpscope.pipelines.confirms import channel_confirms_timeline
 from amqpscope.pipelines.diagnosis.findings import bottleneck_findings
 from amqpscope.pipelines.diagnosis.round_trips import round_trips
@@ -41,7 +40,8 @@ from amqpscope.pipelines.link_credit import link_credit_of, link_state_timeline
 from amqpscope.pipelines.messages import deliveries_10, messages_091
 from amqpscope.pipelines.partitioning import checkpointed
 from amqpscope.pipelines.queue_accounting import queue_balance
-from amqpscope.pipelines.report_sections import report_sections
+from amqpscope.pipelines.report.chart_series import chart_series
+from amqpscope.pipelines.report.sections import report_sections
 from amqpscope.pipelines.sessions import session_map, session_window_timeline
 from amqpscope.pipelines.tcp_flow import tcp_flow_timeline
 from amqpscope.pipelines.throughput import message_events, throughput_of
@@ -418,7 +418,7 @@ TABLES: dict[str, Table] = {
             read_without_spark=True,
             frames_as_stored=True,
         ),
-        # The report's charts (pipelines.chart_series): every point it draws, so that it reads them
+        # The report's charts (pipelines.report.chart_series): every point it draws, so that it reads them
         # through delta-rs and a capture of any size is drawn without a Spark query.
         Table(
             "chart_series",
@@ -441,7 +441,7 @@ TABLES: dict[str, Table] = {
             read_without_spark=True,
             frames_as_stored=True,
         ),
-        # Every other row the report shows (pipelines.report_sections): with the gold tables above,
+        # Every other row the report shows (pipelines.report.sections): with the gold tables above,
         # the page of a capture of any size is drawn from rows read through delta-rs.
         Table(
             "report_sections",

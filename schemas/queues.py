@@ -3,7 +3,7 @@ bucket of the capture's time grid, what went in, what came out and what the brok
 
 A queue is a 0-9-1 queue reached through the default exchange or a binding the capture shows
 (``pipelines.publishing.publish_routes``), or the queue an AMQP 1.0 address names. Buckets are the
-report's (``pipelines.series_grid.bucket_grid``): a few hundred per capture, every one present for
+report's (``pipelines.report.series_grid.bucket_grid``): a few hundred per capture, every one present for
 each queue, zero when nothing happened.
 """
 

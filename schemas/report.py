@@ -1,10 +1,10 @@
-"""Gold tables of the report: what its charts draw (``pipelines/chart_series.py``) and every other row
-it shows (``pipelines/report_sections.py``), computed by derive so that the report reads them with
+"""Gold tables of the report: what its charts draw (``pipelines/report/chart_series.py``) and every other row
+it shows (``pipelines/report/sections.py``), computed by derive so that the report reads them with
 delta-rs, no Spark query.
 
 In the chart series, times are seconds since the capture's first packet (Wireshark's ``frame.time_relative``). Each
 capture has one bucket width, chosen from its span so that a chart has a few hundred points
-(``pipelines.chart_series.bucket_width``); counts are the events in a bucket, zero when nothing
+(``pipelines.report.chart_series.bucket_width``); counts are the events in a bucket, zero when nothing
 happened; states are step series (the value holds until the next point).
 """
 
@@ -50,7 +50,7 @@ CHART_SERIES_SCHEMA = StructType(
 )
 
 # One row per row of a section of a capture's report page, ranked in the section's order
-# (``pipelines.report_sections``): the capture's own line, its connections, frame kinds, rule
+# (``pipelines.report.sections``): the capture's own line, its connections, frame kinds, rule
 # counts and first violations, operator context (connections, queues, consumers, links), the
 # quarantine's causes, the byte accounting and the frames the bottleneck findings point at. Each
 # section keeps its busiest rows; ``total`` says how many it has in all. The row's columns differ

@@ -21,7 +21,7 @@ from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.ingest.pcap import capture_id
 from amqpscope.jobs.lake import runs
 from amqpscope.jobs.lake.lake import Lake
-from amqpscope.jobs.report import write_report
+from amqpscope.jobs.report.page import write_report
 from amqpscope.jobs.stages.analyze import analyze
 from amqpscope.pipelines import tables
 from amqpscope.pipelines.tables import BRONZE, DERIVED, FLOW

@@ -1,4 +1,4 @@
-"""The static HTML report: its sections computed in Spark (pipelines.report_sections), rendered escaped and self-contained."""
+"""The static HTML report: its sections computed in Spark (pipelines.report.sections), rendered escaped and self-contained."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.expectations.suite import SuiteResult, VerdictRun
 from amqpscope.jobs import report
-from amqpscope.jobs.report import write_report
-from amqpscope.pipelines import report_sections
-from amqpscope.pipelines.report_context import (
+from amqpscope.jobs.report.page import write_report
+from amqpscope.pipelines.report import sections as report_sections
+from amqpscope.pipelines.report.context import (
     connection_summary,
     frame_counts,
     violation_counts,

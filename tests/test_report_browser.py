@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from amqpscope.conf.settings import AnalyzeConfig
 from amqpscope.jobs.lake.lake import Lake
-from amqpscope.jobs.report import write_report
+from amqpscope.jobs.report.page import write_report
 from amqpscope.jobs.stages.analyze import analyze
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
 from amqpscope.schemas.report import CHART_SERIES_SCHEMA

@@ -19,12 +19,12 @@ from pyspark.sql.types import StructType
 from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.ingest.reasons import REASONS
-from amqpscope.jobs.report import _plotly_js, anchor, write_report
-from amqpscope.pipelines import series_grid as S
+from amqpscope.jobs.report.page import _plotly_js, anchor, write_report
 from amqpscope.pipelines.accounting import byte_accounting
-from amqpscope.pipelines.chart_series import chart_series
 from amqpscope.pipelines.dq_summary import dq_summary
-from amqpscope.pipelines.report_context import connection_context
+from amqpscope.pipelines.report import series_grid as S
+from amqpscope.pipelines.report.chart_series import chart_series
+from amqpscope.pipelines.report.context import connection_context
 from amqpscope.pipelines.throughput import message_events
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA, DIAGNOSIS_SCHEMA
 from amqpscope.schemas.flow import (
@@ -502,7 +502,7 @@ def full(spark, tmp_path_factory) -> tuple[str, Page]:
 
 
 def series_rows(spark: SparkSession, flow: dict[str, DataFrame]) -> list[dict[str, Any]]:
-    """The chart_series rows derive would store for these tables (pipelines.chart_series)."""
+    """The chart_series rows derive would store for these tables (pipelines.report.chart_series)."""
     unacked = flow["consumer_unacked"]
     channel = unacked.select(
         *[

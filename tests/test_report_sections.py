@@ -1,4 +1,4 @@
-"""The report's sections gold table (pipelines.report_sections): ranked, counted, nulls kept, and
+"""The report's sections gold table (pipelines.report.sections): ranked, counted, nulls kept, and
 every packet a finding points at with its frames."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
-from amqpscope.jobs.report import write_report
-from amqpscope.pipelines import report_sections as sections
+from amqpscope.jobs.report.page import write_report
+from amqpscope.pipelines.report import sections
 from amqpscope.schemas.diagnosis import BOTTLENECKS_SCHEMA
 from amqpscope.schemas.frames import CONNECTIONS_SCHEMA, FRAMES_SCHEMA
 from amqpscope.schemas.report import REPORT_SECTIONS_SCHEMA

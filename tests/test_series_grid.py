@@ -6,7 +6,7 @@ import math
 
 from pyspark.sql import functions as F
 
-from amqpscope.pipelines.series_grid import exact_sum
+from amqpscope.pipelines.report.series_grid import exact_sum
 
 SECONDS = [0.1, 0.2, 0.3, 1 / 3, 2.675, 1e-10, 12345.678901234, 0.0271, 86400.000001]
 

@@ -19,7 +19,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import parse_wheel_filename
 
-from amqpscope.jobs.report import PLOTLY
+from amqpscope.jobs.report.page import PLOTLY
 from tests.paths import ROOT
 from tests.test_jobs import TASK_ORDER, bundle
 

@@ -1,6 +1,6 @@
 """The report's charts per capture, drawn from the chart_series gold table's rows (no Spark here).
 
-Derive computed every series on the capture's time grid (``pipelines.chart_series``); this module
+Derive computed every series on the capture's time grid (``pipelines.report.chart_series``); this module
 turns a capture's rows into Plotly figures (``charts``), in page order. A chart is a dict with its
 HTML id, its title, a note (what was left out, or a caveat) and its escaped JSON.
 """

@@ -1,6 +1,6 @@
 """The report's rows per capture, from its gold tables' rows read through delta-rs (no Spark here).
 
-``report_sections`` rows (``pipelines.report_sections``) become each capture's sections, ranked
+``report_sections`` rows (``pipelines.report.sections``) become each capture's sections, ranked
 as derive ranked them; the other gold tables' rows (diagnosis, findings, data quality) are put in
 their order here.
 """

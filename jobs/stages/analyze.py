@@ -23,7 +23,7 @@ from amqpscope.jobs.engine.session import sized_for
 from amqpscope.jobs.lake import runs
 from amqpscope.jobs.lake.commits import committed_row_counts
 from amqpscope.jobs.lake.lake import Lake
-from amqpscope.jobs.report import gold_rows, write_gold_report
+from amqpscope.jobs.report.page import gold_rows, write_gold_report
 from amqpscope.jobs.stages.decode import CaptureFile, resolve_captures, superseded_captures
 from amqpscope.jobs.stages.derive import VERDICTS_MODULE, derive
 from amqpscope.jobs.stages.landing import ingest_files

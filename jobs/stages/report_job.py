@@ -3,7 +3,7 @@
 Only captures whose derive finished on their latest ingest (``runs`` table) are reported; the
 others, and the captures whose ingest failed, are listed on the page with why, so a half-analysed
 capture is never shown as clean. A lake with no complete capture gets a page that says so. Every
-row of the page comes from the gold tables (``jobs.report.REPORT_GOLD``: the report's sections,
+row of the page comes from the gold tables (``jobs.report.page.REPORT_GOLD``: the report's sections,
 the chart series, the diagnosis, its findings, the data-quality summary), read with delta-rs
 (``Lake.read_rows``), without a Spark query; only a capture derived by a version before the
 report's sections were a gold table has them computed from its stored tables. The page names no
@@ -25,10 +25,10 @@ from amqpscope.ingest.quarantine import FAILED
 from amqpscope.jobs.engine.session import session_time_zone
 from amqpscope.jobs.lake import runs
 from amqpscope.jobs.lake.lake import Lake, lake_capture_filter
-from amqpscope.jobs.report import gold_rows, render_page, write_gold_report
+from amqpscope.jobs.report.page import gold_rows, render_page, write_gold_report
 from amqpscope.jobs.stages.stages import StageClock, job_session
 from amqpscope.pipelines import tables
-from amqpscope.pipelines.report_sections import report_sections
+from amqpscope.pipelines.report.sections import report_sections
 from amqpscope.schemas.runs import OUTCOME_OK
 
 log = logging.getLogger("amqpscope.report")

@@ -5,7 +5,7 @@ Everything here is what a RabbitMQ operator checks first in the management UI: p
 of the broker and the clients (0-9-1 ``server-properties`` / ``client-properties``, 1.0 ``open``
 properties), connection names, virtual host, the negotiated limits, the queues / addresses, the
 consumers with their prefetch and the links with their credit window. Aggregated in Spark, one row
-per connection, queue, consumer or link; ``pipelines.report_sections`` ranks them into the report's
+per connection, queue, consumer or link; ``pipelines.report.sections`` ranks them into the report's
 gold table. No credential is read: the decoders never keep the SASL responses nor ``start-ok``'s
 response, and user names are not shown. Times shown are text in the session's time zone
 (``ts_text``); times the charts place are epoch microseconds.

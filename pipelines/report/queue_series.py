@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.addresses import queue_address
-from amqpscope.pipelines.series_grid import KEYS, CountChart, busiest, exact_sum, keyed, since_start
+from amqpscope.pipelines.report.series_grid import KEYS, CountChart, busiest, exact_sum, keyed, since_start
 from amqpscope.pipelines.shape import in_schema
 from amqpscope.schemas.report import CHART_SERIES_SCHEMA
 

@@ -2,7 +2,7 @@
 
 derive writes it with the other gold tables, so that the report reads every row it shows through
 delta-rs and a capture of any size is reported without a Spark query. A section is one query of
-``pipelines.report_context`` kept to its first rows in the section's order (the busiest first),
+``pipelines.report.context`` kept to its first rows in the section's order (the busiest first),
 with the count of all its rows; each row's columns are one JSON object, nulls kept. The orders end
 on the columns that tell rows apart, so a section's positions are the same on every run.
 """
@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, Window
 
 from amqpscope.pipelines.accounting import byte_accounting
 from amqpscope.pipelines.columns import union_all
-from amqpscope.pipelines.report_context import (
+from amqpscope.pipelines.report.context import (
     accounting_sums,
     connection_context,
     connection_summary,

@@ -1,7 +1,7 @@
 """The report's charts as one gold table (``schemas.report.CHART_SERIES_SCHEMA``), computed by derive.
 
 Each chart is a pure function of the flow-state tables on the capture's time grid
-(``pipelines.series_grid``): counts zero-filled in every bucket, states as steps. The timeline keeps
+(``pipelines.report.series_grid``): counts zero-filled in every bucket, states as steps. The timeline keeps
 the ``LANES`` lanes holding back the most time with their ``INTERVALS_PER_LANE`` longest intervals,
 and the first ``MARKERS_PER_RULE`` violations of each rule. ``chart_series`` is every chart of the
 captures in one DataFrame: the report reads it back with delta-rs, no Spark query.
@@ -13,8 +13,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.columns import union_all, with_columns
-from amqpscope.pipelines.queue_series import consumer_utilisation_chart, queue_charts, queue_events
-from amqpscope.pipelines.series_grid import (
+from amqpscope.pipelines.report.queue_series import consumer_utilisation_chart, queue_charts, queue_events
+from amqpscope.pipelines.report.series_grid import (
     CountChart,
     StateChart,
     bucket_grid,
