@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from amqpscope.expectations.suite import SuiteResult, VerdictRun
-from amqpscope.jobs import report
+from amqpscope.jobs.report import page as report
 from amqpscope.jobs.report.page import write_report
 from amqpscope.pipelines.report import sections as report_sections
 from amqpscope.pipelines.report.context import (
