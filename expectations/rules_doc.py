@@ -1,5 +1,6 @@
-"""docs/RULES.md generated from the rule catalogue (rules.yml), the event kinds (events.yml) and the
-quarantine reasons (``ingest.reasons.REASONS``).
+"""docs/RULES.md generated from the rule catalogue (rules.yml), the event kinds (events.yml), the
+quarantine reasons (``ingest.reasons.REASONS``) and the one catalogue of every finding on one scale
+(``expectations.finding_catalogue``).
 
     python -m amqpscope.expectations.rules_doc [OUT]   # default: docs/RULES.md beside the package
 
@@ -17,6 +18,9 @@ import yaml
 from amqpscope.expectations.catalogue import CATALOGUE_PATH, SEVERITIES, Rule, load_rules
 from amqpscope.expectations.doc_command import write_doc
 from amqpscope.expectations.event_catalogue import EventKind, load_events
+from amqpscope.expectations.finding_catalogue import every_finding
+from amqpscope.expectations.findings import GROUPS, ON_THE_SCALE
+from amqpscope.expectations.findings import SEVERITIES as SCALE
 from amqpscope.ingest.reasons import REASONS
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "RULES.md"
@@ -32,6 +36,39 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+# Where each group's findings are stored, for the one-scale table.
+_STORED = {
+    "violation": "`violations.severity`",
+    "event": "`events` (no severity column)",
+    "bottleneck": "`bottlenecks.severity`, kind bottleneck",
+    "problem": "`bottlenecks.severity`, kind problem",
+    "quarantine": "`quarantine.reason_id` (the id's layer gives it)",
+    "capture_status": "`captures.status` (its prefix)",
+}
+
+
+def one_scale() -> list[str]:
+    """The section on the one catalogue: per group, where it is stored, how its own values map onto
+    the scale, and how many of its findings are at each severity."""
+    found = every_finding()
+    lines = [
+        "## Every finding on one scale",
+        "",
+        f"Everything amqpscope reports as wrong is one of {len(found)} findings "
+        "(`expectations/finding_catalogue.py`), each with a dotted id, a layer (the id's first part), a "
+        "group and a severity on one scale, " + " > ".join(f"`{s}`" for s in SCALE) + ". The tables keep "
+        "the values they have always held; this is how each group's values map onto the scale:",
+        "",
+        "| group | stored in | its values on the scale | findings: " + " / ".join(SCALE) + " |",
+        "|---|---|---|---|",
+    ]
+    for group in GROUPS:
+        mapping = ", ".join(f"`{own}` → {scale}" for own, scale in ON_THE_SCALE[group].items())
+        counts = Counter(f.severity for f in found if f.group == group)
+        lines.append(f"| {group} | {_STORED[group]} | {mapping} | " + " / ".join(str(counts[s]) for s in SCALE) + " |")
+    return [*lines, ""]
+
+
 def render(
     rules: Sequence[Rule],
     missing: Sequence[Mapping[str, str]],
@@ -45,7 +82,7 @@ def render(
     lines = [
         "# Rule catalogue",
         "",
-        "Generated from `expectations/rules.yml`, `expectations/events.yml` and `ingest/reasons.py` by "
+        "Generated from `expectations/rules.yml`, `expectations/events.yml`, `expectations/bottlenecks.yml` and `ingest/reasons.py` by "
         "`python -m amqpscope.expectations.rules_doc`; do not edit.",
         "",
         f"{len(rules)} rules: " + ", ".join(f"{counts[s]} {s}" for s in SEVERITIES) + ". "
@@ -53,6 +90,9 @@ def render(
         "Severity `error`: the peer that sent the frame broke a MUST of the spec; `warning`: a SHOULD, "
         "a heuristic or a risk; `capture`: the capture itself is inconsistent. Each rule is a Spark SQL "
         "predicate on one table (its row is the evidence, with the frame's packet number).",
+        "",
+        *one_scale(),
+        "## Rules",
         "",
         "| rule | severity | table | what is broken |",
         "|---|---|---|---|",

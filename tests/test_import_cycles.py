@@ -93,3 +93,50 @@ def test_the_cycle_finder_finds_a_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
     assert cycles(graph) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# What each of jobs' packages may import of the others, as its docstring says: the engine nothing,
+# the lake the engine, the report the lake (and what the lake may), the stages all but the command
+# line, the command line all.
+JOBS_LAYERS = {
+    "engine": set(),
+    "lake": {"engine"},
+    "report": {"lake", "engine"},
+    "stages": {"engine", "lake", "report"},
+    "cli": {"engine", "lake", "report", "stages"},
+}
+
+
+def package_of(module: str) -> str | None:
+    """The jobs package ``module`` is in (``amqpscope.jobs.lake.runs``: lake), None outside jobs'."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["amqpscope", "jobs"] else None
+
+
+def crossings(graph: dict[str, set[str]], layers: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The imports (importer, imported) from one of jobs' packages into another that ``layers`` does
+    not allow."""
+    found = []
+    for module, imported in sorted(graph.items()):
+        here = package_of(module)
+        if here is None:
+            continue
+        for other in sorted(imported):
+            there = package_of(other)
+            if there is not None and there != here and there not in layers[here]:
+                found.append((module, other))
+    return found
+
+
+def test_jobs_packages_import_only_the_packages_their_docstrings_allow():
+    graph = import_graph()
+    assert {package_of(m) for m in graph} - {None} == set(JOBS_LAYERS)  # every package has its layer
+    assert crossings(graph, JOBS_LAYERS) == []
+
+
+def test_a_crossing_is_found():
+    graph = {
+        "amqpscope.jobs.lake.lake": {"amqpscope.jobs.stages.derive", "amqpscope.jobs.engine.session"},
+        "amqpscope.jobs.engine.session": {"amqpscope.pipelines.tables"},
+    }
+    assert crossings(graph, JOBS_LAYERS) == [("amqpscope.jobs.lake.lake", "amqpscope.jobs.stages.derive")]
