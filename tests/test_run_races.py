@@ -28,7 +28,9 @@ SMALL = SAMPLES / "amqp10-credit.pcap"
 TRIALS = int(os.environ.get("AMQPSCOPE_RACE_TRIALS", "1"))
 # The lake's promises hold whichever engine the racing runs use (the rows compared are classic
 # Spark's: the engines write the same rows, tests/test_same_rows.py).
-ENGINES = ("spark", "sail")
+# On Sail the race is in the slow tier: two Sail runs at once took 412 s of the suite beside other
+# work, against classic Spark's 81 s.
+ENGINES = ("spark", pytest.param("sail", marks=pytest.mark.slow))
 # What a run that lost the race prints (without -v): one line naming the stage, the table and the other run,
 # and where the trace is (jobs/cli/cli.py).
 LOST = re.compile(
