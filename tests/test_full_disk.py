@@ -64,7 +64,7 @@ def assert_one_error_line(run: subprocess.CompletedProcess) -> str:
     return ours[0]
 
 
-@pytest.mark.parametrize("engine", ("spark", "sail"))
+@pytest.mark.parametrize("engine", ("spark",))  # on Sail: not yet (docs/RELIABILITY.md)
 def test_a_full_lake_disk(samples_lake, tmp_path, engine):
     with small_disk(tmp_path / "disk", "32k") as disk:
         lake = disk / "lake"

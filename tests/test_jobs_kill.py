@@ -117,7 +117,7 @@ def reader_state(lake: Path, cid: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ("spark", "sail"))
+@pytest.mark.parametrize("engine", ("spark",))  # on Sail: not yet (docs/RELIABILITY.md)
 def test_kill_at_each_stage_then_rerun_converges(samples_lake, tmp_path, engine):
     cid = capture_id(SAMPLE)
     clean, _config, _result = samples_lake  # SAMPLE among others, analysed by a run never killed
