@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from amqpscope.jobs.report.charts import Series, line_chart, wire
+from amqpscope.jobs.report.charts import Series, left_out, line_chart, wire
 
 # Queues drawn per capture at most: the busiest (messages in and out).
 QUEUES_DRAWN = 6
@@ -89,18 +89,16 @@ def depth_figure(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], str
         lambda q: wire(q.key[2], 60),
     )
     notes = [_BACKLOG_FROM.get(kind, _UNKNOWN_START) for kind in sorted({s.key[3] for s in series})]
-    total = series[0].total
-    if total > len(series):
-        notes.append(f"The {len(series)} busiest of {total} queues are drawn.")
-    return figure, " ".join(notes)
+    return figure, " ".join([*notes, left_out(series, "queues") or ""]).strip()
 
 
 def balance_figures(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, dict[str, Any], str | None]]:
     """Per queue drawn: (key, title, figure, note) of its balance chart (rates in and out, what
     the consumers and the broker did) with its backlog on the same time axis."""
     drawn = []
-    series = queue_series(rows)
-    for s in series[:QUEUES_DRAWN]:
+    series = queue_series(rows)[:QUEUES_DRAWN]
+    more = left_out(series, "queues")
+    for s in series:
         queue = s.key[2]
         flows = [(metric, label, {}) for metric, label in FLOWS if any(s.points[metric][1])]
         figure = line_chart(
@@ -110,7 +108,7 @@ def balance_figures(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, d
         figure["data"] += backlog["data"]
         figure["layout"]["yaxis2"] = {"title": {"text": "ready messages"}, "overlaying": "y", "side": "right"}
         note = _BACKLOG_FROM.get(s.key[3], _UNKNOWN_START)
-        if len(series) > QUEUES_DRAWN and s is series[QUEUES_DRAWN - 1]:
-            note += f" The {QUEUES_DRAWN} busiest of {len(series)} queues are drawn."
+        if more and s is series[-1]:
+            note += f" {more}"
         drawn.append((f"queue-balance-{s.rank}", f"Queue balance: {queue}", figure, note))
     return drawn

@@ -66,6 +66,12 @@ class Series:
     points: Mapping[str, tuple[tuple[float, ...], tuple[Any, ...]]]
 
 
+def left_out(drawn: Sequence[Series], what: str) -> str | None:
+    """The note of a chart that draws only its busiest series: how many of how many ``what``."""
+    total = max((s.total for s in drawn), default=0)
+    return f"The {len(drawn)} busiest of {total} {what} are drawn." if total > len(drawn) else None
+
+
 def _layout(title: str, y_title: str, height: int = 360, **extra: Any) -> dict[str, Any]:
     return {
         "title": {"text": title, "font": {"size": 14}},

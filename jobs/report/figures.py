@@ -17,6 +17,7 @@ from amqpscope.jobs.report.charts import (
     Series,
     embedded_json,
     lane_label,
+    left_out,
     line_chart,
     timeline_chart,
     wire,
@@ -59,11 +60,6 @@ def series_of(rows: Sequence[Mapping[str, Any]]) -> list[Series]:
         )
         for key in ordered
     ]
-
-
-def _left_out(drawn: Sequence[Series], what: str) -> str | None:
-    total = max((s.total for s in drawn), default=0)
-    return f"The {len(drawn)} busiest of {total} {what} are drawn." if total > len(drawn) else None
 
 
 def capture_figures(
@@ -112,7 +108,7 @@ def capture_figures(
         # Four traces a queue: the legend beside the chart, grouped by queue, keeps the axis free.
         figure["layout"]["legend"] = {"orientation": "v", "x": 1.02, "y": 1, "tracegroupgap": 6}
         figure["layout"]["margin"] = {**figure["layout"]["margin"], "r": 20}
-        add("queue-rates", "Queue rates", figure, _left_out(queues, "queues"))
+        add("queue-rates", "Queue rates", figure, left_out(queues, "queues"))
     depth = depth_figure(balance)
     if depth is not None:
         add("queue-depth", "Queue depth", *depth)
@@ -138,7 +134,7 @@ def capture_figures(
             unit=" %",
         )
         figure["layout"]["yaxis"] = {**figure["layout"]["yaxis"], "range": [0, 105]}
-        add("utilisation", "Consumer utilisation", figure, _left_out(utilisation, "consumers"))
+        add("utilisation", "Consumer utilisation", figure, left_out(utilisation, "consumers"))
 
     consumers = series_of(charts.get("consumer_unacked", ()))
     if consumers:
@@ -152,7 +148,7 @@ def capture_figures(
                 [("unacked", "unacked", {}), ("prefetch", "prefetch", _DOT)],
                 lambda s: wire(f"{channel_of(s)} · {s.key[2]}", 70),
             ),
-            _left_out(consumers, "consumers"),
+            left_out(consumers, "consumers"),
         )
     channels = series_of(charts.get("channel_unacked", ()))
     if channels:
@@ -166,7 +162,7 @@ def capture_figures(
                 [("unacked", "unacked", {}), ("prefetch", "prefetch", _DOT)],
                 lambda s: wire(channel_of(s), 70),
             ),
-            _left_out(channels, "channels"),
+            left_out(channels, "channels"),
         )
 
     def link_name(s: Series) -> str:
@@ -184,7 +180,7 @@ def capture_figures(
                 [("link_credit", "link-credit", {})],
                 link_name,
             ),
-            _left_out(credit, "links"),
+            left_out(credit, "links"),
         )
     deliveries = series_of(charts.get("link_deliveries", ()))
     if deliveries:
@@ -199,7 +195,7 @@ def capture_figures(
                 link_name,
                 per_second=True,
             ),
-            _left_out(deliveries, "links"),
+            left_out(deliveries, "links"),
         )
     confirms = series_of(charts.get("confirms", ()))
     if confirms:
@@ -213,7 +209,7 @@ def capture_figures(
                 [("outstanding", "", {})],
                 lambda s: wire(channel_of(s), 70),
             ),
-            _left_out(confirms, "channels"),
+            left_out(confirms, "channels"),
         )
 
     rates = series_of(charts.get("connection_rates", ()))
@@ -234,7 +230,7 @@ def capture_figures(
             "exponentformat": "SI",
             "ticksuffix": "B/s",
         }
-        add("rate-connection", "Throughput per connection", figure, _left_out(rates, "connection directions"))
+        add("rate-connection", "Throughput per connection", figure, left_out(rates, "connection directions"))
     churn = series_of(charts.get("churn", ()))
     if churn:
         add(
@@ -276,7 +272,7 @@ def capture_figures(
                     "marker": {"symbol": "x", "size": 10, "color": "#b00020"},
                 }
             )
-        add("tcp", "TCP windows", figure, _left_out(windows, "connection directions"))
+        add("tcp", "TCP windows", figure, left_out(windows, "connection directions"))
     return drawn
 
 

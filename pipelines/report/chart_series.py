@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from amqpscope.pipelines.columns import union_all, with_columns
-from amqpscope.pipelines.report.queue_series import consumer_utilisation_chart, queue_charts, queue_events
+from amqpscope.pipelines.report.queue_series import consumer_utilisation_chart, queue_events, queue_rates_chart
 from amqpscope.pipelines.report.series_grid import (
     CountChart,
     StateChart,
@@ -225,7 +225,8 @@ def chart_series(
     messages = message_events
     charts = [
         counts(
-            [*queue_charts(queue_events(messages, consumer_unacked)), *count_charts(messages, link_state, frames)], grid
+            [queue_rates_chart(queue_events(messages, consumer_unacked)), *count_charts(messages, link_state, frames)],
+            grid,
         ),
         states(state_charts(consumer_unacked, channel_unacked, link_state, channel_confirms, tcp_flow), grid),
         consumer_utilisation_chart(consumer_unacked, link_state, flow_intervals, grid),

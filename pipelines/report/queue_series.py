@@ -70,10 +70,10 @@ def queue_events(messages: DataFrame, consumer_unacked: DataFrame) -> DataFrame:
     return keyed(events, name="_queue")
 
 
-def queue_charts(events: DataFrame) -> list[CountChart]:
+def queue_rates_chart(events: DataFrame) -> CountChart:
     """The queue_rates chart (publish, deliver, redeliver and ack a bucket per queue), from
     ``queue_events``."""
-    return [CountChart("queue_rates", events, QUEUE_METRICS)]
+    return CountChart("queue_rates", events, QUEUE_METRICS)
 
 
 def _pieces(spans: DataFrame, column: str) -> DataFrame:
